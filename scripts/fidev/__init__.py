@@ -1,0 +1,1 @@
+"""Shared logic of the FlashInfer developer workspace's scripts (standard library only)."""

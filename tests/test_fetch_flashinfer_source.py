@@ -1,0 +1,129 @@
+"""The source materializer, against fixture archives built here (no network but loopback)."""
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from fetch_flashinfer_source import MARKER, materialize
+from fidev.manifest import ROOT
+from fidev.ui import Failure
+
+RELEASE = "0.6.3"
+SCRIPT = ROOT / "scripts" / "fetch_flashinfer_source.py"
+
+
+def make_archive(path, files=None):
+    files = files or {"version.txt": RELEASE, "csrc/norm.cu": "// kernel", "3rdparty/cutlass/include/c.h": ""}
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"flashinfer_python-{RELEASE}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def archive(tmp_path):
+    return make_archive(tmp_path / f"flashinfer_python-{RELEASE}.tar.gz")
+
+
+def test_good_hash_materializes_the_tree(tmp_path, archive):
+    path, sha = archive
+    dest = tmp_path / "extern" / "flashinfer"
+    dest.mkdir(parents=True)  # the empty folder of an uninitialized submodule
+    assert "materialized" in materialize(dest, RELEASE, sha, path)
+    assert (dest / "version.txt").read_text() == RELEASE
+    assert (dest / "3rdparty/cutlass/include/c.h").exists()
+    assert sha in (dest / MARKER).read_text()
+    assert [p.name for p in dest.parent.iterdir()] == ["flashinfer"]  # no temp dir left
+
+
+def test_bad_hash_is_refused_and_writes_nothing(tmp_path, archive):
+    path, _ = archive
+    dest = tmp_path / "flashinfer"
+    with pytest.raises(Failure, match="sha256"):
+        materialize(dest, RELEASE, "0" * 64, path)
+    assert not dest.exists()
+
+
+def test_interrupted_unpack_leaves_no_half_tree(tmp_path, archive):
+    path, _ = archive
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    dest = tmp_path / "out" / "flashinfer"
+    dest.mkdir(parents=True)
+    with pytest.raises(Failure, match="cannot unpack"):
+        materialize(dest, RELEASE, hashlib.sha256(truncated.read_bytes()).hexdigest(), truncated)
+    assert dest.is_dir() and not any(dest.iterdir())
+    assert [p.name for p in dest.parent.iterdir()] == ["flashinfer"]
+
+
+def test_stale_partial_dir_from_a_killed_run_is_removed(tmp_path, archive):
+    path, sha = archive
+    stale = tmp_path / ".flashinfer.partial-dead"
+    (stale / "csrc").mkdir(parents=True)
+    materialize(tmp_path / "flashinfer", RELEASE, sha, path)
+    assert not stale.exists()
+
+
+def test_second_run_is_a_no_op(tmp_path, archive):
+    path, sha = archive
+    dest = tmp_path / "flashinfer"
+    materialize(dest, RELEASE, sha, path)
+    before = {p: p.stat().st_mtime_ns for p in dest.rglob("*")}
+    path.unlink()  # a no-op needs neither the archive nor the network
+    assert "nothing to do" in materialize(dest, RELEASE, sha, None)
+    assert {p: p.stat().st_mtime_ns for p in dest.rglob("*")} == before
+
+
+def test_initialized_submodule_is_left_alone(tmp_path, archive):
+    path, sha = archive
+    dest = tmp_path / "flashinfer"
+    dest.mkdir()
+    (dest / ".git").write_text("gitdir: ../../.git/modules/flashinfer\n")
+    (dest / "README.md").write_text("mine")
+    with pytest.raises(Failure, match="initialized git submodule"):
+        materialize(dest, RELEASE, sha, path)
+    assert (dest / "README.md").read_text() == "mine"
+
+
+def test_foreign_tree_is_not_overwritten(tmp_path, archive):
+    path, sha = archive
+    dest = tmp_path / "flashinfer"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("keep")
+    with pytest.raises(Failure, match="not empty"):
+        materialize(dest, RELEASE, sha, path)
+    assert (dest / "notes.txt").read_text() == "keep"
+
+
+def run_script(*args, env=None):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_cli_reports_a_hash_mismatch_in_two_lines(tmp_path, archive):
+    path, _ = archive  # the fixture is not the pinned release, so its hash must be refused
+    done = run_script("--archive", str(path), "--dest", str(tmp_path / "flashinfer"))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2 and "sha256" in lines[0] and lines[1].lstrip().startswith("fix:")
+    assert not (tmp_path / "flashinfer").exists()
+
+
+def test_cli_offline_fails_with_one_clear_line(tmp_path):
+    # An index on a closed loopback port stands for an offline host.
+    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+           "PIP_FIND_LINKS": "", "PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
+    done = run_script("--dest", str(tmp_path / "flashinfer"), env=env)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("error: cannot download the flashinfer-python==0.6.3 source release")
+    assert len(lines) == 2 and "--archive" in lines[1]
+    assert not (tmp_path / "flashinfer").exists()
