@@ -43,10 +43,10 @@ def download(release: str, into: Path) -> Path:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise Failure(f"downloading flashinfer-python=={release} took over {DOWNLOAD_TIMEOUT_S} s", fix)
+        raise Failure(f"downloading flashinfer-python=={release} took over {DOWNLOAD_TIMEOUT_S} s", fix) from None
     archives = sorted(into.glob("*.tar.gz"))
     if done.returncode != 0 or not archives:
-        lines = [l for l in (done.stderr + done.stdout).splitlines() if l.strip() and not l.startswith("WARNING")]
+        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip() and not line.startswith("WARNING")]
         reason = lines[-1].strip() if lines else f"pip exited {done.returncode}"
         raise Failure(f"cannot download the flashinfer-python=={release} source release: {reason}", fix)
     return archives[0]
@@ -63,7 +63,7 @@ def unpack(archive: Path, dest: Path, marker_text: str) -> None:
             with tarfile.open(archive) as tar:
                 tar.extractall(tmp, filter="data")
         except (tarfile.TarError, EOFError, OSError) as e:
-            raise Failure(f"cannot unpack {archive.name}: {e}", "re-download it; the copy is damaged or incomplete")
+            raise Failure(f"cannot unpack {archive.name}: {e}", "re-download it; the copy is damaged or incomplete") from e
         tops = list(tmp.iterdir())
         if len(tops) != 1 or not tops[0].is_dir():
             raise Failure(f"{archive.name} does not hold one top-level folder", "use the unmodified sdist from PyPI")
@@ -87,7 +87,7 @@ def materialize(dest: Path, release: str, sha256: str, archive: Path | None = No
         return f"{dest} already holds flashinfer_python-{release}; nothing to do"
     if dest.exists() and any(dest.iterdir()):
         raise Failure(f"{dest} is not empty and is not the pinned release {release}",
-                      f"move it away (or delete it), then run this again")
+                      "move it away (or delete it), then run this again")
     with tempfile.TemporaryDirectory() as scratch:
         path = archive if archive else download(release, Path(scratch))
         if not path.is_file():

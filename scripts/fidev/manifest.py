@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 try:  # Python >= 3.11
@@ -58,7 +58,7 @@ def _exact(spec: object, name: str) -> str:
     return match.group(1)
 
 
-@lru_cache(maxsize=None)
+@cache
 def pins(path: Path = MANIFEST) -> Pins:
     manifest = load_manifest(path)
     feat = feature(manifest)

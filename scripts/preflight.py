@@ -1,0 +1,425 @@
+"""Check every GPU, driver and toolchain precondition of flashinfer-dev, before any compile.
+
+Each check prints one line (PASS / WARN / FAIL and what it found) and, unless it passed, one
+line with the fix. Exit 0 when nothing failed, 1 when a check failed, 2 on bad usage.
+Standard library only; no network, no torch or flashinfer import, no CUDA context; every
+subprocess has a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from fidev import kernels
+from fidev.manifest import ROOT, pins
+from fidev.ui import Failure
+from fidev.versions import in_range, major_minor, version_key
+
+SUBPROCESS_TIMEOUT_S = 5
+# Minimum Linux driver of each CUDA release (NVIDIA's CUDA release notes, table 3).
+MIN_DRIVER = {"12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06"}
+# Newest host compiler majors each nvcc accepts: (gcc, clang). Both need C++17: >= 7.
+HOST_COMPILER_MAX = {"12.8": (14, 19), "12.9": (14, 19), "13.0": (15, 20)}
+MIN_COMPUTE_CAPABILITY = (7, 5)  # FlashInfer refuses anything older
+SM90_ONLY = "fa3 prefill, gdn_prefill"  # smoke kernels gated on sm_90
+# The default smoke build leaves about 0.5 GiB of objects and modules in the JIT cache; the
+# wider tier and a rebuild for a second architecture need several times that.
+MIN_FREE_GIB = 4
+ENV_FIX = "run it inside the environment: `pixi run -e flashinfer-dev preflight`, or `pixi shell -e flashinfer-dev`"
+
+
+@dataclass
+class Check:
+    id: str
+    status: str  # pass | warn | fail
+    finding: str
+    fix: str = ""
+
+
+def ok(id_, finding):
+    return Check(id_, "pass", finding)
+
+
+def warn(id_, finding, fix):
+    return Check(id_, "warn", finding, fix)
+
+
+def fail(id_, finding, fix):
+    return Check(id_, "fail", finding, fix)
+
+
+def run(cmd) -> subprocess.CompletedProcess | None:
+    """Run a probe; None when it cannot start or outlives SUBPROCESS_TIMEOUT_S."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def distribution(name: str):
+    try:
+        return metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------- driver and GPUs
+
+@dataclass
+class Driver:
+    version: str
+    cuda: str  # the newest CUDA the driver supports
+    gpus: list  # [(name, (major, minor))]
+    via: str
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def driver_from_nvml() -> Driver:
+    import pynvml  # nvidia-ml-py; a missing driver raises NVMLError at nvmlInit
+
+    pynvml.nvmlInit()
+    try:
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            gpus.append((_text(pynvml.nvmlDeviceGetName(handle)),
+                         tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))))
+        return Driver(_text(pynvml.nvmlSystemGetDriverVersion()), f"{cuda // 1000}.{cuda % 1000 // 10}", gpus, "NVML")
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def driver_from_smi() -> Driver:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        raise RuntimeError("nvidia-smi is not on PATH")
+    header = run([smi])
+    query = run([smi, "--query-gpu=driver_version,name,compute_cap", "--format=csv,noheader"])
+    for probe in (header, query):
+        if probe is None or probe.returncode != 0:
+            raise RuntimeError("nvidia-smi failed: " + (probe.stdout + probe.stderr).strip()[:120] if probe else "nvidia-smi timed out")
+    cuda = re.search(r"CUDA Version:\s*(\d+\.\d+)", header.stdout)
+    rows = [[f.strip() for f in line.split(",")] for line in query.stdout.strip().splitlines()]
+    if not cuda or not rows:
+        raise RuntimeError("cannot read nvidia-smi's output")
+    gpus = [(name, tuple(int(x) for x in cap.split("."))) for _, name, cap in rows]
+    return Driver(rows[0][0], cuda.group(1), gpus, "nvidia-smi")
+
+
+def read_driver():
+    """(Driver, None) or (None, why)."""
+    reasons = []
+    for label, probe in (("NVML", driver_from_nvml), ("nvidia-smi", driver_from_smi)):
+        try:
+            return probe(), None
+        except Exception as e:  # NVMLError, ImportError, RuntimeError: each says why
+            reasons.append(f"{label}: {e}")
+    return None, "; ".join(reasons)
+
+
+def check_driver(driver, why, target):
+    min_driver = MIN_DRIVER.get(target, f"the one for CUDA {target}")
+    fix = f"install an NVIDIA driver >= {min_driver} (CUDA {target})"
+    if driver is None:
+        return fail("driver", f"no NVIDIA driver found ({why})", fix + ", or run on a GPU host")
+    finding = f"driver {driver.version} supports CUDA {driver.cuda} (via {driver.via})"
+    if version_key(driver.cuda) < version_key(target):
+        # Minor-version compatibility would run prebuilt SASS of a newer 12.x on this driver,
+        # but not PTX JIT nor the features that need the newer driver: not a supported setup.
+        return fail("driver", f"{finding} < CUDA {target} pinned", fix + "; minor-version compatibility does not cover PTX JIT")
+    return ok("driver", finding)
+
+
+def check_gpus(driver):
+    if driver is None:
+        return fail("gpu", "cannot list GPUs without a driver", "fix the driver check first")
+    if not driver.gpus:
+        return fail("gpu", "the driver sees no GPU", "check `nvidia-smi` and CUDA_VISIBLE_DEVICES")
+    listed = ", ".join(f"{name} sm_{major}{minor}" for name, (major, minor) in driver.gpus)
+    supported = [cap for _, cap in driver.gpus if cap >= MIN_COMPUTE_CAPABILITY]
+    if not supported:
+        return fail("gpu", f"{listed}: FlashInfer 0.6 needs sm_75 or newer", "use a Turing (sm_75) or newer GPU")
+    if not any(cap == (9, 0) for cap in supported):
+        return warn("gpu", f"{listed}; {SM90_ONLY} need sm_90 and will be skipped",
+                    "run on an H100/H200 (sm_90) to smoke-test every kernel")
+    return ok("gpu", f"{listed}; every smoke kernel runs here")
+
+
+# ---------------------------------------------------------------- CUDA toolkit and host compiler
+
+def selected_nvcc():
+    """The nvcc FlashInfer's JIT will run: $CUDA_HOME/bin/nvcc, else the one on PATH."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return Path(home) / "bin" / "nvcc", "CUDA_HOME"
+    found = shutil.which("nvcc")
+    return (Path(found), "PATH") if found else (None, None)
+
+
+def check_nvcc(target):
+    nvcc, origin = selected_nvcc()
+    if nvcc is None or not nvcc.exists():
+        where = f"{nvcc} (from {origin})" if nvcc else "on PATH"
+        return fail("nvcc", f"nvcc not found {where}", ENV_FIX)
+    probe = run([str(nvcc), "--version"])
+    release = re.search(r"release (\d+\.\d+)", probe.stdout) if probe and probe.returncode == 0 else None
+    if not release:
+        return fail("nvcc", f"{nvcc} --version failed or did not name a release", ENV_FIX)
+    if release.group(1) != target:
+        return fail("nvcc", f"{nvcc} is CUDA {release.group(1)}; the workspace pins {target}",
+                    f"{ENV_FIX}; to diagnose this host on purpose: --cuda {release.group(1)}")
+    return ok("nvcc", f"{nvcc} is CUDA {target}")
+
+
+def check_toolkit_origin():
+    nvcc, origin = selected_nvcc()
+    on_path = shutil.which("nvcc")
+    if nvcc is None:
+        return fail("toolkit-origin", "no nvcc to check", ENV_FIX)
+    if origin == "CUDA_HOME" and on_path and Path(on_path).resolve() != nvcc.resolve():
+        return fail("toolkit-origin", f"CUDA_HOME compiles with {nvcc} but PATH runs {on_path}",
+                    "make CUDA_HOME and PATH name the same toolkit (unset CUDA_HOME inside the environment)")
+    prefix = os.environ.get("CONDA_PREFIX")
+    if not prefix:
+        return warn("toolkit-origin", f"no active pixi environment (CONDA_PREFIX unset); using {nvcc}", ENV_FIX)
+    if not nvcc.resolve().is_relative_to(Path(prefix).resolve()):
+        return fail("toolkit-origin", f"{nvcc} (from {origin}) is outside the environment {prefix}",
+                    "take the host toolkit off PATH and unset CUDA_HOME; the environment sets CUDA_HOME=$CONDA_PREFIX")
+    return ok("toolkit-origin", f"nvcc comes from the environment {prefix}")
+
+
+def _ccbin_flag():
+    flags = (os.environ.get("NVCC_PREPEND_FLAGS", "") + " " + os.environ.get("NVCC_APPEND_FLAGS", "")).split()
+    for i, flag in enumerate(flags):
+        for name in ("-ccbin", "--compiler-bindir"):
+            if flag == name and i + 1 < len(flags):
+                return flags[i + 1]
+            if flag.startswith(name + "="):
+                return flag.split("=", 1)[1]
+    return None
+
+
+def check_host_compiler(target):
+    # FlashInfer passes `-ccbin $CC` when CC is set; otherwise nvcc takes -ccbin from
+    # NVCC_PREPEND/APPEND_FLAGS, else gcc on PATH.
+    cc, flag = os.environ.get("CC"), _ccbin_flag()
+    if cc and flag:
+        return fail("host-compiler", f"nvcc would get -ccbin twice (CC={cc} and {flag} in NVCC_*_FLAGS): nvcc stops on that",
+                    "unset CC, or drop -ccbin from NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS")
+    compiler = cc or flag or "gcc"
+    probe = run([compiler, "--version"])
+    if probe is None or probe.returncode != 0:
+        return fail("host-compiler", f"host compiler {compiler!r} does not run", "install GCC, or set CC to a supported compiler")
+    first = probe.stdout.splitlines()[0] if probe.stdout else ""
+    versions = re.findall(r"(\d+)\.(\d+)(?:\.\d+)?", first)
+    if not versions:
+        return warn("host-compiler", f"cannot read the version of {compiler}: {first!r}", "check it against NVIDIA's supported compilers")
+    major = int(versions[-1][0])
+    family = "clang" if "clang" in first else "gcc"
+    limits = HOST_COMPILER_MAX.get(target)
+    if limits is None:
+        return warn("host-compiler", f"{family} {major} ({compiler}); no table for CUDA {target}", "check NVIDIA's supported compilers")
+    newest = limits[family == "clang"]
+    if not 7 <= major <= newest:
+        return fail("host-compiler", f"{family} {major} ({compiler}): nvcc {target} accepts {family} 7 to {newest}",
+                    f"set CC to a {family} <= {newest} (the environment ships gxx_linux-64 13)")
+    return ok("host-compiler", f"{family} {major} ({compiler})")
+
+
+# ---------------------------------------------------------------- Python packages (metadata only)
+
+def check_torch(target):
+    dist = distribution("torch")
+    if dist is None:
+        return fail("torch", "PyTorch is not installed", ENV_FIX)
+    version_py = Path(dist.locate_file("torch/version.py"))
+    text = version_py.read_text() if version_py.is_file() else ""
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([\d.]+)['\"]", text, flags=re.M)
+    if not cuda:
+        return fail("torch", f"torch {dist.version} is not a CUDA build", f"install torch built for CUDA {target}: {ENV_FIX}")
+    if major_minor(cuda.group(1)) != target:
+        return fail("torch", f"torch {dist.version} is built for CUDA {cuda.group(1)}, not {target}", f"install torch built for CUDA {target}: {ENV_FIX}")
+    return ok("torch", f"torch {dist.version} (CUDA {cuda.group(1)})")
+
+
+def check_source(p):
+    src, rel = p.source_dir, p.source_dir.relative_to(ROOT)
+    init = "git submodule update --init --recursive (no GitHub: pixi run fetch-flashinfer-source)"
+    if not src.is_dir() or not any(src.iterdir()):
+        return fail("flashinfer-source", f"{rel} is empty: the submodule is not initialized", init)
+    empty = [d for d in ("csrc", "include", "3rdparty/cutlass/include") if not (src / d).is_dir() or not any((src / d).iterdir())]
+    if empty:
+        return fail("flashinfer-source", f"{rel} lacks {', '.join(empty)}", init)
+    if (src / ".git").exists():
+        head = run(["git", "-C", str(src), "rev-parse", "HEAD"])
+        if head is None or head.returncode != 0:
+            return warn("flashinfer-source", f"cannot read the commit of {rel}", "check `git -C extern/tracked/flashinfer status`")
+        commit = head.stdout.strip()
+        if commit != p.source_commit:
+            return fail("flashinfer-source", f"{rel} is at {commit[:12]}, the manifest pins {p.source_commit[:12]} (v{p.flashinfer})",
+                        "git submodule update --init --recursive")
+        return ok("flashinfer-source", f"{rel} at v{p.flashinfer} ({commit[:12]})")
+    marker = src / ".materialized-from-sdist"
+    if marker.is_file() and p.sdist_sha256 in marker.read_text():
+        return ok("flashinfer-source", f"{rel} holds the v{p.flashinfer} source release (sha256 verified)")
+    return fail("flashinfer-source", f"{rel} is neither a git checkout nor the pinned source release",
+                f"move it away, then: {init}")
+
+
+def check_flashinfer_install(p):
+    dist = distribution("flashinfer-python")
+    fix = "pixi install -e flashinfer-dev (the manifest installs it editable from extern/tracked/flashinfer)"
+    if dist is None:
+        return fail("flashinfer-install", "flashinfer-python is not installed", fix)
+    raw = dist.read_text("direct_url.json")
+    info = json.loads(raw) if raw else {}
+    url = info.get("url", "")
+    where = Path(unquote(urlparse(url).path)) if url.startswith("file://") else None
+    if not info.get("dir_info", {}).get("editable") or where is None:
+        return fail("flashinfer-install", f"flashinfer-python {dist.version} is not an editable install ({url or 'from a wheel'})", fix)
+    if where.resolve() != p.source_dir.resolve():
+        return fail("flashinfer-install", f"flashinfer-python is editable from {where}, not {p.source_dir}", fix)
+    if dist.version != p.flashinfer:
+        return fail("flashinfer-install", f"flashinfer-python {dist.version} installed, the pin is {p.flashinfer}", fix)
+    return ok("flashinfer-install", f"flashinfer-python {dist.version} editable from {p.source_dir.relative_to(ROOT)}")
+
+
+def check_cubin(p):
+    dist = distribution("flashinfer-cubin")
+    if dist is None:
+        return fail("cubin", "flashinfer-cubin is not installed", "pixi install -e flashinfer-dev")
+    if dist.version != p.flashinfer:
+        return fail("cubin", f"flashinfer-cubin {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
+                    f"install flashinfer-cubin=={p.flashinfer} (pixi install -e flashinfer-dev)")
+    return ok("cubin", f"flashinfer-cubin {dist.version}")
+
+
+def check_jit_cache(p, target):
+    tag = "cu" + target.replace(".", "")
+    dist = distribution("flashinfer-jit-cache")
+    if dist is None:
+        return fail("jit-cache", "flashinfer-jit-cache is not installed", "pixi install -e flashinfer-dev")
+    base, _, local = dist.version.partition("+")
+    if base != p.flashinfer:
+        return fail("jit-cache", f"flashinfer-jit-cache {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
+                    f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
+    if local != tag:
+        return fail("jit-cache", f"flashinfer-jit-cache {dist.version} is built for {local or 'no CUDA tag'}, the toolkit is {tag}",
+                    f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
+    try:
+        mode = kernels.mode()
+    except Failure as e:
+        return fail("jit-cache", e.problem, e.fix)
+    if mode == kernels.VENDORED:
+        return ok("jit-cache", f"flashinfer-jit-cache {dist.version}, hidden: kernels compile from the vendored source")
+    return warn("jit-cache", f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling extern/tracked/flashinfer/csrc",
+                f"to build and test your kernel edits: {kernels.ENV}={kernels.VENDORED}")
+
+
+def check_tvm_ffi(p):
+    dist = distribution("apache-tvm-ffi")
+    fix = f"install apache-tvm-ffi{p.tvm_ffi_range} (pixi install -e flashinfer-dev)"
+    if dist is None:
+        return fail("tvm-ffi", "apache-tvm-ffi is not installed", fix)
+    if not in_range(dist.version, p.tvm_ffi_range):
+        return fail("tvm-ffi", f"apache-tvm-ffi {dist.version} is outside FlashInfer {p.flashinfer}'s range {p.tvm_ffi_range}", fix)
+    return ok("tvm-ffi", f"apache-tvm-ffi {dist.version}")
+
+
+def check_ninja():
+    found = shutil.which("ninja")
+    return ok("ninja", found) if found else fail("ninja", "ninja is not on PATH: FlashInfer's JIT builds with it", ENV_FIX)
+
+
+def check_jit_dir():
+    base = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home())
+    cache = base / ".cache" / "flashinfer"  # where FlashInfer 0.6 keeps its JIT builds
+    fix = f"set FLASHINFER_WORKSPACE_BASE to a writable folder with >= {MIN_FREE_GIB} GiB free"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache):
+            pass
+    except OSError as e:
+        return fail("jit-dir", f"JIT cache {cache} is not writable ({e.strerror or e})", fix)
+    free = shutil.disk_usage(cache).free / 2**30
+    if free < MIN_FREE_GIB:
+        return fail("jit-dir", f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
+    return ok("jit-dir", f"JIT cache {cache} ({free:.0f} GiB free)")
+
+
+def check_host():
+    system, machine = platform.system(), platform.machine()
+    if (system, machine) != ("Linux", "x86_64"):
+        return fail("host", f"{system} {machine}: the workspace is solved for linux-64 only",
+                    "use a Linux x86_64 host with an NVIDIA GPU")
+    return ok("host", "Linux x86_64")
+
+
+def run_checks(target: str) -> list[Check]:
+    p = pins()
+    driver, why = read_driver()
+    return [
+        check_host(),
+        check_driver(driver, why, target),
+        check_gpus(driver),
+        check_nvcc(target),
+        check_toolkit_origin(),
+        check_host_compiler(target),
+        check_torch(target),
+        check_source(p),
+        check_flashinfer_install(p),
+        check_cubin(p),
+        check_jit_cache(p, target),
+        check_tvm_ffi(p),
+        check_ninja(),
+        check_jit_dir(),
+    ]
+
+
+def main(argv=None) -> int:
+    pinned = pins().cuda
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    parser.add_argument("--cuda", metavar="X.Y", default=pinned,
+                        help=f"CUDA version to check against (default: the pin, {pinned}); only to diagnose another host")
+    args = parser.parse_args(argv)
+    if not re.fullmatch(r"\d+\.\d+", args.cuda):
+        parser.error(f"--cuda takes MAJOR.MINOR, got {args.cuda!r}")
+
+    started = time.perf_counter()
+    checks = run_checks(args.cuda)
+    counts = {s: sum(c.status == s for c in checks) for s in ("pass", "warn", "fail")}
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"cuda_target": args.cuda, "pinned": args.cuda == pinned, "checks": [asdict(c) for c in checks],
+                          "summary": counts, "seconds": round(elapsed, 3)}, indent=1))
+    else:
+        note = "" if args.cuda == pinned else f" (override; the pin is {pinned})"
+        print(f"preflight: FlashInfer {pins().flashinfer}, CUDA {args.cuda}{note}")
+        for c in checks:
+            print(f"  {c.status.upper():4}  {c.id:18} {c.finding}")
+            if c.fix:
+                print(f"  {'':4}  {'':18} fix: {c.fix}")
+        print(f"preflight: {counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed in {elapsed:.2f} s")
+    return 1 if counts["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

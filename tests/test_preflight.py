@@ -1,0 +1,345 @@
+"""preflight.py against hosts built on purpose: fake tools on PATH, fake package metadata.
+
+Each test runs the real script in a copy of the workspace, with `python -S` so that only the
+fake prefix is visible, and asserts the status, the finding and the exit code.
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fidev.manifest import ROOT, pins
+
+P = pins()
+
+
+def write(path, text, mode=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    if mode:
+        path.chmod(mode)
+    return path
+
+
+def tool(bindir, name, stdout):
+    """A fake executable that prints stdout (shell builtins only: PATH holds just the fakes)."""
+    quoted = stdout.replace("'", "'\\''")
+    return write(bindir / name, f"#!/bin/sh\nprintf '%s\\n' '{quoted}'\n", mode=0o755)
+
+
+class Host:
+    """A healthy flashinfer-dev host; tests break one thing each."""
+
+    def __init__(self, tmp):
+        self.ws = tmp / "ws"
+        shutil.copytree(ROOT / "scripts", self.ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "pyproject.toml", self.ws)
+        self.src = self.ws / "extern/tracked/flashinfer"
+        for sub in ("csrc/norm.cu", "include/flashinfer/norm.cuh", "3rdparty/cutlass/include/cutlass.h"):
+            write(self.src / sub, "")
+        write(self.src / ".materialized-from-sdist", f"{P.sdist_name} sha256={P.sdist_sha256}\n")
+        self.prefix = tmp / "env"
+        self.bin = self.prefix / "bin"
+        self.site = tmp / "site"
+        self.home = tmp / "home"
+        self.home.mkdir()
+        self.nvcc("12.9")
+        tool(self.bin, "gcc", "x86_64-conda-linux-gnu-cc (conda-forge gcc 13.3.0-1) 13.3.0")
+        tool(self.bin, "ninja", "1.12.1")
+        self.nvml(driver="575.57.08", cuda=12090, gpus=[("NVIDIA H100 80GB HBM3", (9, 0))])
+        self.dist("torch", "2.8.0+cu129", {"torch/version.py": "cuda: Optional[str] = '12.9'\n"})
+        self.dist("flashinfer-python", P.flashinfer,
+                  {"direct_url.json": json.dumps({"url": self.src.as_uri(), "dir_info": {"editable": True}})})
+        self.dist("flashinfer-cubin", P.flashinfer)
+        self.dist("flashinfer-jit-cache", P.jit_cache)
+        self.dist("apache-tvm-ffi", "0.1.7")
+        self.env = {"PATH": str(self.bin), "PYTHONPATH": str(self.site), "HOME": str(self.home),
+                    "CONDA_PREFIX": str(self.prefix), "CUDA_HOME": str(self.prefix)}
+
+    def nvcc(self, release, bindir=None):
+        return tool(bindir or self.bin, "nvcc", f"Cuda compilation tools, release {release}, V{release}.41")
+
+    def nvml(self, driver=None, cuda=None, gpus=(), error=None):
+        body = f"""
+            class NVMLError(Exception):
+                pass
+            def nvmlInit():
+                if {error!r}:
+                    raise NVMLError({error!r})
+            def nvmlShutdown(): pass
+            def nvmlSystemGetDriverVersion(): return {driver!r}
+            def nvmlSystemGetCudaDriverVersion(): return {cuda!r}
+            GPUS = {list(gpus)!r}
+            def nvmlDeviceGetCount(): return len(GPUS)
+            def nvmlDeviceGetHandleByIndex(i): return i
+            def nvmlDeviceGetName(h): return GPUS[h][0]
+            def nvmlDeviceGetCudaComputeCapability(h): return GPUS[h][1]
+        """
+        write(self.site / "pynvml.py", body)
+
+    def dist(self, name, version, files=None):
+        info = self.site / f"{name.replace('-', '_')}-{version}.dist-info"
+        shutil.rmtree(info, ignore_errors=True)
+        for old in self.site.glob(f"{name.replace('-', '_')}-*.dist-info"):
+            shutil.rmtree(old)
+        write(info / "METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        for rel, text in (files or {}).items():
+            write(info / rel if rel.endswith(".json") else self.site / rel, text)
+
+    def run(self, *args):
+        done = subprocess.run([sys.executable, "-S", str(self.ws / "scripts/preflight.py"), *args],
+                              capture_output=True, text=True, env=self.env, timeout=60)
+        return done
+
+    def checks(self, *args):
+        done = self.run("--json", *args)
+        assert done.returncode in (0, 1), done.stderr
+        report = json.loads(done.stdout)
+        return done.returncode, {c["id"]: c for c in report["checks"]}
+
+
+@pytest.fixture
+def host(tmp_path):
+    return Host(tmp_path)
+
+
+def test_healthy_host_passes_with_the_jit_cache_warning(host):
+    rc, checks = host.checks()
+    assert rc == 0
+    assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {"jit-cache": "warn"}
+    assert "extern/tracked/flashinfer/csrc" in checks["jit-cache"]["finding"]
+    assert "every smoke kernel" in checks["gpu"]["finding"]
+
+
+def test_vendored_kernel_mode_clears_the_jit_cache_warning(host):
+    host.env["FLASHINFER_DEV_KERNEL_SOURCE"] = "vendored"
+    rc, checks = host.checks()
+    assert rc == 0 and checks["jit-cache"]["status"] == "pass"
+    host.env["FLASHINFER_DEV_KERNEL_SOURCE"] = "jit"
+    rc, checks = host.checks()
+    assert rc == 1 and "not a kernel source mode" in checks["jit-cache"]["finding"]
+
+
+def expect(host, check_id, status, *words, rc=1):
+    code, checks = host.checks()
+    c = checks[check_id]
+    assert (code, c["status"]) == (rc, status), c
+    for word in words:
+        assert word in c["finding"] + " " + c["fix"], c
+    return checks
+
+
+def test_no_driver(host):
+    host.nvml(error="Driver Not Loaded")  # and no nvidia-smi on PATH
+    checks = expect(host, "driver", "fail", "no NVIDIA driver found", "Driver Not Loaded", "nvidia-smi", "575.51.03")
+    assert checks["gpu"]["status"] == "fail"
+
+
+def test_nvidia_smi_is_the_fallback_when_nvml_fails(host):
+    host.nvml(error="Driver Not Loaded")
+    write(host.bin / "nvidia-smi", """\
+        #!/bin/sh
+        case "$1" in
+          --query-gpu=*) echo "580.159.04, NVIDIA H100 80GB HBM3, 9.0" ;;
+          *) echo "| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0 |" ;;
+        esac
+        """, mode=0o755)
+    checks = expect(host, "driver", "pass", "580.159.04", "CUDA 13.0", "nvidia-smi", rc=0)
+    assert checks["gpu"]["status"] == "pass"
+
+
+def test_driver_too_old_for_the_pin(host):
+    host.nvml(driver="535.104.05", cuda=12020, gpus=[("NVIDIA A100", (8, 0))])
+    expect(host, "driver", "fail", "535.104.05", "CUDA 12.2", "12.9", "minor-version")
+
+
+def test_gpu_without_sm90_warns_which_kernels_skip(host):
+    host.nvml(driver="575.57.08", cuda=12090, gpus=[("NVIDIA A100", (8, 0))])
+    expect(host, "gpu", "warn", "sm_80", "fa3 prefill, gdn_prefill", rc=0)
+
+
+def test_gpu_too_old_for_flashinfer(host):
+    host.nvml(driver="575.57.08", cuda=12090, gpus=[("Tesla V100", (7, 0))])
+    expect(host, "gpu", "fail", "sm_70", "sm_75")
+
+
+@pytest.mark.parametrize("release", ["12.8", "13.0"])
+def test_nvcc_of_another_release(host, release):
+    host.nvcc(release)
+    expect(host, "nvcc", "fail", f"CUDA {release}", "pins 12.9", f"--cuda {release}")
+
+
+def test_cuda_override_checks_another_target_without_weakening_the_default(host):
+    host.nvcc("13.0")
+    host.nvml(driver="580.159.04", cuda=13000, gpus=[("NVIDIA H100 80GB HBM3", (9, 0))])
+    host.dist("torch", "2.11.0+cu130", {"torch/version.py": "cuda: Optional[str] = '13.0'\n"})
+    host.dist("flashinfer-jit-cache", f"{P.flashinfer}+cu130")
+    rc, checks = host.checks("--cuda", "13.0")
+    assert rc == 0 and all(checks[i]["status"] == "pass" for i in ("driver", "nvcc", "torch", "host-compiler"))
+    rc, checks = host.checks()
+    assert rc == 1 and {i for i, c in checks.items() if c["status"] == "fail"} == {"nvcc", "torch", "jit-cache"}
+
+
+def test_nvcc_from_outside_the_environment(host, tmp_path):
+    outside = tmp_path / "usr-local-cuda" / "bin"
+    host.nvcc("12.9", bindir=outside)
+    (host.bin / "nvcc").unlink()
+    del host.env["CUDA_HOME"]
+    host.env["PATH"] = f"{outside}:{host.bin}"
+    expect(host, "toolkit-origin", "fail", str(outside / "nvcc"), "outside the environment")
+
+
+def test_cuda_home_disagreeing_with_path(host, tmp_path):
+    other = tmp_path / "other-cuda"
+    host.nvcc("12.9", bindir=other / "bin")
+    host.env["CUDA_HOME"] = str(other)
+    expect(host, "toolkit-origin", "fail", "CUDA_HOME compiles with", "PATH runs")
+
+
+def test_missing_nvcc(host):
+    (host.bin / "nvcc").unlink()
+    expect(host, "nvcc", "fail", "nvcc not found", "pixi")
+
+
+@pytest.mark.parametrize("version_line, ok", [
+    ("gcc (GCC) 15.1.0", False),
+    ("clang version 20.1.0", False),
+    ("clang version 18.1.8", True),
+    ("gcc (Debian 12.2.0-14) 12.2.0", True),
+])
+def test_host_compiler_range(host, version_line, ok):
+    tool(host.bin, "gcc", version_line)
+    expect(host, "host-compiler", "pass" if ok else "fail", version_line.split()[0], rc=0 if ok else 1)
+
+
+def test_two_ccbin_flags_are_caught(host):
+    host.env["CC"] = str(host.bin / "gcc")
+    host.env["NVCC_PREPEND_FLAGS"] = f"-ccbin={host.bin / 'gcc'}"
+    expect(host, "host-compiler", "fail", "-ccbin twice", "unset CC")
+
+
+def test_torch_built_for_another_cuda(host):
+    host.dist("torch", "2.8.0+cu126", {"torch/version.py": "cuda: Optional[str] = '12.6'\n"})
+    expect(host, "torch", "fail", "CUDA 12.6", "not 12.9")
+
+
+def test_cpu_torch(host):
+    host.dist("torch", "2.8.0+cpu", {"torch/version.py": "cuda: Optional[str] = None\n"})
+    expect(host, "torch", "fail", "not a CUDA build")
+
+
+def test_missing_submodule(host):
+    shutil.rmtree(host.src)
+    expect(host, "flashinfer-source", "fail", "not initialized", "git submodule update --init --recursive")
+
+
+def test_empty_submodule(host):
+    shutil.rmtree(host.src)
+    host.src.mkdir()
+    expect(host, "flashinfer-source", "fail", "is empty", "fetch-flashinfer-source")
+
+
+def test_submodule_without_its_own_submodules(host):
+    shutil.rmtree(host.src / "3rdparty/cutlass/include")
+    expect(host, "flashinfer-source", "fail", "3rdparty/cutlass/include", "--recursive")
+
+
+def test_tree_of_another_release(host):
+    write(host.src / ".materialized-from-sdist", "flashinfer_python-0.6.2.tar.gz sha256=abc\n")
+    expect(host, "flashinfer-source", "fail", "neither a git checkout nor the pinned source release")
+
+
+def test_git_checkout_at_another_commit(host):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed on this host")
+    (host.src / ".materialized-from-sdist").unlink()
+    git = ["git", "-C", str(host.src), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    host.env["PATH"] += ":" + os.path.dirname(shutil.which("git"))
+    expect(host, "flashinfer-source", "fail", "the manifest pins d0886ce2b677", "git submodule update")
+
+
+def test_flashinfer_installed_from_a_wheel(host):
+    host.dist("flashinfer-python", P.flashinfer)
+    expect(host, "flashinfer-install", "fail", "not an editable install")
+
+
+def test_flashinfer_editable_from_another_tree(host, tmp_path):
+    host.dist("flashinfer-python", P.flashinfer, {"direct_url.json": json.dumps(
+        {"url": (tmp_path / "elsewhere").as_uri(), "dir_info": {"editable": True}})})
+    expect(host, "flashinfer-install", "fail", "elsewhere")
+
+
+def test_cubin_version_mismatch(host):
+    host.dist("flashinfer-cubin", "0.6.2")
+    expect(host, "cubin", "fail", "0.6.2", "refuses to run", "flashinfer-cubin==0.6.3")
+
+
+def test_jit_cache_version_mismatch(host):
+    host.dist("flashinfer-jit-cache", "0.6.2+cu129")
+    expect(host, "jit-cache", "fail", "0.6.2+cu129", "refuses to run")
+
+
+def test_jit_cache_for_another_cuda(host):
+    host.dist("flashinfer-jit-cache", "0.6.3+cu128")
+    expect(host, "jit-cache", "fail", "cu128", "the toolkit is cu129")
+
+
+@pytest.mark.parametrize("version", ["0.1.8", "0.1.8.post0", "0.2.0", "0.1.5"])
+def test_tvm_ffi_out_of_range(host, version):
+    host.dist("apache-tvm-ffi", version)
+    expect(host, "tvm-ffi", "fail", version, "outside")
+
+
+def test_tvm_ffi_post_release_in_range(host):
+    host.dist("apache-tvm-ffi", "0.1.9.post1")
+    expect(host, "tvm-ffi", "pass", rc=0)
+
+
+def test_missing_ninja(host):
+    (host.bin / "ninja").unlink()
+    expect(host, "ninja", "fail", "not on PATH")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder nobody can write, root included (root ignores permission bits)."""
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(ro)]).returncode != 0:
+            pytest.skip("running as root on a filesystem without chattr +i: cannot make a read-only folder")
+        yield ro
+        subprocess.run(["chattr", "-i", str(ro)])
+    else:
+        ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        yield ro
+        ro.chmod(stat.S_IRWXU)
+
+
+def test_read_only_jit_cache_dir(host, read_only_dir):
+    host.env["FLASHINFER_WORKSPACE_BASE"] = str(read_only_dir)
+    expect(host, "jit-dir", "fail", "not writable", "FLASHINFER_WORKSPACE_BASE")
+
+
+def test_human_output_has_a_line_per_check_and_a_summary(host):
+    host.nvcc("13.0")
+    done = host.run()
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("preflight: FlashInfer 0.6.3, CUDA 12.9")
+    assert any(line.split()[:2] == ["FAIL", "nvcc"] for line in lines)
+    assert any("fix:" in line and "--cuda 13.0" in line for line in lines)
+    assert lines[-1].startswith("preflight: 12 passed, 1 warnings, 1 failed")
+
+
+@pytest.mark.parametrize("args", [["--cuda", "13"], ["--bogus"]])
+def test_bad_usage_exits_2(host, args):
+    assert host.run(*args).returncode == 2
