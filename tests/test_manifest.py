@@ -151,3 +151,19 @@ def test_pins_must_be_exact(tmp_path, bad):
     (tmp_path / "pyproject.toml").write_text(text)
     with pytest.raises(ValueError, match="pinned exactly"):
         pins.__wrapped__(tmp_path / "pyproject.toml")
+
+
+def test_smoke_runs_the_chain_and_every_step_is_a_plain_script():
+    tasks = FEAT["tasks"]
+    chain = []
+    name = "smoke"
+    while name:
+        chain.append(name)
+        deps = tasks[name].get("depends-on", [])
+        assert len(deps) <= 1
+        name = deps[0] if deps else None
+    assert chain[::-1] == ["preflight", "build", "import-check", "smoke"]
+    for step in chain:
+        cmd = tasks[step]["cmd"]
+        assert re.fullmatch(r"python scripts/\w+\.py", cmd), cmd  # runs without pixi too
+        assert (ROOT / cmd.split()[1]).is_file()

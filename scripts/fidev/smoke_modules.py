@@ -1,0 +1,118 @@
+"""The FlashInfer JIT modules the smoke suite calls, in one list that build and smoke share.
+
+Each entry makes the same JitSpec that the FlashInfer API call in tests/smoke makes (same
+dtypes, head dim and flags), so `build` compiles exactly what `smoke` loads. Import flashinfer
+only after fidev.kernels.apply().
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+HEAD_DIM = 128  # the attention smoke tests use fp16, head dim 128, no RoPE, no window, no soft cap
+DEFAULT, WIDE = "default", "wide"
+
+
+@dataclass(frozen=True)
+class SmokeModule:
+    key: str
+    kernels: str  # the API calls that load it
+    make: Callable  # () -> flashinfer.jit.JitSpec
+    sm90: bool = False  # built and tested on sm_90 only
+    tier: str = DEFAULT
+
+
+def _attention_args():
+    import torch
+
+    f16 = torch.float16
+    return f16, f16, f16, HEAD_DIM, HEAD_DIM, 0, False, False  # dtypes, head dims, posenc NONE, swa, soft cap
+
+
+def _single_prefill(backend):
+    from flashinfer.jit import gen_single_prefill_module
+
+    return gen_single_prefill_module(backend, *_attention_args(), False)  # no fp16 qk reduction
+
+
+def _batch_prefill(backend):
+    import torch
+    from flashinfer.jit import gen_batch_prefill_module
+
+    f16 = torch.float16
+    return gen_batch_prefill_module(backend, f16, f16, f16, torch.int32, HEAD_DIM, HEAD_DIM, 0, False, False, False)
+
+
+def _norm():
+    from flashinfer.jit.norm import gen_norm_module
+
+    return gen_norm_module()
+
+
+def _silu():
+    from flashinfer.jit import gen_act_and_mul_module
+
+    return gen_act_and_mul_module("silu")
+
+
+def _sampling():
+    from flashinfer.jit.sampling import gen_sampling_module
+
+    return gen_sampling_module()
+
+
+def _single_decode():
+    from flashinfer.jit import gen_single_decode_module
+
+    return gen_single_decode_module(*_attention_args())
+
+
+def _gdn_prefill():
+    from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
+
+    return gen_gdn_prefill_sm90_module()
+
+
+def _batch_decode():
+    import torch
+    from flashinfer.jit import gen_batch_decode_module
+
+    f16 = torch.float16
+    return gen_batch_decode_module(f16, f16, f16, torch.int32, HEAD_DIM, HEAD_DIM, 0, False, False)
+
+
+def _page():
+    from flashinfer.jit.page import gen_page_module
+
+    return gen_page_module()
+
+
+def _topk():
+    from flashinfer.jit.topk import gen_topk_module
+
+    return gen_topk_module()
+
+
+MODULES = [
+    SmokeModule("norm", "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm", _norm),
+    SmokeModule("silu", "silu_and_mul", _silu),
+    SmokeModule("sampling", "top_k_top_p_sampling_from_probs", _sampling),
+    SmokeModule("single_decode", "single_decode_with_kv_cache", _single_decode),
+    SmokeModule("single_prefill_fa2", "single_prefill_with_kv_cache(backend='fa2')", lambda: _single_prefill("fa2")),
+    SmokeModule("single_prefill_fa3", "single_prefill_with_kv_cache(backend='fa3'|'auto')", lambda: _single_prefill("fa3"), sm90=True),
+    SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True),
+    SmokeModule("batch_prefill_fa2", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa2')", lambda: _batch_prefill("fa2"), tier=WIDE),
+    SmokeModule("batch_prefill_fa3", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa3')", lambda: _batch_prefill("fa3"),
+                sm90=True, tier=WIDE),
+    SmokeModule("batch_decode", "BatchDecodeWithPagedKVCacheWrapper", _batch_decode, tier=WIDE),
+    SmokeModule("page", "append_paged_kv_cache", _page, tier=WIDE),
+    SmokeModule("topk", "top_k", _topk, tier=WIDE),
+]
+BY_KEY = {m.key: m for m in MODULES}
+
+
+def select(wide: bool, sm90: bool) -> list[SmokeModule]:
+    """The modules of the chosen tiers that this architecture runs."""
+    tiers = {DEFAULT, WIDE} if wide else {DEFAULT}
+    return [m for m in MODULES if m.tier in tiers and (sm90 or not m.sm90)]

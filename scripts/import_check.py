@@ -1,0 +1,67 @@
+"""Import FlashInfer and prove it is the editable vendored tree; print what it runs with.
+
+No network: it never calls `flashinfer show-config`, which offline retries a download for
+about 35 s and then crashes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from fidev import kernels
+from fidev.manifest import pins
+from fidev.ui import Failure, run_main
+
+REINSTALL = "pixi install -e flashinfer-dev, then `pixi run -e flashinfer-dev preflight` names what is off"
+
+
+def installed(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def main() -> int:
+    p = pins()
+    started = time.perf_counter()
+    mode = kernels.apply()
+    try:
+        import flashinfer
+        import torch
+        from flashinfer.jit import env as jit_env
+    except Exception as e:  # ImportError, or FlashInfer refusing a cubin/jit-cache of another version
+        raise Failure(f"import flashinfer failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", REINSTALL) from e
+    import_s = time.perf_counter() - started
+
+    where = Path(flashinfer.__file__).resolve()
+    source = p.source_dir.resolve()
+    if not where.is_relative_to(source):
+        raise Failure(f"flashinfer was imported from {where.parent}, not the vendored tree {source}", REINSTALL)
+    if flashinfer.__version__ != p.flashinfer:
+        raise Failure(f"flashinfer {flashinfer.__version__} imported, the pin is {p.flashinfer}", REINSTALL)
+
+    jit_cache = installed("flashinfer-jit-cache")
+    if mode == kernels.VENDORED:
+        jit_cache += " (hidden)"
+    rows = [
+        ("flashinfer", f"{flashinfer.__version__} from {where.parent}"),
+        ("flashinfer-cubin", installed("flashinfer-cubin")),
+        ("flashinfer-jit-cache", jit_cache),
+        ("apache-tvm-ffi", installed("apache-tvm-ffi")),
+        ("torch", f"{torch.__version__} (CUDA {torch.version.cuda})"),
+        ("JIT cache", str(jit_env.FLASHINFER_JIT_DIR)),
+        ("prebuilt modules", str(jit_env.FLASHINFER_AOT_DIR) if jit_env.FLASHINFER_AOT_DIR.exists() else "none"),
+        ("kernel source", f"{mode} ({kernels.ENV})"),
+    ]
+    for name, value in rows:
+        print(f"  {name:21} {value}")
+    print(f"import-check: ok in {time.perf_counter() - started:.1f} s (import {import_s:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,170 @@
+"""Default smoke tier: the kernels the Rust bindings call, against float64 torch references."""
+
+import re
+
+import pytest
+
+from fidev.smoke_modules import BY_KEY
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
+from numerics import assert_close, attention_ref, fresh_seed, gpu_ms, max_rel_err, poison_allocator, poisoned  # noqa: E402
+
+HALF = [torch.float16, torch.bfloat16]
+EPS = 1e-6
+
+
+def rms_ref(x, w, gemma=False):
+    x64 = x.double()
+    scale = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS)
+    return x64 * scale * ((1.0 + w.double()) if gemma else w.double())
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("gemma", [False, True], ids=["rmsnorm", "gemma_rmsnorm"])
+def test_rmsnorm(fi, record, dtype, gemma):
+    seed = fresh_seed()
+    x = torch.randn(37, 4096, dtype=dtype, device="cuda")
+    w = torch.randn(4096, dtype=dtype, device="cuda")
+    out = poisoned(x.shape, dtype)
+    call = fi.gemma_rmsnorm if gemma else fi.rmsnorm
+    call(x, w, EPS, out=out)
+    err = assert_close(out, rms_ref(x, w, gemma), dtype, seed)
+    record(f"{call.__name__} {str(dtype)[6:]}", "norm", err, gpu_ms(lambda: call(x, w, EPS, out=out)))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_fused_add_rmsnorm(fi, record, dtype):
+    seed = fresh_seed()
+    x = torch.randn(37, 4096, dtype=dtype, device="cuda")
+    residual = torch.randn_like(x)
+    w = torch.randn(4096, dtype=dtype, device="cuda")
+    summed = x.double() + residual.double()
+    expected = rms_ref(summed.to(dtype), w)
+    fi.fused_add_rmsnorm(x, residual, w, EPS)  # in place: x <- norm(x + residual), residual <- x + residual
+    assert_close(residual, summed, dtype, seed)
+    err = assert_close(x, expected, dtype, seed)
+    record(f"fused_add_rmsnorm {str(dtype)[6:]}", "norm", err, gpu_ms(lambda: fi.fused_add_rmsnorm(x, residual, w, EPS)))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_silu_and_mul(fi, record, dtype):
+    seed = fresh_seed()
+    x = torch.randn(83, 2 * 3072, dtype=dtype, device="cuda")
+    out = poisoned((83, 3072), dtype)
+    fi.silu_and_mul(x, out=out)
+    gate, up = x.double().chunk(2, dim=-1)
+    err = assert_close(out, torch.nn.functional.silu(gate) * up, dtype, seed)
+    record(f"silu_and_mul {str(dtype)[6:]}", "silu", err, gpu_ms(lambda: fi.silu_and_mul(x, out=out)))
+
+
+def test_single_decode(fi, record):
+    seed = fresh_seed()
+    q = torch.randn(32, 128, dtype=torch.float16, device="cuda")
+    k = torch.randn(2049, 8, 128, dtype=torch.float16, device="cuda")
+    v = torch.randn_like(k)
+    poison_allocator((q.shape, q.dtype))
+    out = fi.single_decode_with_kv_cache(q, k, v)
+    ref = attention_ref(q[None], k, v, causal=False)[0]
+    err = assert_close(out, ref, torch.float16, seed)
+    record("single_decode fp16", "single_decode", err, gpu_ms(lambda: fi.single_decode_with_kv_cache(q, k, v)))
+
+
+def prefill_inputs():
+    q = torch.randn(517, 32, 128, dtype=torch.float16, device="cuda")
+    k = torch.randn(1031, 8, 128, dtype=torch.float16, device="cuda")
+    return q, k, torch.randn_like(k)
+
+
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+def test_single_prefill(fi, record, backend, request):
+    if backend == "fa3":
+        request.getfixturevalue("sm90")
+    seed = fresh_seed()
+    q, k, v = prefill_inputs()
+    poison_allocator((q.shape, q.dtype))
+    out = fi.single_prefill_with_kv_cache(q, k, v, causal=True, backend=backend)
+    err = assert_close(out, attention_ref(q, k, v, causal=True), torch.float16, seed)
+    ms = gpu_ms(lambda: fi.single_prefill_with_kv_cache(q, k, v, causal=True, backend=backend))
+    record(f"single_prefill causal fp16 {backend}", f"single_prefill_{backend}", err, ms)
+
+
+@pytest.mark.usefixtures("sm90")
+def test_auto_backend_is_fa3_on_sm90(fi):
+    from flashinfer.utils import determine_attention_backend
+
+    assert determine_attention_backend(torch.device("cuda"), 0, False, False, torch.float16, torch.float16) == "fa3"
+    q, k, v = prefill_inputs()
+    auto = fi.single_prefill_with_kv_cache(q, k, v, causal=True)
+    fa3 = fi.single_prefill_with_kv_cache(q, k, v, causal=True, backend="fa3")
+    assert torch.equal(auto, fa3), "backend='auto' did not run the fa3 kernel"
+    uri = BY_KEY["single_prefill_fa3"].make().name
+    assert uri.endswith("_sm90")
+    with open("/proc/self/maps") as maps:
+        assert re.search(re.escape(uri) + r"\.so", maps.read()), f"{uri}.so is not loaded in this process"
+
+
+def gated_delta_rule_ref(q, k, v, g, beta, cu_seqlens, scale):
+    """Float64 recurrence, per sequence and head, state S as [K, V]:
+    S <- g S;  S <- S + beta k (v - k^T S)^T;  o = scale q^T S.  Returns o and the final
+    states in FlashInfer's k-last layout [N, H, V, K]."""
+    q, k, v, g, beta = (t.double() for t in (q, k, v, g, beta))
+    out = torch.empty_like(v)
+    states = []
+    for start, end in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
+        state = torch.zeros(q.shape[1], q.shape[2], v.shape[2], dtype=torch.float64, device=q.device)
+        for t in range(start, end):
+            state = g[t][:, None, None] * state
+            error = v[t] - torch.einsum("hk,hkv->hv", k[t], state)
+            state = state + beta[t][:, None, None] * torch.einsum("hk,hv->hkv", k[t], error)
+            out[t] = scale * torch.einsum("hk,hkv->hv", q[t], state)
+        states.append(state.transpose(-1, -2))
+    return out, torch.stack(states)
+
+
+@pytest.mark.usefixtures("sm90")
+@pytest.mark.parametrize("dtype", HALF)
+def test_gdn_prefill(fi, record, dtype):
+    seed = fresh_seed()
+    heads, dim, seq_lens = 4, 128, [37, 130]
+    cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64, device="cuda")
+    total = sum(seq_lens)
+    q = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
+    k = torch.nn.functional.normalize(torch.randn(total, heads, dim, device="cuda"), dim=-1).to(dtype)  # keeps the recurrence bounded
+    v = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
+    g = torch.rand(total, heads, device="cuda") * 0.2 + 0.8  # forget gate in [0.8, 1)
+    beta = torch.rand(total, heads, device="cuda")
+    out = poisoned((total, heads, dim), dtype)
+    state = poisoned((len(seq_lens), heads, dim, dim), torch.float32)
+    fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state)
+    ref_out, ref_state = gated_delta_rule_ref(q, k, v, g, beta, cu, dim**-0.5)
+    err = assert_close(out, ref_out, dtype, seed)
+    # The state is float32 but accumulates products of `dtype` inputs: judged at that precision.
+    assert_close(state, ref_state, dtype, seed)
+    ms = gpu_ms(lambda: fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state))
+    record(f"chunk_gated_delta_rule {str(dtype)[6:]}", "gdn_prefill", err, ms)
+
+
+# Pearson's chi-square, 9 degrees of freedom: P(X > 40) is about 7e-6, so a correct sampler
+# fails this about once in 140,000 runs.
+CHI2_LIMIT_DF9 = 40.0
+
+
+def test_top_k_top_p_sampling(fi, record):
+    seed = fresh_seed()
+    vocab, rows, top_k = 512, 16384, 10
+    base = torch.rand(vocab, device="cuda") + 0.05
+    probs = (base / base.sum()).repeat(rows, 1)
+    samples = fi.top_k_top_p_sampling_from_probs(probs, top_k, 1.0)
+    allowed = base.topk(top_k).indices
+    assert torch.isin(samples, allowed).all(), f"sampled a token outside the top {top_k} (seed {seed})"
+    counts = torch.bincount(samples.long(), minlength=vocab)[allowed].double()
+    expected = base[allowed].double() / base[allowed].double().sum() * rows
+    chi2 = ((counts - expected) ** 2 / expected).sum().item()
+    assert chi2 < CHI2_LIMIT_DF9, f"sample frequencies are off the renormalized top-{top_k} distribution: chi2 {chi2:.1f} (seed {seed})"
+    # top_p alone: a distribution with a clear nucleus (0.5 + 0.3 of the mass in 2 tokens).
+    peaked = torch.full((vocab,), 0.2 / (vocab - 2), device="cuda")
+    peaked[[3, 77]] = torch.tensor([0.5, 0.3], device="cuda")
+    nucleus = fi.top_k_top_p_sampling_from_probs(peaked.repeat(4096, 1), vocab, 0.7)
+    assert set(nucleus.unique().tolist()) <= {3, 77}, f"top_p=0.7 sampled outside the nucleus (seed {seed})"
+    freq_err = max_rel_err(counts / rows, expected / rows)
+    record("top_k_top_p_sampling (freq)", "sampling", freq_err, gpu_ms(lambda: fi.top_k_top_p_sampling_from_probs(probs, top_k, 1.0)))

@@ -1,0 +1,105 @@
+"""Wider smoke tier (--wide): batch prefill paged/ragged with plan and run, batch paged decode,
+append_paged_kv_cache, top-k."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
+from numerics import assert_close, attention_ref, fresh_seed, gpu_ms, paged_kv, poisoned  # noqa: E402
+
+pytestmark = pytest.mark.wide
+F16 = torch.float16
+HQ, HKV, D, PAGE = 32, 8, 128, 16
+
+
+def workspace():
+    return torch.empty(128 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+
+
+def indptr_of(lens):
+    return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+
+
+def test_batch_decode_paged(fi, record):
+    seed = fresh_seed()
+    kv_lens = [1, 17, 256, 1000, 33]
+    cache, indptr, indices, last, seqs = paged_kv(kv_lens, PAGE, HKV, D, F16)
+    q = torch.randn(len(kv_lens), HQ, D, dtype=F16, device="cuda")
+    wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+    wrapper.plan(indptr, indices, last, HQ, HKV, D, PAGE, q_data_type=F16, kv_data_type=F16)
+    out = poisoned(q.shape, F16)
+    wrapper.run(q, cache, out=out)
+    ref = torch.stack([attention_ref(q[i][None], k, v, causal=False)[0] for i, (k, v) in enumerate(seqs)])
+    err = assert_close(out, ref, F16, seed)
+    record("batch_decode paged fp16", "batch_decode", err, gpu_ms(lambda: wrapper.run(q, cache, out=out)))
+
+
+def batch_prefill_case():
+    qo_lens, kv_lens = [7, 64, 1, 130], [7, 200, 45, 130]
+    q = torch.randn(sum(qo_lens), HQ, D, dtype=F16, device="cuda")
+    return qo_lens, kv_lens, q
+
+
+def prefill_ref(q, qo_lens, seqs):
+    starts = indptr_of(qo_lens).tolist()
+    return torch.cat([attention_ref(q[starts[i]:starts[i + 1]], k, v, causal=True) for i, (k, v) in enumerate(seqs)])
+
+
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+def test_batch_prefill_paged(fi, record, backend, request):
+    if backend == "fa3":
+        request.getfixturevalue("sm90")
+    seed = fresh_seed()
+    qo_lens, kv_lens, q = batch_prefill_case()
+    cache, indptr, indices, last, seqs = paged_kv(kv_lens, PAGE, HKV, D, F16)
+    wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD", backend=backend)
+    wrapper.plan(indptr_of(qo_lens), indptr, indices, last, HQ, HKV, D, PAGE, causal=True, q_data_type=F16, kv_data_type=F16)
+    out = poisoned(q.shape, F16)
+    wrapper.run(q, cache, out=out)
+    err = assert_close(out, prefill_ref(q, qo_lens, seqs), F16, seed)
+    record(f"batch_prefill paged fp16 {backend}", f"batch_prefill_{backend}", err, gpu_ms(lambda: wrapper.run(q, cache, out=out)))
+
+
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+def test_batch_prefill_ragged(fi, record, backend, request):
+    if backend == "fa3":
+        request.getfixturevalue("sm90")
+    seed = fresh_seed()
+    qo_lens, kv_lens, q = batch_prefill_case()
+    k = torch.randn(sum(kv_lens), HKV, D, dtype=F16, device="cuda")
+    v = torch.randn_like(k)
+    kv_starts = indptr_of(kv_lens).tolist()
+    seqs = [(k[kv_starts[i]:kv_starts[i + 1]], v[kv_starts[i]:kv_starts[i + 1]]) for i in range(len(kv_lens))]
+    wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD", backend=backend)
+    wrapper.plan(indptr_of(qo_lens), indptr_of(kv_lens), HQ, HKV, D, causal=True, q_data_type=F16, kv_data_type=F16)
+    out = poisoned(q.shape, F16)
+    wrapper.run(q, k, v, out=out)
+    err = assert_close(out, prefill_ref(q, qo_lens, seqs), F16, seed)
+    record(f"batch_prefill ragged fp16 {backend}", f"batch_prefill_{backend}", err, gpu_ms(lambda: wrapper.run(q, k, v, out=out)))
+
+
+def test_append_paged_kv_cache(fi, record):
+    fresh_seed()
+    kv_lens = [5, 16, 40]
+    cache, indptr, indices, last, _ = paged_kv(kv_lens, PAGE, HKV, D, F16)
+    cache.fill_(float("nan"))
+    k = torch.randn(sum(kv_lens), HKV, D, dtype=F16, device="cuda")
+    v = torch.randn_like(k)
+    append_indptr = indptr_of(kv_lens)
+    seq_lens = torch.tensor(kv_lens, dtype=torch.int32, device="cuda")
+    batch, pos = fi.get_batch_indices_positions(append_indptr, seq_lens, k.shape[0])
+    fi.append_paged_kv_cache(k, v, batch, pos, cache, indices, indptr, last, "NHD")
+    starts = append_indptr.tolist()
+    for i, n in enumerate(kv_lens):
+        pages = cache[indices[indptr[i]:indptr[i + 1]].long()].transpose(0, 1).reshape(2, -1, HKV, D)[:, :n]
+        assert torch.equal(pages[0], k[starts[i]:starts[i + 1]]) and torch.equal(pages[1], v[starts[i]:starts[i + 1]]), f"sequence {i}"
+    ms = gpu_ms(lambda: fi.append_paged_kv_cache(k, v, batch, pos, cache, indices, indptr, last, "NHD"))
+    record("append_paged_kv_cache fp16 (exact)", "page", 0.0, ms)
+
+
+def test_top_k(fi, record):
+    fresh_seed()
+    x = torch.randn(8, 50000, device="cuda")
+    values, indices = fi.top_k(x, 64)
+    assert torch.equal(x.gather(1, indices.long()), values), "indices do not point at the returned values"
+    assert torch.equal(values.sort(dim=1, descending=True).values, x.topk(64, dim=1).values), "not the 64 largest"
+    record("top_k fp32 (exact)", "topk", 0.0, gpu_ms(lambda: fi.top_k(x, 64)))
