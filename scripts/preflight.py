@@ -219,11 +219,7 @@ def _ccbin_flag():
 def check_host_compiler(target):
     # FlashInfer passes `-ccbin $CC` when CC is set; otherwise nvcc takes -ccbin from
     # NVCC_PREPEND/APPEND_FLAGS, else gcc on PATH.
-    cc, flag = os.environ.get("CC"), _ccbin_flag()
-    if cc and flag:
-        return fail("host-compiler", f"nvcc would get -ccbin twice (CC={cc} and {flag} in NVCC_*_FLAGS): nvcc stops on that",
-                    "unset CC, or drop -ccbin from NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS")
-    compiler = cc or flag or "gcc"
+    compiler = os.environ.get("CC") or _ccbin_flag() or "gcc"
     probe = run([compiler, "--version"])
     if probe is None or probe.returncode != 0:
         return fail("host-compiler", f"host compiler {compiler!r} does not run", "install GCC, or set CC to a supported compiler")

@@ -218,10 +218,10 @@ def test_host_compiler_range(host, version_line, ok):
     expect(host, "host-compiler", "pass" if ok else "fail", version_line.split()[0], rc=0 if ok else 1)
 
 
-def test_two_ccbin_flags_are_caught(host):
-    host.env["CC"] = str(host.bin / "gcc")
-    host.env["NVCC_PREPEND_FLAGS"] = f"-ccbin={host.bin / 'gcc'}"
-    expect(host, "host-compiler", "fail", "-ccbin twice", "unset CC")
+def test_host_compiler_named_by_nvcc_flags(host, tmp_path):
+    tool(tmp_path / "cc", "g++-15", "g++-15 (GCC) 15.1.0")
+    host.env["NVCC_PREPEND_FLAGS"] = f"-ccbin={tmp_path / 'cc' / 'g++-15'}"
+    expect(host, "host-compiler", "fail", "g++-15", "accepts gcc 7 to 14")
 
 
 def test_torch_built_for_another_cuda(host):

@@ -103,47 +103,6 @@ def test_auto_backend_is_fa3_on_sm90(fi):
         assert re.search(re.escape(uri) + r"\.so", maps.read()), f"{uri}.so is not loaded in this process"
 
 
-def gated_delta_rule_ref(q, k, v, g, beta, cu_seqlens, scale):
-    """Float64 recurrence, per sequence and head, state S as [K, V]:
-    S <- g S;  S <- S + beta k (v - k^T S)^T;  o = scale q^T S.  Returns o and the final
-    states in FlashInfer's k-last layout [N, H, V, K]."""
-    q, k, v, g, beta = (t.double() for t in (q, k, v, g, beta))
-    out = torch.empty_like(v)
-    states = []
-    for start, end in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
-        state = torch.zeros(q.shape[1], q.shape[2], v.shape[2], dtype=torch.float64, device=q.device)
-        for t in range(start, end):
-            state = g[t][:, None, None] * state
-            error = v[t] - torch.einsum("hk,hkv->hv", k[t], state)
-            state = state + beta[t][:, None, None] * torch.einsum("hk,hv->hkv", k[t], error)
-            out[t] = scale * torch.einsum("hk,hkv->hv", q[t], state)
-        states.append(state.transpose(-1, -2))
-    return out, torch.stack(states)
-
-
-@pytest.mark.usefixtures("sm90")
-@pytest.mark.parametrize("dtype", HALF)
-def test_gdn_prefill(fi, record, dtype):
-    seed = fresh_seed()
-    heads, dim, seq_lens = 4, 128, [37, 130]
-    cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64, device="cuda")
-    total = sum(seq_lens)
-    q = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
-    k = torch.nn.functional.normalize(torch.randn(total, heads, dim, device="cuda"), dim=-1).to(dtype)  # keeps the recurrence bounded
-    v = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
-    g = torch.rand(total, heads, device="cuda") * 0.2 + 0.8  # forget gate in [0.8, 1)
-    beta = torch.rand(total, heads, device="cuda")
-    out = poisoned((total, heads, dim), dtype)
-    state = poisoned((len(seq_lens), heads, dim, dim), torch.float32)
-    fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state)
-    ref_out, ref_state = gated_delta_rule_ref(q, k, v, g, beta, cu, dim**-0.5)
-    err = assert_close(out, ref_out, dtype, seed)
-    # The state is float32 but accumulates products of `dtype` inputs: judged at that precision.
-    assert_close(state, ref_state, dtype, seed)
-    ms = gpu_ms(lambda: fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state))
-    record(f"chunk_gated_delta_rule {str(dtype)[6:]}", "gdn_prefill", err, ms)
-
-
 # Pearson's chi-square, 9 degrees of freedom: P(X > 40) is about 7e-6, so a correct sampler
 # fails this about once in 140,000 runs.
 CHI2_LIMIT_DF9 = 40.0
