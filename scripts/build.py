@@ -1,6 +1,6 @@
 """Compile the JIT modules the smoke suite needs, for this GPU, from the vendored FlashInfer.
 
-One parallel ninja run over FlashInfer's own per-module build files. Modules that
+FlashInfer's own per-module build files, built side by side by one ninja per module. Modules that
 flashinfer-jit-cache provides are reported and skipped, unless the kernel source mode is
 `vendored` (FLASHINFER_DEV_KERNEL_SOURCE=vendored), which compiles them from
 extern/tracked/flashinfer/csrc. A repeated build is a no-op.
@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -42,35 +43,59 @@ def target_archs(torch, core):
     return sorted(archs)
 
 
-def run_ninja(jit_dir: Path, top: Path) -> None:
-    """Stream one line per finished object: ninja's [done/total elapsed] and the output file."""
-    cmd = ["ninja", "-C", str(jit_dir), "-f", str(top)]
-    if os.environ.get("MAX_JOBS", "").isdigit():
-        cmd += ["-j", os.environ["MAX_JOBS"]]
-    env = dict(os.environ, NINJA_STATUS="[%f/%t %es] ")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    tail = []
-    for line in proc.stdout:
-        status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
-        if status:
-            out = Path(status.group(2))
-            print(f"  {status.group(1)} {out.parent.name}/{out.name}", flush=True)
-        elif line.strip() and not line.startswith("ninja: Entering"):
-            tail.append(line.rstrip())
-            print("  " + line.rstrip(), flush=True)
-    if proc.wait() != 0:
-        first_error = next((t for t in tail if "error" in t.lower()), tail[-1] if tail else "no output")
-        raise Failure(f"the JIT build failed: {first_error[:300]}",
+def job_budgets(specs) -> list[int]:
+    """ninja -j for each module's build, run side by side. Each module builds in its own
+    folder, as FlashInfer's loader does later: ninja keeps its dependency log per build folder,
+    and one combined build would leave the loader a log without entries, so it would rebuild
+    everything. A module gets a job per source until the sources outnumber twice the cores
+    (MAX_JOBS when set), then shares in proportion."""
+    max_jobs = os.environ.get("MAX_JOBS", "")
+    budget = int(max_jobs) if max_jobs.isdigit() else 2 * (os.cpu_count() or 1)
+    sources = [len(spec.sources) for spec in specs]
+    if sum(sources) <= budget:
+        return sources
+    return [max(1, budget * n // sum(sources)) for n in sources]
+
+
+def run_module_builds(specs) -> None:
+    """One ninja per module, concurrently; one line per started object, with its module's
+    [done/total elapsed]."""
+    printing = threading.Lock()
+    failures = []
+
+    def build(spec, jobs):
+        cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=dict(os.environ, NINJA_STATUS="[%f/%t %es] "))
+        output = []
+        for line in proc.stdout:
+            status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
+            with printing:
+                if status:
+                    print(f"  {status.group(1)} {spec.name[:48]}/{Path(status.group(2)).name}", flush=True)
+                elif line.strip() and not line.startswith("ninja: Entering"):
+                    output.append(line.rstrip())
+                    print("  " + line.rstrip(), flush=True)
+        if proc.wait() != 0:
+            failures.append(next((t for t in output if "error" in t.lower()), output[-1] if output else f"{spec.name}: no output"))
+
+    threads = [threading.Thread(target=build, args=pair) for pair in zip(specs, job_budgets(specs), strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise Failure(f"the JIT build failed: {failures[0][:300]}",
                       "read the compiler output above; `pixi run -e flashinfer-dev preflight` checks the toolchain")
 
 
-def ninja_log_lines(jit_dir: Path) -> list[str]:
-    log = jit_dir / ".ninja_log"
+def ninja_log_lines(spec) -> list[str]:
+    log = spec.build_dir / ".ninja_log"
     return log.read_text().splitlines() if log.exists() else []
 
 
 def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
-    """Compile times of this run's objects: the lines ninja appended to its log."""
+    """Compile times of this run's objects: the lines ninja appended to the modules' logs."""
     rows = [line.split("\t") for line in new_lines if not line.startswith("#")]
     return sorted(((int(r[1]) - int(r[0])) / 1000, r[3]) for r in rows if len(r) >= 4)[::-1][:SLOWEST_SHOWN]
 
@@ -101,24 +126,19 @@ def main() -> int:
         print(f"  {module.key:20} {state:32} {spec.name}")
 
     started = time.time()
-    log_before = len(ninja_log_lines(env.FLASHINFER_JIT_DIR))
+    logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in specs}
     if specs:
         from filelock import FileLock  # what FlashInfer itself locks its JIT dir with
 
         for spec in specs:
             spec.write_ninja()
-        top = core.get_tmpdir() / "flashinfer_dev_smoke.ninja"
-        text = "\n".join(["ninja_required_version = 1.3", *(f"subninja {s.ninja_path}" for s in specs), ""])
-        tmp = top.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(top)
         with FileLock(core.get_tmpdir() / "flashinfer_jit.lock", thread_local=False):
-            run_ninja(env.FLASHINFER_JIT_DIR, top)
+            run_module_builds(specs)
     build_s = time.time() - started
     missing = [s.name for s in specs if not s.jit_library_path.exists()]
     if missing:
         raise Failure(f"the build finished without {', '.join(missing)}", "run it again with FLASHINFER_JIT_VERBOSE=1 and read ninja's output")
-    slowest = slowest_objects(ninja_log_lines(env.FLASHINFER_JIT_DIR)[log_before:])
+    slowest = slowest_objects([line for spec in specs for line in ninja_log_lines(spec)[logs_before[spec.name]:]])
     if slowest:
         print("build: slowest objects: " + ", ".join(f"{Path(o).parent.name}/{Path(o).name} {t:.0f} s" for t, o in slowest))
     print(f"build: {len(chosen)} modules ready, {len(specs)} checked or compiled in {build_s:.2f} s")
