@@ -1,0 +1,72 @@
+"""CPU behaviour of the chain's scripts: how they fail without FlashInfer or a GPU, the kernel
+source mode, and how build shares the cores between module builds."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from build import job_budgets
+
+from fidev.manifest import ROOT
+
+
+def run(script, *args, flags=(), env=None):
+    return subprocess.run([sys.executable, *flags, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def two_line_failure(done, problem):
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-2].startswith("error: ") and problem in lines[-2], lines
+    assert lines[-1].lstrip().startswith("fix: ")
+
+
+@pytest.mark.parametrize("script, problem", [("import_check.py", "import flashinfer failed"),
+                                             ("build.py", "cannot import flashinfer")])
+def test_steps_fail_in_two_lines_without_flashinfer(script, problem):
+    # -S: no site-packages, so no flashinfer whatever this host has installed
+    two_line_failure(run(script, flags=["-S"]), problem)
+
+
+def test_smoke_fails_when_nothing_ran():
+    torch = importlib.util.find_spec("torch") and __import__("torch")
+    if torch and torch.cuda.is_available():
+        pytest.skip("this host has a GPU: the no-GPU path cannot be shown here")
+    two_line_failure(run("smoke.py"), "no smoke test passed")
+
+
+def test_bad_kernel_source_mode_is_refused():
+    two_line_failure(run("import_check.py", env={"FLASHINFER_DEV_KERNEL_SOURCE": "jit"}), "not a kernel source mode")
+
+
+@pytest.mark.parametrize("mode, visible", [("prebuilt", True), ("vendored", False)])
+def test_vendored_mode_hides_the_jit_cache(tmp_path, mode, visible):
+    (tmp_path / "flashinfer_jit_cache").mkdir()
+    (tmp_path / "flashinfer_jit_cache" / "__init__.py").write_text("")
+    probe = ("import importlib.util; from fidev import kernels; kernels.apply();"
+             "print(importlib.util.find_spec('flashinfer_jit_cache') is not None)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}",
+                               "FLASHINFER_DEV_KERNEL_SOURCE": mode})
+    assert done.stdout.strip() == str(visible), done.stderr
+
+
+def specs(*sources):
+    return [SimpleNamespace(sources=[None] * n) for n in sources]
+
+
+def test_job_budgets_give_each_source_a_job_while_cores_last(monkeypatch):
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert job_budgets(specs(3, 2, 7)) == [3, 2, 7]
+    shared = job_budgets(specs(33, 7, 6, 3))  # 49 sources > 32
+    assert sum(shared) <= 32 and all(j >= 1 for j in shared) and shared[0] > shared[1] > shared[3]
+
+
+def test_job_budgets_honour_max_jobs(monkeypatch):
+    monkeypatch.setenv("MAX_JOBS", "4")
+    assert sum(job_budgets(specs(6, 6))) <= 4
