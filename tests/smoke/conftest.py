@@ -74,3 +74,11 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("flashinfer smoke")
     for row in rows:
         terminalreporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+
+
+@pytest.fixture(params=["fa2", "fa3"])
+def attention_backend(request):
+    """The attention backends under test; fa3 runs on sm_90 only."""
+    if request.param == "fa3":
+        request.getfixturevalue("sm90")
+    return request.param

@@ -75,10 +75,8 @@ def prefill_inputs():
     return q, k, torch.randn_like(k)
 
 
-@pytest.mark.parametrize("backend", ["fa2", "fa3"])
-def test_single_prefill(fi, record, backend, request):
-    if backend == "fa3":
-        request.getfixturevalue("sm90")
+def test_single_prefill(fi, record, attention_backend):
+    backend = attention_backend
     seed = fresh_seed()
     q, k, v = prefill_inputs()
     poison_allocator((q.shape, q.dtype))

@@ -46,10 +46,8 @@ def prefill_ref(q, qo_lens, seqs):
     return torch.cat([attention_ref(q[starts[i]:starts[i + 1]], k, v, causal=True) for i, (k, v) in enumerate(seqs)])
 
 
-@pytest.mark.parametrize("backend", ["fa2", "fa3"])
-def test_batch_prefill_paged(fi, record, backend, request):
-    if backend == "fa3":
-        request.getfixturevalue("sm90")
+def test_batch_prefill_paged(fi, record, attention_backend):
+    backend = attention_backend
     seed = fresh_seed()
     qo_lens, kv_lens, q = batch_prefill_case()
     cache, indptr, indices, last, seqs = paged_kv(kv_lens, PAGE, HKV, D, F16)
@@ -61,10 +59,8 @@ def test_batch_prefill_paged(fi, record, backend, request):
     record(f"batch_prefill paged fp16 {backend}", f"batch_prefill_{backend}", err, gpu_ms(lambda: wrapper.run(q, cache, out=out)))
 
 
-@pytest.mark.parametrize("backend", ["fa2", "fa3"])
-def test_batch_prefill_ragged(fi, record, backend, request):
-    if backend == "fa3":
-        request.getfixturevalue("sm90")
+def test_batch_prefill_ragged(fi, record, attention_backend):
+    backend = attention_backend
     seed = fresh_seed()
     qo_lens, kv_lens, q = batch_prefill_case()
     k = torch.randn(sum(kv_lens), HKV, D, dtype=F16, device="cuda")
