@@ -8,15 +8,10 @@ from fidev import kernels, smoke_modules
 SMOKE_ROWS = []  # one per measured kernel, printed as the closing table
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        item.add_marker(pytest.mark.gpu)
-
-
 @pytest.fixture(scope="session")
 def fi():
     """The flashinfer package, imported in the workspace's kernel source mode."""
-    mode = kernels.apply()
+    kernels.apply()
     torch = pytest.importorskip("torch", reason="torch is not installed")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU: torch.cuda.is_available() is False")
@@ -24,7 +19,6 @@ def fi():
         import flashinfer
     except ImportError as e:
         pytest.skip(f"flashinfer is not importable: {e}")
-    flashinfer.kernel_source_mode = mode
     return flashinfer
 
 

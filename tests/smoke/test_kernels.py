@@ -9,6 +9,8 @@ from fidev.smoke_modules import BY_KEY
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
 from numerics import assert_close, attention_ref, fresh_seed, gpu_ms, max_rel_err, poison_allocator, poisoned  # noqa: E402
 
+pytestmark = pytest.mark.gpu
+
 HALF = [torch.float16, torch.bfloat16]
 EPS = 1e-6
 

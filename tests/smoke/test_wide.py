@@ -8,7 +8,7 @@ from numerics import assert_close, attention_ref, fresh_seed, gpu_ms, paged_kv, 
 
 HALF = [torch.float16, torch.bfloat16]
 
-pytestmark = pytest.mark.wide
+pytestmark = [pytest.mark.gpu, pytest.mark.wide]
 F16 = torch.float16
 HQ, HKV, D, PAGE = 32, 8, 128, 16
 
