@@ -28,14 +28,13 @@ def import_flashinfer():
     started = time.perf_counter()
     try:
         import flashinfer  # noqa: F401
-        import torch
         from flashinfer.jit import core, env
     except Exception as e:  # a missing package or FlashInfer's own version check
         raise Failure(f"cannot import flashinfer: {e}", "run `pixi run -e flashinfer-dev import-check` for the details") from e
-    return mode, torch, core, env, time.perf_counter() - started
+    return mode, core, env, time.perf_counter() - started
 
 
-def target_archs(torch, core):
+def target_archs(core):
     archs = core.current_compilation_context.TARGET_CUDA_ARCHS
     if not archs:
         raise Failure("no CUDA GPU is visible to torch, so there is no architecture to build for",
@@ -105,8 +104,8 @@ def main() -> int:
     parser.add_argument("--wide", action="store_true", help="also build the wider smoke tier")
     args = parser.parse_args()
 
-    mode, torch, core, env, import_s = import_flashinfer()
-    archs = target_archs(torch, core)
+    mode, core, env, import_s = import_flashinfer()
+    archs = target_archs(core)
     sm90 = any(major == 9 for major, _ in archs)
     chosen = smoke_modules.select(args.wide, sm90)
     arch_text = " ".join(f"sm_{major}{minor}" for major, minor in archs)
