@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from fidev import kernels
-from fidev.manifest import ROOT, pins
+from fidev.manifest import ROOT, cuda_tag, pins
 from fidev.ui import Failure
 from fidev.versions import in_range, major_minor, version_key
 
@@ -309,7 +309,7 @@ def check_cubin(p):
 
 
 def check_jit_cache(p, target):
-    tag = "cu" + target.replace(".", "")
+    tag = cuda_tag(target)
     dist = distribution("flashinfer-jit-cache")
     if dist is None:
         return fail("jit-cache", "flashinfer-jit-cache is not installed", "pixi install -e flashinfer-dev")

@@ -32,12 +32,16 @@ class Pins:
 
     @property
     def cuda_tag(self) -> str:
-        """The wheel tag of the CUDA pin: 12.9 -> cu129."""
-        return "cu" + self.cuda.replace(".", "")
+        return cuda_tag(self.cuda)
 
     @property
     def sdist_name(self) -> str:
         return f"flashinfer_python-{self.flashinfer}.tar.gz"
+
+
+def cuda_tag(cuda: str) -> str:
+    """The wheel tag of a CUDA release: 12.9 -> cu129."""
+    return "cu" + cuda.replace(".", "")
 
 
 def load_manifest(path: Path = MANIFEST) -> dict:
