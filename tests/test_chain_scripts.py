@@ -9,20 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 from build import job_budgets
+from script_runs import run, two_line_failure
 
 from fidev.manifest import ROOT
-
-
-def run(script, *args, flags=(), env=None):
-    return subprocess.run([sys.executable, *flags, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
-
-
-def two_line_failure(done, problem):
-    assert done.returncode == 1, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert lines[-2].startswith("error: ") and problem in lines[-2], lines
-    assert lines[-1].lstrip().startswith("fix: ")
 
 
 @pytest.mark.parametrize("script, problem", [("import_check.py", "import flashinfer failed"),

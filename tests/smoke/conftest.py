@@ -1,38 +1,10 @@
-"""Fixtures of the GPU smoke suite. Without a GPU, or without FlashInfer, every test skips and
-says why; the smoke task (scripts/smoke.py) turns "nothing ran" into a failure."""
+"""Fixtures of the GPU smoke suite (the shared GPU fixtures are in tests/conftest.py). Without a
+GPU, or without FlashInfer, every test skips and says why; the smoke task (scripts/smoke.py) turns
+"nothing ran" into a failure."""
 
 import pytest
 
-from fidev import kernels, smoke_modules
-
-SMOKE_ROWS = []  # one per measured kernel, printed as the closing table
-
-
-@pytest.fixture(scope="session")
-def fi():
-    """The flashinfer package, imported in the workspace's kernel source mode."""
-    kernels.apply()
-    torch = pytest.importorskip("torch", reason="torch is not installed")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU: torch.cuda.is_available() is False")
-    try:
-        import flashinfer
-    except ImportError as e:
-        pytest.skip(f"flashinfer is not importable: {e}")
-    return flashinfer
-
-
-@pytest.fixture(scope="session")
-def arch(fi):
-    import torch
-
-    return torch.cuda.get_device_capability()
-
-
-@pytest.fixture
-def sm90(arch):
-    if arch != (9, 0):
-        pytest.skip(f"needs sm_90 (Hopper); this GPU is sm_{arch[0]}{arch[1]}")
+from fidev import smoke_modules
 
 
 @pytest.fixture(scope="session")
@@ -52,27 +24,10 @@ def module_source(fi):
 @pytest.fixture
 def record(module_source):
     """record(kernel, module key, max rel err, ms): one row of the closing table."""
+    from gpu_checks import add_result
+
     def add(kernel, key, err, ms):
         name, source = module_source(key)
-        SMOKE_ROWS.append({"kernel": kernel, "module": name, "source": source, "err": err, "ms": ms})
+        add_result("flashinfer smoke", ("kernel", "module", "source", "max rel err", "time"), (kernel, name, source, f"{err:.2e}", f"{ms:.3f} ms"))
 
     return add
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not SMOKE_ROWS:
-        return
-    header = ("kernel", "module", "source", "max rel err", "time")
-    rows = [header] + [(r["kernel"], r["module"], r["source"], f"{r['err']:.2e}", f"{r['ms']:.3f} ms") for r in SMOKE_ROWS]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    terminalreporter.section("flashinfer smoke")
-    for row in rows:
-        terminalreporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-
-
-@pytest.fixture(params=["fa2", "fa3"])
-def attention_backend(request):
-    """The attention backends under test; fa3 runs on sm_90 only."""
-    if request.param == "fa3":
-        request.getfixturevalue("sm90")
-    return request.param

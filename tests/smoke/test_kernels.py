@@ -7,18 +7,11 @@ import pytest
 from fidev.smoke_modules import BY_KEY
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
-from numerics import assert_close, attention_ref, fresh_seed, gpu_ms, max_rel_err, poison_allocator, poisoned  # noqa: E402
+from gpu_checks import EPS, assert_close, attention_ref, fresh_seed, gpu_ms, max_rel_err, poison_allocator, poisoned, rms_ref  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 HALF = [torch.float16, torch.bfloat16]
-EPS = 1e-6
-
-
-def rms_ref(x, w, gemma=False):
-    x64 = x.double()
-    scale = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS)
-    return x64 * scale * ((1.0 + w.double()) if gemma else w.double())
 
 
 @pytest.mark.parametrize("dtype", HALF)

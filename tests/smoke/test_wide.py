@@ -4,7 +4,7 @@ append_paged_kv_cache, top-k, and chunk_gated_delta_rule (gdn_prefill, sm_90).""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
-from numerics import assert_close, attention_ref, fresh_seed, gpu_ms, paged_kv, poisoned  # noqa: E402
+from gpu_checks import assert_close, attention_ref, fresh_seed, gated_delta_rule_ref, gdn_inputs, gpu_ms, paged_kv, poisoned  # noqa: E402
 
 HALF = [torch.float16, torch.bfloat16]
 
@@ -103,38 +103,14 @@ def test_top_k(fi, record):
     record("top_k fp32 (exact)", "topk", 0.0, gpu_ms(lambda: fi.top_k(x, 64)))
 
 
-def gated_delta_rule_ref(q, k, v, g, beta, cu_seqlens, scale):
-    """Float64 recurrence, per sequence and head, state S as [K, V]:
-    S <- g S;  S <- S + beta k (v - k^T S)^T;  o = scale q^T S.  Returns o and the final
-    states in FlashInfer's k-last layout [N, H, V, K]."""
-    q, k, v, g, beta = (t.double() for t in (q, k, v, g, beta))
-    out = torch.empty_like(v)
-    states = []
-    for start, end in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
-        state = torch.zeros(q.shape[1], q.shape[2], v.shape[2], dtype=torch.float64, device=q.device)
-        for t in range(start, end):
-            state = g[t][:, None, None] * state
-            error = v[t] - torch.einsum("hk,hkv->hv", k[t], state)
-            state = state + beta[t][:, None, None] * torch.einsum("hk,hv->hkv", k[t], error)
-            out[t] = scale * torch.einsum("hk,hkv->hv", q[t], state)
-        states.append(state.transpose(-1, -2))
-    return out, torch.stack(states)
-
-
 @pytest.mark.usefixtures("sm90")
 @pytest.mark.parametrize("dtype", HALF)
 def test_gdn_prefill(fi, record, dtype):
     seed = fresh_seed()
-    heads, dim, seq_lens = 4, 128, [37, 130]
-    cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64, device="cuda")
-    total = sum(seq_lens)
-    q = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
-    k = torch.nn.functional.normalize(torch.randn(total, heads, dim, device="cuda"), dim=-1).to(dtype)  # keeps the recurrence bounded
-    v = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
-    g = torch.rand(total, heads, device="cuda") * 0.2 + 0.8  # forget gate in [0.8, 1)
-    beta = torch.rand(total, heads, device="cuda")
+    q, k, v, g, beta, cu = gdn_inputs(dtype)
+    (total, heads, dim), seqs = q.shape, len(cu) - 1
     out = poisoned((total, heads, dim), dtype)
-    state = poisoned((len(seq_lens), heads, dim, dim), torch.float32)
+    state = poisoned((seqs, heads, dim, dim), torch.float32)
     fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state)
     ref_out, ref_state = gated_delta_rule_ref(q, k, v, g, beta, cu, dim**-0.5)
     err = assert_close(out, ref_out, dtype, seed)

@@ -1,8 +1,12 @@
-"""Poisoning, float64 references and error measures shared by the smoke tests."""
+"""What the GPU suites (tests/smoke, tests/abi) share: poisoning, float64 references, error
+measures, timing, and the result tables printed at the end of a run."""
 
 import os
 
 import torch
+
+EPS = 1e-6  # the rmsnorm epsilon the tests use
+RESULTS: dict[str, list[tuple[str, ...]]] = {}  # table title -> rows; the first row is the header
 
 # Largest accepted max-relative error, by the dtype the kernel computes in.
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
@@ -89,3 +93,53 @@ def paged_kv(kv_lens, page_size, kv_heads, dim, dtype):
         kv = pages.transpose(0, 1).reshape(2, -1, kv_heads, dim)[:, :n]
         seqs.append((kv[0], kv[1]))
     return cache, indptr, order, last, seqs
+
+
+def rms_ref(x, w, gemma=False):
+    """Float64 RMSNorm; Gemma's variant scales by (1 + w)."""
+    x64 = x.double()
+    scale = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS)
+    return x64 * scale * ((1.0 + w.double()) if gemma else w.double())
+
+
+def gated_delta_rule_ref(q, k, v, g, beta, cu_seqlens, scale):
+    """Float64 recurrence, per sequence and head, state S as [K, V]:
+    S <- g S;  S <- S + beta k (v - k^T S)^T;  o = scale q^T S.  Returns o and the final
+    states in FlashInfer's k-last layout [N, H, V, K]."""
+    q, k, v, g, beta = (t.double() for t in (q, k, v, g, beta))
+    out = torch.empty_like(v)
+    states = []
+    for start, end in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
+        state = torch.zeros(q.shape[1], q.shape[2], v.shape[2], dtype=torch.float64, device=q.device)
+        for t in range(start, end):
+            state = g[t][:, None, None] * state
+            error = v[t] - torch.einsum("hk,hkv->hv", k[t], state)
+            state = state + beta[t][:, None, None] * torch.einsum("hk,hv->hkv", k[t], error)
+            out[t] = scale * torch.einsum("hk,hkv->hv", q[t], state)
+        states.append(state.transpose(-1, -2))
+    return out, torch.stack(states)
+
+
+def gdn_inputs(dtype, heads=4, dim=128, seq_lens=(37, 130)):
+    """Random q, k, v, gates and cu_seqlens (int64) for chunk_gated_delta_rule; unit-norm keys and
+    forget gates in [0.8, 1) keep the recurrence bounded."""
+    cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64, device="cuda")
+    total = sum(seq_lens)
+    q = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
+    k = torch.nn.functional.normalize(torch.randn(total, heads, dim, device="cuda"), dim=-1).to(dtype)
+    v = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
+    g = torch.rand(total, heads, device="cuda") * 0.2 + 0.8
+    beta = torch.rand(total, heads, device="cuda")
+    return q, k, v, g, beta, cu
+
+
+def add_result(title, header, row):
+    RESULTS.setdefault(title, [tuple(header)]).append(tuple(row))
+
+
+def write_results(reporter):
+    for title, rows in RESULTS.items():
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        reporter.section(title)
+        for row in rows:
+            reporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))

@@ -1,0 +1,44 @@
+"""Run a GPU pytest suite (tests/smoke, tests/abi) as a task: it fails unless something passed.
+
+pytest skips every GPU test on a host without a GPU, which keeps CPU CI green; run as a task,
+"nothing ran" is a failure.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fidev import kernels
+from fidev.manifest import ROOT
+from fidev.ui import Failure
+
+
+class Outcomes:
+    """A pytest plugin that counts what the call phase of each test did."""
+
+    def __init__(self):
+        self.counts = {"passed": 0, "failed": 0, "skipped": 0}
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            self.counts[report.outcome] += 1
+
+    def pytest_collectreport(self, report):
+        if report.skipped:  # a whole module skipped, e.g. no torch
+            self.counts["skipped"] += 1
+
+
+def run(task: str, suite: str, pytest_args: list[str]) -> int:
+    import pytest
+
+    mode = kernels.mode()
+    outcomes = Outcomes()
+    started = time.perf_counter()
+    code = pytest.main([str(ROOT / "tests" / suite), "-ra", "-p", "no:cacheprovider", *pytest_args], plugins=[outcomes])
+    c = outcomes.counts
+    print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed; kernel source {mode}; "
+          f"{time.perf_counter() - started:.1f} s")
+    if code in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and c["passed"] == 0:
+        raise Failure(f"no {task} test passed: every one was skipped (reasons above)",
+                      "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
+    return int(code)
