@@ -102,15 +102,16 @@ def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wide", action="store_true", help="also build the wider smoke tier")
+    parser.add_argument("--abi", action="store_true", help="also build what abi-smoke calls (adds gdn_prefill on sm_90)")
     args = parser.parse_args()
 
     mode, core, env, import_s = import_flashinfer()
     archs = target_archs(core)
     sm90 = any(major == 9 for major, _ in archs)
-    chosen = smoke_modules.select(args.wide, sm90)
+    chosen = smoke_modules.select(args.wide, sm90, args.abi)
     arch_text = " ".join(f"sm_{major}{minor}" for major, minor in archs)
     print(f"build: kernel source {mode}, arch {arch_text}, JIT dir {env.FLASHINFER_JIT_DIR} (import {import_s:.1f} s)")
-    skipped = [m.key for m in smoke_modules.select(args.wide, True) if m not in chosen]
+    skipped = [m.key for m in smoke_modules.select(args.wide, True, args.abi) if m not in chosen]
     if skipped:
         print(f"build: not for {arch_text}: {', '.join(skipped)} (sm_90 only)")
 

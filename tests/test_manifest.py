@@ -153,17 +153,30 @@ def test_pins_must_be_exact(tmp_path, bad):
         pins.__wrapped__(tmp_path / "pyproject.toml")
 
 
-def test_smoke_runs_the_chain_and_every_step_is_a_plain_script():
-    tasks = FEAT["tasks"]
-    chain = []
-    name = "smoke"
+def chain(tasks, last):
+    steps, name = [], last
     while name:
-        chain.append(name)
+        steps.append(name)
         deps = tasks[name].get("depends-on", [])
         assert len(deps) <= 1
         name = deps[0] if deps else None
-    assert chain[::-1] == ["preflight", "build", "import-check", "smoke"]
-    for step in chain:
-        cmd = tasks[step]["cmd"]
-        assert re.fullmatch(r"python scripts/\w+\.py", cmd), cmd  # runs without pixi too
-        assert (ROOT / cmd.split()[1]).is_file()
+    return steps[::-1]
+
+
+def test_smoke_and_abi_smoke_run_their_chains():
+    tasks = FEAT["tasks"]
+    assert chain(tasks, "smoke") == ["preflight", "build", "import-check", "smoke"]
+    assert chain(tasks, "abi-smoke") == ["preflight", "build-abi", "abi-smoke"]
+    assert tasks["build-abi"]["cmd"] == tasks["build"]["cmd"] + " --abi"
+
+
+def test_every_flashinfer_dev_task_is_a_plain_script():
+    for name, task in FEAT["tasks"].items():
+        cmd = task["cmd"]
+        assert re.fullmatch(r"python scripts/\w+\.py( --[a-z-]+)*", cmd), f"{name}: {cmd}"  # runs without pixi too
+        assert (ROOT / cmd.split()[1]).is_file(), name
+
+
+def test_artifacts_tooling_is_in_flashinfer_dev():
+    assert "pyelftools" in FEAT["dependencies"]
+    assert {"artifacts", "module-uri", "prefetch", "abi-smoke"} <= set(FEAT["tasks"])

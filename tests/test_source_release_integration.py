@@ -12,10 +12,12 @@ import subprocess
 import sys
 import sysconfig
 import venv
+from dataclasses import asdict
 
 import pytest
 
 from fidev.manifest import ROOT, pins
+from fidev.uris import KINDS, AttentionConfig, module_uri
 
 pytestmark = pytest.mark.integration
 NEEDS = ("setuptools", "packaging", "tvm_ffi", "torch", "numpy")
@@ -79,3 +81,35 @@ def test_import_flashinfer_resolves_to_the_vendored_tree(installed, tmp_path):
     assert info["version"] == pins().flashinfer
     assert os.path.realpath(info["file"]).startswith(os.path.realpath(tree) + os.sep)
     assert info["direct_url"]["dir_info"] == {"editable": True}
+
+
+def test_module_uris_match_flashinfers_own(installed, tmp_path):
+    """fidev.uris restates FlashInfer's module naming; here the pinned release names a grid of
+    configurations itself, so a change of naming shows when the pin moves."""
+    _, python, _ = installed
+    configs = [AttentionConfig(kind, backend, dtype, "e4m3" if fp8_kv else dtype, dtype, "i32", qk, vo, posenc, swa, cap, f16qk)
+               for kind in KINDS for backend in (("fa2", "fa3") if kind.endswith("prefill") else ("fa2",))
+               for dtype in ("f16", "bf16") for fp8_kv in (False, True) for qk, vo in ((128, 128), (192, 128))
+               for posenc in (0, 1) for swa in (False, True) for cap in (False, True)
+               for f16qk in ((False, True) if kind.endswith("prefill") else (False,))]
+    probe = """
+import json, sys, torch
+from flashinfer.jit.attention import modules
+dt = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn, "i32": torch.int32}
+out = []
+for c in json.load(sys.stdin):
+    common = (dt[c["dtype_q"]], dt[c["dtype_kv"]], dt[c["dtype_o"]])
+    tail = (c["head_dim_qk"], c["head_dim_vo"], c["posenc"], c["use_swa"], c["use_logits_cap"])
+    idx = (dt[c["dtype_idx"]],) if c["kind"].startswith("batch") else ()
+    if c["kind"].endswith("prefill"):
+        out.append(getattr(modules, f"get_{c['kind']}_uri")(c["backend"], *common, *idx, *tail, c["f16qk"]))
+    else:
+        out.append(getattr(modules, f"get_{c['kind']}_uri")(*common, *idx, *tail))
+print(json.dumps(out))
+"""
+    done = subprocess.run([python, "-c", probe], input=json.dumps([asdict(c) for c in configs]), capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    mismatched = [(ours, t) for ours, t in zip(map(module_uri, configs), theirs, strict=True) if ours != t]
+    assert not mismatched, f"{len(mismatched)} of {len(configs)} differ, e.g. ours {mismatched[0][0]} vs FlashInfer {mismatched[0][1]}"

@@ -1,8 +1,8 @@
-"""The FlashInfer JIT modules the smoke suite calls, in one list that build and smoke share.
+"""The FlashInfer JIT modules the GPU suites call, in one list that build, smoke and abi-smoke share.
 
 Each entry makes the same JitSpec that the FlashInfer API call in tests/smoke makes (same
-dtypes, head dim and flags), so `build` compiles exactly what `smoke` loads. Import flashinfer
-only after fidev.kernels.apply().
+dtypes, head dim and flags), so `build` compiles exactly what `smoke` loads; tests/abi loads the
+`abi` ones directly through TVM-FFI. Import flashinfer only after fidev.kernels.apply().
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class SmokeModule:
     make: Callable  # () -> flashinfer.jit.JitSpec
     sm90: bool = False  # built and tested on sm_90 only
     tier: str = DEFAULT
+    abi: bool = False  # called directly through TVM-FFI by abi-smoke, as the Rust bindings call it
 
 
 def _attention_args():
@@ -95,15 +96,16 @@ def _topk():
 
 
 MODULES = [
-    SmokeModule("norm", "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm", _norm),
+    SmokeModule("norm", "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm", _norm, abi=True),
     SmokeModule("silu", "silu_and_mul", _silu),
     SmokeModule("sampling", "top_k_top_p_sampling_from_probs", _sampling),
     SmokeModule("single_decode", "single_decode_with_kv_cache", _single_decode),
-    SmokeModule("single_prefill_fa2", "single_prefill_with_kv_cache(backend='fa2')", lambda: _single_prefill("fa2")),
-    SmokeModule("single_prefill_fa3", "single_prefill_with_kv_cache(backend='fa3'|'auto')", lambda: _single_prefill("fa3"), sm90=True),
+    SmokeModule("single_prefill_fa2", "single_prefill_with_kv_cache(backend='fa2')", lambda: _single_prefill("fa2"), abi=True),
+    SmokeModule("single_prefill_fa3", "single_prefill_with_kv_cache(backend='fa3'|'auto')", lambda: _single_prefill("fa3"), sm90=True,
+                abi=True),
     # Wide tier: its 32 kernel instantiations alone take about 5 minutes of a cold build on
     # 16 cores (measured on an H100 host), past the default tier's 3-minute budget.
-    SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True, tier=WIDE),
+    SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True, tier=WIDE, abi=True),
     SmokeModule("batch_prefill_fa2", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa2')", lambda: _batch_prefill("fa2"), tier=WIDE),
     SmokeModule("batch_prefill_fa3", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa3')", lambda: _batch_prefill("fa3"),
                 sm90=True, tier=WIDE),
@@ -114,7 +116,7 @@ MODULES = [
 BY_KEY = {m.key: m for m in MODULES}
 
 
-def select(wide: bool, sm90: bool) -> list[SmokeModule]:
-    """The modules of the chosen tiers that this architecture runs."""
+def select(wide: bool, sm90: bool, abi: bool = False) -> list[SmokeModule]:
+    """The modules of the chosen tiers (plus abi-smoke's, with `abi`) that this architecture runs."""
     tiers = {DEFAULT, WIDE} if wide else {DEFAULT}
-    return [m for m in MODULES if m.tier in tiers and (sm90 or not m.sm90)]
+    return [m for m in MODULES if (m.tier in tiers or (abi and m.abi)) and (sm90 or not m.sm90)]

@@ -1,0 +1,72 @@
+"""The URI (module name) FlashInfer gives an attention JIT module, from its configuration.
+
+A binding loads `<uri>/<uri>.so`, so it must name the module exactly as FlashInfer does. This is
+the naming of the pinned release (flashinfer/jit/attention/modules.py, get_*_uri), restated
+without torch so that it answers in milliseconds. Two tests hold it to FlashInfer's own
+functions: the integration test (CPU, against the pinned source release) and abi-smoke (GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+KINDS = ("single_prefill", "batch_prefill", "single_decode", "batch_decode")
+BACKENDS = ("fa2", "fa3")
+POSENC = {"none": 0, "rope_llama": 1, "alibi": 2}  # FlashInfer's PosEncodingMode values
+
+# FlashInfer's filename-safe dtype names, and the torch spellings that map to them.
+DTYPES = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2", "i8": "i8", "u8": "u8",
+          "i32": "i32", "u32": "u32", "i64": "i64", "u64": "u64",
+          "float16": "f16", "half": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
+          "int8": "i8", "uint8": "u8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64"}
+
+# The fields of each kind's URI, in FlashInfer's order. Batch kinds carry the index dtype;
+# prefill kinds carry the fp16 QK reduction flag and, for fa3, the `_sm90` suffix.
+_FIELDS = ("dtype_q", "dtype_kv", "dtype_o", "dtype_idx", "head_dim_qk", "head_dim_vo", "posenc", "use_swa", "use_logits_cap", "f16qk")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    kind: str
+    backend: str = "fa2"
+    dtype_q: str = "f16"
+    dtype_kv: str = "f16"
+    dtype_o: str = "f16"
+    dtype_idx: str = "i32"
+    head_dim_qk: int = 128
+    head_dim_vo: int = 128
+    posenc: int = 0
+    use_swa: bool = False
+    use_logits_cap: bool = False
+    f16qk: bool = False
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown module kind {self.kind!r}; one of {', '.join(KINDS)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; one of {', '.join(BACKENDS)}")
+        if self.backend == "fa3" and self.kind.endswith("decode"):
+            raise ValueError(f"{self.kind} modules have no fa3 variant (tensor-core decode runs on the batch_prefill module)")
+        if self.posenc not in POSENC.values():
+            raise ValueError(f"posenc {self.posenc} is not one of {sorted(POSENC.values())}")
+        for field in ("dtype_q", "dtype_kv", "dtype_o", "dtype_idx"):
+            if getattr(self, field) not in DTYPES:
+                raise ValueError(f"{field} {getattr(self, field)!r} is not a dtype FlashInfer names ({', '.join(sorted(set(DTYPES.values())))})")
+            object.__setattr__(self, field, DTYPES[getattr(self, field)])
+
+
+def fields(config: AttentionConfig) -> list[str]:
+    batch, prefill = config.kind.startswith("batch"), config.kind.endswith("prefill")
+    return [f for f in _FIELDS if (f != "dtype_idx" or batch) and (f != "f16qk" or prefill)]
+
+
+def module_uri(config: AttentionConfig) -> str:
+    values = asdict(config)
+    parts = [f"{config.kind}_with_kv_cache"] + [f"{field}_{values[field]}" for field in fields(config)]
+    suffix = "_sm90" if config.backend == "fa3" else ""
+    return "_".join(parts) + suffix
+
+
+def library_member(uri: str) -> str:
+    """Where a module sits inside the flashinfer-jit-cache wheel (and its installed package)."""
+    return f"flashinfer_jit_cache/jit_cache/{uri}/{uri}.so"

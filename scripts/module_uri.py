@@ -1,0 +1,69 @@
+"""Print the URI FlashInfer gives the attention module of a configuration, and where it lives.
+
+The URI names the module a binding loads: `flashinfer_jit_cache/jit_cache/<uri>/<uri>.so` in the
+jit-cache wheel, `<JIT dir>/<uri>/<uri>.so` when built from source. Example:
+  module_uri.py single_prefill --backend fa3 --dtype bf16 --head-dim 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from fidev import uris
+from fidev.ui import Failure, run_main
+
+
+def installed_member(uri: str) -> str:
+    """Where the installed flashinfer-jit-cache has the module, or why it has not."""
+    spec = importlib.util.find_spec("flashinfer_jit_cache")
+    if spec is None or not spec.submodule_search_locations:
+        return "flashinfer-jit-cache is not installed here"
+    site = Path(next(iter(spec.submodule_search_locations))).parent
+    member = uris.library_member(uri)
+    return f"in the installed flashinfer-jit-cache: {site / member}" if (site / member).is_file() else \
+        "not in the installed flashinfer-jit-cache: FlashInfer compiles it on first use (and `build` can)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", choices=uris.KINDS)
+    parser.add_argument("--backend", choices=uris.BACKENDS, default="fa2", help="prefill only; fa3 modules end in _sm90 (default fa2)")
+    parser.add_argument("--dtype", default="f16", help="q, kv and o dtype: f16, bf16, e4m3, e5m2 (torch names work too; default f16)")
+    parser.add_argument("--dtype-q")
+    parser.add_argument("--dtype-kv")
+    parser.add_argument("--dtype-o")
+    parser.add_argument("--dtype-idx", default="i32", help="batch kinds: page-table index dtype (default i32)")
+    parser.add_argument("--head-dim", type=int, default=128, help="qk and vo head dim (default 128)")
+    parser.add_argument("--head-dim-qk", type=int)
+    parser.add_argument("--head-dim-vo", type=int)
+    parser.add_argument("--posenc", choices=sorted(uris.POSENC), default="none", help="position encoding fused in the kernel (default none)")
+    parser.add_argument("--sliding-window", action="store_true")
+    parser.add_argument("--logits-soft-cap", action="store_true")
+    parser.add_argument("--fp16-qk-reduction", action="store_true", help="prefill only")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.fp16_qk_reduction and not args.kind.endswith("prefill"):
+        raise Failure(f"{args.kind} has no fp16 QK reduction variant", "drop --fp16-qk-reduction")
+    try:
+        config = uris.AttentionConfig(
+            args.kind, args.backend, args.dtype_q or args.dtype, args.dtype_kv or args.dtype, args.dtype_o or args.dtype,
+            args.dtype_idx, args.head_dim_qk or args.head_dim, args.head_dim_vo or args.head_dim, uris.POSENC[args.posenc],
+            args.sliding_window, args.logits_soft_cap, args.fp16_qk_reduction)
+    except ValueError as e:
+        raise Failure(str(e), "see `module_uri.py --help` for the accepted values") from e
+    uri = uris.module_uri(config)
+    if args.json:
+        print(json.dumps({"uri": uri, "member": uris.library_member(uri), "config": config.__dict__}))
+        return 0
+    print(uri)
+    print(f"module-uri: {installed_member(uri)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

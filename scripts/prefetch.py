@@ -1,0 +1,69 @@
+"""Download the wheels a Cargo.toml pins into the Rust bindings crate's cache, so that the crate's
+first run on this host needs no network.
+
+Reads [package.metadata.flashinfer_rs.pinned_wheels.<name>.<cuda>.<arch>] from PINS (the
+crate's Cargo.toml, or what `artifacts --pin` printed) and fills
+$FLASHINFER_RS_CACHE_DIR/wheels/<sha256>-<filename> (default ~/.cache/flashinfer-rs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+
+from fidev import wheel_cache
+from fidev.manifest import tomllib
+from fidev.ui import Failure, run_main
+from fidev.wheels import ARCHES
+
+
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def waiting_note(filename):
+    return lambda: print(f"  {filename}: waiting for another process that holds its lock", flush=True)
+
+
+def progress_note(filename):
+    return lambda done, total: print(f"  {filename}: {done / 1e6:.0f}{f' of {total / 1e6:.0f}' if total else ''} MB", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pins", metavar="PINS", help="Cargo.toml (or any TOML) holding the pinned_wheels table")
+    parser.add_argument("--arch", default=host_arch(), help=f"arch key to fetch ({', '.join(ARCHES)}, or 'all'; default: this host's)")
+    parser.add_argument("--cuda", default="all", help="CUDA key to fetch, e.g. cu129 (default: all)")
+    parser.add_argument("--from", dest="seed", metavar="DIR", help="copy the wheels from DIR (an offline host) instead of downloading them")
+    args = parser.parse_args()
+
+    path = Path(args.pins).expanduser()
+    try:
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise Failure(f"cannot read {path}: {e}", "name the bindings crate's Cargo.toml, or a file with `artifacts --pin` output") from e
+    every = wheel_cache.read_pins(document, str(path))
+    chosen = [p for p in every if args.arch in ("all", p.arch) and args.cuda in ("all", p.cuda)]
+    if not chosen:
+        keys = sorted({f"{p.cuda}.{p.arch}" for p in every})
+        raise Failure(f"{path} pins nothing for cuda {args.cuda}, arch {args.arch} (it has {', '.join(keys) or 'no entries'})",
+                      "pick one it has with --cuda/--arch (or 'all')")
+    unique = list({(p.sha256, p.filename): p for p in chosen}.values())  # one wheel may serve several keys
+    root = wheel_cache.cache_dir()
+    print(f"prefetch: {len(unique)} wheel{'s' * (len(unique) != 1)} into {root / 'wheels'}")
+    seed = Path(args.seed).expanduser() if args.seed else None
+    for pin in unique:
+        keys = ", ".join(f"{p.name}.{p.cuda}.{p.arch}" for p in chosen if (p.sha256, p.filename) == (pin.sha256, pin.filename))
+        outcome = wheel_cache.ensure(pin, root, seed, waiting=waiting_note(pin.filename), progress=progress_note(pin.filename))
+        rate = f", {outcome.size / 1e6 / outcome.seconds:.0f} MB/s" if outcome.state != "cached" and outcome.seconds > 0 else ""
+        print(f"  {outcome.state:10} {pin.filename}  ({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,137 @@
+"""prefetch: pinned wheels into the bindings crate's cache, <cache>/wheels/<sha256>-<filename>,
+downloaded from a local server: verified, never half-written, behind the crate's lock file."""
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from script_runs import run, two_line_failure
+
+from fidev.manifest import ROOT
+
+TVM_WHEEL = "apache_tvm_ffi-0.1.7-cp312-abi3-manylinux_2_28_x86_64.whl"
+JIT_WHEEL = "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.whl"
+
+
+def entry(name, cuda, arch, filename, url, sha):
+    return f'[package.metadata.flashinfer_rs.pinned_wheels.{name}.{cuda}.{arch}]\nfilename = "{filename}"\nurl = "{url}"\nsha256 = "{sha}"\n\n'
+
+
+@pytest.fixture
+def crate(tmp_path, index_server):
+    """A Cargo.toml pinning a jit-cache wheel (x86_64) and a tvm-ffi wheel that serves two CUDA keys."""
+    wheels = {JIT_WHEEL: os.urandom(3 << 20), TVM_WHEEL: os.urandom(1 << 16)}
+    for name, body in wheels.items():
+        index_server.serve(f"/files/{name}", body)
+    sha = {name: hashlib.sha256(body).hexdigest() for name, body in wheels.items()}
+    url = {name: f"{index_server.url}/files/{name}" for name in wheels}
+    manifest = tmp_path / "Cargo.toml"
+    manifest.write_text('[package]\nname = "flashinfer-rs"\nversion = "0.1.0"\n\n'
+                        + entry("flashinfer_jit_cache", "cu129", "x86_64", JIT_WHEEL, url[JIT_WHEEL], sha[JIT_WHEEL])
+                        + entry("flashinfer_jit_cache", "cu129", "aarch64", "other-1-py3-none-linux_aarch64.whl", f"{index_server.url}/nope", "1" * 64)
+                        + entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, url[TVM_WHEEL], sha[TVM_WHEEL])
+                        + entry("apache_tvm_ffi", "cu130", "x86_64", TVM_WHEEL, url[TVM_WHEEL], sha[TVM_WHEEL]))
+    cache = tmp_path / "cache"
+    return manifest, cache, wheels, sha
+
+
+def prefetch(manifest, cache, *args):
+    return run("prefetch.py", manifest, "--arch", "x86_64", *args, env={"FLASHINFER_RS_CACHE_DIR": str(cache)})
+
+
+def cached(cache, sha, name):
+    return cache / "wheels" / f"{sha[name]}-{name}"
+
+
+def test_downloads_each_pinned_wheel_once_into_the_crate_layout(crate, index_server):
+    manifest, cache, wheels, sha = crate
+    done = prefetch(manifest, cache)
+    assert done.returncode == 0, done.stderr
+    for name, body in wheels.items():
+        assert cached(cache, sha, name).read_bytes() == body
+    assert index_server.hits == {f"/files/{JIT_WHEEL}": 1, f"/files/{TVM_WHEEL}": 1}  # tvm-ffi serves cu129 and cu130: one download
+    assert "apache_tvm_ffi.cu129.x86_64, apache_tvm_ffi.cu130.x86_64" in done.stdout
+    assert sorted(p.name for p in (cache / "wheels").iterdir() if ".tmp-" in p.name) == []
+    assert (cache / "wheels" / f"{sha[JIT_WHEEL]}-{JIT_WHEEL[:-4]}.lock").exists()  # the crate's lock file name
+
+
+def test_a_second_run_keeps_the_verified_copies(crate, index_server):
+    manifest, cache, _, _ = crate
+    assert prefetch(manifest, cache).returncode == 0
+    done = prefetch(manifest, cache)
+    assert done.returncode == 0 and done.stdout.count("cached") == 2, done.stdout
+    assert set(index_server.hits.values()) == {1}
+
+
+def test_a_cached_file_with_the_wrong_hash_is_rewritten(crate):
+    manifest, cache, wheels, sha = crate
+    target = cached(cache, sha, JIT_WHEEL)
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"corrupt")
+    stale = target.with_name(target.name + ".tmp-4242")  # what a killed run leaves behind
+    stale.write_bytes(b"partial")
+    done = prefetch(manifest, cache, "--cuda", "cu129")
+    assert done.returncode == 0, done.stderr
+    assert "rewritten" in done.stdout and target.read_bytes() == wheels[JIT_WHEEL]
+    assert not stale.exists()
+
+
+def test_a_download_that_does_not_match_the_pin_leaves_nothing(crate, index_server):
+    manifest, cache, _, sha = crate
+    index_server.serve(f"/files/{JIT_WHEEL}", b"not the pinned bytes")
+    two_line_failure(prefetch(manifest, cache), "the pin says " + sha[JIT_WHEEL])
+    assert [p.name for p in (cache / "wheels").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_an_unreachable_url_fails_in_two_lines(crate):
+    manifest, cache, _, _ = crate
+    two_line_failure(prefetch(manifest, cache, "--arch", "aarch64"), "cannot download")
+
+
+def test_from_a_folder_needs_no_network(crate, tmp_path, index_server):
+    manifest, cache, wheels, sha = crate
+    seed = tmp_path / "carried"
+    seed.mkdir()
+    for name, body in wheels.items():
+        (seed / name).write_bytes(body)
+    done = prefetch(manifest, cache, "--from", seed)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("copied") == 2 and index_server.hits == {}
+    assert cached(cache, sha, TVM_WHEEL).read_bytes() == wheels[TVM_WHEEL]
+
+
+def test_waits_for_the_lock_another_process_holds(crate):
+    manifest, cache, wheels, sha = crate
+    target = cached(cache, sha, JIT_WHEEL)
+    target.parent.mkdir(parents=True)
+    with open(target.with_suffix(".lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "prefetch.py"), str(manifest), "--arch", "x86_64", "--cuda", "cu129"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)})
+        try:
+            deadline = time.monotonic() + 60
+            while "waiting for another process" not in (line := proc.stdout.readline()):
+                assert line and time.monotonic() < deadline, "prefetch did not wait for the lock"
+            time.sleep(0.5)
+            assert proc.poll() is None and not target.exists(), "prefetch went on while the lock was held"
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert target.read_bytes() == wheels[JIT_WHEEL]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('[package]\nname = "x"\n', "has no [package.metadata.flashinfer_rs.pinned_wheels] table"),
+    (entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "u", "abc"), "needs a wheel filename, a url and a 64-hex-digit"),
+    (entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "u", "2" * 64), "pins nothing for cuda cu131"),
+    ("not toml [", "cannot read"),
+])
+def test_bad_pins_fail_in_two_lines(tmp_path, text, problem):
+    (tmp_path / "Cargo.toml").write_text(text)
+    two_line_failure(prefetch(tmp_path / "Cargo.toml", tmp_path / "cache", "--cuda", "cu131"), problem)
