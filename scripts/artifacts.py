@@ -28,10 +28,11 @@ def list_modules(args) -> int:
     for source in sources:
         found = list(artifacts.modules(source, args.match))
         report.append((source, found))
+        if not found and args.match:
+            raise Failure(f"{describe(source)}: no module matches {args.match!r}",
+                          "list without --match to see every module; `module-uri` gives the URI of an attention configuration")
         if not found:
-            what = f"no module matches {args.match!r}" if args.match else "no `<uri>/<uri>.so` module"
-            raise Failure(f"{describe(source)}: {what}",
-                          "list without --match to see every module, and `module-uri` gives the URI of an attention configuration")
+            raise Failure(f"{describe(source)}: no `<uri>/<uri>.so` module", "name a flashinfer-jit-cache wheel or a folder of built modules")
     if args.json:
         print(json.dumps([{"source": {"kind": s.kind, "path": str(s.location), "version": s.version},
                            "modules": [{"uri": m.uri, "path": m.path, "size": m.size, "machine": m.dynamic.machine,

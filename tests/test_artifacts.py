@@ -12,7 +12,7 @@ from script_runs import require, run, two_line_failure
 
 from fidev.manifest import pins, tomllib
 
-require("elftools", "artifacts reads ELF files with pyelftools")
+require("elftools", why="artifacts reads ELF files with pyelftools (a flashinfer-dev dependency)")
 
 JIT_CACHE_WHEEL = "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.whl"
 NORM_EXPORTS = ["__tvm_ffi_gemma_rmsnorm", "__tvm_ffi_rmsnorm"]

@@ -21,11 +21,12 @@ def test_steps_fail_in_two_lines_without_flashinfer(script, problem):
     two_line_failure(run(script, flags=["-S"]), problem)
 
 
-def test_smoke_fails_when_nothing_ran():
+@pytest.mark.parametrize("script, task", [("smoke.py", "smoke"), ("abi_smoke.py", "abi-smoke")])
+def test_gpu_suites_fail_when_nothing_ran(script, task):
     torch = importlib.util.find_spec("torch") and __import__("torch")
     if torch and torch.cuda.is_available():
         pytest.skip("this host has a GPU: the no-GPU path cannot be shown here")
-    two_line_failure(run("smoke.py"), "no smoke test passed")
+    two_line_failure(run(script), f"no {task} test passed")
 
 
 def test_bad_kernel_source_mode_is_refused():

@@ -2,10 +2,9 @@
 
 Needs the network (the package index) and, in the running interpreter, what the editable
 install builds and imports with: setuptools>=77, packaging, apache-tvm-ffi and a (CPU) torch.
-.ci/run provides them; elsewhere the test skips and says what is missing, but never under CI.
+.ci/run's venv provides them; elsewhere the test skips and says what is missing, but never there.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import venv
 from dataclasses import asdict
 
 import pytest
+from script_runs import require
 
 from fidev.manifest import ROOT, pins
 from fidev.uris import KINDS, AttentionConfig, module_uri
@@ -25,11 +25,7 @@ NEEDS = ("setuptools", "packaging", "tvm_ffi", "torch", "numpy")
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must provide {missing} (see .ci/requirements.txt)")
-        pytest.skip(f"the test interpreter lacks {missing}; .ci/run installs them")
+    require(*NEEDS, why="the editable install builds and imports with them; .ci/run's venv has them")
     tmp = tmp_path_factory.mktemp("release")
     tree = tmp / "flashinfer"
     fetch = subprocess.run([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(tree)],
