@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import importlib.metadata
 import importlib.util
+import re
 import shutil
 import tempfile
 import zipfile
@@ -65,7 +66,8 @@ def open_source(arg: str | None) -> Source:
     if path.is_dir():
         return Source("folder", path, None)
     if path.is_file() and path.suffix == ".whl":
-        version = path.name.split("-")[1] if path.name.count("-") >= 4 else None
+        name = re.sub(r"^[0-9a-f]{64}-", "", path.name)  # the crate's cache names wheels <sha256>-<filename>
+        version = name.split("-")[1] if name.count("-") >= 4 else None
         return Source("wheel", path, version)
     what = "does not exist" if not path.exists() else "is neither a .whl file nor a folder"
     raise Failure(f"{arg} {what}", "name a flashinfer-jit-cache wheel, a folder of built modules (the JIT dir `build` prints), or nothing (installed)")
