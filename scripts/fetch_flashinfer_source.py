@@ -10,7 +10,6 @@ Idempotent; never touches an initialized submodule.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -18,20 +17,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from fidev.files import sha256_file
 from fidev.manifest import pins
 from fidev.ui import Failure, run_main
 
 # Written inside a materialized tree; it says which archive the tree came from.
 MARKER = ".materialized-from-sdist"
 DOWNLOAD_TIMEOUT_S = 600
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def download(release: str, into: Path) -> Path:
@@ -92,7 +84,7 @@ def materialize(dest: Path, release: str, sha256: str, archive: Path | None = No
         path = archive if archive else download(release, Path(scratch))
         if not path.is_file():
             raise Failure(f"{path} does not exist", "pass --archive the path of the downloaded sdist")
-        actual = sha256_of(path)
+        actual = sha256_file(path)
         if actual != sha256:
             raise Failure(f"{path.name} has sha256 {actual}, the manifest pins {sha256}",
                           "the file is not the pinned release: check the index or mirror serving it, or re-download")

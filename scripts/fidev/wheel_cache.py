@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from fidev.files import CHUNK, read_chunks, sha256_file
 from fidev.ui import Failure
-from fidev.wheels import CHUNK, METADATA_PATH, Pin, sha256_file
+from fidev.wheels import METADATA_PATH, Pin
 
 ENV = "FLASHINFER_RS_CACHE_DIR"
 PROGRESS_EVERY_S = 10
@@ -117,12 +118,6 @@ def _download(url: str, progress: Callable[[int, int | None], None], timeout: fl
             yield chunk
 
 
-def _read_file(path: Path):
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            yield chunk
-
-
 def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 60,
            waiting: Callable[[], None] = lambda: None, progress: Callable[[int, int | None], None] = lambda done, total: None) -> Outcome:
     """Make `cached_path(pin)` hold the pinned wheel: keep a verified copy, else fetch it (from
@@ -142,7 +137,7 @@ def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 
             seed = seed_dir / pin.filename
             if not seed.is_file():
                 raise Failure(f"{seed} does not exist", f"copy {pin.filename} into {seed_dir}, or drop --from to download it")
-            size = _stream_into(target, _read_file(seed), pin.sha256, str(seed))
+            size = _stream_into(target, read_chunks(seed), pin.sha256, str(seed))
             state = "copied" if state == "downloaded" else state
         else:
             size = _stream_into(target, _download(pin.url, progress, timeout), pin.sha256, pin.url)

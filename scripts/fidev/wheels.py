@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import urllib.error
@@ -13,13 +12,13 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from fidev.files import sha256_file
 from fidev.manifest import feature, load_manifest, pins
 from fidev.ui import Failure
 
 METADATA_PATH = ("package", "metadata", "flashinfer_rs", "pinned_wheels")
 ARCHES = ("x86_64", "aarch64")  # the crate's arch keys
 PYPI_SIMPLE = "https://pypi.org/simple"
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -49,14 +48,6 @@ def parse_wheel_filename(filename: str) -> WheelName:
         raise Failure(f"{filename} is not a wheel file name (name-version-python-abi-platform.whl)",
                       "pass the wheel as downloaded, without renaming it")
     return WheelName(filename, parts[0], parts[1], parts[-1])
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
