@@ -8,23 +8,20 @@ jit-cache wheel, `<JIT dir>/<uri>/<uri>.so` when built from source. Example:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
-from fidev import uris
+from fidev import artifacts, uris
 from fidev.ui import Failure, run_main
 
 
 def installed_member(uri: str) -> str:
     """Where the installed flashinfer-jit-cache has the module, or why it has not."""
-    spec = importlib.util.find_spec("flashinfer_jit_cache")
-    if spec is None or not spec.submodule_search_locations:
+    try:
+        member = artifacts.installed_jit_cache().location / uris.library_member(uri)
+    except Failure:
         return "flashinfer-jit-cache is not installed here"
-    site = Path(next(iter(spec.submodule_search_locations))).parent
-    member = uris.library_member(uri)
-    return f"in the installed flashinfer-jit-cache: {site / member}" if (site / member).is_file() else \
+    return f"in the installed flashinfer-jit-cache: {member}" if member.is_file() else \
         "not in the installed flashinfer-jit-cache: FlashInfer compiles it on first use (and `build` can)"
 
 
@@ -47,8 +44,6 @@ def main() -> int:
     parser.add_argument("--fp16-qk-reduction", action="store_true", help="prefill only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.fp16_qk_reduction and not args.kind.endswith("prefill"):
-        raise Failure(f"{args.kind} has no fp16 QK reduction variant", "drop --fp16-qk-reduction")
     try:
         config = uris.AttentionConfig(
             args.kind, args.backend, args.dtype_q or args.dtype, args.dtype_kv or args.dtype, args.dtype_o or args.dtype,

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from fidev import uris
 from fidev.elf import DynamicInfo, read_dynamic
 from fidev.ui import Failure
-
-JIT_CACHE_PACKAGE = "flashinfer_jit_cache"
+from fidev.wheels import parse_wheel_filename
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def matches(uri: str, pattern: str | None) -> bool:
 
 
 def installed_jit_cache() -> Source:
-    spec = importlib.util.find_spec(JIT_CACHE_PACKAGE)
+    spec = importlib.util.find_spec(uris.JIT_CACHE_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise Failure("flashinfer-jit-cache is not installed in this environment",
                       "run it in the environment (`pixi run -e flashinfer-dev artifacts`), or name a wheel or a folder: artifacts PATH")
@@ -67,7 +67,10 @@ def open_source(arg: str | None) -> Source:
         return Source("folder", path, None)
     if path.is_file() and path.suffix == ".whl":
         name = re.sub(r"^[0-9a-f]{64}-", "", path.name)  # the crate's cache names wheels <sha256>-<filename>
-        version = name.split("-")[1] if name.count("-") >= 4 else None
+        try:
+            version = parse_wheel_filename(name).version
+        except Failure:  # a renamed wheel still lists; only its version is unknown
+            version = None
         return Source("wheel", path, version)
     what = "does not exist" if not path.exists() else "is neither a .whl file nor a folder"
     raise Failure(f"{arg} {what}", "name a flashinfer-jit-cache wheel, a folder of built modules (the JIT dir `build` prints), or nothing (installed)")
@@ -78,7 +81,7 @@ def modules(source: Source, pattern: str | None = None) -> Iterator[Module]:
     if source.kind == "wheel":
         yield from _wheel_modules(source.location, pattern)
         return
-    root = source.location / JIT_CACHE_PACKAGE / "jit_cache" if source.kind == "installed" else source.location
+    root = source.location / uris.JIT_CACHE_PACKAGE / uris.MODULES_IN_PACKAGE if source.kind == "installed" else source.location
     for so in sorted(root.rglob("*.so")):
         rel = PurePosixPath(so.relative_to(source.location).as_posix())
         if is_module_path(rel) and matches(so.stem, pattern):

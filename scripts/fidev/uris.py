@@ -47,6 +47,8 @@ class AttentionConfig:
             raise ValueError(f"unknown backend {self.backend!r}; one of {', '.join(BACKENDS)}")
         if self.backend == "fa3" and self.kind.endswith("decode"):
             raise ValueError(f"{self.kind} modules have no fa3 variant (tensor-core decode runs on the batch_prefill module)")
+        if self.f16qk and self.kind.endswith("decode"):
+            raise ValueError(f"{self.kind} has no fp16 QK reduction variant")
         if self.posenc not in POSENC.values():
             raise ValueError(f"posenc {self.posenc} is not one of {sorted(POSENC.values())}")
         for field in ("dtype_q", "dtype_kv", "dtype_o", "dtype_idx"):
@@ -67,6 +69,10 @@ def module_uri(config: AttentionConfig) -> str:
     return "_".join(parts) + suffix
 
 
+JIT_CACHE_PACKAGE = "flashinfer_jit_cache"
+MODULES_IN_PACKAGE = "jit_cache"
+
+
 def library_member(uri: str) -> str:
     """Where a module sits inside the flashinfer-jit-cache wheel (and its installed package)."""
-    return f"flashinfer_jit_cache/jit_cache/{uri}/{uri}.so"
+    return f"{JIT_CACHE_PACKAGE}/{MODULES_IN_PACKAGE}/{uri}/{uri}.so"
