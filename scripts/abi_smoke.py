@@ -7,6 +7,7 @@ mode `prebuilt`). Extra arguments go to pytest (e.g. -k gemma).
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from fidev import gpu_suite
@@ -14,10 +15,9 @@ from fidev.ui import run_main
 
 
 def main() -> int:
-    if any(a in ("-h", "--help") for a in sys.argv[1:]):
-        print(__doc__)
-        return 0
-    return gpu_suite.run("abi-smoke", "abi", sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _, pytest_args = parser.parse_known_args()
+    return gpu_suite.run("abi-smoke", "abi", pytest_args)
 
 
 if __name__ == "__main__":

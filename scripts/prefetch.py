@@ -53,12 +53,14 @@ def main() -> int:
         keys = sorted({f"{p.cuda}.{p.arch}" for p in every})
         raise Failure(f"{path} pins nothing for cuda {args.cuda}, arch {args.arch} (it has {', '.join(keys) or 'no entries'})",
                       "pick one it has with --cuda/--arch (or 'all')")
-    unique = list({(p.sha256, p.filename): p for p in chosen}.values())  # one wheel may serve several keys
+    by_wheel = {}  # one wheel may serve several keys (tvm-ffi under every CUDA key): fetch it once
+    for p in chosen:
+        by_wheel.setdefault((p.sha256, p.filename), []).append(p)
     root = wheel_cache.cache_dir()
-    print(f"prefetch: {len(unique)} wheel{'s' * (len(unique) != 1)} into {root / 'wheels'}")
+    print(f"prefetch: {len(by_wheel)} wheel{'s' * (len(by_wheel) != 1)} into {root / 'wheels'}")
     seed = Path(args.seed).expanduser() if args.seed else None
-    for pin in unique:
-        keys = ", ".join(f"{p.name}.{p.cuda}.{p.arch}" for p in chosen if (p.sha256, p.filename) == (pin.sha256, pin.filename))
+    for pin, *others in by_wheel.values():
+        keys = ", ".join(f"{p.name}.{p.cuda}.{p.arch}" for p in (pin, *others))
         outcome = wheel_cache.ensure(pin, root, seed, waiting=waiting_note(pin.filename), progress=progress_note(pin.filename))
         rate = f", {outcome.size / 1e6 / outcome.seconds:.0f} MB/s" if outcome.state != "cached" and outcome.seconds > 0 else ""
         print(f"  {outcome.state:10} {pin.filename}  ({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})")

@@ -73,7 +73,7 @@ def locked(path: Path, waiting: Callable[[], None]):
 
 @dataclass(frozen=True)
 class Outcome:
-    state: str  # "cached", "downloaded", "copied", "rewritten (was: sha256 mismatch)"
+    state: str  # "cached", "downloaded", "copied", or "rewritten (...)" when a cached copy had the wrong hash
     size: int
     seconds: float
 
@@ -127,7 +127,7 @@ def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 
     with locked(target, waiting):
         for stale in target.parent.glob(f"{target.name}.tmp-*"):  # left by a killed run; we hold the lock
             stale.unlink(missing_ok=True)
-        state = "downloaded"
+        state = "copied" if seed_dir is not None else "downloaded"
         if target.exists():
             if sha256_file(target) == pin.sha256:
                 return Outcome("cached", target.stat().st_size, time.monotonic() - started)
@@ -138,7 +138,6 @@ def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 
             if not seed.is_file():
                 raise Failure(f"{seed} does not exist", f"copy {pin.filename} into {seed_dir}, or drop --from to download it")
             size = _stream_into(target, read_chunks(seed), pin.sha256, str(seed))
-            state = "copied" if state == "downloaded" else state
         else:
             size = _stream_into(target, _download(pin.url, progress, timeout), pin.sha256, pin.url)
     return Outcome(state, size, time.monotonic() - started)
