@@ -14,7 +14,8 @@ from fidev.manifest import pins, tomllib
 
 require("elftools", why="artifacts reads ELF files with pyelftools (a flashinfer-dev dependency)")
 
-JIT_CACHE_WHEEL = "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.whl"
+JIT_CACHE_WHEEL = f"flashinfer_jit_cache-{pins().jit_cache}-cp39-abi3-manylinux_2_28_x86_64.whl"
+OTHER_CUDA = "cu999"  # a CUDA key the pinned jit-cache is not built for
 NORM_EXPORTS = ["__tvm_ffi_gemma_rmsnorm", "__tvm_ffi_rmsnorm"]
 
 # What a TVM-FFI module looks like to the dynamic linker, plus what must not count as an export.
@@ -94,7 +95,7 @@ def test_human_output_names_path_exports_and_needs(jit_dir):
 def test_wheel_lists_member_paths_and_filters(tmp_path, norm_so):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
     [report] = as_json(run("artifacts.py", wheel, "--json", "--match", "gdn_*"))
-    assert report["source"] == {"kind": "wheel", "path": str(wheel), "version": "0.6.3+cu129"}
+    assert report["source"] == {"kind": "wheel", "path": str(wheel), "version": pins().jit_cache}
     [module] = report["modules"]
     assert module["path"] == "flashinfer_jit_cache/jit_cache/gdn_prefill_sm90/gdn_prefill_sm90.so"
     assert module["exports"] == NORM_EXPORTS and "libm.so.6" in module["needed"]
@@ -104,12 +105,12 @@ def test_installed_jit_cache_is_the_default_source(tmp_path, norm_so):
     site = tmp_path / "site"
     make_wheel(tmp_path / "w.whl", norm_so, modules=("norm",))
     zipfile.ZipFile(tmp_path / "w.whl").extractall(site)
-    dist = site / "flashinfer_jit_cache-0.6.3+cu129.dist-info"
+    dist = site / f"flashinfer_jit_cache-{pins().jit_cache}.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-jit-cache\nVersion: 0.6.3+cu129\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flashinfer-jit-cache\nVersion: {pins().jit_cache}\n")
     done = run("artifacts.py", env={"PYTHONPATH": str(site)})
     assert done.returncode == 0, done.stderr
-    assert "installed flashinfer-jit-cache 0.6.3+cu129" in done.stdout
+    assert f"installed flashinfer-jit-cache {pins().jit_cache}" in done.stdout
     assert "flashinfer_jit_cache/jit_cache/norm/norm.so" in done.stdout
 
 
@@ -146,9 +147,9 @@ def pinned(done):
 
 def test_pin_prints_the_cargo_metadata_block(tmp_path, norm_so):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
-    url = f"https://example.invalid/v0.6.3/{JIT_CACHE_WHEEL}"
+    url = f"https://example.invalid/v{pins().flashinfer}/{JIT_CACHE_WHEEL}"
     table = pinned(run("artifacts.py", "--pin", wheel, "--url", url))
-    assert table == {"flashinfer_jit_cache": {"cu129": {"x86_64": {
+    assert table == {"flashinfer_jit_cache": {pins().cuda_tag: {"x86_64": {
         "filename": JIT_CACHE_WHEEL, "url": url, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}}}}
 
 
@@ -157,12 +158,12 @@ def test_pin_of_a_pure_wheel_serves_every_arch_under_the_manifest_cuda(tmp_path)
     wheel.write_bytes(b"PK fixture")
     table = pinned(run("artifacts.py", "--pin", wheel, "--url", "https://example.invalid/x.whl"))
     assert set(table["apache_tvm_ffi"][pins().cuda_tag]) == {"x86_64", "aarch64"}
-    assert set(pinned(run("artifacts.py", "--pin", wheel, "--url", "u", "--cuda", "cu130"))["apache_tvm_ffi"]) == {"cu130"}
+    assert set(pinned(run("artifacts.py", "--pin", wheel, "--url", "u", "--cuda", OTHER_CUDA))["apache_tvm_ffi"]) == {OTHER_CUDA}
 
 
 def test_pin_refuses_a_cuda_key_the_wheel_is_not_built_for(tmp_path, norm_so):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
-    two_line_failure(run("artifacts.py", "--pin", wheel, "--url", "u", "--cuda", "cu130"), "is built for cu129, not cu130")
+    two_line_failure(run("artifacts.py", "--pin", wheel, "--url", "u", "--cuda", OTHER_CUDA), f"is built for {pins().cuda_tag}, not {OTHER_CUDA}")
 
 
 def test_pin_needs_wheel_files(tmp_path):
@@ -174,10 +175,10 @@ def test_pin_needs_wheel_files(tmp_path):
 def test_pin_takes_the_url_from_the_index_and_checks_its_sha256(tmp_path, norm_so, index_server, style):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    download = f"{index_server.url}/releases/v0.6.3/{JIT_CACHE_WHEEL}"
+    download = f"{index_server.url}/releases/v{pins().flashinfer}/{JIT_CACHE_WHEEL}"
     index_server.publish("flashinfer-jit-cache", [(JIT_CACHE_WHEEL, download, sha)], style)
     table = pinned(run("artifacts.py", "--pin", wheel, "--index", f"{index_server.url}/simple"))
-    assert table["flashinfer_jit_cache"]["cu129"]["x86_64"] == {"filename": JIT_CACHE_WHEEL, "url": download, "sha256": sha}
+    assert table["flashinfer_jit_cache"][pins().cuda_tag]["x86_64"] == {"filename": JIT_CACHE_WHEEL, "url": download, "sha256": sha}
 
 
 def test_pin_refuses_a_file_that_is_not_the_published_wheel(tmp_path, norm_so, index_server):

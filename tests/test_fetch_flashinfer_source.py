@@ -3,18 +3,16 @@
 import hashlib
 import io
 import os
-import subprocess
-import sys
 import tarfile
 
 import pytest
+from script_runs import run
 
 from fetch_flashinfer_source import MARKER, materialize
-from fidev.manifest import ROOT
+from fidev.manifest import pins
 from fidev.ui import Failure
 
-RELEASE = "0.6.3"
-SCRIPT = ROOT / "scripts" / "fetch_flashinfer_source.py"
+RELEASE = pins().flashinfer
 
 
 def make_archive(path, files=None):
@@ -104,8 +102,7 @@ def test_foreign_tree_is_not_overwritten(tmp_path, archive):
 
 
 def run_script(*args, env=None):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return run("fetch_flashinfer_source.py", *args, env=env)
 
 
 def test_cli_reports_a_hash_mismatch_in_two_lines(tmp_path, archive):
@@ -124,6 +121,6 @@ def test_cli_offline_fails_with_one_clear_line(tmp_path):
     done = run_script("--dest", str(tmp_path / "flashinfer"), env=env)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[0].startswith("error: cannot download the flashinfer-python==0.6.3 source release")
+    assert lines[0].startswith(f"error: cannot download the flashinfer-python=={RELEASE} source release")
     assert len(lines) == 2 and "--archive" in lines[1]
     assert not (tmp_path / "flashinfer").exists()
