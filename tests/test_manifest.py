@@ -1,37 +1,55 @@
-"""One test per design decision of the Pixi manifest, asserted on the parsed pyproject.toml."""
+"""One test per design decision of the Pixi manifest. Claims about what Pixi does are asserted on
+Pixi's effective view of each environment, computed by tests/pixi_model.py the way Pixi's source
+computes it (each function there names the prefix-dev/pixi file and function it follows)."""
 
 import re
 import subprocess
 
 import pytest
+from pixi_model import Workspace
 
+from fidev import activation
 from fidev.manifest import FEATURE, MANIFEST, ROOT, load_manifest, pins
 
 M = load_manifest()
 PIXI = M["tool"]["pixi"]
 FEAT = PIXI["feature"][FEATURE]
+WS = Workspace(PIXI, M["project"])
 P = pins()
 NVIDIA_PACKAGES = ("cuda-nvcc", "cuda-toolkit")
+CHAIN = ("preflight", "build", "import-check", "smoke", "build-abi", "abi-smoke")
 
 
-def test_flashinfer_dev_is_its_own_environment():
-    env = PIXI["environments"][FEATURE]
-    assert env["features"] == [FEATURE]
-    assert env.get("no-default-feature") is True
-    # No solve-group shared with the frozen environments: editing flashinfer-dev cannot move them.
-    others = {PIXI["environments"][e].get("solve-group") for e in ("default", "codex-build")}
-    assert "solve-group" not in env or env["solve-group"] not in others
+def test_the_pixi_model_covers_every_table_of_the_manifest():
+    assert WS.unmodelled_keys() == []
 
 
-def test_cuda_requirement_stays_inside_the_feature():
-    # A rich CUDA entry on workspace.platforms would add a CUDA solve to every environment.
-    assert all(isinstance(p, str) for p in PIXI["workspace"]["platforms"])
-    assert "system-requirements" not in PIXI
-    assert "nvidia" not in str(PIXI["workspace"]["channels"])
-    for name, feat in PIXI["feature"].items():
-        if name != FEATURE:
-            assert "system-requirements" not in feat and "cuda-version" not in feat.get("dependencies", {})
-    assert "cuda-version" not in PIXI["dependencies"]
+def test_flashinfer_dev_is_solved_on_its_own():
+    assert [f.name for f in WS.features(FEATURE)] == [FEATURE]  # no-default-feature: nothing of `default` joins
+    assert WS.solve_group(FEATURE) == [FEATURE]  # editing flashinfer-dev cannot move a shared solve
+
+
+def test_nvidia_channel_ahead_of_conda_forge():
+    # Design decision: NVIDIA's packages from the nvidia channel; everything else (python,
+    # gxx_linux-64, ninja, pyelftools, nvidia-ml-py) from conda-forge.
+    assert WS.channels(FEATURE) == ["nvidia", "conda-forge"]
+    assert WS.channel_priority(FEATURE) == "strict"  # a name nvidia carries is taken from nvidia only
+    assert WS.unavailable_channels(FEATURE) == []
+    for pkg in NVIDIA_PACKAGES:
+        assert [spec["channel"] for spec in WS.dependencies(FEATURE)[pkg]] == ["nvidia"]
+
+
+def test_the_old_channel_list_would_have_left_conda_forge_out():
+    # What this manifest declared before: a feature's channels replace the workspace's.
+    old = Workspace({**PIXI, "feature": {**PIXI["feature"], FEATURE: {**FEAT, "channels": [{"channel": "nvidia", "priority": 1}]}}})
+    assert old.channels(FEATURE) == ["nvidia"]
+
+
+def test_cuda_12_9_is_required_by_flashinfer_dev_alone():
+    # system-requirements become a platform of the feature that declares them (sysreq migration).
+    assert WS.platforms(FEATURE) == {"linux-64": {"__cuda": P.cuda}}
+    for env in ("default", "codex-build"):
+        assert WS.platforms(env) == {"linux-64": {}}
 
 
 def test_cuda_pin_is_12_9_everywhere_it_appears():
@@ -44,13 +62,12 @@ def test_cuda_pin_is_12_9_everywhere_it_appears():
     assert pypi["flashinfer-jit-cache"]["index"].rstrip("/").endswith("/" + P.cuda_tag)
 
 
-def test_nvidia_channel_ahead_of_conda_forge():
-    channels = FEAT["channels"]
-    nvidia = [c for c in channels if isinstance(c, dict) and c["channel"] == "nvidia"]
-    assert nvidia and nvidia[0]["priority"] > 0  # workspace channels have priority 0
-    assert PIXI["workspace"].get("channel-priority", "strict") == "strict"
-    for pkg in NVIDIA_PACKAGES:
-        assert FEAT["dependencies"][pkg]["channel"] == "nvidia"
+def test_requires_pixi_has_every_migration_fix():
+    # CHANGELOG.md of prefix-dev/pixi: the system-requirements -> platforms migration (0.71.0)
+    # was fixed in 0.71.2, 0.71.3, 0.72.1 (#6517: rich variants kept out of bare-subdir
+    # environments, which keeps `default` and `codex-build` CUDA-free) and 0.72.2 (#6520).
+    spec = PIXI["workspace"]["requires-pixi"]
+    assert re.fullmatch(r">=\s*0\.72\.2", spec), spec
 
 
 def test_flashinfer_is_the_vendored_source_installed_editable():
@@ -82,30 +99,24 @@ def test_tvm_ffi_range_is_flashinfers():
 
 
 def test_flashinfer_dev_has_pytest():
-    assert "pytest" in FEAT["pypi-dependencies"] or "pytest" in FEAT["dependencies"]
+    assert "pytest" in WS.dependencies(FEATURE, "pypi-dependencies") or "pytest" in WS.dependencies(FEATURE)
 
 
-# What default and codex-build resolve from. Changing any of this changes them: a
-# flashinfer-dev change must leave it as it is.
-FROZEN = {
-    "workspace": {"channels": ["conda-forge"], "platforms": ["linux-64"]},
-    "default": {"python": "3.12.*", "pip": "*", "pytest": ">=8", "ruff": "*"},
-    "codex-build": {"c-compiler": "*", "cxx-compiler": "*", "cmake": ">=3.28", "ninja": "*",
-                    "pkg-config": "*", "rust": ">=1.80"},
-    "environments": {"default": {"solve-group": "default"},
-                     "codex-build": {"features": ["codex-build"], "solve-group": "default"}},
-}
+# What default and codex-build resolve from, in Pixi's effective view, as it was before
+# flashinfer-dev existed. A flashinfer-dev change must leave it as it is.
+_DEFAULT_DEPS = {"python": ["3.12.*"], "pip": ["*"], "pytest": [">=8"], "ruff": ["*"]}
+_CODEX_DEPS = {"c-compiler": ["*"], "cxx-compiler": ["*"], "cmake": [">=3.28"], "ninja": ["*"], "pkg-config": ["*"],
+               "rust": [">=1.80"], **_DEFAULT_DEPS}
+FROZEN = {"solve-group": ["default", "codex-build"], "channels": ["conda-forge"], "channel-priority": "strict",
+          "platforms": {"linux-64": {}},
+          "dependencies": {"default": _DEFAULT_DEPS, "codex-build": _CODEX_DEPS},
+          "pypi-dependencies": {"default": {}, "codex-build": {}}}
 
 
-def test_default_and_codex_build_are_frozen():
-    assert PIXI["workspace"] == FROZEN["workspace"]
-    assert PIXI["dependencies"] == FROZEN["default"]
-    for table in ("pypi-dependencies", "system-requirements", "activation", "constraints"):
-        assert table not in PIXI
-    assert PIXI["feature"]["codex-build"] == {"dependencies": FROZEN["codex-build"]}
-    for env in ("default", "codex-build"):
-        assert PIXI["environments"][env] == FROZEN["environments"][env]
-    assert "dependencies" not in M["project"]  # [project] deps would join the default feature
+@pytest.mark.parametrize("env", ["default", "codex-build"])
+def test_default_and_codex_build_are_frozen(env):
+    assert WS.resolution_inputs(env) == FROZEN
+    assert WS.activation_env(env) == {}
 
 
 def _all_tasks():
@@ -153,30 +164,72 @@ def test_pins_must_be_exact(tmp_path, bad):
         pins.__wrapped__(tmp_path / "pyproject.toml")
 
 
-def chain(tasks, last):
-    steps, name = [], last
+def chain(env, last):
+    """The order `pixi run -e env last` runs its tasks in: depends-on, found in the same
+    environment (crates/pixi_task/src/task_graph.rs, `TaskGraph::from_root`, which looks each
+    dependency up with the same `SearchEnvironments::find_task`)."""
+    tasks, steps, name = WS.tasks(env), [], last
     while name:
         steps.append(name)
-        deps = tasks[name].get("depends-on", [])
+        deps = tasks[name][1].get("depends-on", [])
         assert len(deps) <= 1
         name = deps[0] if deps else None
     return steps[::-1]
 
 
 def test_smoke_and_abi_smoke_run_their_chains():
-    tasks = FEAT["tasks"]
-    assert chain(tasks, "smoke") == ["preflight", "build", "import-check", "smoke"]
-    assert chain(tasks, "abi-smoke") == ["preflight", "build-abi", "abi-smoke"]
-    assert tasks["build-abi"]["cmd"] == tasks["build"]["cmd"] + " --abi"
+    assert chain(FEATURE, "smoke") == ["preflight", "build", "import-check", "smoke"]
+    assert chain(FEATURE, "abi-smoke") == ["preflight", "build-abi", "abi-smoke"]
+    tasks = WS.tasks(FEATURE)
+    assert tasks["build-abi"][1]["cmd"] == tasks["build"][1]["cmd"] + " --abi"
+
+
+def test_tasks_run_in_the_environment_the_docs_name():
+    for task in ("test", "lint", "fetch-flashinfer-source"):
+        assert WS.task_environment(task) == "default"
+        with pytest.raises(LookupError):  # no-default-feature: `pixi run -e flashinfer-dev test` is an error
+            WS.task_environment(task, FEATURE)
+    for task in (*CHAIN, "artifacts", "module-uri", "prefetch"):
+        assert WS.task_environment(task) == WS.task_environment(task, FEATURE) == FEATURE
 
 
 def test_every_flashinfer_dev_task_is_a_plain_script():
-    for name, task in FEAT["tasks"].items():
+    for name, (_, task) in WS.tasks(FEATURE).items():
         cmd = task["cmd"]
         assert re.fullmatch(r"python scripts/\w+\.py( --[a-z-]+)*", cmd), f"{name}: {cmd}"  # runs without pixi too
         assert (ROOT / cmd.split()[1]).is_file(), name
 
 
 def test_artifacts_tooling_is_in_flashinfer_dev():
-    assert "pyelftools" in FEAT["dependencies"]
-    assert {"artifacts", "module-uri", "prefetch", "abi-smoke"} <= set(FEAT["tasks"])
+    assert "pyelftools" in WS.dependencies(FEATURE)
+    assert {"artifacts", "module-uri", "prefetch", "abi-smoke"} <= set(WS.tasks(FEATURE))
+
+
+def test_activation_gives_flashinfer_dev_the_conda_layout_and_no_one_else():
+    env = WS.activation_env(FEATURE)
+    assert env == activation.manifest_env()  # what fidev.activation applies outside Pixi
+    expanded = activation.apply({}, "/p")
+    assert expanded["CUDA_HOME"] == "/p"  # bin/nvcc beside its nvcc.profile, not targets/x86_64-linux/bin
+    assert expanded["FLASHINFER_EXTRA_CFLAGS"].split() == ["-I/p/targets/x86_64-linux/include"]
+    assert expanded["FLASHINFER_EXTRA_LDFLAGS"].split() == ["-L/p/targets/x86_64-linux/lib", "-L/p/targets/x86_64-linux/lib/stubs"]
+    assert expanded["CUDA_LIB_PATH"] == "/p/targets/x86_64-linux/lib"
+    for value in env.values():
+        activation.expand(value, {})  # no command substitution, which bash would run at each activation
+
+
+def test_every_pixi_run_locks_flashinfer_dev_which_needs_the_source_tree():
+    # Until pixi.lock is committed, `pixi run test` solves flashinfer-dev too, and its editable
+    # path dependency is canonicalized (crates/pixi_uv_conversions/src/requirements.rs, as_uv_req):
+    # the tree must exist before the first pixi command.
+    assert FEATURE in WS.environments_locked_by_every_run()
+    assert WS.dependencies(FEATURE, "pypi-dependencies")["flashinfer-python"] == [{"path": str(P.source_dir.relative_to(ROOT)),
+                                                                                   "editable": True}]
+
+
+def test_readme_gets_the_source_before_the_first_pixi_command():
+    lines = [line.strip() for block in _doc_code_blocks((ROOT / "README.md").read_text()) for line in block.splitlines()]
+    first_pixi = next(i for i, line in enumerate(lines) if re.search(r"(^|\s)pixi\s", line))
+    source_steps = [i for i, line in enumerate(lines) if "git submodule update --init --recursive" in line
+                    or "python3 scripts/fetch_flashinfer_source.py" in line or "--recurse-submodules" in line]
+    assert source_steps and max(source_steps) < first_pixi, lines
+    assert not any("pixi run fetch-flashinfer-source" in line for line in lines)  # it would solve flashinfer-dev first
