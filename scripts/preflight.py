@@ -23,7 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from fidev import kernels
+from fidev import activation, jit_toolchain, kernels
+from fidev.jit_toolchain import JitToolchain
 from fidev.manifest import ROOT, cuda_tag, pins
 from fidev.ui import Failure
 from fidev.versions import in_range, major_minor, version_key
@@ -165,20 +166,10 @@ def check_gpus(driver):
 
 # ---------------------------------------------------------------- CUDA toolkit and host compiler
 
-def selected_nvcc():
-    """The nvcc FlashInfer's JIT will run: $CUDA_HOME/bin/nvcc, else the one on PATH."""
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home:
-        return Path(home) / "bin" / "nvcc", "CUDA_HOME"
-    found = shutil.which("nvcc")
-    return (Path(found), "PATH") if found else (None, None)
-
-
-def check_nvcc(target):
-    nvcc, origin = selected_nvcc()
-    if nvcc is None or not nvcc.exists():
-        where = f"{nvcc} (from {origin})" if nvcc else "on PATH"
-        return fail("nvcc", f"nvcc not found {where}", ENV_FIX)
+def check_nvcc(tc: JitToolchain, target):
+    nvcc = tc.nvcc
+    if not nvcc.is_file():
+        return fail("nvcc", f"nvcc not found: {nvcc} ({tc.nvcc_from}, cuda_home from {tc.cuda_home_from})", ENV_FIX)
     probe = run([str(nvcc), "--version"])
     release = re.search(r"release (\d+\.\d+)", probe.stdout) if probe and probe.returncode == 0 else None
     if not release:
@@ -189,21 +180,109 @@ def check_nvcc(target):
     return ok("nvcc", f"{nvcc} is CUDA {target}")
 
 
-def check_toolkit_origin():
-    nvcc, origin = selected_nvcc()
+def check_toolkit_origin(tc: JitToolchain):
+    nvcc, origin = tc.nvcc, tc.cuda_home_from
     on_path = shutil.which("nvcc")
-    if nvcc is None:
-        return fail("toolkit-origin", "no nvcc to check", ENV_FIX)
-    if origin == "CUDA_HOME" and on_path and Path(on_path).resolve() != nvcc.resolve():
-        return fail("toolkit-origin", f"CUDA_HOME compiles with {nvcc} but PATH runs {on_path}",
+    if origin != "nvcc on PATH" and on_path and Path(on_path).resolve() != nvcc.resolve():
+        return fail("toolkit-origin", f"{origin} compiles with {nvcc} but PATH runs {on_path}",
                     "make CUDA_HOME and PATH name the same toolkit (unset CUDA_HOME inside the environment)")
     prefix = os.environ.get("CONDA_PREFIX")
     if not prefix:
         return warn("toolkit-origin", f"no active pixi environment (CONDA_PREFIX unset); using {nvcc}", ENV_FIX)
-    if not nvcc.resolve().is_relative_to(Path(prefix).resolve()):
-        return fail("toolkit-origin", f"{nvcc} (from {origin}) is outside the environment {prefix}",
+    if not inside(nvcc, prefix):
+        return fail("toolkit-origin", f"{nvcc} (cuda_home from {origin}) is outside the environment {prefix}",
                     "take the host toolkit off PATH and unset CUDA_HOME; the environment sets CUDA_HOME=$CONDA_PREFIX")
     return ok("toolkit-origin", f"nvcc comes from the environment {prefix}")
+
+
+def inside(path: Path, prefix: str) -> bool:
+    return path.resolve().is_relative_to(Path(prefix).resolve())
+
+
+# ---------------------------------------------------------------- conda's CUDA layout, as FlashInfer's JIT sees it
+
+def activation_fix(*names: str) -> str:
+    """The fix for a toolchain path FlashInfer cannot see. Where the manifest's activation is
+    already in force, the file is missing from the environment itself."""
+    wanted = activation.manifest_env(names)
+    prefix = os.environ.get("CONDA_PREFIX")
+    if prefix and all(os.environ.get(k) == v for k, v in activation.apply({}, prefix).items() if k in wanted):
+        return "the activation is in force, so the environment lacks the file: pixi install -e flashinfer-dev " \
+               "(cuda-toolkit brings cuda-cudart-dev, cuda-driver-dev, cuda-cccl and libcublas-dev)"
+    return "run it inside the environment (`pixi run -e flashinfer-dev preflight`), whose activation sets " + \
+        ", ".join(f"{k}={v!r}" for k, v in wanted.items())
+
+
+def check_nvcc_profile(tc: JitToolchain):
+    if not tc.nvcc.is_file():
+        return fail("nvcc-profile", f"no nvcc at {tc.nvcc} to check", "fix the nvcc check first")
+    if not tc.profile.is_file():
+        return fail("nvcc-profile", f"{tc.profile} is missing: nvcc started as {tc.nvcc} ({tc.nvcc_from}) finds no include or library paths",
+                    "point CUDA_HOME at the environment root, where conda keeps bin/nvcc.profile, not at targets/x86_64-linux: "
+                    + activation_fix("CUDA_HOME"))
+    return ok("nvcc-profile", str(tc.profile))
+
+
+def check_cuda_headers(tc: JitToolchain):
+    missing, split = [], []
+    for header in jit_toolchain.HEADERS:
+        cxx, nvcc = jit_toolchain.find_header(header, tc.cxx_includes), jit_toolchain.find_header(header, tc.nvcc_includes)
+        missing += [f"{header} (by {who})" for who, found in (("g++", cxx), ("nvcc", nvcc)) if found is None]
+        if cxx and nvcc and (cxx.path / header).resolve() != (nvcc.path / header).resolve():
+            split.append(f"{header}: g++ takes {cxx.path}, nvcc {nvcc.path}")
+    if missing:
+        searched = ", ".join(str(d.path) for d in tc.cxx_includes)
+        return fail("cuda-headers", f"not reachable: {', '.join(missing)}; g++ searches {searched or 'no CUDA dir'}",
+                    activation_fix("FLASHINFER_EXTRA_CFLAGS"))
+    if split:
+        return warn("cuda-headers", "g++ and nvcc see different copies: " + "; ".join(split),
+                    "give both compilers one include dir first: " + activation_fix("FLASHINFER_EXTRA_CFLAGS"))
+    found = {str(jit_toolchain.find_header(h, tc.cxx_includes).path) for h in jit_toolchain.HEADERS}
+    return ok("cuda-headers", f"{', '.join(jit_toolchain.HEADERS)} from {', '.join(sorted(found))} (g++ and nvcc)")
+
+
+def check_cuda_libs(tc: JitToolchain):
+    found, missing = [], []
+    for lib in jit_toolchain.LIBRARIES:
+        hit = jit_toolchain.find_library(lib, tc.link_dirs)
+        if hit is None:
+            missing.append(f"lib{lib}.so (-l{lib})")
+        else:
+            found.append(f"{hit[1]}")
+    if missing:
+        searched = ", ".join(str(d.path) for d in tc.link_dirs)
+        return fail("cuda-libs", f"every module's link will fail: {', '.join(missing)} on none of the -L dirs ({searched})",
+                    activation_fix("FLASHINFER_EXTRA_LDFLAGS"))
+    return ok("cuda-libs", ", ".join(found))
+
+
+def check_host_cuda(tc: JitToolchain):
+    """What a toolkit outside the environment (the host's /usr/local/cuda) must never give a
+    module: headers, link libraries, or the CUDA runtime FlashInfer preloads."""
+    prefix = os.environ.get("CONDA_PREFIX")
+    if not prefix:
+        return ok("host-cuda", "no active environment: the toolkit found is the one in use (see toolkit-origin)")
+    leaks, origins = [], set()
+    for header in jit_toolchain.HEADERS:
+        for who, dirs in (("g++", tc.cxx_includes), ("nvcc", tc.nvcc_includes)):
+            hit = jit_toolchain.find_header(header, dirs)
+            if hit and not inside(hit.path, prefix):
+                leaks.append(f"{who} takes {header} from {hit.path} ({hit.origin})")
+                origins.add(hit.origin)
+    for lib in jit_toolchain.LIBRARIES:
+        hit = jit_toolchain.find_library(lib, tc.link_dirs)
+        if hit and not inside(hit[0].path, prefix):
+            leaks.append(f"-l{lib} links {hit[1]} ({hit[0].origin})")
+            origins.add(hit[0].origin)
+    fixes = [f"unset {name}" for name in sorted(origins & {"LIBRARY_PATH", "CPATH", "CPLUS_INCLUDE_PATH"})]
+    if origins - set(fixes):
+        fixes.append("take the host toolkit out of CUDA_HOME and FLASHINFER_EXTRA_* (see toolkit-origin)")
+    if tc.preload.is_file() and not inside(tc.preload, prefix):
+        leaks.append(f"FlashInfer preloads {tc.preload} (CUDA_LIB_PATH)")
+        fixes.append("set CUDA_LIB_PATH={!r}, as the manifest's activation does".format(activation.manifest_env(["CUDA_LIB_PATH"])["CUDA_LIB_PATH"]))
+    if leaks:
+        return fail("host-cuda", "a toolkit outside the environment leaks in: " + "; ".join(leaks), "; ".join(fixes))
+    return ok("host-cuda", f"headers, link libraries and the preloaded runtime all come from {prefix} or nowhere")
 
 
 def _ccbin_flag():
@@ -258,7 +337,7 @@ def check_torch(target):
 
 def check_source(p):
     src, rel = p.source_dir, p.source_dir.relative_to(ROOT)
-    init = "git submodule update --init --recursive (no GitHub: pixi run fetch-flashinfer-source)"
+    init = "git submodule update --init --recursive (no GitHub: python3 scripts/fetch_flashinfer_source.py)"
     if not src.is_dir() or not any(src.iterdir()):
         return fail("flashinfer-source", f"{rel} is empty: the submodule is not initialized", init)
     empty = [d for d in ("csrc", "include", "3rdparty/cutlass/include") if not (src / d).is_dir() or not any((src / d).iterdir())]
@@ -372,12 +451,17 @@ def check_host():
 def run_checks(target: str) -> list[Check]:
     p = pins()
     driver, why = read_driver()
+    tc = jit_toolchain.from_env(os.environ)
     return [
         check_host(),
         check_driver(driver, why, target),
         check_gpus(driver),
-        check_nvcc(target),
-        check_toolkit_origin(),
+        check_nvcc(tc, target),
+        check_toolkit_origin(tc),
+        check_nvcc_profile(tc),
+        check_cuda_headers(tc),
+        check_cuda_libs(tc),
+        check_host_cuda(tc),
         check_host_compiler(target),
         check_torch(target),
         check_source(p),

@@ -1,4 +1,6 @@
-"""preflight.py against hosts built on purpose: fake tools on PATH, fake package metadata.
+"""preflight.py against hosts built on purpose: a prefix laid out like a Pixi environment's (conda's
+CUDA layout, tests/conda_prefix.py) with the manifest's activation applied, fake tools on PATH,
+fake package metadata.
 
 Each test runs the real script in a copy of the workspace, with `python -S` so that only the
 fake prefix is visible, and asserts the status, the finding and the exit code.
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 
+import conda_prefix
 import pytest
 
 from fidev.manifest import ROOT, pins
@@ -44,7 +47,7 @@ class Host:
         for sub in ("csrc/norm.cu", "include/flashinfer/norm.cuh", "3rdparty/cutlass/include/cutlass.h"):
             write(self.src / sub, "")
         write(self.src / ".materialized-from-sdist", f"{P.sdist_name} sha256={P.sdist_sha256}\n")
-        self.prefix = tmp / "env"
+        self.prefix = conda_prefix.build(tmp / "env")  # empty files where conda's CUDA 12 packages put them
         self.bin = self.prefix / "bin"
         self.site = tmp / "site"
         self.home = tmp / "home"
@@ -59,8 +62,8 @@ class Host:
         self.dist("flashinfer-cubin", P.flashinfer)
         self.dist("flashinfer-jit-cache", P.jit_cache)
         self.dist("apache-tvm-ffi", "0.1.7")
-        self.env = {"PATH": str(self.bin), "PYTHONPATH": str(self.site), "HOME": str(self.home),
-                    "CONDA_PREFIX": str(self.prefix), "CUDA_HOME": str(self.prefix)}
+        self.base = {"PATH": str(self.bin), "PYTHONPATH": str(self.site), "HOME": str(self.home)}
+        self.env = conda_prefix.environment(self.prefix, self.base)  # CONDA_PREFIX and the manifest's activation
 
     def nvcc(self, release, bindir=None):
         return tool(bindir or self.bin, "nvcc", f"Cuda compilation tools, release {release}, V{release}.41")
@@ -242,7 +245,7 @@ def test_missing_submodule(host):
 def test_empty_submodule(host):
     shutil.rmtree(host.src)
     host.src.mkdir()
-    expect(host, "flashinfer-source", "fail", "is empty", "fetch-flashinfer-source")
+    expect(host, "flashinfer-source", "fail", "is empty", "python3 scripts/fetch_flashinfer_source.py")
 
 
 def test_submodule_without_its_own_submodules(host):
@@ -324,6 +327,56 @@ def read_only_dir(tmp_path):
         ro.chmod(stat.S_IRWXU)
 
 
+LAYOUT_CHECKS = ("nvcc-profile", "cuda-headers", "cuda-libs", "host-cuda")
+TARGET = "targets/x86_64-linux"
+
+
+def test_conda_layout_with_the_manifests_activation_passes(host):
+    rc, checks = host.checks()
+    assert rc == 0 and all(checks[i]["status"] == "pass" for i in LAYOUT_CHECKS)
+    assert f"{TARGET}/include" in checks["cuda-headers"]["finding"]
+    assert f"{TARGET}/lib/libcudart.so" in checks["cuda-libs"]["finding"]
+    assert f"{TARGET}/lib/stubs/libcuda.so" in checks["cuda-libs"]["finding"]
+
+
+def test_cuda_home_alone_cannot_compile_or_link_in_the_conda_layout(host):
+    host.env = conda_prefix.environment(host.prefix, host.base, cuda_home_only=True)
+    rc, checks = host.checks()
+    assert rc == 1
+    headers, libs = checks["cuda-headers"], checks["cuda-libs"]
+    assert headers["status"] == "fail" and "cuda_runtime.h (by g++)" in headers["finding"]
+    assert "(by nvcc)" not in headers["finding"]  # nvcc finds them through its nvcc.profile
+    assert "FLASHINFER_EXTRA_CFLAGS='-I$CONDA_PREFIX/targets/x86_64-linux/include'" in headers["fix"]
+    assert libs["status"] == "fail" and "libcudart.so (-lcudart)" in libs["finding"] and "libcuda.so (-lcuda)" in libs["finding"]
+    assert "FLASHINFER_EXTRA_LDFLAGS=" in libs["fix"]
+    assert checks["nvcc-profile"]["status"] == "pass"
+
+
+def test_nvcc_through_the_targets_symlink_finds_no_profile(host):
+    host.env["CUDA_HOME"] = str(host.prefix / TARGET)
+    checks = expect(host, "nvcc-profile", "fail", f"{TARGET}/bin/nvcc.profile is missing", "not at targets/x86_64-linux")
+    assert checks["cuda-libs"]["status"] == "pass"  # lib64 -> lib inside targets: only the profile is missing
+
+
+def test_missing_header_in_an_activated_environment_says_to_install(host):
+    (host.prefix / TARGET / "include/cublasLt.h").unlink()
+    expect(host, "cuda-headers", "fail", "cublasLt.h (by g++)", "cublasLt.h (by nvcc)", "pixi install -e flashinfer-dev", "libcublas-dev")
+
+
+def test_host_toolkit_library_leaking_in_through_library_path(host, tmp_path):
+    (host.prefix / TARGET / "lib/stubs/libcuda.so").unlink()
+    host_stubs = write(tmp_path / "usr-local-cuda/lib64/stubs/libcuda.so", "").parent
+    host.env["LIBRARY_PATH"] = str(host_stubs)  # what the GPU host's image exports
+    checks = expect(host, "host-cuda", "fail", f"-lcuda links {host_stubs}/libcuda.so (LIBRARY_PATH)", "unset", "LIBRARY_PATH")
+    assert checks["cuda-libs"]["status"] == "pass"
+
+
+def test_host_runtime_preloaded_by_flashinfer(host, tmp_path):
+    host_lib = write(tmp_path / "usr-local-cuda/targets/x86_64-linux/lib/libcudart.so.12", "").parent
+    host.env["CUDA_LIB_PATH"] = str(host_lib)
+    expect(host, "host-cuda", "fail", f"FlashInfer preloads {host_lib}/libcudart.so.12", "CUDA_LIB_PATH='$CONDA_PREFIX/targets/x86_64-linux/lib'")
+
+
 def test_read_only_jit_cache_dir(host, read_only_dir):
     host.env["FLASHINFER_WORKSPACE_BASE"] = str(read_only_dir)
     expect(host, "jit-dir", "fail", "not writable", "FLASHINFER_WORKSPACE_BASE")
@@ -337,7 +390,7 @@ def test_human_output_has_a_line_per_check_and_a_summary(host):
     assert lines[0].startswith("preflight: FlashInfer 0.6.3, CUDA 12.9")
     assert any(line.split()[:2] == ["FAIL", "nvcc"] for line in lines)
     assert any("fix:" in line and "--cuda 13.0" in line for line in lines)
-    assert lines[-1].startswith("preflight: 12 passed, 1 warnings, 1 failed")
+    assert lines[-1].startswith("preflight: 16 passed, 1 warnings, 1 failed")
 
 
 @pytest.mark.parametrize("args", [["--cuda", "13"], ["--bogus"]])
