@@ -8,7 +8,6 @@ subprocess has a timeout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -18,15 +17,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from fidev import activation, jit_toolchain, kernels
+from fidev import activation, jit_toolchain, kernels, smoke_modules, source_tree
 from fidev.jit_toolchain import JitToolchain
-from fidev.manifest import ROOT, cuda_tag, pins
-from fidev.ui import Failure
+from fidev.manifest import Pins, cuda_release, cuda_tag, pins
+from fidev.ui import ArgumentParser, Failure, option, run_main
 from fidev.versions import in_range, major_minor, version_key
 
 SUBPROCESS_TIMEOUT_S = 5
@@ -35,7 +36,6 @@ MIN_DRIVER = {"12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06"}
 # Newest host compiler majors each nvcc accepts: (gcc, clang). Both need C++17: >= 7.
 HOST_COMPILER_MAX = {"12.8": (14, 19), "12.9": (14, 19), "13.0": (15, 20)}
 MIN_COMPUTE_CAPABILITY = (7, 5)  # FlashInfer refuses anything older
-SM90_ONLY = "fa3 prefill, gdn_prefill"  # smoke kernels gated on sm_90
 # Measured on an H100 (one architecture): the default smoke build leaves 48 MB of objects and
 # modules in the JIT cache, the wide tier 100 MB. 1 GiB is ten times that: room for other head
 # dims and dtypes, a second architecture, and the larger GEMM/MoE modules a binding may add.
@@ -43,24 +43,31 @@ MIN_FREE_GIB = 1
 ENV_FIX = "run it inside the environment: `pixi run -e flashinfer-dev preflight`, or `pixi shell -e flashinfer-dev`"
 
 
-@dataclass
-class Check:
-    id: str
+@dataclass(frozen=True)
+class Result:
     status: str  # pass | warn | fail
     finding: str
     fix: str = ""
 
 
-def ok(id_, finding):
-    return Check(id_, "pass", finding)
+@dataclass
+class Check:
+    id: str
+    status: str
+    finding: str
+    fix: str = ""
 
 
-def warn(id_, finding, fix):
-    return Check(id_, "warn", finding, fix)
+def ok(finding: str) -> Result:
+    return Result("pass", finding)
 
 
-def fail(id_, finding, fix):
-    return Check(id_, "fail", finding, fix)
+def warn(finding: str, fix: str) -> Result:
+    return Result("warn", finding, fix)
+
+
+def fail(finding: str, fix: str) -> Result:
+    return Result("fail", finding, fix)
 
 
 def run(cmd) -> subprocess.CompletedProcess | None:
@@ -136,63 +143,68 @@ def read_driver():
     return None, "; ".join(reasons)
 
 
-def check_driver(driver, why, target):
+def check_driver(ctx: Context) -> Result:
+    (driver, why), target = ctx.driver, ctx.target
     min_driver = MIN_DRIVER.get(target, f"the one for CUDA {target}")
     fix = f"install an NVIDIA driver >= {min_driver} (CUDA {target})"
     if driver is None:
-        return fail("driver", f"no NVIDIA driver found ({why})", fix + ", or run on a GPU host")
+        return fail(f"no NVIDIA driver found ({why})", fix + ", or run on a GPU host")
     finding = f"driver {driver.version} supports CUDA {driver.cuda} (via {driver.via})"
     if version_key(driver.cuda) < version_key(target):
         # Minor-version compatibility would run prebuilt SASS of a newer 12.x on this driver,
         # but not PTX JIT nor the features that need the newer driver: not a supported setup.
-        return fail("driver", f"{finding} < CUDA {target} pinned", fix + "; minor-version compatibility does not cover PTX JIT")
-    return ok("driver", finding)
+        return fail(f"{finding} < CUDA {target} pinned", fix + "; minor-version compatibility does not cover PTX JIT")
+    return ok(finding)
 
 
-def check_gpus(driver):
+def check_gpus(ctx: Context) -> Result:
+    driver = ctx.driver[0]
     if driver is None:
-        return fail("gpu", "cannot list GPUs without a driver", "fix the driver check first")
+        return fail("cannot list GPUs without a driver", "fix the driver check first")
     if not driver.gpus:
-        return fail("gpu", "the driver sees no GPU", "check `nvidia-smi` and CUDA_VISIBLE_DEVICES")
+        return fail("the driver sees no GPU", "check `nvidia-smi` and CUDA_VISIBLE_DEVICES")
     listed = ", ".join(f"{name} sm_{major}{minor}" for name, (major, minor) in driver.gpus)
     supported = [cap for _, cap in driver.gpus if cap >= MIN_COMPUTE_CAPABILITY]
     if not supported:
-        return fail("gpu", f"{listed}: FlashInfer 0.6 needs sm_75 or newer", "use a Turing (sm_75) or newer GPU")
+        return fail(f"{listed}: FlashInfer 0.6 needs sm_75 or newer", "use a Turing (sm_75) or newer GPU")
     if not any(cap == (9, 0) for cap in supported):
-        return warn("gpu", f"{listed}; {SM90_ONLY} need sm_90 and will be skipped",
+        sm90_only = ", ".join(m.key for m in smoke_modules.MODULES if m.sm90)
+        return warn(f"{listed}; {sm90_only} need sm_90 and will be skipped",
                     "run on an H100/H200 (sm_90) to smoke-test every kernel")
-    return ok("gpu", f"{listed}; every smoke kernel runs here")
+    return ok(f"{listed}; every smoke kernel runs here")
 
 
 # ---------------------------------------------------------------- CUDA toolkit and host compiler
 
-def check_nvcc(tc: JitToolchain, target):
+def check_nvcc(ctx: Context) -> Result:
+    tc, target = ctx.toolchain, ctx.target
     nvcc = tc.nvcc
     if not nvcc.is_file():
-        return fail("nvcc", f"nvcc not found: {nvcc} ({tc.nvcc_from}, cuda_home from {tc.cuda_home_from})", ENV_FIX)
+        return fail(f"nvcc not found: {nvcc} ({tc.nvcc_from}, cuda_home from {tc.cuda_home_from})", ENV_FIX)
     probe = run([str(nvcc), "--version"])
     release = re.search(r"release (\d+\.\d+)", probe.stdout) if probe and probe.returncode == 0 else None
     if not release:
-        return fail("nvcc", f"{nvcc} --version failed or did not name a release", ENV_FIX)
+        return fail(f"{nvcc} --version failed or did not name a release", ENV_FIX)
     if release.group(1) != target:
-        return fail("nvcc", f"{nvcc} is CUDA {release.group(1)}; the workspace pins {target}",
+        return fail(f"{nvcc} is CUDA {release.group(1)}; the workspace pins {target}",
                     f"{ENV_FIX}; to diagnose this host on purpose: --cuda {release.group(1)}")
-    return ok("nvcc", f"{nvcc} is CUDA {target}")
+    return ok(f"{nvcc} is CUDA {target}")
 
 
-def check_toolkit_origin(tc: JitToolchain):
+def check_toolkit_origin(ctx: Context) -> Result:
+    tc = ctx.toolchain
     nvcc, origin = tc.nvcc, tc.cuda_home_from
     on_path = shutil.which("nvcc")
     if origin != "nvcc on PATH" and on_path and Path(on_path).resolve() != nvcc.resolve():
-        return fail("toolkit-origin", f"{origin} compiles with {nvcc} but PATH runs {on_path}",
+        return fail(f"{origin} compiles with {nvcc} but PATH runs {on_path}",
                     "make CUDA_HOME and PATH name the same toolkit (unset CUDA_HOME inside the environment)")
     prefix = os.environ.get("CONDA_PREFIX")
     if not prefix:
-        return warn("toolkit-origin", f"no active pixi environment (CONDA_PREFIX unset); using {nvcc}", ENV_FIX)
+        return warn(f"no active pixi environment (CONDA_PREFIX unset); using {nvcc}", ENV_FIX)
     if not inside(nvcc, prefix):
-        return fail("toolkit-origin", f"{nvcc} (cuda_home from {origin}) is outside the environment {prefix}",
+        return fail(f"{nvcc} (cuda_home from {origin}) is outside the environment {prefix}",
                     "take the host toolkit off PATH and unset CUDA_HOME; the environment sets CUDA_HOME=$CONDA_PREFIX")
-    return ok("toolkit-origin", f"nvcc comes from the environment {prefix}")
+    return ok(f"nvcc comes from the environment {prefix}")
 
 
 def inside(path: Path, prefix: str) -> bool:
@@ -213,17 +225,19 @@ def activation_fix(*names: str) -> str:
         ", ".join(f"{k}={v!r}" for k, v in wanted.items())
 
 
-def check_nvcc_profile(tc: JitToolchain):
+def check_nvcc_profile(ctx: Context) -> Result:
+    tc = ctx.toolchain
     if not tc.nvcc.is_file():
-        return fail("nvcc-profile", f"no nvcc at {tc.nvcc} to check", "fix the nvcc check first")
+        return fail(f"no nvcc at {tc.nvcc} to check", "fix the nvcc check first")
     if not tc.profile.is_file():
-        return fail("nvcc-profile", f"{tc.profile} is missing: nvcc started as {tc.nvcc} ({tc.nvcc_from}) finds no include or library paths",
+        return fail(f"{tc.profile} is missing: nvcc started as {tc.nvcc} ({tc.nvcc_from}) finds no include or library paths",
                     "point CUDA_HOME at the environment root, where conda keeps bin/nvcc.profile, not at targets/x86_64-linux: "
                     + activation_fix("CUDA_HOME"))
-    return ok("nvcc-profile", str(tc.profile))
+    return ok(str(tc.profile))
 
 
-def check_cuda_headers(tc: JitToolchain):
+def check_cuda_headers(ctx: Context) -> Result:
+    tc = ctx.toolchain
     missing, split = [], []
     for header in jit_toolchain.HEADERS:
         cxx, nvcc = jit_toolchain.find_header(header, tc.cxx_includes), jit_toolchain.find_header(header, tc.nvcc_includes)
@@ -232,16 +246,17 @@ def check_cuda_headers(tc: JitToolchain):
             split.append(f"{header}: g++ takes {cxx.path}, nvcc {nvcc.path}")
     if missing:
         searched = ", ".join(str(d.path) for d in tc.cxx_includes)
-        return fail("cuda-headers", f"not reachable: {', '.join(missing)}; g++ searches {searched or 'no CUDA dir'}",
+        return fail(f"not reachable: {', '.join(missing)}; g++ searches {searched or 'no CUDA dir'}",
                     activation_fix("FLASHINFER_EXTRA_CFLAGS"))
     if split:
-        return warn("cuda-headers", "g++ and nvcc see different copies: " + "; ".join(split),
+        return warn("g++ and nvcc see different copies: " + "; ".join(split),
                     "give both compilers one include dir first: " + activation_fix("FLASHINFER_EXTRA_CFLAGS"))
     found = {str(jit_toolchain.find_header(h, tc.cxx_includes).path) for h in jit_toolchain.HEADERS}
-    return ok("cuda-headers", f"{', '.join(jit_toolchain.HEADERS)} from {', '.join(sorted(found))} (g++ and nvcc)")
+    return ok(f"{', '.join(jit_toolchain.HEADERS)} from {', '.join(sorted(found))} (g++ and nvcc)")
 
 
-def check_cuda_libs(tc: JitToolchain):
+def check_cuda_libs(ctx: Context) -> Result:
+    tc = ctx.toolchain
     found, missing = [], []
     for lib in jit_toolchain.LIBRARIES:
         hit = jit_toolchain.find_library(lib, tc.link_dirs)
@@ -251,17 +266,18 @@ def check_cuda_libs(tc: JitToolchain):
             found.append(f"{hit[1]}")
     if missing:
         searched = ", ".join(str(d.path) for d in tc.link_dirs)
-        return fail("cuda-libs", f"every module's link will fail: {', '.join(missing)} on none of the -L dirs ({searched})",
+        return fail(f"every module's link will fail: {', '.join(missing)} on none of the -L dirs ({searched})",
                     activation_fix("FLASHINFER_EXTRA_LDFLAGS"))
-    return ok("cuda-libs", ", ".join(found))
+    return ok(", ".join(found))
 
 
-def check_host_cuda(tc: JitToolchain):
+def check_host_cuda(ctx: Context) -> Result:
     """What a toolkit outside the environment (the host's /usr/local/cuda) must never give a
     module: headers, link libraries, or the CUDA runtime FlashInfer preloads."""
+    tc = ctx.toolchain
     prefix = os.environ.get("CONDA_PREFIX")
     if not prefix:
-        return ok("host-cuda", "no active environment: the toolkit found is the one in use (see toolkit-origin)")
+        return ok("no active environment: the toolkit found is the one in use (see toolkit-origin)")
     leaks, origins = [], set()
     for header in jit_toolchain.HEADERS:
         for who, dirs in (("g++", tc.cxx_includes), ("nvcc", tc.nvcc_includes)):
@@ -281,8 +297,8 @@ def check_host_cuda(tc: JitToolchain):
         leaks.append(f"FlashInfer preloads {tc.preload} (CUDA_LIB_PATH)")
         fixes.append("set CUDA_LIB_PATH={!r}, as the manifest's activation does".format(activation.manifest_env(["CUDA_LIB_PATH"])["CUDA_LIB_PATH"]))
     if leaks:
-        return fail("host-cuda", "a toolkit outside the environment leaks in: " + "; ".join(leaks), "; ".join(fixes))
-    return ok("host-cuda", f"headers, link libraries and the preloaded runtime all come from {prefix} or nowhere")
+        return fail("a toolkit outside the environment leaks in: " + "; ".join(leaks), "; ".join(fixes))
+    return ok(f"headers, link libraries and the preloaded runtime all come from {prefix} or nowhere")
 
 
 def _ccbin_flag():
@@ -296,135 +312,156 @@ def _ccbin_flag():
     return None
 
 
-def check_host_compiler(target):
+def check_host_compiler(ctx: Context) -> Result:
+    target = ctx.target
     # FlashInfer passes `-ccbin $CC` when CC is set; otherwise nvcc takes -ccbin from
     # NVCC_PREPEND/APPEND_FLAGS, else gcc on PATH.
     compiler = os.environ.get("CC") or _ccbin_flag() or "gcc"
     probe = run([compiler, "--version"])
     if probe is None or probe.returncode != 0:
-        return fail("host-compiler", f"host compiler {compiler!r} does not run", "install GCC, or set CC to a supported compiler")
+        return fail(f"host compiler {compiler!r} does not run", "install GCC, or set CC to a supported compiler")
     first = probe.stdout.splitlines()[0] if probe.stdout else ""
     versions = re.findall(r"(\d+)\.(\d+)(?:\.\d+)?", first)
     if not versions:
-        return warn("host-compiler", f"cannot read the version of {compiler}: {first!r}", "check it against NVIDIA's supported compilers")
+        return warn(f"cannot read the version of {compiler}: {first!r}", "check it against NVIDIA's supported compilers")
     major = int(versions[-1][0])
     family = "clang" if "clang" in first else "gcc"
     limits = HOST_COMPILER_MAX.get(target)
     if limits is None:
-        return warn("host-compiler", f"{family} {major} ({compiler}); no table for CUDA {target}", "check NVIDIA's supported compilers")
+        return warn(f"{family} {major} ({compiler}); no table for CUDA {target}", "check NVIDIA's supported compilers")
     newest = limits[family == "clang"]
     if not 7 <= major <= newest:
-        return fail("host-compiler", f"{family} {major} ({compiler}): nvcc {target} accepts {family} 7 to {newest}",
+        return fail(f"{family} {major} ({compiler}): nvcc {target} accepts {family} 7 to {newest}",
                     f"set CC to a {family} <= {newest} (the environment ships gxx_linux-64 13)")
-    return ok("host-compiler", f"{family} {major} ({compiler})")
+    return ok(f"{family} {major} ({compiler})")
 
 
 # ---------------------------------------------------------------- Python packages (metadata only)
 
-def check_torch(target):
+def check_torch(ctx: Context) -> Result:
+    target = ctx.target
     dist = distribution("torch")
     if dist is None:
-        return fail("torch", "PyTorch is not installed", ENV_FIX)
+        return fail("PyTorch is not installed", ENV_FIX)
     version_py = Path(dist.locate_file("torch/version.py"))
     text = version_py.read_text() if version_py.is_file() else ""
     cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([\d.]+)['\"]", text, flags=re.M)
     if not cuda:
-        return fail("torch", f"torch {dist.version} is not a CUDA build", f"install torch built for CUDA {target}: {ENV_FIX}")
+        return fail(f"torch {dist.version} is not a CUDA build", f"install torch built for CUDA {target}: {ENV_FIX}")
     if major_minor(cuda.group(1)) != target:
-        return fail("torch", f"torch {dist.version} is built for CUDA {cuda.group(1)}, not {target}", f"install torch built for CUDA {target}: {ENV_FIX}")
-    return ok("torch", f"torch {dist.version} (CUDA {cuda.group(1)})")
+        return fail(f"torch {dist.version} is built for CUDA {cuda.group(1)}, not {target}", f"install torch built for CUDA {target}: {ENV_FIX}")
+    return ok(f"torch {dist.version} (CUDA {cuda.group(1)})")
 
 
-def check_source(p):
-    src, rel = p.source_dir, p.source_dir.relative_to(ROOT)
-    init = "git submodule update --init --recursive (no GitHub: python3 scripts/fetch_flashinfer_source.py)"
-    if not src.is_dir() or not any(src.iterdir()):
-        return fail("flashinfer-source", f"{rel} is empty: the submodule is not initialized", init)
-    empty = [d for d in ("csrc", "include", "3rdparty/cutlass/include") if not (src / d).is_dir() or not any((src / d).iterdir())]
-    if empty:
-        return fail("flashinfer-source", f"{rel} lacks {', '.join(empty)}", init)
-    if (src / ".git").exists():
-        head = run(["git", "-C", str(src), "rev-parse", "HEAD"])
-        if head is None or head.returncode != 0:
-            return warn("flashinfer-source", f"cannot read the commit of {rel}", "check `git -C extern/tracked/flashinfer status`")
-        commit = head.stdout.strip()
-        if commit != p.source_commit:
-            return fail("flashinfer-source", f"{rel} is at {commit[:12]}, the manifest pins {p.source_commit[:12]} (v{p.flashinfer})",
+def check_source(ctx: Context) -> Result:
+    p = ctx.pins
+    tree = source_tree.inspect(p.source_dir, p)
+    where = source_tree.shown(tree.path)
+    get = "git submodule update --init --recursive (no GitHub: python3 scripts/fetch_flashinfer_source.py)"
+    replace = f"python3 scripts/fetch_flashinfer_source.py --replace (it keeps the old tree as {where}.replaced-<time>)"
+    if tree.kind == "missing":
+        return fail(f"{where} does not exist", get)
+    if tree.kind == "not a folder":
+        return fail(f"{where} is a file, not a folder", f"move it away, then {get}")
+    if tree.kind == "empty":
+        return fail(f"{where} is empty: the submodule is not initialized", get)
+    if tree.kind == "submodule":
+        if not tree.found:
+            return warn(f"cannot read the commit of {where}", f"check `git -C {where} status`")
+        if not tree.pinned:
+            return fail(f"{where} is at {tree.found[:12]}, the manifest pins {p.source_commit[:12]} (v{p.flashinfer})",
                         "git submodule update --init --recursive")
-        return ok("flashinfer-source", f"{rel} at v{p.flashinfer} ({commit[:12]})")
-    marker = src / ".materialized-from-sdist"
-    if marker.is_file() and p.sdist_sha256 in marker.read_text():
-        return ok("flashinfer-source", f"{rel} holds the v{p.flashinfer} source release (sha256 verified)")
-    return fail("flashinfer-source", f"{rel} is neither a git checkout nor the pinned source release",
-                f"move it away, then: {init}")
+        if tree.lacking:
+            return fail(f"{where} lacks {', '.join(tree.lacking)}: its own submodules are not initialized", "git submodule update --init --recursive")
+        return ok(f"{where} at v{p.flashinfer} ({tree.found[:12]})")
+    if tree.kind == "release":
+        if not tree.pinned:
+            return fail(f"{where} holds another release ({tree.found})", replace)
+        if tree.lacking:
+            return fail(f"{where} is a partial release: no {', '.join(tree.lacking)}", replace)
+        # The marker records the archive whose SHA-256 matched the pin before it was unpacked.
+        return ok(f"{where} holds the v{p.flashinfer} source release (sha256 {p.sdist_sha256[:12]}... matched before unpacking)")
+    return fail(f"{where} is neither a git checkout nor a materialized release", f"{replace}; or move it away, then {get}")
 
 
-def check_flashinfer_install(p):
+def check_flashinfer_install(ctx: Context) -> Result:
+    p = ctx.pins
+    where = source_tree.shown(p.source_dir)
     dist = distribution("flashinfer-python")
-    fix = "pixi install -e flashinfer-dev (the manifest installs it editable from extern/tracked/flashinfer)"
+    fix = f"pixi install -e flashinfer-dev (the manifest installs it editable from {where})"
     if dist is None:
-        return fail("flashinfer-install", "flashinfer-python is not installed", fix)
+        return fail("flashinfer-python is not installed", fix)
     raw = dist.read_text("direct_url.json")
     info = json.loads(raw) if raw else {}
     url = info.get("url", "")
-    where = Path(unquote(urlparse(url).path)) if url.startswith("file://") else None
-    if not info.get("dir_info", {}).get("editable") or where is None:
-        return fail("flashinfer-install", f"flashinfer-python {dist.version} is not an editable install ({url or 'from a wheel'})", fix)
-    if where.resolve() != p.source_dir.resolve():
-        return fail("flashinfer-install", f"flashinfer-python is editable from {where}, not {p.source_dir}", fix)
+    editable_from = Path(unquote(urlparse(url).path)) if url.startswith("file://") else None
+    if not info.get("dir_info", {}).get("editable") or editable_from is None:
+        return fail(f"flashinfer-python {dist.version} is not an editable install ({url or 'from a wheel'})", fix)
+    if editable_from.resolve() != p.source_dir.resolve():
+        return fail(f"flashinfer-python is editable from {editable_from}, not {where}", fix)
     if dist.version != p.flashinfer:
-        return fail("flashinfer-install", f"flashinfer-python {dist.version} installed, the pin is {p.flashinfer}", fix)
-    return ok("flashinfer-install", f"flashinfer-python {dist.version} editable from {p.source_dir.relative_to(ROOT)}")
+        return fail(f"flashinfer-python {dist.version} installed, the pin is {p.flashinfer}", fix)
+    broken = source_tree.broken_editable_links(p.source_dir)
+    if broken:
+        return fail(f"the editable install's links {where}/flashinfer/data/{{{','.join(broken)}}} are gone: "
+                    "the tree was re-created after the install, and the JIT would fail on them", source_tree.REINSTALL)
+    return ok(f"flashinfer-python {dist.version} editable from {where}")
 
 
-def check_cubin(p):
+def check_cubin(ctx: Context) -> Result:
+    p = ctx.pins
     dist = distribution("flashinfer-cubin")
     if dist is None:
-        return fail("cubin", "flashinfer-cubin is not installed", "pixi install -e flashinfer-dev")
+        return fail("flashinfer-cubin is not installed", "pixi install -e flashinfer-dev")
     if dist.version != p.flashinfer:
-        return fail("cubin", f"flashinfer-cubin {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
+        return fail(f"flashinfer-cubin {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
                     f"install flashinfer-cubin=={p.flashinfer} (pixi install -e flashinfer-dev)")
-    return ok("cubin", f"flashinfer-cubin {dist.version}")
+    return ok(f"flashinfer-cubin {dist.version}")
 
 
-def check_jit_cache(p, target):
-    tag = cuda_tag(target)
-    dist = distribution("flashinfer-jit-cache")
-    if dist is None:
-        return fail("jit-cache", "flashinfer-jit-cache is not installed", "pixi install -e flashinfer-dev")
-    base, _, local = dist.version.partition("+")
-    if base != p.flashinfer:
-        return fail("jit-cache", f"flashinfer-jit-cache {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
-                    f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
-    if local != tag:
-        return fail("jit-cache", f"flashinfer-jit-cache {dist.version} is built for {local or 'no CUDA tag'}, the toolkit is {tag}",
-                    f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
+def check_kernel_source(ctx: Context) -> Result:
     try:
         mode = kernels.mode()
     except Failure as e:
-        return fail("jit-cache", e.problem, e.fix)
-    if mode == kernels.VENDORED:
-        return ok("jit-cache", f"flashinfer-jit-cache {dist.version}, hidden: kernels compile from the vendored source")
-    return warn("jit-cache", f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling extern/tracked/flashinfer/csrc",
+        return fail(e.problem, e.fix)
+    return ok(f"{mode} ({kernels.ENV}{'' if os.environ.get(kernels.ENV) else ' unset: the default'})")
+
+
+def check_jit_cache(ctx: Context) -> Result:
+    p, tag = ctx.pins, cuda_tag(ctx.target)
+    dist = distribution("flashinfer-jit-cache")
+    if dist is None:
+        return fail("flashinfer-jit-cache is not installed", "pixi install -e flashinfer-dev")
+    base, _, local = dist.version.partition("+")
+    if base != p.flashinfer:
+        return fail(f"flashinfer-jit-cache {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
+                    f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
+    if local != tag:
+        return fail(f"flashinfer-jit-cache {dist.version} is built for {local or 'no CUDA tag'}, the toolkit is {tag}",
+                    f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
+    if os.environ.get(kernels.ENV) == kernels.VENDORED:
+        return ok(f"flashinfer-jit-cache {dist.version}, hidden: kernels compile from the vendored source")
+    return warn(f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling {source_tree.shown(p.source_dir)}/csrc",
                 f"to build and test your kernel edits: {kernels.ENV}={kernels.VENDORED}")
 
 
-def check_tvm_ffi(p):
+def check_tvm_ffi(ctx: Context) -> Result:
+    p = ctx.pins
     dist = distribution("apache-tvm-ffi")
     fix = f"install apache-tvm-ffi{p.tvm_ffi_range} (pixi install -e flashinfer-dev)"
     if dist is None:
-        return fail("tvm-ffi", "apache-tvm-ffi is not installed", fix)
+        return fail("apache-tvm-ffi is not installed", fix)
     if not in_range(dist.version, p.tvm_ffi_range):
-        return fail("tvm-ffi", f"apache-tvm-ffi {dist.version} is outside FlashInfer {p.flashinfer}'s range {p.tvm_ffi_range}", fix)
-    return ok("tvm-ffi", f"apache-tvm-ffi {dist.version}")
+        return fail(f"apache-tvm-ffi {dist.version} is outside FlashInfer {p.flashinfer}'s range {p.tvm_ffi_range}", fix)
+    return ok(f"apache-tvm-ffi {dist.version}")
 
 
-def check_ninja():
+def check_ninja(ctx: Context) -> Result:
     found = shutil.which("ninja")
-    return ok("ninja", found) if found else fail("ninja", "ninja is not on PATH: FlashInfer's JIT builds with it", ENV_FIX)
+    return ok(found) if found else fail("ninja is not on PATH: FlashInfer's JIT builds with it", ENV_FIX)
 
 
-def check_jit_dir():
+def check_jit_dir(ctx: Context) -> Result:
     base = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home())
     cache = base / ".cache" / "flashinfer"  # where FlashInfer 0.6 keeps its JIT builds
     fix = f"set FLASHINFER_WORKSPACE_BASE to a writable folder with >= {MIN_FREE_GIB} GiB free"
@@ -433,67 +470,99 @@ def check_jit_dir():
         with tempfile.TemporaryFile(dir=cache):
             pass
     except OSError as e:
-        return fail("jit-dir", f"JIT cache {cache} is not writable ({e.strerror or e})", fix)
+        return fail(f"JIT cache {cache} is not writable ({e.strerror or e})", fix)
     free = shutil.disk_usage(cache).free / 2**30
     if free < MIN_FREE_GIB:
-        return fail("jit-dir", f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
-    return ok("jit-dir", f"JIT cache {cache} ({free:.0f} GiB free)")
+        return fail(f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
+    return ok(f"JIT cache {cache} ({free:.0f} GiB free)")
 
 
-def check_host():
+def check_host(ctx: Context) -> Result:
     system, machine = platform.system(), platform.machine()
     if (system, machine) != ("Linux", "x86_64"):
-        return fail("host", f"{system} {machine}: the workspace is solved for linux-64 only",
+        return fail(f"{system} {machine}: the workspace is solved for linux-64 only",
                     "use a Linux x86_64 host with an NVIDIA GPU")
-    return ok("host", "Linux x86_64")
+    return ok("Linux x86_64")
 
 
-def run_checks(target: str) -> list[Check]:
-    p = pins()
-    driver, why = read_driver()
-    tc = jit_toolchain.from_env(os.environ)
-    return [
-        check_host(),
-        check_driver(driver, why, target),
-        check_gpus(driver),
-        check_nvcc(tc, target),
-        check_toolkit_origin(tc),
-        check_nvcc_profile(tc),
-        check_cuda_headers(tc),
-        check_cuda_libs(tc),
-        check_host_cuda(tc),
-        check_host_compiler(target),
-        check_torch(target),
-        check_source(p),
-        check_flashinfer_install(p),
-        check_cubin(p),
-        check_jit_cache(p, target),
-        check_tvm_ffi(p),
-        check_ninja(),
-        check_jit_dir(),
-    ]
+@dataclass
+class Context:
+    """What the checks share, each read once: the CUDA release checked against, the pins, the
+    driver, and the toolchain FlashInfer's JIT would use."""
+
+    target: str
+    pins: Pins
+
+    @cached_property
+    def driver(self) -> tuple[Driver | None, str | None]:
+        return read_driver()
+
+    @cached_property
+    def toolchain(self) -> JitToolchain:
+        return jit_toolchain.from_env(os.environ)
 
 
-def main(argv=None) -> int:
-    pinned = pins().cuda
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
+    ("host", check_host),
+    ("driver", check_driver),
+    ("gpu", check_gpus),
+    ("nvcc", check_nvcc),
+    ("toolkit-origin", check_toolkit_origin),
+    ("nvcc-profile", check_nvcc_profile),
+    ("cuda-headers", check_cuda_headers),
+    ("cuda-libs", check_cuda_libs),
+    ("host-cuda", check_host_cuda),
+    ("host-compiler", check_host_compiler),
+    ("torch", check_torch),
+    ("flashinfer-source", check_source),
+    ("flashinfer-install", check_flashinfer_install),
+    ("cubin", check_cubin),
+    ("kernel-source", check_kernel_source),
+    ("jit-cache", check_jit_cache),
+    ("tvm-ffi", check_tvm_ffi),
+    ("ninja", check_ninja),
+    ("jit-dir", check_jit_dir),
+]
+
+
+def run_checks(ctx: Context) -> list[Check]:
+    """Every check, each behind the one crash guard: a check that raises is a FAIL carrying the
+    exception, and the others still run."""
+    checks = []
+    for check_id, check in CHECKS:
+        try:
+            result = check(ctx)
+        except Exception as e:  # noqa: BLE001 (the guard is the point)
+            result = fail(f"the check crashed: {type(e).__name__}: {e}",
+                          "the other checks still ran; report this line with `python scripts/preflight.py --json`")
+        checks.append(Check(check_id, result.status, result.finding, result.fix))
+    return checks
+
+
+def main() -> int:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
-    parser.add_argument("--cuda", metavar="X.Y", default=pinned,
-                        help=f"CUDA version to check against (default: the pin, {pinned}); only to diagnose another host")
-    args = parser.parse_args(argv)
-    if not re.fullmatch(r"\d+\.\d+", args.cuda):
-        parser.error(f"--cuda takes MAJOR.MINOR, got {args.cuda!r}")
+    parser.add_argument("--cuda", metavar="X.Y", type=option(cuda_release),
+                        help="CUDA release to check against, 13.0 or cu130 (default: the manifest's pin); only to diagnose another host")
+    args = parser.parse_args()
+    try:
+        p = pins()
+        target = args.cuda or p.cuda
+    except Failure as failure:
+        if args.json:  # a machine reading --json still gets JSON
+            print(json.dumps({"error": failure.problem, "fix": failure.fix}))
+        raise
 
     started = time.perf_counter()
-    checks = run_checks(args.cuda)
+    checks = run_checks(Context(target, p))
     counts = {s: sum(c.status == s for c in checks) for s in ("pass", "warn", "fail")}
     elapsed = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"cuda_target": args.cuda, "pinned": args.cuda == pinned, "checks": [asdict(c) for c in checks],
+        print(json.dumps({"cuda_target": target, "pinned": target == p.cuda, "checks": [asdict(c) for c in checks],
                           "summary": counts, "seconds": round(elapsed, 3)}, indent=1))
     else:
-        note = "" if args.cuda == pinned else f" (override; the pin is {pinned})"
-        print(f"preflight: FlashInfer {pins().flashinfer}, CUDA {args.cuda}{note}")
+        note = "" if target == p.cuda else f" (override; the pin is {p.cuda})"
+        print(f"preflight: FlashInfer {p.flashinfer}, CUDA {target}{note}")
         for c in checks:
             print(f"  {c.status.upper():4}  {c.id:18} {c.finding}")
             if c.fix:
@@ -503,4 +572,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

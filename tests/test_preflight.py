@@ -9,7 +9,6 @@ fake prefix is visible, and asserts the status, the finding and the exit code.
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ import textwrap
 import conda_prefix
 import pytest
 
+from fidev import smoke_modules, source_tree
 from fidev.manifest import ROOT, pins
 
 P = pins()
@@ -44,9 +44,10 @@ class Host:
         shutil.copytree(ROOT / "scripts", self.ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "pyproject.toml", self.ws)
         self.src = self.ws / "extern/tracked/flashinfer"
-        for sub in ("csrc/norm.cu", "include/flashinfer/norm.cuh", "3rdparty/cutlass/include/cutlass.h"):
+        for sub in ("csrc/norm.cu", "include/flashinfer/norm.cuh", "3rdparty/cutlass/include/cutlass.h", "3rdparty/spdlog/include/spdlog.h"):
             write(self.src / sub, "")
-        write(self.src / ".materialized-from-sdist", f"{P.sdist_name} sha256={P.sdist_sha256}\n")
+        write(self.src / source_tree.MARKER, source_tree.marker_text(P))
+        self.link_editable_install()
         self.prefix = conda_prefix.build(tmp / "env")  # empty files where conda's CUDA 12 packages put them
         self.bin = self.prefix / "bin"
         self.site = tmp / "site"
@@ -64,6 +65,13 @@ class Host:
         self.dist("apache-tvm-ffi", "0.1.7")
         self.base = {"PATH": str(self.bin), "PYTHONPATH": str(self.site), "HOME": str(self.home)}
         self.env = conda_prefix.environment(self.prefix, self.base)  # CONDA_PREFIX and the manifest's activation
+
+    def link_editable_install(self):
+        """The flashinfer/data links FlashInfer's build backend makes for an editable install."""
+        for name, target in source_tree.EDITABLE_LINKS.items():
+            link = self.src / "flashinfer" / "data" / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(self.src / target, target_is_directory=True)
 
     def nvcc(self, release, bindir=None):
         return tool(bindir or self.bin, "nvcc", f"Cuda compilation tools, release {release}, V{release}.41")
@@ -126,7 +134,7 @@ def test_vendored_kernel_mode_clears_the_jit_cache_warning(host):
     assert rc == 0 and checks["jit-cache"]["status"] == "pass"
     host.env["FLASHINFER_DEV_KERNEL_SOURCE"] = "jit"
     rc, checks = host.checks()
-    assert rc == 1 and "not a kernel source mode" in checks["jit-cache"]["finding"]
+    assert rc == 1 and "not a kernel source mode" in checks["kernel-source"]["finding"]
 
 
 def expect(host, check_id, status, *words, rc=1):
@@ -164,7 +172,9 @@ def test_driver_too_old_for_the_pin(host):
 
 def test_gpu_without_sm90_warns_which_kernels_skip(host):
     host.nvml(driver="575.57.08", cuda=12090, gpus=[("NVIDIA A100", (8, 0))])
-    expect(host, "gpu", "warn", "sm_80", "fa3 prefill, gdn_prefill", rc=0)
+    sm90_only = [m.key for m in smoke_modules.MODULES if m.sm90]
+    assert {"single_prefill_fa3", "gdn_prefill"} <= set(sm90_only)
+    expect(host, "gpu", "warn", "sm_80", ", ".join(sm90_only), rc=0)
 
 
 def test_gpu_too_old_for_flashinfer(host):
@@ -237,9 +247,9 @@ def test_cpu_torch(host):
     expect(host, "torch", "fail", "not a CUDA build")
 
 
-def test_missing_submodule(host):
+def test_missing_source_folder(host):
     shutil.rmtree(host.src)
-    expect(host, "flashinfer-source", "fail", "not initialized", "git submodule update --init --recursive")
+    expect(host, "flashinfer-source", "fail", "extern/tracked/flashinfer does not exist", "git submodule update --init --recursive")
 
 
 def test_empty_submodule(host):
@@ -248,14 +258,14 @@ def test_empty_submodule(host):
     expect(host, "flashinfer-source", "fail", "is empty", "python3 scripts/fetch_flashinfer_source.py")
 
 
-def test_submodule_without_its_own_submodules(host):
+def test_partial_release_is_replaced_not_refetched_into_a_full_folder(host):
     shutil.rmtree(host.src / "3rdparty/cutlass/include")
-    expect(host, "flashinfer-source", "fail", "3rdparty/cutlass/include", "--recursive")
+    expect(host, "flashinfer-source", "fail", "partial release: no 3rdparty/cutlass/include", "fetch_flashinfer_source.py --replace")
 
 
 def test_tree_of_another_release(host):
     write(host.src / ".materialized-from-sdist", "flashinfer_python-0.6.2.tar.gz sha256=abc\n")
-    expect(host, "flashinfer-source", "fail", "neither a git checkout nor the pinned source release")
+    expect(host, "flashinfer-source", "fail", "holds another release (flashinfer_python-0.6.2.tar.gz", "--replace")
 
 
 def test_git_checkout_at_another_commit(host):
@@ -309,22 +319,6 @@ def test_tvm_ffi_post_release_in_range(host):
 def test_missing_ninja(host):
     (host.bin / "ninja").unlink()
     expect(host, "ninja", "fail", "not on PATH")
-
-
-@pytest.fixture
-def read_only_dir(tmp_path):
-    """A folder nobody can write, root included (root ignores permission bits)."""
-    ro = tmp_path / "read-only"
-    ro.mkdir()
-    if os.geteuid() == 0:
-        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(ro)]).returncode != 0:
-            pytest.skip("running as root on a filesystem without chattr +i: cannot make a read-only folder")
-        yield ro
-        subprocess.run(["chattr", "-i", str(ro)])
-    else:
-        ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
-        yield ro
-        ro.chmod(stat.S_IRWXU)
 
 
 LAYOUT_CHECKS = ("nvcc-profile", "cuda-headers", "cuda-libs", "host-cuda")
@@ -390,7 +384,7 @@ def test_human_output_has_a_line_per_check_and_a_summary(host):
     assert lines[0].startswith("preflight: FlashInfer 0.6.3, CUDA 12.9")
     assert any(line.split()[:2] == ["FAIL", "nvcc"] for line in lines)
     assert any("fix:" in line and "--cuda 13.0" in line for line in lines)
-    assert lines[-1].startswith("preflight: 16 passed, 1 warnings, 1 failed")
+    assert lines[-1].startswith("preflight: 17 passed, 1 warnings, 1 failed")
 
 
 @pytest.mark.parametrize("args", [["--cuda", "13"], ["--bogus"]])

@@ -18,7 +18,8 @@ PREBUILT, VENDORED = "prebuilt", "vendored"
 
 
 def mode() -> str:
-    value = os.environ.get(ENV, PREBUILT)
+    """The mode in force; an empty variable counts as unset, as for every variable here."""
+    value = os.environ.get(ENV) or PREBUILT
     if value not in (PREBUILT, VENDORED):
         raise Failure(f"{ENV}={value!r} is not a kernel source mode",
                       f"set {ENV} to '{PREBUILT}' (default) or '{VENDORED}'")

@@ -15,6 +15,8 @@ except ModuleNotFoundError:  # Python 3.10: the tomli that pip vendors reads the
     except ModuleNotFoundError:
         from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
 
+from fidev.ui import Failure
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "pyproject.toml"
 FEATURE = "flashinfer-dev"
@@ -44,21 +46,52 @@ def cuda_tag(cuda: str) -> str:
     return "cu" + cuda.replace(".", "")
 
 
+def cuda_release(text: str) -> str:
+    """A CUDA release as every script's --cuda takes it, X.Y (12.9) or the wheel tag (cu129),
+    as X.Y. Anything else is refused, so that no script turns it into a broken key."""
+    match = re.fullmatch(r"(\d+)\.(\d)", text.strip()) or re.fullmatch(r"cu(\d{2,})(\d)", text.strip().lower())
+    if not match:
+        raise Failure(f"{text!r} is not a CUDA release", "write it as X.Y (12.9) or as its wheel tag (cu129)")
+    return f"{int(match.group(1))}.{match.group(2)}"
+
+
 def load_manifest(path: Path = MANIFEST) -> dict:
-    with open(path, "rb") as f:
-        return tomllib.load(f)
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise Failure(f"cannot read the manifest {path}: {e.strerror or e}", "run it from a checkout of the workspace") from e
+    except tomllib.TOMLDecodeError as e:
+        raise Failure(f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)") from e
+
+
+def _table(manifest: dict, *keys: str) -> dict:
+    table = manifest
+    for key in keys:
+        table = table.get(key) if isinstance(table, dict) else None
+    if not isinstance(table, dict):
+        raise Failure(f"{MANIFEST.name} has no [{'.'.join(keys)}] table",
+                      f"restore it (`git diff {MANIFEST.name}` shows what changed)")
+    return table
 
 
 def feature(manifest: dict) -> dict:
-    return manifest["tool"]["pixi"]["feature"][FEATURE]
+    return _table(manifest, "tool", "pixi", "feature", FEATURE)
+
+
+def _entry(table: dict, key: str, where: str):
+    if key not in table:
+        raise Failure(f"{MANIFEST.name}: [{where}] has no {key}", f"restore it (`git diff {MANIFEST.name}` shows what changed)")
+    return table[key]
 
 
 def _exact(spec: object, name: str) -> str:
     """'==0.6.3' or {version = '==0.6.3+cu129'} -> the pinned version."""
-    version = spec["version"] if isinstance(spec, dict) else spec
+    version = spec.get("version") if isinstance(spec, dict) else spec
     match = re.fullmatch(r"==\s*([^,*\s]+)", str(version))
     if not match:
-        raise ValueError(f"{MANIFEST.name}: {name} must be pinned exactly (==X), found {version!r}")
+        raise Failure(f"{MANIFEST.name}: {name} must be pinned exactly (==X), found {version!r}",
+                      f"pin it with == ({name} must match FlashInfer's release exactly)")
     return match.group(1)
 
 
@@ -66,18 +99,26 @@ def _exact(spec: object, name: str) -> str:
 def pins(path: Path = MANIFEST) -> Pins:
     manifest = load_manifest(path)
     feat = feature(manifest)
-    cuda = re.fullmatch(r"(\d+\.\d+)\.\*", feat["dependencies"]["cuda-version"])
+    where = f"tool.pixi.feature.{FEATURE}"
+    deps, pypi = _table(feat, "dependencies"), _table(feat, "pypi-dependencies")
+    cuda = re.fullmatch(r"(\d+\.\d+)\.\*", str(_entry(deps, "cuda-version", f"{where}.dependencies")))
     if not cuda:
-        raise ValueError(f"{path.name}: cuda-version must read 'X.Y.*'")
-    pypi = feat["pypi-dependencies"]
-    tvm = pypi["apache-tvm-ffi"]
-    facts = manifest["tool"][FEATURE]
+        raise Failure(f"{path.name}: cuda-version must read 'X.Y.*', found {deps['cuda-version']!r}", "pin the CUDA release as X.Y.*")
+    tvm = _entry(pypi, "apache-tvm-ffi", f"{where}.pypi-dependencies")
+    facts = _table(manifest, "tool", FEATURE)
     return Pins(
         cuda=cuda.group(1),
-        flashinfer=_exact(pypi["flashinfer-cubin"], "flashinfer-cubin"),
-        jit_cache=_exact(pypi["flashinfer-jit-cache"], "flashinfer-jit-cache"),
+        flashinfer=_exact(_entry(pypi, "flashinfer-cubin", f"{where}.pypi-dependencies"), "flashinfer-cubin"),
+        jit_cache=_exact(_entry(pypi, "flashinfer-jit-cache", f"{where}.pypi-dependencies"), "flashinfer-jit-cache"),
         tvm_ffi_range=tvm["version"] if isinstance(tvm, dict) else tvm,
-        source_dir=path.parent / facts["source-dir"],
-        source_commit=facts["source-commit"],
-        sdist_sha256=facts["source-sdist-sha256"],
+        source_dir=path.parent / _entry(facts, "source-dir", f"tool.{FEATURE}"),
+        source_commit=_entry(facts, "source-commit", f"tool.{FEATURE}"),
+        sdist_sha256=_entry(facts, "source-sdist-sha256", f"tool.{FEATURE}"),
     )
+
+
+@cache
+def package_indexes(path: Path = MANIFEST) -> dict[str, str]:
+    """Normalized distribution name -> the `index` the manifest installs it from (torch, the jit-cache)."""
+    specs = _table(feature(load_manifest(path)), "pypi-dependencies")
+    return {re.sub(r"[-_.]+", "-", name).lower(): spec["index"] for name, spec in specs.items() if isinstance(spec, dict) and "index" in spec}

@@ -1,8 +1,14 @@
-"""How every script of the workspace fails: one line naming the problem, one line with the fix."""
+"""How every script of the workspace fails: one line naming the problem, one line with the fix,
+never a traceback."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+
+INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
+BROKEN_PIPE = 141  # and for one ended by SIGPIPE
 
 
 class Failure(Exception):
@@ -12,11 +18,50 @@ class Failure(Exception):
         self.fix = fix
 
 
+def report(failure: Failure) -> None:
+    print(f"error: {failure.problem}", file=sys.stderr)
+    print(f"  fix: {failure.fix}", file=sys.stderr)
+
+
 def run_main(main) -> int:
-    """Call main(); turn a Failure into the two-line message and exit status 1."""
+    """Call main(); a Failure becomes the two lines and status 1, Ctrl-C one line and status 130
+    (whatever was being written is removed by the `finally` blocks on the way out), and a reader
+    that went away (`| head`) ends the output quietly."""
     try:
-        return main() or 0
+        try:
+            return main() or 0
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit (also after --help)
     except Failure as failure:
-        print(f"error: {failure.problem}", file=sys.stderr)
-        print(f"  fix: {failure.fix}", file=sys.stderr)
+        report(failure)
         return 1
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was left half-written", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail again
+        return BROKEN_PIPE
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors keep the contract too: two lines, status 2."""
+
+    def error(self, message: str):
+        problem, _, fix = message.partition("\n")  # `option` puts a Failure's fix on a second line
+        print(f"error: {problem}", file=sys.stderr)
+        print(f"  fix: {fix or f'see `{self.prog} --help`'}", file=sys.stderr)
+        sys.exit(2)
+
+
+def option(parse):
+    """An argparse `type` from a parser that raises Failure: a bad value is then a usage error
+    (two lines, status 2) that names the option."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except Failure as failure:
+            raise argparse.ArgumentTypeError(f"{failure.problem}\n{failure.fix}") from failure
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
