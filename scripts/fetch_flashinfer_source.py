@@ -1,104 +1,143 @@
-"""Materialize the pinned FlashInfer source release into extern/tracked/flashinfer.
+"""Materialize the pinned FlashInfer source release into the source folder (extern/tracked/flashinfer).
 
-For hosts that cannot reach GitHub (so cannot `git submodule update`): it takes the PyPI
-source release flashinfer_python-<pin>.tar.gz, which carries 3rdparty/cutlass and spdlog,
-through `pip download` so that the user's index configuration (pip.conf, PIP_INDEX_URL,
-proxies) applies, verifies its SHA-256 against the manifest, and unpacks it atomically.
-Idempotent; never touches an initialized submodule.
+For hosts that cannot reach GitHub, so cannot `git submodule update`. It looks the PyPI source
+release flashinfer_python-<pin>.tar.gz up where pip would (pip.conf, PIP_INDEX_URL, find-links,
+proxy and cert settings, read through `pip config list`), downloads it itself, and checks its
+SHA-256 against the manifest before anything is unpacked. Nothing in the release runs: pip is not
+asked to download it, because for a source release pip would first run the release's own build
+backend to read its metadata. The tree is unpacked beside the destination and renamed into place,
+so an interrupted run leaves nothing half-written. Idempotent; never touches a git checkout.
+Needs no pixi: any Python >= 3.10 runs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
-from pathlib import Path
+import time
+from pathlib import Path, PurePosixPath
 
-from fidev.files import sha256_file
-from fidev.manifest import pins
-from fidev.ui import Failure, run_main
+from fidev import package_index, source_tree
+from fidev.files import sha256_file, write_verified
+from fidev.manifest import Pins, pins
+from fidev.ui import ArgumentParser, Failure, run_main
 
-# Written inside a materialized tree; it says which archive the tree came from.
-MARKER = ".materialized-from-sdist"
-DOWNLOAD_TIMEOUT_S = 600
+PROJECT = "flashinfer-python"
+NETWORK_FIX = "check the network and your index settings (`pip config list`), or pass --archive PATH to a copy of the release"
 
 
-def download(release: str, into: Path) -> Path:
-    """`pip download` the source release (no install: it only fetches the file)."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=flashinfer-python",
-           "--disable-pip-version-check", "-d", str(into), f"flashinfer-python=={release}"]
-    fix = ("check the network and your index settings (`pip config list`), "
-           "or pass --archive PATH to a copy of the release")
+def download(p: Pins, into: Path) -> Path:
+    """The source release, from where pip would take it, written only once its SHA-256 is the pin's."""
+    settings = package_index.pip_settings()
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise Failure(f"downloading flashinfer-python=={release} took over {DOWNLOAD_TIMEOUT_S} s", fix) from None
-    archives = sorted(into.glob("*.tar.gz"))
-    if done.returncode != 0 or not archives:
-        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip() and not line.startswith("WARNING")]
-        reason = lines[-1].strip() if lines else f"pip exited {done.returncode}"
-        raise Failure(f"cannot download the flashinfer-python=={release} source release: {reason}", fix)
-    return archives[0]
+        url, published = package_index.find_file(PROJECT, p.sdist_name, settings)
+    except Failure as e:
+        raise Failure(f"cannot download the {PROJECT}=={p.flashinfer} source release: {e.problem}", NETWORK_FIX) from e
+    if published and published.lower() != p.sdist_sha256:
+        raise Failure(f"{url}: the index publishes sha256 {published}, the manifest pins {p.sdist_sha256}",
+                      "the index or mirror does not serve the pinned release: fix the mirror, or pass --archive PATH")
+    response = package_index.open_url(url, settings, settings.timeout, fix=NETWORK_FIX)
+    target = into / p.sdist_name
+    write_verified(target, package_index.read_chunks(response, url, settings.timeout), p.sdist_sha256,
+                   lambda actual: Failure(f"{url} has sha256 {actual}, the manifest pins {p.sdist_sha256}",
+                                          "the file is not the pinned release: check the index or mirror serving it"))
+    return target
 
 
-def unpack(archive: Path, dest: Path, marker_text: str) -> None:
-    """Unpack into a sibling temp dir, then rename: an interrupted run leaves no half tree."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".{dest.name}.partial-*"):
-        shutil.rmtree(stale, ignore_errors=True)  # left by a run that was killed
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+def _safe_members(tar: tarfile.TarFile, name: str) -> list[tarfile.TarInfo]:
+    """What tarfile's `data` filter checks, for Pythons before 3.10.12 that lack it: no absolute
+    paths, nothing outside the archive's folder, no device files."""
+    members = tar.getmembers()
+    for m in members:
+        path = PurePosixPath(m.name)
+        link = PurePosixPath(m.linkname) if m.issym() or m.islnk() else None
+        if path.is_absolute() or ".." in path.parts or (link and (link.is_absolute() or ".." in (path.parent / link).parts)) \
+                or m.isdev():
+            raise Failure(f"{name} holds {m.name!r}, which would land outside the tree", "use the unmodified source release from PyPI")
+    return members
+
+
+def unpack(archive: Path, scratch: Path, marker: str) -> Path:
+    """The archive's one top folder, unpacked under `scratch`, with the marker written in it."""
     try:
-        try:
-            with tarfile.open(archive) as tar:
-                tar.extractall(tmp, filter="data")
-        except (tarfile.TarError, EOFError, OSError) as e:
-            raise Failure(f"cannot unpack {archive.name}: {e}", "re-download it; the copy is damaged or incomplete") from e
-        tops = list(tmp.iterdir())
-        if len(tops) != 1 or not tops[0].is_dir():
-            raise Failure(f"{archive.name} does not hold one top-level folder", "use the unmodified sdist from PyPI")
-        tree = tops[0]
-        (tree / MARKER).write_text(marker_text)
-        if dest.exists():
-            dest.rmdir()  # the empty folder git leaves for an uninitialized submodule
-        tree.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with tarfile.open(archive) as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(scratch / "tree", filter="data")
+            else:
+                tar.extractall(scratch / "tree", members=_safe_members(tar, archive.name))  # noqa: S202 (checked above)
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise Failure(f"cannot unpack {archive.name}: {e}", "re-download it; the copy is damaged or incomplete") from e
+    tops = list((scratch / "tree").iterdir())
+    if len(tops) != 1 or not tops[0].is_dir():
+        raise Failure(f"{archive.name} does not hold one top-level folder", "use the unmodified source release from PyPI")
+    (tops[0] / source_tree.MARKER).write_text(marker)
+    return tops[0]
 
 
-def materialize(dest: Path, release: str, sha256: str, archive: Path | None = None) -> str:
+def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool = False) -> str:
     """Return what was done; raise Failure when it cannot be done safely."""
-    marker_text = f"flashinfer_python-{release}.tar.gz sha256={sha256}\n"
-    if (dest / ".git").exists():
-        raise Failure(f"{dest} is an initialized git submodule; refusing to overwrite it",
-                      "use it as it is, or run `git submodule deinit -f <path>` first to replace it")
-    marker = dest / MARKER
-    if marker.is_file() and marker.read_text() == marker_text:
-        return f"{dest} already holds flashinfer_python-{release}; nothing to do"
-    if dest.exists() and any(dest.iterdir()):
-        raise Failure(f"{dest} is not empty and is not the pinned release {release}",
-                      "move it away (or delete it), then run this again")
-    with tempfile.TemporaryDirectory() as scratch:
-        path = archive if archive else download(release, Path(scratch))
-        if not path.is_file():
-            raise Failure(f"{path} does not exist", "pass --archive the path of the downloaded sdist")
-        actual = sha256_file(path)
-        if actual != sha256:
-            raise Failure(f"{path.name} has sha256 {actual}, the manifest pins {sha256}",
+    where = source_tree.shown(dest)
+    if archive is not None and archive.is_dir():
+        raise Failure(f"--archive {archive} is a folder", f"pass the {p.sdist_name} file itself")
+    if archive is not None and not archive.is_file():
+        raise Failure(f"--archive {archive} does not exist", f"pass the path of a downloaded {p.sdist_name}")
+    tree = source_tree.inspect(dest, p)
+    if tree.kind == "not a folder":
+        raise Failure(f"{where} is a file, not a folder", "point --dest at a folder (or move the file away)")
+    if tree.kind == "submodule":
+        raise Failure(f"{where} is a git checkout (an initialized submodule); refusing to overwrite it",
+                      f"update it with git: git submodule update --init --recursive (or `git submodule deinit -f {where}` first to replace it)")
+    if tree.kind == "release" and tree.pinned and not tree.lacking:
+        return f"{where} already holds {p.sdist_name}; nothing to do"
+    if tree.kind in ("release", "foreign") and not replace:
+        what = f"another release ({tree.found})" if tree.kind == "release" and not tree.pinned else \
+            f"a partial release (no {', '.join(tree.lacking)})" if tree.kind == "release" else "files that are not the pinned release"
+        raise Failure(f"{where} holds {what}", f"run it with --replace, which keeps the old tree as {where}.replaced-<time>")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for stale in dest.parent.glob(f".{dest.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a run that was killed
+        scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+    except OSError as e:
+        raise Failure(f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write") from e
+    try:
+        if archive is None:
+            archive = download(p, scratch)
+        elif (actual := sha256_file(archive)) != p.sdist_sha256:
+            raise Failure(f"{archive.name} has sha256 {actual}, the manifest pins {p.sdist_sha256}",
                           "the file is not the pinned release: check the index or mirror serving it, or re-download")
-        unpack(path, dest, marker_text)
-    return f"materialized flashinfer_python-{release} into {dest}"
+        new = unpack(archive, scratch, source_tree.marker_text(p))
+        kept = None
+        if tree.kind in ("release", "foreign"):
+            kept = dest.with_name(f"{dest.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            dest.rename(kept)
+        elif dest.exists():
+            dest.rmdir()  # the empty folder git leaves for an uninitialized submodule
+        try:
+            new.rename(dest)
+        except OSError:
+            if kept:
+                kept.rename(dest)
+            raise
+    except OSError as e:
+        raise Failure(f"cannot write {where}: {e.strerror or e}", "point --dest at a folder you can write") from e
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return f"materialized {p.sdist_name} into {where}" + (f"; the old tree is {source_tree.shown(kept)}" if kept else "")
 
 
 def main() -> int:
     p = pins()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archive", type=Path, help=f"use this local {p.sdist_name} instead of downloading it")
-    parser.add_argument("--dest", type=Path, default=p.source_dir, help="where to put the tree (default: %(default)s)")
+    parser.add_argument("--dest", type=Path, default=p.source_dir, help=f"where to put the tree (default: {source_tree.shown(p.source_dir)})")
+    parser.add_argument("--replace", action="store_true", help="replace a tree that is not the pinned release, keeping it as <dest>.replaced-<time>")
     args = parser.parse_args()
-    print(materialize(args.dest.resolve(), p.flashinfer, p.sdist_sha256, args.archive))
+    print(materialize(args.dest.absolute(), p, args.archive, args.replace))
     return 0
 
 

@@ -1,9 +1,11 @@
-"""Reading large files (multi-GB wheels, the source release) in bounded memory."""
+"""Reading large files (multi-GB wheels, the source release) in bounded memory, and writing a
+download so that nothing unverified is ever left where it is used."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 CHUNK = 1 << 20
@@ -20,3 +22,25 @@ def sha256_file(path: Path) -> str:
     for chunk in read_chunks(path):
         digest.update(chunk)
     return digest.hexdigest()
+
+
+def write_verified(target: Path, chunks: Iterable[bytes], sha256: str, mismatch: Callable[[str], Exception]) -> int:
+    """Stream `chunks` into `<target>.tmp-<pid>`, hashing on the way, and rename it to `target`
+    only if its SHA-256 is `sha256`; else raise mismatch(actual). Whatever stops it (a failed
+    download, Ctrl-C), the temporary file is removed and `target` is untouched. Returns the size."""
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        if digest.hexdigest() != sha256:
+            raise mismatch(digest.hexdigest())
+        os.replace(tmp, target)
+        return size
+    finally:
+        tmp.unlink(missing_ok=True)
