@@ -2,7 +2,7 @@
 bindings use, against float64 references (tests/abi); fail unless it really ran.
 
 It loads the modules `build --abi` compiled, or those flashinfer-jit-cache ships (kernel source
-mode `prebuilt`). Extra arguments go to pytest (e.g. -k gemma).
+mode `prebuilt`). Arguments it does not know go to pytest, e.g. `abi_smoke.py -k gemma`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import argparse
 import sys
 
 from fidev import gpu_suite
-from fidev.ui import run_main
+from fidev.ui import ArgumentParser, run_main
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage="%(prog)s [PYTEST_ARGS ...]")
     _, pytest_args = parser.parse_known_args()
     return gpu_suite.run("abi-smoke", "abi", pytest_args)
 

@@ -1,19 +1,17 @@
 """List FlashInfer JIT modules with their exported TVM-FFI functions and needed libraries.
 
 SOURCE is a flashinfer-jit-cache wheel, or a folder of built modules (the JIT cache that `build`
-prints); without it, the flashinfer-jit-cache installed in this environment. `--pin` prints, for
-wheels, the Cargo.toml block the Rust bindings crate pins them with.
+prints); without it, the flashinfer-jit-cache installed in this environment. The Cargo.toml block
+that pins a wheel for the Rust bindings crate is the `pin` task's (scripts/pin.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 
-from fidev import artifacts, wheels
-from fidev.ui import Failure, run_main
+from fidev import artifacts
+from fidev.ui import ArgumentParser, Failure, run_main
 
 
 def describe(source: artifacts.Source) -> str:
@@ -50,35 +48,12 @@ def list_modules(args) -> int:
     return 0
 
 
-def pin(args) -> int:
-    paths = [Path(s).expanduser() for s in args.sources]
-    if not paths:
-        raise Failure("--pin needs the wheel files to pin", "artifacts --pin path/to/flashinfer_jit_cache-...whl [more.whl]")
-    for path in paths:
-        if not (path.is_file() and path.suffix == ".whl"):
-            raise Failure(f"--pin pins wheel files; {path} is not one", "download the wheel, then pass its path")
-    if args.url and len(paths) > 1:
-        raise Failure("--url names one wheel's URL, but several wheels were given", "pin them one at a time")
-    blocks = []
-    for path in paths:
-        found = wheels.pins_for(path, url=args.url, index=args.index, cuda=args.cuda)
-        print(f"artifacts: {path.name}: sha256 {found[0].sha256}, {found[0].url}", file=sys.stderr)
-        blocks += found
-    print(wheels.pin_toml(blocks), end="")
-    return 0
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sources", nargs="*", metavar="SOURCE", help="wheel file or folder (default: the installed flashinfer-jit-cache)")
     parser.add_argument("--match", metavar="TEXT", help="only modules whose URI contains TEXT (or matches it as a glob)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--pin", action="store_true", help="print the Cargo.toml pin blocks of the given wheels")
-    parser.add_argument("--url", help="with --pin: the wheel's download URL (default: looked up on its package index)")
-    parser.add_argument("--index", help="with --pin: the simple index to look the wheel up on (default: the one the manifest installs it from)")
-    parser.add_argument("--cuda", help="with --pin: the CUDA key (e.g. cu129) for wheels whose version names none (default: the manifest's)")
-    args = parser.parse_args()
-    return pin(args) if args.pin else list_modules(args)
+    return list_modules(parser.parse_args())
 
 
 if __name__ == "__main__":

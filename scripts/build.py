@@ -8,7 +8,6 @@ extern/tracked/flashinfer/csrc. A repeated build is a no-op.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
@@ -17,21 +16,22 @@ import threading
 import time
 from pathlib import Path
 
-from fidev import kernels, smoke_modules
-from fidev.ui import Failure, run_main
+from fidev import smoke_modules
+from fidev.flashinfer_import import import_flashinfer
+from fidev.ui import ArgumentParser, Failure, run_main
 
 SLOWEST_SHOWN = 5
+# A line of compiler or linker output that names a cause. ninja's `FAILED:` line, collect2's
+# summary and ninja's own epilogue only restate it.
+ERROR_LINE = re.compile(r"\berror\b|cannot find -l|undefined reference to|No such file or directory", re.IGNORECASE)
+NOT_THE_CAUSE = re.compile(r"(FAILED:|collect2:|ninja: build stopped)")
+BUILD_FAILED_FIX = "read the compiler output above; `pixi run -e flashinfer-dev preflight` checks the toolchain"
 
 
-def import_flashinfer():
-    mode = kernels.apply()
-    started = time.perf_counter()
-    try:
-        import flashinfer  # noqa: F401
-        from flashinfer.jit import core, env
-    except Exception as e:  # a missing package or FlashInfer's own version check
-        raise Failure(f"cannot import flashinfer: {e}", "run `pixi run -e flashinfer-dev import-check` for the details") from e
-    return mode, core, env, time.perf_counter() - started
+def first_error(lines: list[str]) -> str:
+    """The first line of a failed build's output that names a cause, else its last line."""
+    return next((line.strip() for line in lines if ERROR_LINE.search(line) and not NOT_THE_CAUSE.match(line.strip())),
+                lines[-1].strip() if lines else "no output")
 
 
 def target_archs(core):
@@ -76,7 +76,7 @@ def run_module_builds(specs) -> None:
                     output.append(line.rstrip())
                     print("  " + line.rstrip(), flush=True)
         if proc.wait() != 0:
-            failures.append(next((t for t in output if "error" in t.lower()), output[-1] if output else f"{spec.name}: no output"))
+            failures.append(f"{spec.name}: {first_error(output)}")
 
     threads = [threading.Thread(target=build, args=pair) for pair in zip(specs, job_budgets(specs), strict=True)]
     for thread in threads:
@@ -84,8 +84,7 @@ def run_module_builds(specs) -> None:
     for thread in threads:
         thread.join()
     if failures:
-        raise Failure(f"the JIT build failed: {failures[0][:300]}",
-                      "read the compiler output above; `pixi run -e flashinfer-dev preflight` checks the toolchain")
+        raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
 
 
 def ninja_log_lines(spec) -> list[str]:
@@ -100,12 +99,15 @@ def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wide", action="store_true", help="also build the wider smoke tier")
     parser.add_argument("--abi", action="store_true", help="also build what abi-smoke calls (adds gdn_prefill on sm_90)")
     args = parser.parse_args()
 
-    mode, core, env, import_s = import_flashinfer()
+    imported = import_flashinfer()
+    from flashinfer.jit import core
+
+    mode, env, import_s = imported.mode, imported.jit_env, imported.seconds
     archs = target_archs(core)
     sm90 = any(major == 9 for major, _ in archs)
     chosen = smoke_modules.select(args.wide, sm90, args.abi)

@@ -11,11 +11,10 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from fidev import kernels
+from fidev import kernels, source_tree
+from fidev.flashinfer_import import REINSTALL, import_flashinfer
 from fidev.manifest import pins
-from fidev.ui import Failure, run_main
-
-REINSTALL = "pixi install -e flashinfer-dev, then `pixi run -e flashinfer-dev preflight` names what is off"
+from fidev.ui import ArgumentParser, Failure, run_main
 
 
 def installed(name: str) -> str:
@@ -26,21 +25,17 @@ def installed(name: str) -> str:
 
 
 def main() -> int:
+    ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1]).parse_args()
     p = pins()
     started = time.perf_counter()
-    mode = kernels.apply()
-    try:
-        import flashinfer
-        import torch
-        from flashinfer.jit import env as jit_env
-    except Exception as e:  # ImportError, or FlashInfer refusing a cubin/jit-cache of another version
-        raise Failure(f"import flashinfer failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", REINSTALL) from e
-    import_s = time.perf_counter() - started
+    imported = import_flashinfer()
+    flashinfer, jit_env, mode = imported.flashinfer, imported.jit_env, imported.mode
+    import torch
 
     where = Path(flashinfer.__file__).resolve()
     source = p.source_dir.resolve()
     if not where.is_relative_to(source):
-        raise Failure(f"flashinfer was imported from {where.parent}, not the vendored tree {source}", REINSTALL)
+        raise Failure(f"flashinfer was imported from {where.parent}, not the vendored tree {source_tree.shown(p.source_dir)}", REINSTALL)
     if flashinfer.__version__ != p.flashinfer:
         raise Failure(f"flashinfer {flashinfer.__version__} imported, the pin is {p.flashinfer}", REINSTALL)
 
@@ -59,7 +54,7 @@ def main() -> int:
     ]
     for name, value in rows:
         print(f"  {name:21} {value}")
-    print(f"import-check: ok in {time.perf_counter() - started:.1f} s (import {import_s:.1f} s)")
+    print(f"import-check: ok in {time.perf_counter() - started:.1f} s (import {imported.seconds:.1f} s)")
     return 0
 
 

@@ -12,7 +12,7 @@ import json
 import sys
 
 from fidev import artifacts, uris
-from fidev.ui import Failure, run_main
+from fidev.ui import ArgumentParser, Failure, run_main
 
 
 def installed_member(uri: str) -> str:
@@ -26,16 +26,16 @@ def installed_member(uri: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
+    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=uris.KINDS)
-    parser.add_argument("--backend", choices=uris.BACKENDS, default="fa2", help="prefill only; fa3 modules end in _sm90 (default fa2)")
+    parser.add_argument("--backend", choices=uris.BACKENDS, help="prefill only; fa3 modules end in _sm90 (default fa2)")
     parser.add_argument("--dtype", default="f16", help="q, kv and o dtype: f16, bf16, e4m3, e5m2 (torch names work too; default f16)")
     parser.add_argument("--dtype-q")
     parser.add_argument("--dtype-kv")
     parser.add_argument("--dtype-o")
-    parser.add_argument("--dtype-idx", default="i32", help="batch kinds: page-table index dtype (default i32)")
-    parser.add_argument("--head-dim", type=int, default=128, help="qk and vo head dim (default 128)")
+    parser.add_argument("--dtype-idx", help="batch kinds only: page-table index dtype (default i32)")
+    parser.add_argument("--head-dim", type=int, default=128, help="qk and vo head dim, a multiple of 16 (default 128)")
     parser.add_argument("--head-dim-qk", type=int)
     parser.add_argument("--head-dim-vo", type=int)
     parser.add_argument("--posenc", choices=sorted(uris.POSENC), default="none", help="position encoding fused in the kernel (default none)")
@@ -44,10 +44,16 @@ def main() -> int:
     parser.add_argument("--fp16-qk-reduction", action="store_true", help="prefill only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    # An option given for a kind it does not apply to is refused, not silently ignored.
+    if args.dtype_idx is not None and not args.kind.startswith("batch"):
+        raise Failure(f"--dtype-idx applies to batch kinds only, not {args.kind}", "drop --dtype-idx")
+    if args.backend is not None and args.kind.endswith("decode"):
+        raise Failure(f"--backend applies to prefill kinds only: {args.kind} modules have no backend in their name", "drop --backend")
     try:
         config = uris.AttentionConfig(
-            args.kind, args.backend, args.dtype_q or args.dtype, args.dtype_kv or args.dtype, args.dtype_o or args.dtype,
-            args.dtype_idx, args.head_dim_qk or args.head_dim, args.head_dim_vo or args.head_dim, uris.POSENC[args.posenc],
+            args.kind, args.backend or "fa2", args.dtype_q or args.dtype, args.dtype_kv or args.dtype, args.dtype_o or args.dtype,
+            args.dtype_idx or "i32", args.head_dim if args.head_dim_qk is None else args.head_dim_qk,
+            args.head_dim if args.head_dim_vo is None else args.head_dim_vo, uris.POSENC[args.posenc],
             args.sliding_window, args.logits_soft_cap, args.fp16_qk_reduction)
     except ValueError as e:
         raise Failure(str(e), "see `module_uri.py --help` for the accepted values") from e

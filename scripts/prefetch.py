@@ -1,9 +1,10 @@
-"""Download the wheels a Cargo.toml pins into the Rust bindings crate's cache, so that the crate's
-first run on this host needs no network.
+"""Download the wheels a Cargo.toml pins into the Rust bindings crate's cache, so that the crate's first run on this host needs no network.
 
 Reads [package.metadata.flashinfer_rs.pinned_wheels.<name>.<cuda>.<arch>] from PINS (the
-crate's Cargo.toml, or what `artifacts --pin` printed) and fills
-$FLASHINFER_RS_CACHE_DIR/wheels/<sha256>-<filename> (default ~/.cache/flashinfer-rs).
+crate's Cargo.toml, or what the `pin` task printed) and fills
+$FLASHINFER_RS_CACHE_DIR/wheels/<sha256>-<filename> (default ~/.cache/flashinfer-rs). A wheel is
+renamed into place only once its SHA-256 matches the pin; a failed run leaves no wheel and no
+temporary file (at most the crate's empty lock file, which the crate keeps too).
 """
 
 from __future__ import annotations
@@ -14,14 +15,29 @@ import sys
 from pathlib import Path
 
 from fidev import wheel_cache
-from fidev.manifest import tomllib
-from fidev.ui import Failure, run_main
+from fidev.manifest import cuda_release, cuda_tag, tomllib
+from fidev.ui import ArgumentParser, Failure, option, run_main
 from fidev.wheels import ARCHES
 
 
 def host_arch() -> str:
     machine = platform.machine().lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def cuda_key(text: str) -> str:
+    """'all', or a CUDA release in either spelling (12.9, cu129) as the crate's key, cu129."""
+    return text if text == "all" else cuda_tag(cuda_release(text))
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise Failure(f"{text!r} is not a positive number of seconds", "e.g. --timeout 60")
+    return value
 
 
 def waiting_note(filename):
@@ -33,20 +49,21 @@ def progress_note(filename):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("pins", metavar="PINS", help="Cargo.toml (or any TOML) holding the pinned_wheels table")
-    parser.add_argument("--arch", default=host_arch(), help=f"arch key to fetch ({', '.join(ARCHES)}, or 'all'; default: this host's)")
-    parser.add_argument("--cuda", default="all", help="CUDA key to fetch, e.g. cu129 (default: all)")
-    parser.add_argument("--from", dest="seed", metavar="DIR", help="copy the wheels from DIR (an offline host) instead of downloading them")
+    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pins", metavar="PINS", type=Path, help="Cargo.toml (or any TOML) holding the pinned_wheels table")
+    parser.add_argument("--arch", default=host_arch(), choices=[*ARCHES, "all"], help="arch key to fetch (default: this host's)")
+    parser.add_argument("--cuda", default="all", type=option(cuda_key), help="CUDA key to fetch: 12.9 or cu129 (default: all)")
+    parser.add_argument("--from", dest="seed", metavar="DIR", type=Path, help="copy the wheels from DIR (an offline host) instead of downloading them")
+    parser.add_argument("--timeout", type=option(seconds), default=60, help="give up on a download that sends nothing for this long (default 60 s)")
     args = parser.parse_args()
 
-    path = Path(args.pins).expanduser()
+    path = args.pins.expanduser()
     try:
         with open(path, "rb") as f:
             document = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
-        raise Failure(f"cannot read {path}: {e}", "name the bindings crate's Cargo.toml, or a file with `artifacts --pin` output") from e
+        raise Failure(f"cannot read {path}: {e}", "name the bindings crate's Cargo.toml, or a file with the `pin` task's output") from e
     every = wheel_cache.read_pins(document, str(path))
     chosen = [p for p in every if args.arch in ("all", p.arch) and args.cuda in ("all", p.cuda)]
     if not chosen:
@@ -58,10 +75,11 @@ def main() -> int:
         by_wheel.setdefault((p.sha256, p.filename), []).append(p)
     root = wheel_cache.cache_dir()
     print(f"prefetch: {len(by_wheel)} wheel{'s' * (len(by_wheel) != 1)} into {root / 'wheels'}")
-    seed = Path(args.seed).expanduser() if args.seed else None
+    seed = args.seed.expanduser() if args.seed else None
     for pin, *others in by_wheel.values():
         keys = ", ".join(f"{p.name}.{p.cuda}.{p.arch}" for p in (pin, *others))
-        outcome = wheel_cache.ensure(pin, root, seed, waiting=waiting_note(pin.filename), progress=progress_note(pin.filename))
+        outcome = wheel_cache.ensure(pin, root, seed, timeout=args.timeout, waiting=waiting_note(pin.filename),
+                                     progress=progress_note(pin.filename))
         rate = f", {outcome.size / 1e6 / outcome.seconds:.0f} MB/s" if outcome.state != "cached" and outcome.seconds > 0 else ""
         print(f"  {outcome.state:10} {pin.filename}  ({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})")
     return 0

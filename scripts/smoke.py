@@ -1,19 +1,19 @@
 """Run the GPU smoke suite (tests/smoke) and fail unless it really ran.
 
-Extra arguments go to pytest (e.g. -k rmsnorm).
+Arguments it does not know go to pytest, e.g. `smoke.py -k rmsnorm` or `smoke.py --wide -x`.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from fidev import gpu_suite
-from fidev.ui import run_main
+from fidev.ui import ArgumentParser, run_main
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                            usage="%(prog)s [--wide] [PYTEST_ARGS ...]")
     parser.add_argument("--wide", action="store_true", help="also run the wider tier (batch prefill/decode, paged KV append, top-k)")
     args, pytest_args = parser.parse_known_args()
     return gpu_suite.run("smoke", "smoke", [*(["--wide"] if args.wide else []), *pytest_args])

@@ -1,13 +1,48 @@
 """Shared by every suite: the --wide option of the GPU smoke suite, the GPU fixtures of tests/smoke
-and tests/abi, their closing tables, and a local HTTP server for the download tests. Kept at the
-tests root so that pytest registers them however it is started."""
+and tests/abi, their closing tables, a local HTTP server for the download tests, a read-only
+folder, and a guard that keeps the suite out of the real HOME's caches. Kept at the tests root so
+that pytest registers them however it is started."""
 
 import json
+import os
+import shutil
+import stat
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from fidev import kernels
+
+# The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
+# (the integration test imports it) and the wheel-cache code; both go to a scratch folder instead,
+# in this process and every one it starts, and the session fails if HOME's copies changed.
+_HOME_CACHES = [Path.home() / ".cache" / "flashinfer", Path.home() / ".cache" / "flashinfer-rs"]
+
+
+def _snapshot():
+    return {str(p): (p.stat().st_mtime_ns if p.exists() else None) for c in _HOME_CACHES for p in [c, *(c.rglob("*") if c.is_dir() else [])]}
+
+
+def pytest_configure(config):
+    if not os.environ.get("FIDEV_TEST_SCRATCH"):
+        scratch = Path(tempfile.mkdtemp(prefix="fidev-tests-"))
+        os.environ["FIDEV_TEST_SCRATCH"] = str(scratch)
+        os.environ["FLASHINFER_WORKSPACE_BASE"] = str(scratch)
+        os.environ["FLASHINFER_RS_CACHE_DIR"] = str(scratch / "flashinfer-rs")
+        config._fidev_home_caches = _snapshot()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_fidev_home_caches", None)
+    if before is not None:
+        changed = sorted(set(_snapshot().items()) ^ set(before.items()))
+        shutil.rmtree(os.environ.pop("FIDEV_TEST_SCRATCH"), ignore_errors=True)
+        if changed:
+            print(f"\nerror: the test suite wrote into the real HOME: {changed[0][0]} (and {len(changed) - 1} more)", file=sys.stderr)
+            session.exitstatus = 1
 
 
 def pytest_addoption(parser):
@@ -74,6 +109,7 @@ class LocalServer:
         import threading
 
         self.routes, self.hits = {}, {}
+        self.release = threading.Event()  # ends the stalls when the test is over
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -82,12 +118,19 @@ class LocalServer:
                 if self.path not in server.routes:
                     self.send_error(404)
                     return
-                kind, body = server.routes[self.path]
+                kind, body, behaviour = server.routes[self.path]
                 self.send_response(200)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if behaviour == "whole":
+                    self.wfile.write(body)
+                    return
+                self.wfile.write(body[: len(body) // 2])  # half, then...
+                self.wfile.flush()
+                if behaviour == "stall":  # ...nothing, with the connection open
+                    server.release.wait(60)
+                self.close_connection = True  # ("short": ...the connection closes)
 
             def log_message(self, *args):
                 pass
@@ -96,8 +139,9 @@ class LocalServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def serve(self, path, body, kind="application/octet-stream"):
-        self.routes[path] = (kind, body)
+    def serve(self, path, body, kind="application/octet-stream", behaviour="whole"):
+        """`behaviour`: "whole", or half the body then "stall" (until the test ends) or "short" (close)."""
+        self.routes[path] = (kind, body, behaviour)
 
     def publish(self, project, files, style):
         """A PEP 503 (html) or PEP 691 (json) project page listing (filename, url, sha256)."""
@@ -113,5 +157,30 @@ class LocalServer:
 def index_server():
     server = LocalServer()
     yield server
+    server.release.set()
     server.httpd.shutdown()
     server.httpd.server_close()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder nobody can write, root included (root ignores permission bits)."""
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(ro)], capture_output=True).returncode != 0:
+            pytest.skip("running as root on a filesystem without chattr +i: cannot make a read-only folder")
+        yield ro
+        subprocess.run(["chattr", "-i", str(ro)])
+    else:
+        ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        yield ro
+        ro.chmod(stat.S_IRWXU)
+
+
+@pytest.fixture(scope="session")
+def norm_so(tmp_path_factory):
+    """An ELF module exporting __tvm_ffi_rmsnorm and __tvm_ffi_gemma_rmsnorm (tests/module_fixtures.py)."""
+    from module_fixtures import build_norm_so
+
+    return build_norm_so(tmp_path_factory.mktemp("elf"))

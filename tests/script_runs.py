@@ -15,9 +15,11 @@ def run(script, *args, flags=(), env=None, timeout=120):
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def two_line_failure(done, problem):
-    """Exit status 1, and the last two lines of stderr: the problem, then the fix."""
-    assert done.returncode == 1, done.stdout + done.stderr
+def two_line_failure(done, problem, status=1):
+    """Exit status 1 (2 for bad usage), and the last two lines of stderr: the problem, then the
+    fix; no traceback."""
+    assert done.returncode == status, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines[-2].startswith("error: ") and problem in lines[-2], lines
     assert lines[-1].lstrip().startswith("fix: ")

@@ -1,7 +1,6 @@
 """CPU behaviour of the chain's scripts: how they fail without FlashInfer or a GPU, the kernel
 source mode, and how build shares the cores between module builds."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,22 +14,10 @@ from fidev.manifest import ROOT
 
 
 @pytest.mark.parametrize("script, problem", [("import_check.py", "import flashinfer failed"),
-                                             ("build.py", "cannot import flashinfer")])
+                                             ("build.py", "import flashinfer failed")])
 def test_steps_fail_in_two_lines_without_flashinfer(script, problem):
     # -S: no site-packages, so no flashinfer whatever this host has installed
     two_line_failure(run(script, flags=["-S"]), problem)
-
-
-@pytest.mark.parametrize("script, task", [("smoke.py", "smoke"), ("abi_smoke.py", "abi-smoke")])
-def test_gpu_suites_fail_when_nothing_ran(script, task):
-    torch = importlib.util.find_spec("torch") and __import__("torch")
-    if torch and torch.cuda.is_available():
-        pytest.skip("this host has a GPU: the no-GPU path cannot be shown here")
-    two_line_failure(run(script), f"no {task} test passed")
-
-
-def test_bad_kernel_source_mode_is_refused():
-    two_line_failure(run("import_check.py", env={"FLASHINFER_DEV_KERNEL_SOURCE": "jit"}), "not a kernel source mode")
 
 
 @pytest.mark.parametrize("mode, visible", [("prebuilt", True), ("vendored", False)])

@@ -10,6 +10,7 @@ from pixi_model import Workspace
 
 from fidev import activation
 from fidev.manifest import FEATURE, MANIFEST, ROOT, load_manifest, pins
+from fidev.ui import Failure
 
 M = load_manifest()
 PIXI = M["tool"]["pixi"]
@@ -160,7 +161,7 @@ def test_pip_install_scanner_catches_what_it_should():
 def test_pins_must_be_exact(tmp_path, bad):
     text = MANIFEST.read_text().replace('flashinfer-cubin = "==0.6.3"', f'flashinfer-cubin = "{bad}"')
     (tmp_path / "pyproject.toml").write_text(text)
-    with pytest.raises(ValueError, match="pinned exactly"):
+    with pytest.raises(Failure, match="pinned exactly"):
         pins.__wrapped__(tmp_path / "pyproject.toml")
 
 

@@ -39,7 +39,7 @@ def test_cli_says_where_the_installed_jit_cache_stands():
 
 
 @pytest.mark.parametrize("args, problem", [
-    (["batch_decode", "--backend", "fa3"], "no fa3 variant"),
+    (["batch_decode", "--backend", "fa3"], "--backend applies to prefill kinds only"),
     (["single_prefill", "--dtype", "fp7"], "is not a dtype FlashInfer names"),
     (["single_decode", "--fp16-qk-reduction"], "no fp16 QK reduction variant"),
 ])

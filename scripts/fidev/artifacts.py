@@ -6,7 +6,6 @@ from __future__ import annotations
 import fnmatch
 import importlib.metadata
 import importlib.util
-import re
 import shutil
 import tempfile
 import zipfile
@@ -17,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from fidev import uris
 from fidev.elf import DynamicInfo, read_dynamic
 from fidev.ui import Failure
+from fidev.wheel_cache import split_cached_name
 from fidev.wheels import parse_wheel_filename
 
 
@@ -66,7 +66,7 @@ def open_source(arg: str | None) -> Source:
     if path.is_dir():
         return Source("folder", path, None)
     if path.is_file() and path.suffix == ".whl":
-        name = re.sub(r"^[0-9a-f]{64}-", "", path.name)  # the crate's cache names wheels <sha256>-<filename>
+        _, name = split_cached_name(path.name)  # a wheel from the crate's cache, too
         try:
             version = parse_wheel_filename(name).version
         except Failure:  # a renamed wheel still lists; only its version is unknown

@@ -39,6 +39,9 @@ def run(task: str, suite: str, pytest_args: list[str]) -> int:
     print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed; kernel source {mode}; "
           f"{time.perf_counter() - started:.1f} s")
     if code in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and c["passed"] == 0:
+        if not any(c.values()):
+            raise Failure(f"no {task} test was selected ({' '.join(pytest_args) or 'none collected'})",
+                          f"check the -k/-m expression; `{task} --collect-only -q` lists the tests")
         raise Failure(f"no {task} test passed: every one was skipped (reasons above)",
                       "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
     return int(code)

@@ -20,6 +20,11 @@ DTYPES = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2", "i8": "i
           "float16": "f16", "half": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
           "int8": "i8", "uint8": "u8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64"}
 
+FP8 = ("e4m3", "e5m2")
+ATTENTION_DTYPES = ("f16", "bf16", *FP8)
+OUTPUT_DTYPES = ("f16", "bf16")
+INDEX_DTYPES = ("i32",)  # the page and index arrays are int32 (IdType) in every attention binding
+
 # The fields of each kind's URI, in FlashInfer's order. Batch kinds carry the index dtype;
 # prefill kinds carry the fp16 QK reduction flag and, for fa3, the `_sm90` suffix.
 _FIELDS = ("dtype_q", "dtype_kv", "dtype_o", "dtype_idx", "head_dim_qk", "head_dim_vo", "posenc", "use_swa", "use_logits_cap", "f16qk")
@@ -55,6 +60,33 @@ class AttentionConfig:
             if getattr(self, field) not in DTYPES:
                 raise ValueError(f"{field} {getattr(self, field)!r} is not a dtype FlashInfer names ({', '.join(sorted(set(DTYPES.values())))})")
             object.__setattr__(self, field, DTYPES[getattr(self, field)])
+        self._check_buildable()
+
+    def _check_buildable(self):
+        """What FlashInfer 0.6.3 can build, so that no URI names a module that cannot exist."""
+        for field in ("dtype_q", "dtype_kv"):
+            if getattr(self, field) not in ATTENTION_DTYPES:
+                raise ValueError(f"{field} {getattr(self, field)} is not an attention dtype ({', '.join(ATTENTION_DTYPES)})")
+        if self.backend == "fa2" and self.kind.endswith("prefill") and self.dtype_q in FP8:
+            # flashinfer/jit/attention/modules.py: `assert not fp8_enabled, "fp8 tensor core is not supported in fa2 backend"`
+            raise ValueError(f"fa2 has no fp8 ({self.dtype_q}) queries: FlashInfer asserts against it; use --backend fa3")
+        if self.dtype_o not in OUTPUT_DTYPES:
+            raise ValueError(f"dtype_o {self.dtype_o} is not an output dtype ({', '.join(OUTPUT_DTYPES)})")
+        if self.dtype_idx not in INDEX_DTYPES:
+            raise ValueError(f"dtype_idx {self.dtype_idx} is not an index dtype ({', '.join(INDEX_DTYPES)})")
+        for field in ("head_dim_qk", "head_dim_vo"):
+            value = getattr(self, field)
+            # fa2 tiles the head dim in 16-wide MMA steps (NUM_MMA_D = HEAD_DIM / 16 in
+            # include/flashinfer/attention/prefill.cuh); decode splits it into 16-byte vectors
+            # (attention/decode.cuh).
+            if value <= 0 or value % 16:
+                raise ValueError(f"{field} {value} is not a positive multiple of 16")
+        if self.backend == "fa3":
+            # include/flashinfer/attention/hopper/prefill_sm90.cuh: HEAD_DIM_VO in {64, 128, 256},
+            # equal to HEAD_DIM_QK except the (192, 128) pair.
+            pair = (self.head_dim_qk, self.head_dim_vo)
+            if pair != (192, 128) and (self.head_dim_vo not in (64, 128, 256) or self.head_dim_qk != self.head_dim_vo):
+                raise ValueError(f"fa3 has no head dims {pair[0]}/{pair[1]}: it takes 64, 128 or 256 for both, or 192/128")
 
 
 def fields(config: AttentionConfig) -> list[str]:

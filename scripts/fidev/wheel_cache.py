@@ -6,30 +6,37 @@ a temporary `<sha256>-<filename>.tmp-<pid>` renamed into place only once its SHA
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
+import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fidev.files import CHUNK, read_chunks, sha256_file
+from fidev import package_index
+from fidev.files import read_chunks, sha256_file, write_verified
 from fidev.ui import Failure
 from fidev.wheels import METADATA_PATH, Pin
 
 ENV = "FLASHINFER_RS_CACHE_DIR"
-PROGRESS_EVERY_S = 10
+CACHE_FIX = f"set {ENV} to a folder you can write (default ~/.cache/flashinfer-rs)"
+_CACHED_NAME = re.compile(r"([0-9a-f]{64})-(.+)")
 
 
 def cache_dir() -> Path:
+    """FLASHINFER_RS_CACHE_DIR; empty or unset means the default, as for every variable here."""
     return Path(os.environ.get(ENV) or Path.home() / ".cache" / "flashinfer-rs")
 
 
 def cached_path(pin: Pin, root: Path) -> Path:
     return root / "wheels" / f"{pin.sha256}-{pin.filename}"
+
+
+def split_cached_name(name: str) -> tuple[str | None, str]:
+    """'<sha256>-<filename>' (how the cache names a wheel) -> (sha256, filename); other names -> (None, name)."""
+    match = _CACHED_NAME.fullmatch(name)
+    return (match.group(1), match.group(2)) if match else (None, name)
 
 
 def read_pins(toml: dict, source: str) -> list[Pin]:
@@ -39,7 +46,7 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
         table = table.get(key) if isinstance(table, dict) else None
     if not isinstance(table, dict):
         raise Failure(f"{source} has no [{'.'.join(METADATA_PATH)}] table",
-                      "name the bindings crate's Cargo.toml, or a file holding the blocks `artifacts --pin` prints")
+                      "name the bindings crate's Cargo.toml, or a file holding the blocks the `pin` task prints")
     found = []
     for name, by_cuda in table.items():
         for cuda, by_arch in (by_cuda or {}).items():
@@ -50,7 +57,7 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
                 filename, url, sha = (str(entry.get(k, "")).strip() for k in ("filename", "url", "sha256"))
                 if not filename.endswith(".whl") or "/" in filename or not url or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
                     raise Failure(f"{source}: {where} needs a wheel filename, a url and a 64-hex-digit lowercase sha256",
-                                  "regenerate the block with `pixi run -e flashinfer-dev artifacts --pin WHEEL`")
+                                  "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`")
                 found.append(Pin(name, cuda, arch, filename, url, sha))
     return found
 
@@ -58,8 +65,12 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
 @contextmanager
 def locked(path: Path, waiting: Callable[[], None]):
     """Hold the crate-compatible lock of one cached wheel; call `waiting` if someone else has it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a+") as lock:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "a+")
+    except OSError as e:
+        raise Failure(f"cannot write the wheel cache {path.parent}: {e.strerror or e}", CACHE_FIX) from e
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -78,67 +89,45 @@ class Outcome:
     seconds: float
 
 
-def _stream_into(target: Path, chunks, expected: str, what: str) -> int:
-    """Write chunks to a temporary sibling, hashing on the way; rename it to `target` only if the
-    SHA-256 is `expected`. Never leaves a partial `target`."""
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    digest, size = hashlib.sha256(), 0
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        if digest.hexdigest() != expected:
-            raise Failure(f"{what} has sha256 {digest.hexdigest()}, the pin says {expected}",
-                          "the pin or the URL is wrong: regenerate the pin with `artifacts --pin` from the published wheel")
-        os.replace(tmp, target)
-        return size
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _download(url: str, progress: Callable[[int, int | None], None], timeout: float):
-    try:
-        response = urllib.request.urlopen(url, timeout=timeout)
-    except (urllib.error.URLError, OSError) as e:
-        raise Failure(f"cannot download {url}: {getattr(e, 'reason', e)}",
-                      "check the network (or proxy); on an offline host copy the wheels over and run prefetch --from DIR") from e
-    total = response.headers.get("Content-Length")
-    total = int(total) if total and total.isdigit() else None
-    done, last = 0, time.monotonic()
-    with response:
-        while chunk := response.read(CHUNK):
-            done += len(chunk)
-            if time.monotonic() - last >= PROGRESS_EVERY_S:
-                progress(done, total)
-                last = time.monotonic()
-            yield chunk
+def _verified(pin: Pin, target: Path) -> bool:
+    return target.is_file() and sha256_file(target) == pin.sha256
 
 
 def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 60,
            waiting: Callable[[], None] = lambda: None, progress: Callable[[int, int | None], None] = lambda done, total: None) -> Outcome:
     """Make `cached_path(pin)` hold the pinned wheel: keep a verified copy, else fetch it (from
-    `seed_dir/<filename>` when given, else from its URL)."""
+    `seed_dir/<filename>` when given, else from its URL). What can fail before a byte arrives (a
+    missing seed, an unreachable URL, an HTTP error) fails before anything is written; later
+    failures leave no wheel and no temporary file, only the crate's empty lock file."""
     target = cached_path(pin, root)
     started = time.monotonic()
+    if root.exists() and not root.is_dir():
+        raise Failure(f"the wheel cache {root} is a file, not a folder", CACHE_FIX)
+    if _verified(pin, target):
+        return Outcome("cached", target.stat().st_size, time.monotonic() - started)
+    if seed_dir is not None:
+        seed = seed_dir / pin.filename
+        if not seed.is_file():
+            raise Failure(f"{seed} does not exist", f"copy {pin.filename} into {seed_dir}, or drop --from to download it")
+        chunks, state, what = read_chunks(seed), "copied", str(seed)
+    else:
+        response = package_index.open_url(pin.url, timeout=timeout,
+                                          fix="check the pin's url (regenerate it with the `pin` task), the network or proxy; "
+                                              "on an offline host copy the wheels over and run prefetch --from DIR")
+        chunks, state, what = package_index.read_chunks(response, pin.url, timeout, progress), "downloaded", pin.url
     with locked(target, waiting):
         for stale in target.parent.glob(f"{target.name}.tmp-*"):  # left by a killed run; we hold the lock
             stale.unlink(missing_ok=True)
-        state = "copied" if seed_dir is not None else "downloaded"
         if target.exists():
-            if sha256_file(target) == pin.sha256:
+            if _verified(pin, target):  # another process finished it while we waited
+                getattr(chunks, "close", lambda: None)()
                 return Outcome("cached", target.stat().st_size, time.monotonic() - started)
             target.unlink()
             state = "rewritten (the cached file's sha256 did not match)"
-        if seed_dir is not None:
-            seed = seed_dir / pin.filename
-            if not seed.is_file():
-                raise Failure(f"{seed} does not exist", f"copy {pin.filename} into {seed_dir}, or drop --from to download it")
-            size = _stream_into(target, read_chunks(seed), pin.sha256, str(seed))
-        else:
-            size = _stream_into(target, _download(pin.url, progress, timeout), pin.sha256, pin.url)
+        try:
+            size = write_verified(target, chunks, pin.sha256,
+                                  lambda actual: Failure(f"{what} has sha256 {actual}, the pin says {pin.sha256}",
+                                                         "the pin or its URL is wrong: regenerate the pin with the `pin` task from the published wheel"))
+        except OSError as e:
+            raise Failure(f"cannot write {target}: {e.strerror or e}", CACHE_FIX) from e
     return Outcome(state, size, time.monotonic() - started)
-

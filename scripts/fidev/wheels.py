@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 
+from fidev import package_index
 from fidev.files import sha256_file
-from fidev.manifest import feature, load_manifest, pins
 from fidev.ui import Failure
 
 METADATA_PATH = ("package", "metadata", "flashinfer_rs", "pinned_wheels")
 ARCHES = ("x86_64", "aarch64")  # the crate's arch keys
-PYPI_SIMPLE = "https://pypi.org/simple"
 
 
 @dataclass(frozen=True)
@@ -69,76 +64,42 @@ def pin_toml(pins_: list[Pin]) -> str:
     return "\n".join(blocks)
 
 
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def index_for(wheel: WheelName) -> str:
-    """The index the manifest installs this distribution from (PyPI when it names none); a
-    jit-cache wheel of another CUDA is looked up in that CUDA's index."""
-    for dist, spec in feature(load_manifest()).get("pypi-dependencies", {}).items():
-        if normalize(dist) == normalize(wheel.name) and isinstance(spec, dict) and "index" in spec:
-            return re.sub(r"cu\d+", wheel.cuda, spec["index"]) if wheel.cuda else spec["index"]
-    return PYPI_SIMPLE
-
-
-class _Links(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.links: list[tuple[str, str]] = []  # (href, text)
-        self._href = None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-
-    def handle_data(self, data):
-        if self._href is not None:
-            self.links.append((self._href, data.strip()))
-            self._href = None
+def index_for(wheel: WheelName, indexes: dict[str, str]) -> str:
+    """The index `indexes` (normalized distribution -> index URL, the manifest's per-package
+    `index`) names for this wheel, PyPI otherwise; a jit-cache wheel of another CUDA is looked up in
+    that CUDA's index."""
+    index = indexes.get(package_index.normalize(wheel.name))
+    if index is None:
+        return package_index.PYPI_SIMPLE
+    return re.sub(r"cu\d+", wheel.cuda, index) if wheel.cuda else index
 
 
 def find_in_index(index: str, wheel: WheelName, timeout: float = 30) -> tuple[str, str | None]:
     """(download URL, the index's sha256 or None) of `wheel` on a PEP 691 / PEP 503 index page."""
-    page = f"{index.rstrip('/')}/{normalize(wheel.name)}/"
-    request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    page = f"{index.rstrip('/')}/{package_index.normalize(wheel.name)}/"
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            base, kind, body = response.geturl(), response.headers.get_content_type(), response.read().decode()
-    except (urllib.error.URLError, OSError) as e:
-        raise Failure(f"cannot read the index page {page}: {getattr(e, 'reason', e)}",
-                      "run it where the index is reachable, or give the download URL yourself: --url URL") from e
-    if kind.endswith("json"):
-        files = [(f["url"], f["filename"], f.get("hashes", {}).get("sha256")) for f in json.loads(body).get("files", [])]
-    else:
-        parser = _Links()
-        parser.feed(body)
-        files = []
-        for href, text in parser.links:
-            url, _, fragment = href.partition("#")
-            sha = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
-            files.append((url, text or urllib.parse.unquote(url.rsplit("/", 1)[-1]), sha))
-    for url, filename, sha in files:
-        if filename == wheel.filename or urllib.parse.unquote(url.rsplit("/", 1)[-1]) == wheel.filename:
-            return urllib.parse.urljoin(base, url), sha
-    raise Failure(f"{page} does not list {wheel.filename}",
-                  "check the file name (and the CUDA tag in it), or give the download URL yourself: --url URL")
+        base, files = package_index.listed_files(page, timeout=timeout)
+    except Failure as e:
+        raise Failure(f"cannot read the index page: {e.problem}", "run it where the index is reachable, or give the download URL yourself: --url URL") from e
+    found = package_index.file_in(files, base, wheel.filename)
+    if found is None:
+        raise Failure(f"{page} does not list {wheel.filename}",
+                      "check the file name (and the CUDA tag in it), or give the download URL yourself: --url URL")
+    return found
 
 
-def pins_for(path: Path, url: str | None = None, index: str | None = None, cuda: str | None = None) -> list[Pin]:
-    """The pins of one local wheel file: one per crate arch it serves. The URL comes from `url`,
-    or from the index, whose published sha256 must then equal the file's."""
-    wheel = parse_wheel_filename(path.name)
+def pins_for(path: Path, filename: str, cuda: str, index: str | None = None, url: str | None = None) -> list[Pin]:
+    """The pins of one local wheel file, named `filename` where it was published: one per crate
+    arch it serves. `cuda` is the key (cu129) for a wheel whose version names none. The URL is
+    `url`, or looked up on `index`, whose published sha256 must then equal the file's."""
+    wheel = parse_wheel_filename(filename)
     sha = sha256_file(path)
     if url is None:
-        url, published = find_in_index(index or index_for(wheel), wheel)
+        url, published = find_in_index(index or package_index.PYPI_SIMPLE, wheel)
         if published and published.lower() != sha:
-            raise Failure(f"{path.name}: the index publishes sha256 {published}, the file has {sha}",
+            raise Failure(f"{filename}: the index publishes sha256 {published}, the file has {sha}",
                           "the file is not the published wheel: download it again")
-    if wheel.cuda and cuda and cuda != wheel.cuda:
-        raise Failure(f"{path.name} is built for {wheel.cuda}, not {cuda}", f"drop --cuda, or pin the {cuda} wheel")
-    cuda_key = wheel.cuda or cuda or pins().cuda_tag
     if not wheel.arches:
-        raise Failure(f"{path.name}: platform {wheel.platform} is none of the crate's arches ({', '.join(ARCHES)})",
+        raise Failure(f"{filename}: platform {wheel.platform} is none of the crate's arches ({', '.join(ARCHES)})",
                       "pin a manylinux x86_64 or aarch64 wheel")
-    return [Pin(wheel.name, cuda_key, arch, path.name, url, sha) for arch in wheel.arches]
+    return [Pin(wheel.name, wheel.cuda or cuda, arch, filename, url, sha) for arch in wheel.arches]

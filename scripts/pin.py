@@ -1,0 +1,54 @@
+"""Print the Cargo.toml blocks that pin wheels for the Rust bindings crate.
+
+For each WHEEL file: `[package.metadata.flashinfer_rs.pinned_wheels.<name>.<cuda>.<arch>]` with its
+filename, download URL and SHA-256, one block per arch it serves. The SHA-256 is computed from the
+file; the URL is looked up on the index the manifest installs the package from (PyPI for the rest),
+which must publish the same SHA-256. The TOML goes to stdout and notes to stderr, so
+`pin WHEEL >> Cargo.toml` works. A wheel from the crate's cache (`<sha256>-<filename>`) is pinned
+under its published filename.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fidev import wheel_cache, wheels
+from fidev.manifest import cuda_release, cuda_tag, package_indexes, pins
+from fidev.ui import ArgumentParser, Failure, option, run_main
+
+
+def main() -> int:
+    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("wheels", nargs="+", metavar="WHEEL", type=Path, help="wheel files to pin")
+    parser.add_argument("--url", help="the wheel's download URL (one wheel only; default: looked up on its package index)")
+    parser.add_argument("--index", help="the simple index to look the wheels up on (default: the one the manifest installs each from)")
+    parser.add_argument("--cuda", type=option(cuda_release),
+                        help=f"CUDA key for wheels whose version names none: 12.9 or cu129 (default: the manifest's, {pins().cuda})")
+    args = parser.parse_args()
+    if args.url and len(args.wheels) > 1:
+        raise Failure("--url names one wheel's URL, but several wheels were given", "pin them one at a time")
+    cuda = cuda_tag(args.cuda or pins().cuda)
+    blocks = []
+    for path in args.wheels:
+        path = path.expanduser()
+        if not (path.is_file() and path.suffix == ".whl"):
+            raise Failure(f"{path} is not a wheel file", "download the wheel, then pass its path")
+        cached_sha, filename = wheel_cache.split_cached_name(path.name)
+        wheel = wheels.parse_wheel_filename(filename)
+        if args.cuda and wheel.cuda and wheel.cuda != cuda:
+            raise Failure(f"{filename} is built for {wheel.cuda}, not {cuda}", f"drop --cuda, or pin the {cuda} wheel")
+        found = wheels.pins_for(path, filename, cuda, args.index or wheels.index_for(wheel, package_indexes()), args.url)
+        if cached_sha and cached_sha != found[0].sha256:
+            raise Failure(f"{path.name}: its cache name says sha256 {cached_sha}, the file has {found[0].sha256}",
+                          "the cached copy is damaged: run prefetch again, or pin the downloaded wheel")
+        print(f"pin: {filename}: sha256 {found[0].sha256}, {found[0].url}", file=sys.stderr)
+        blocks += found
+    print(wheels.pin_toml(blocks), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,644 @@
+"""The fault table of docs/flashinfer-dev.md ("When a step fails: the fault table"), row by row.
+
+Each test carries its row's id (`@fault("...")`), runs the script as a user would (a fresh
+interpreter, or a copy of the workspace with a broken manifest), and checks the row's `error:` and
+`fix:` text, as the docs state it, against what the script printed: no traceback, the exit
+status, and that nothing was left half-written. The first test holds the table and the tests to
+the same list.
+"""
+
+import dataclasses
+import hashlib
+import importlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+from module_fixtures import JIT_CACHE_WHEEL, make_wheel
+from script_runs import require, run
+
+from fidev import source_tree
+from fidev.manifest import ROOT, pins
+
+P = pins()
+DOC = ROOT / "docs" / "flashinfer-dev.md"
+SECTION = "### When a step fails: the fault table"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    id: str
+    error: str | None  # what the `error:` line must contain; None: the row prints no error line
+    fix: str | None  # likewise for the `fix:` line; None with an error: one line only
+
+
+def _code(cell: str) -> str | None:
+    match = re.search(r"`([^`]*)`", cell)
+    return match.group(1) if match else None
+
+
+def table() -> dict[str, Row]:
+    text = DOC.read_text()
+    section = text[text.index(SECTION):]
+    section = section[:section.index("\n## ")]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+            rows[_code(cells[0])] = Row(_code(cells[0]), _code(cells[3]), _code(cells[4]))
+    return rows
+
+
+ROWS = table()
+
+
+def fault(row_id):
+    return pytest.mark.fault(row_id)
+
+
+def expect(done, row_id, status=1, said_as=None):
+    """The script failed the way the row says: status, the row's text, no traceback. `said_as`
+    maps the row's wording to a sibling script's (smoke -> abi-smoke)."""
+    row = ROWS[row_id]
+    if said_as:
+        row = Row(row.id, row.error.replace(*said_as), row.fix and row.fix.replace(*said_as))
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out
+    assert done.returncode == status, out
+    lines = done.stderr.strip().splitlines()
+    if row.fix is None:
+        assert lines and lines[-1].startswith("error: ") and row.error in lines[-1], lines
+        assert len([x for x in lines if x.startswith("error: ")]) == 1 and not any(x.lstrip().startswith("fix:") for x in lines), lines
+        return
+    assert len(lines) >= 2 and lines[-2].startswith("error: ") and row.error in lines[-2], lines
+    assert lines[-1].lstrip().startswith("fix: ") and row.fix in lines[-1], lines
+
+
+def test_every_row_has_a_test_and_every_test_a_row():
+    marks = [m for obj in list(globals().values()) for m in getattr(obj, "pytestmark", [])]
+    marks += [pm for m in marks if m.name == "parametrize" for value in m.args[1] for pm in getattr(value, "marks", ())]
+    marked = [m.args[0] for m in marks if m.name == "fault"]
+    assert sorted(set(marked)) == sorted(ROWS), set(marked) ^ set(ROWS)
+    assert len(marked) == len(set(marked)), "a row has two tests"
+    assert all(r.error or r.id in ("broken-pipe", "help-runs-nothing", "help-whole-sentences") for r in ROWS.values())
+
+
+# ---------------------------------------------------------------- shared set-ups
+
+def workspace(tmp_path):
+    """A copy of the scripts and the manifest, to break the manifest without touching this one."""
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", ws)
+    return ws
+
+
+def run_in(ws, script, *args, env=None):
+    return subprocess.run([sys.executable, str(ws / "scripts" / script), *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def sdist(files, top=f"flashinfer_python-{P.flashinfer}"):
+    """A .tar.gz shaped like the source release, with `files` in it."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def index_env(server):
+    """pip's configuration pointing at the local server alone."""
+    return {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"{server.url}/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
+            "PIP_DEFAULT_TIMEOUT": "5"}
+
+
+def publish_sdist(server, body, sha="", behaviour="whole"):
+    """The release on the local index's project page, with a published hash or none."""
+    url = f"{server.url}/files/{P.sdist_name}"
+    server.serve(f"/files/{P.sdist_name}", body, behaviour=behaviour)
+    server.publish("flashinfer-python", [(P.sdist_name, url, sha)], "html")
+
+
+def fake_flashinfer(tmp_path, *, where=None, data=True, archs="{(9, 0)}"):
+    """A `flashinfer` package standing in for the real one, for the chain's failure paths:
+    imported from `where` (default: a folder outside the vendored tree), its JIT source folders
+    present or not, and the GPU architectures it would build for."""
+    pkg = (where or tmp_path / "elsewhere") / "flashinfer"
+    (pkg / "jit").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"__version__ = {P.flashinfer!r}\n")
+    (pkg / "jit" / "__init__.py").write_text("")
+    data_dir = pkg / "data"
+    if data:
+        for sub in ("csrc", "include", "cutlass/include", "spdlog/include"):
+            (data_dir / sub).mkdir(parents=True)
+    (pkg / "jit" / "env.py").write_text(
+        "import pathlib\n"
+        f"d = pathlib.Path({str(data_dir)!r})\n"
+        "FLASHINFER_CSRC_DIR, FLASHINFER_INCLUDE_DIR = d / 'csrc', d / 'include'\n"
+        "CUTLASS_INCLUDE_DIRS, SPDLOG_INCLUDE_DIR = [d / 'cutlass' / 'include'], d / 'spdlog' / 'include'\n"
+        "FLASHINFER_JIT_DIR = pathlib.Path('/nonexistent/jit')\nFLASHINFER_AOT_DIR = pathlib.Path('/nonexistent/aot')\n")
+    (pkg / "jit" / "core.py").write_text(f"class _Ctx:\n    TARGET_CUDA_ARCHS = {archs}\ncurrent_compilation_context = _Ctx()\n")
+    return {"PYTHONPATH": f"{pkg.parent}{os.pathsep}{ROOT / 'scripts'}"}
+
+
+def interrupt_when(proc, ready, within=30):
+    """SIGINT to `proc` (as Ctrl-C sends it) once ready() holds."""
+    deadline = time.monotonic() + within
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready(), "the download never started"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+# ---------------------------------------------------------------- the manifest
+
+MANIFEST_BREAKS = {
+    "manifest-toml": lambda text: text.replace("[tool.flashinfer-dev]", "[tool.flashinfer-dev"),
+    "manifest-pin": lambda text: text.replace(f'flashinfer-cubin = "=={P.flashinfer}"', 'flashinfer-cubin = ">=0.6.3"'),
+    "manifest-table": lambda text: re.sub(r"\n\[tool\.flashinfer-dev\]\n(.+\n)+", "\n", text),
+}
+
+
+def broken_manifest(tmp_path, row_id):
+    ws = workspace(tmp_path)
+    text = (ws / "pyproject.toml").read_text()
+    broken = MANIFEST_BREAKS[row_id](text)
+    assert broken != text
+    (ws / "pyproject.toml").write_text(broken)
+    return ws
+
+
+@pytest.mark.parametrize("row_id", [pytest.param(r, marks=fault(r)) for r in MANIFEST_BREAKS])
+@pytest.mark.parametrize("script, args", [("preflight.py", []), ("import_check.py", []), ("fetch_flashinfer_source.py", []),
+                                          ("pin.py", ["x.whl"]), ("bench_preflight.py", ["--runs", "1"])])
+def test_a_broken_manifest_fails_every_script_in_two_lines(tmp_path, row_id, script, args):
+    ws = broken_manifest(tmp_path, row_id)
+    done = run_in(ws, script, *args)
+    if script == "bench_preflight.py":  # it reports preflight's two lines as its own first
+        assert done.returncode == 1 and ROWS[row_id].error in done.stderr and "Traceback" not in done.stderr, done.stderr
+    else:
+        expect(done, row_id)
+
+
+@fault("manifest-json")
+def test_preflight_json_still_prints_json(tmp_path):
+    done = run_in(broken_manifest(tmp_path, "manifest-table"), "preflight.py", "--json")
+    expect(done, "manifest-json")
+    assert json.loads(done.stdout) == {"error": done.stderr.splitlines()[-2][len("error: "):], "fix": done.stderr.splitlines()[-1].split("fix: ", 1)[1]}
+
+
+# ---------------------------------------------------------------- the source materializer
+
+@fault("fetch-tampered")
+def test_a_tampered_release_is_refused_before_anything_in_it_runs(tmp_path, index_server):
+    pwned = tmp_path / "PWNED"
+    backend = f"open({str(pwned)!r}, 'w').write('ran')\n"  # what pip's metadata step would have imported and run
+    body = sdist({"build_backend.py": backend, "setup.py": backend, "pyproject.toml": '[build-system]\nbuild-backend = "build_backend"\n'
+                  'backend-path = ["."]\nrequires = []\n', "PKG-INFO": f"Name: flashinfer-python\nVersion: {P.flashinfer}\n"})
+    publish_sdist(index_server, body)
+    dest = tmp_path / "extern" / "flashinfer"
+    done = run("fetch_flashinfer_source.py", "--dest", dest, env=index_env(index_server))
+    expect(done, "fetch-tampered")
+    assert not pwned.exists(), "code from the unverified download ran"
+    assert not dest.exists() and not list(dest.parent.glob(".*partial*"))
+
+
+@fault("fetch-index-sha")
+def test_an_index_publishing_another_hash_is_refused(tmp_path, index_server):
+    publish_sdist(index_server, b"whatever", sha="0" * 64)
+    expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", env=index_env(index_server)), "fetch-index-sha")
+
+
+@fault("fetch-offline")
+def test_no_reachable_index(tmp_path):
+    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": ""}
+    expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", env=env), "fetch-offline")
+    assert not (tmp_path / "fi").exists()
+
+
+@fault("fetch-missing")
+def test_an_index_without_the_release(tmp_path, index_server):
+    index_server.serve("/simple/flashinfer-python/", b"<html><body></body></html>", "text/html")
+    expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", env=index_env(index_server)), "fetch-missing")
+
+
+@fault("fetch-interrupted")
+def test_ctrl_c_during_the_download_leaves_no_temporary_folder(tmp_path, index_server):
+    publish_sdist(index_server, os.urandom(4 << 20), behaviour="stall")
+    dest = tmp_path / "extern" / "fi"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(dest)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **index_env(index_server)})
+    done = interrupt_when(proc, lambda: index_server.hits.get(f"/files/{P.sdist_name}"))
+    expect(done, "fetch-interrupted", status=130)
+    assert sorted(p.name for p in dest.parent.iterdir()) == []  # no .fi.partial-*, no fi
+
+
+@fault("fetch-dest-file")
+def test_dest_is_a_file(tmp_path):
+    (tmp_path / "fi").write_text("mine")
+    expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", "--archive", tmp_path / "fi"), "fetch-dest-file")
+    assert (tmp_path / "fi").read_text() == "mine"
+
+
+@fault("fetch-dest-unwritable")
+def test_dest_under_a_read_only_folder(read_only_dir, tmp_path):
+    archive = tmp_path / P.sdist_name
+    archive.write_bytes(b"x")
+    done = run("fetch_flashinfer_source.py", "--dest", read_only_dir / "fi", "--archive", archive)
+    expect(done, "fetch-dest-unwritable")
+
+
+@fault("fetch-archive-folder")
+def test_archive_is_a_folder(tmp_path):
+    expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", "--archive", tmp_path), "fetch-archive-folder")
+
+
+@fault("fetch-other-tree")
+def test_another_tree_is_kept_unless_replace_is_asked_for(tmp_path):
+    body = sdist({"csrc/norm.cu": "", "include/flashinfer/norm.cuh": "", "3rdparty/cutlass/include/c.h": ""})
+    archive = tmp_path / P.sdist_name
+    archive.write_bytes(body)
+    dest = tmp_path / "fi"
+    (dest / "csrc").mkdir(parents=True)
+    (dest / "csrc" / "mine.cu").write_text("// my edit")
+    env_pins = dataclasses.replace(P, sdist_sha256=hashlib.sha256(body).hexdigest())
+    from fetch_flashinfer_source import materialize
+    from fidev.ui import Failure
+
+    with pytest.raises(Failure) as caught:
+        materialize(dest, env_pins, archive)
+    assert ROWS["fetch-other-tree"].error in caught.value.problem and ROWS["fetch-other-tree"].fix in caught.value.fix
+    assert (dest / "csrc" / "mine.cu").read_text() == "// my edit"
+    said = materialize(dest, env_pins, archive, replace=True)
+    kept = next(tmp_path.glob("fi.replaced-*"))
+    assert str(kept.name) in said and (kept / "csrc" / "mine.cu").read_text() == "// my edit"
+    assert (dest / source_tree.MARKER).read_text() == source_tree.marker_text(env_pins)
+
+
+# ---------------------------------------------------------------- preflight
+
+class Preflight:
+    """preflight.py in a copy of the workspace with a fake site-packages: one fault at a time."""
+
+    def __init__(self, tmp_path):
+        self.ws = workspace(tmp_path)
+        self.site = tmp_path / "site"
+        self.src = self.ws / "extern/tracked/flashinfer"
+        self.env = {"PYTHONPATH": str(self.site), "FLASHINFER_DEV_KERNEL_SOURCE": ""}
+
+    def dist(self, name, version, files=None):
+        info = self.site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        for rel, text in (files or {}).items():
+            (info / rel).write_text(text)
+
+    def release(self, lacking=()):
+        for sub in ("csrc/norm.cu", "include/flashinfer/norm.cuh", "3rdparty/cutlass/include/c.h", "3rdparty/spdlog/include/s.h"):
+            if not any(sub.startswith(x) for x in lacking):
+                (self.src / sub).parent.mkdir(parents=True, exist_ok=True)
+                (self.src / sub).write_text("")
+        (self.src / source_tree.MARKER).write_text(source_tree.marker_text(P))
+
+    def check(self, check_id, *args):
+        done = subprocess.run([sys.executable, "-S", str(self.ws / "scripts/preflight.py"), "--json", *args], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, **self.env})
+        assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+        checks = {c["id"]: c for c in json.loads(done.stdout)["checks"]}
+        return checks, checks[check_id]
+
+
+def expect_check(result, row_id):
+    """A preflight FAIL carrying the row's text in its finding and fix."""
+    row = ROWS[row_id]
+    assert result["status"] == "fail" and row.error in result["finding"] and row.fix in result["fix"], result
+
+
+@fault("check-crash")
+def test_a_check_that_crashes_is_a_fail_and_the_rest_still_run(tmp_path):
+    host = Preflight(tmp_path)
+    host.dist("apache-tvm-ffi", "not-a-version")
+    checks, tvm = host.check("tvm-ffi")
+    expect_check(tvm, "check-crash")
+    assert len(checks) > 10 and all(c["finding"] for c in checks.values())
+
+
+@fault("tvm-ffi-prerelease")
+def test_a_prerelease_is_read_not_crashed_on(tmp_path):
+    host = Preflight(tmp_path)
+    host.dist("apache-tvm-ffi", "0.2.0rc1")
+    expect_check(host.check("tvm-ffi")[1], "tvm-ffi-prerelease")
+    host = Preflight(tmp_path / "b")
+    host.dist("apache-tvm-ffi", "0.1.9rc1")
+    assert host.check("tvm-ffi")[1]["status"] == "pass"
+
+
+@fault("source-missing")
+def test_source_folder_missing(tmp_path):
+    host = Preflight(tmp_path)
+    shutil.rmtree(host.src, ignore_errors=True)
+    expect_check(host.check("flashinfer-source")[1], "source-missing")
+
+
+@fault("source-not-a-folder")
+def test_a_file_where_the_source_folder_goes(tmp_path):
+    host = Preflight(tmp_path)
+    shutil.rmtree(host.src, ignore_errors=True)
+    host.src.parent.mkdir(parents=True, exist_ok=True)
+    host.src.write_text("oops")
+    expect_check(host.check("flashinfer-source")[1], "source-not-a-folder")
+
+
+@fault("source-partial")
+def test_a_partial_release_is_replaced_not_refetched(tmp_path):
+    host = Preflight(tmp_path)
+    host.release(lacking=("3rdparty/cutlass",))
+    expect_check(host.check("flashinfer-source")[1], "source-partial")
+
+
+@fault("source-other-marker")
+def test_a_marker_that_merely_mentions_the_sha_is_not_the_release(tmp_path):
+    host = Preflight(tmp_path)
+    host.release()
+    (host.src / source_tree.MARKER).write_text(f"flashinfer_python-0.6.2.tar.gz sha256={P.sdist_sha256}\n")
+    expect_check(host.check("flashinfer-source")[1], "source-other-marker")
+
+
+@fault("kernel-source-bogus")
+def test_a_bogus_kernel_source_mode_is_reported_without_the_jit_cache(tmp_path):
+    host = Preflight(tmp_path)
+    host.env["FLASHINFER_DEV_KERNEL_SOURCE"] = "bogus"
+    checks, mode = host.check("kernel-source")
+    expect_check(mode, "kernel-source-bogus")
+    assert checks["jit-cache"]["finding"] == "flashinfer-jit-cache is not installed"
+    host.env["FLASHINFER_DEV_KERNEL_SOURCE"] = ""  # empty counts as unset, as FLASHINFER_RS_CACHE_DIR does
+    assert host.check("kernel-source")[1]["status"] == "pass"
+    expect(run("import_check.py", env={"FLASHINFER_DEV_KERNEL_SOURCE": "bogus"}), "kernel-source-bogus")
+
+
+@fault("editable-dangling")
+def test_an_editable_install_whose_tree_was_recreated(tmp_path):
+    host = Preflight(tmp_path)
+    host.release()  # re-created: no flashinfer/data links
+    host.dist("flashinfer-python", P.flashinfer, {"direct_url.json": json.dumps({"url": host.src.as_uri(), "dir_info": {"editable": True}})})
+    expect_check(host.check("flashinfer-install")[1], "editable-dangling")
+
+
+@fault("editable-dangling-import")
+@pytest.mark.parametrize("script", ["import_check.py", "build.py"])
+def test_import_check_and_build_catch_the_dangling_install(tmp_path, script):
+    expect(run(script, env=fake_flashinfer(tmp_path, data=False)), "editable-dangling-import")
+
+
+@fault("cuda-spelling")
+@pytest.mark.parametrize("script, args", [("preflight.py", []), ("pin.py", ["x.whl"]), ("prefetch.py", ["Cargo.toml"])])
+def test_every_cuda_option_takes_both_spellings_and_refuses_others(script, args):
+    expect(run(script, *args, "--cuda", "13"), "cuda-spelling", status=2)
+
+
+# ---------------------------------------------------------------- prefetch
+
+def crate(tmp_path, server, behaviour="whole", body=None, sha=None):
+    body = body if body is not None else os.urandom(1 << 20)
+    server.serve(f"/files/{JIT_CACHE_WHEEL}", body, behaviour=behaviour)
+    cargo = tmp_path / "Cargo.toml"
+    cargo.write_text(f'[package.metadata.flashinfer_rs.pinned_wheels.flashinfer_jit_cache.{P.cuda_tag}.x86_64]\n'
+                     f'filename = "{JIT_CACHE_WHEEL}"\nurl = "{server.url}/files/{JIT_CACHE_WHEEL}"\n'
+                     f'sha256 = "{sha or hashlib.sha256(body).hexdigest()}"\n')
+    return cargo
+
+
+def prefetch(cargo, cache, *args, env=None):
+    return run("prefetch.py", cargo, "--arch", "x86_64", *args, env={"FLASHINFER_RS_CACHE_DIR": str(cache), **(env or {})})
+
+
+def leftovers(cache):
+    return sorted(p.name for p in (cache / "wheels").iterdir() if not p.name.endswith(".lock")) if (cache / "wheels").exists() else []
+
+
+@fault("cache-unwritable")
+def test_cache_folder_nobody_can_write(tmp_path, index_server, read_only_dir):
+    expect(prefetch(crate(tmp_path, index_server), read_only_dir / "cache"), "cache-unwritable")
+
+
+@fault("cache-is-a-file")
+def test_cache_folder_is_a_file(tmp_path, index_server):
+    (tmp_path / "cache").write_text("")
+    expect(prefetch(crate(tmp_path, index_server), tmp_path / "cache"), "cache-is-a-file")
+
+
+@fault("cache-home-read-only")
+def test_read_only_home(tmp_path, index_server, read_only_dir):
+    done = run("prefetch.py", crate(tmp_path, index_server), "--arch", "x86_64", env={"HOME": str(read_only_dir), "FLASHINFER_RS_CACHE_DIR": ""})
+    expect(done, "cache-home-read-only")
+    assert str(read_only_dir / ".cache" / "flashinfer-rs") in done.stderr
+
+
+@fault("download-stall")
+def test_a_download_that_stalls(tmp_path, index_server):
+    cache = tmp_path / "cache"
+    started = time.monotonic()
+    expect(prefetch(crate(tmp_path, index_server, "stall"), cache, "--timeout", "1"), "download-stall")
+    assert time.monotonic() - started < 30 and leftovers(cache) == []
+
+
+@fault("download-short")
+def test_a_download_cut_short(tmp_path, index_server):
+    cache = tmp_path / "cache"
+    expect(prefetch(crate(tmp_path, index_server, "short"), cache), "download-short")
+    assert leftovers(cache) == []
+
+
+@fault("download-404")
+def test_a_pin_url_that_answers_404(tmp_path, index_server):
+    cargo = crate(tmp_path, index_server)
+    cargo.write_text(cargo.read_text().replace(f"/files/{JIT_CACHE_WHEEL}", "/files/gone.whl"))
+    cache = tmp_path / "cache"
+    expect(prefetch(cargo, cache), "download-404")
+    assert not cache.exists()
+
+
+@fault("download-hash")
+def test_a_download_with_the_wrong_hash(tmp_path, index_server):
+    cache = tmp_path / "cache"
+    expect(prefetch(crate(tmp_path, index_server, sha="1" * 64), cache), "download-hash")
+    assert leftovers(cache) == []
+
+
+@fault("download-interrupted")
+def test_ctrl_c_during_a_download(tmp_path, index_server):
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts/prefetch.py"), str(crate(tmp_path, index_server, "stall", os.urandom(8 << 20))),
+                             "--arch", "x86_64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)})
+    done = interrupt_when(proc, lambda: (cache / "wheels").exists() and any(".tmp-" in p.name for p in (cache / "wheels").iterdir()))
+    expect(done, "download-interrupted", status=130)
+    assert leftovers(cache) == []
+
+
+# ---------------------------------------------------------------- pin and artifacts
+
+@fault("pin-cached-name")
+def test_a_wheel_from_the_crate_cache(tmp_path, norm_so):
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    cached = tmp_path / f"{sha}-{JIT_CACHE_WHEEL}"
+    shutil.copy(wheel, cached)
+    done = run("pin.py", cached, "--url", "https://example.invalid/x.whl", "--cuda", P.cuda)  # 12.9, the spelling preflight takes
+    assert done.returncode == 0, done.stderr
+    assert f"pinned_wheels.flashinfer_jit_cache.{P.cuda_tag}.x86_64]" in done.stdout and f'filename = "{JIT_CACHE_WHEEL}"' in done.stdout
+    damaged = tmp_path / f"{'0' * 64}-{JIT_CACHE_WHEEL}"
+    shutil.copy(wheel, damaged)
+    expect(run("pin.py", damaged, "--url", "https://example.invalid/x.whl"), "pin-cached-name")
+
+
+@fault("pin-index-sha")
+def test_pin_refuses_a_file_that_is_not_the_published_wheel(tmp_path, norm_so, index_server):
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    index_server.publish("flashinfer-jit-cache", [(JIT_CACHE_WHEEL, f"{index_server.url}/x.whl", "0" * 64)], "html")
+    expect(run("pin.py", wheel, "--index", f"{index_server.url}/simple"), "pin-index-sha")
+
+
+@fault("artifacts-no-jit-cache")
+def test_artifacts_without_a_source_or_a_jit_cache():
+    require("elftools", why="artifacts reads ELF files with pyelftools")
+    expect(run("artifacts.py", flags=["-S"]), "artifacts-no-jit-cache")
+
+
+# ---------------------------------------------------------------- the chain
+
+@fault("build-import")
+def test_build_without_flashinfer_names_preflight_not_import_check():
+    done = run("build.py", flags=["-S"])
+    expect(done, "build-import")
+    assert "import-check" not in done.stderr.splitlines()[-1]
+
+
+@fault("build-no-gpu")
+def test_build_without_a_gpu(tmp_path):
+    expect(run("build.py", env=fake_flashinfer(tmp_path, archs="set()")), "build-no-gpu")
+
+
+@fault("build-first-error")
+def test_build_names_the_first_cause_of_a_failed_link(tmp_path):
+    # A real ninja and linker failing the way a module's link fails, read by build's summary.
+    if not (shutil.which("ninja") and shutil.which("c++")):
+        pytest.skip("needs ninja and a C++ compiler")
+    import build
+
+    (tmp_path / "m.cpp").write_text("int f() { return 1; }\n")
+    (tmp_path / "build.ninja").write_text("rule cxx\n  command = c++ -fPIC -c $in -o $out\nrule link\n  command = c++ -shared $in -lcudart_not_here -o $out\n"
+                                          "build m.o: cxx m.cpp\nbuild m.so: link m.o\ndefault m.so\n")
+    out = subprocess.run(["ninja", "-C", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()
+    assert any(line.startswith("collect2") for line in out), out
+    assert ROWS["build-first-error"].error in build.first_error(out) and not build.first_error(out).startswith("collect2")
+    assert ROWS["build-first-error"].fix in build.BUILD_FAILED_FIX
+
+
+@fault("import-elsewhere")
+def test_import_check_refuses_a_flashinfer_outside_the_vendored_tree(tmp_path):
+    expect(run("import_check.py", env=fake_flashinfer(tmp_path)), "import-elsewhere")
+
+
+# ---------------------------------------------------------------- module-uri
+
+@fault("uri-head-dim")
+@pytest.mark.parametrize("head_dim", ["0", "-16", "7"])
+def test_head_dims_flashinfer_cannot_build(head_dim):
+    expect(run("module_uri.py", "single_prefill", f"--head-dim={head_dim}"), "uri-head-dim")
+
+
+@fault("uri-fp8-fa2")
+def test_fp8_queries_on_fa2():
+    expect(run("module_uri.py", "single_prefill", "--dtype", "e4m3", "--dtype-o", "f16"), "uri-fp8-fa2")
+
+
+@fault("uri-dtype-idx")
+def test_an_index_dtype_that_is_not_one():
+    expect(run("module_uri.py", "batch_prefill", "--dtype-idx", "bf16"), "uri-dtype-idx")
+
+
+@fault("uri-option-not-applicable")
+@pytest.mark.parametrize("args", [["single_prefill", "--dtype-idx", "i32"], ["single_decode", "--backend", "fa2"]])
+def test_options_that_do_not_apply_are_refused(args):
+    expect(run("module_uri.py", *args), "uri-option-not-applicable")
+
+
+# ---------------------------------------------------------------- everywhere
+
+SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py"))
+
+
+# The positional arguments each script needs before an unknown option can be its only fault.
+# smoke and abi-smoke are not here: the options they do not know are pytest's.
+POSITIONALS = {"module_uri.py": ["single_prefill"], "pin.py": ["x.whl"], "prefetch.py": ["Cargo.toml"]}
+SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.name not in ("smoke.py", "abi_smoke.py"))
+
+
+@fault("usage")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_unknown_option(script):
+    expect(run(script, *POSITIONALS.get(script, []), "--no-such-option"), "usage", status=2)
+
+
+@fault("broken-pipe")
+@pytest.mark.parametrize("script, args", [("module_uri.py", ["single_prefill"]), ("preflight.py", []), ("preflight.py", ["--json"])])
+def test_a_reader_that_goes_away(script, args):
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # `| head` that has read its fill
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+@fault("help-runs-nothing")
+def test_import_check_help_runs_no_check():
+    done = run("import_check.py", "--help", flags=["-S"])
+    assert done.returncode == 0 and done.stdout.startswith("usage:") and not done.stderr
+
+
+@fault("help-whole-sentences")
+def test_help_texts():
+    description = run("prefetch.py", "--help").stdout.split("\n\n")[1]
+    assert description.rstrip().endswith("needs no network."), description
+    for script in ("smoke.py", "abi_smoke.py"):
+        text = run(script, "--help").stdout
+        assert "PYTEST_ARGS" in text and "go to pytest" in " ".join(text.split()), text
+
+
+@fault("bench-runs")
+def test_bench_preflight_needs_a_run():
+    expect(run("bench_preflight.py", "--runs", "0"), "bench-runs", status=2)
+
+
+@fault("bench-preflight-fails")
+def test_bench_preflight_reports_a_preflight_that_cannot_run():
+    expect(run("bench_preflight.py", "--runs", "1", "--", "--cuda", "13"), "bench-preflight-fails")
+
+
+@fault("smoke-nothing-selected")
+def test_smoke_with_a_selection_that_matches_nothing():
+    require("torch", why="pytest collects tests/smoke only where torch imports")
+    expect(run("smoke.py", "-k", "nomatch"), "smoke-nothing-selected")
+
+
+@fault("smoke-no-gpu")
+@pytest.mark.parametrize("script, task", [("smoke.py", "smoke"), ("abi_smoke.py", "abi-smoke")])
+def test_gpu_suites_fail_when_nothing_ran(script, task):
+    torch = importlib.util.find_spec("torch") and importlib.import_module("torch")
+    if torch and torch.cuda.is_available():
+        pytest.skip("this host has a GPU: the no-GPU path cannot be shown here")
+    expect(run(script), "smoke-no-gpu", said_as=("smoke", task))

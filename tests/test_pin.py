@@ -1,0 +1,62 @@
+"""pin: the Cargo.toml blocks that pin wheels for the Rust bindings crate, from fixture wheels and
+a package index on 127.0.0.1."""
+
+import hashlib
+
+import pytest
+from module_fixtures import JIT_CACHE_WHEEL, OTHER_CUDA, make_wheel
+from script_runs import run, two_line_failure
+
+from fidev.manifest import pins, tomllib
+
+
+def pinned(done):
+    assert done.returncode == 0, done.stderr
+    return tomllib.loads(done.stdout)["package"]["metadata"]["flashinfer_rs"]["pinned_wheels"]
+
+
+def test_pin_prints_the_cargo_metadata_block(tmp_path, norm_so):
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    url = f"https://example.invalid/v{pins().flashinfer}/{JIT_CACHE_WHEEL}"
+    table = pinned(run("pin.py", wheel, "--url", url))
+    assert table == {"flashinfer_jit_cache": {pins().cuda_tag: {"x86_64": {
+        "filename": JIT_CACHE_WHEEL, "url": url, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}}}}
+
+
+def test_pin_of_a_pure_wheel_serves_every_arch_under_the_manifest_cuda(tmp_path):
+    wheel = tmp_path / "apache_tvm_ffi-0.1.7-py3-none-any.whl"
+    wheel.write_bytes(b"PK fixture")
+    table = pinned(run("pin.py", wheel, "--url", "https://example.invalid/x.whl"))
+    assert set(table["apache_tvm_ffi"][pins().cuda_tag]) == {"x86_64", "aarch64"}
+    assert set(pinned(run("pin.py", wheel, "--url", "u", "--cuda", OTHER_CUDA))["apache_tvm_ffi"]) == {OTHER_CUDA}
+
+
+def test_pin_refuses_a_cuda_key_the_wheel_is_not_built_for(tmp_path, norm_so):
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    two_line_failure(run("pin.py", wheel, "--url", "u", "--cuda", OTHER_CUDA), f"is built for {pins().cuda_tag}, not {OTHER_CUDA}")
+
+
+def test_pin_needs_wheel_files(tmp_path):
+    two_line_failure(run("pin.py"), "the following arguments are required: WHEEL", status=2)
+    two_line_failure(run("pin.py", tmp_path), "is not a wheel file")
+
+
+@pytest.mark.parametrize("style", ["html", "json"])
+def test_pin_takes_the_url_from_the_index_and_checks_its_sha256(tmp_path, norm_so, index_server, style):
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    download = f"{index_server.url}/releases/v{pins().flashinfer}/{JIT_CACHE_WHEEL}"
+    index_server.publish("flashinfer-jit-cache", [(JIT_CACHE_WHEEL, download, sha)], style)
+    table = pinned(run("pin.py", wheel, "--index", f"{index_server.url}/simple"))
+    assert table["flashinfer_jit_cache"][pins().cuda_tag]["x86_64"] == {"filename": JIT_CACHE_WHEEL, "url": download, "sha256": sha}
+
+
+def test_pin_says_when_the_index_lacks_the_wheel(tmp_path, norm_so, index_server):
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    index_server.publish("flashinfer-jit-cache", [], "html")
+    two_line_failure(run("pin.py", wheel, "--index", f"{index_server.url}/simple"), f"does not list {JIT_CACHE_WHEEL}")
+
+
+def test_pin_says_when_the_index_is_unreachable(tmp_path, norm_so, index_server):
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    two_line_failure(run("pin.py", wheel, "--index", f"{index_server.url}/missing"), "cannot read the index page")
