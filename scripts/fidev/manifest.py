@@ -9,11 +9,14 @@ from pathlib import Path
 
 try:  # Python >= 3.11
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the tomli that pip vendors reads the same TOML
+except ModuleNotFoundError:  # Python 3.10: tomli, or the copy pip vendors, reads the same TOML
     try:
         import tomli as tomllib  # type: ignore[no-redef]
     except ModuleNotFoundError:
-        from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+        try:
+            from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            tomllib = None  # load_manifest says so in two lines
 
 from fidev.ui import Failure
 
@@ -56,6 +59,9 @@ def cuda_release(text: str) -> str:
 
 
 def load_manifest(path: Path = MANIFEST) -> dict:
+    if tomllib is None:
+        raise Failure("this Python 3.10 has no TOML reader (no tomli, no pip) to read the manifest",
+                      "run it with Python >= 3.11 (the environments have 3.12), or with a Python 3.10 that has pip")
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
