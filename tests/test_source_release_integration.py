@@ -109,3 +109,29 @@ print(json.dumps(out))
     theirs = json.loads(done.stdout.strip().splitlines()[-1])
     mismatched = [(ours, t) for ours, t in zip(map(module_uri, configs), theirs, strict=True) if ours != t]
     assert not mismatched, f"{len(mismatched)} of {len(configs)} differ, e.g. ours {mismatched[0][0]} vs FlashInfer {mismatched[0][1]}"
+
+
+def test_abi_reads_every_export_of_the_release(installed):
+    """abi on the real source release: every `TVM_FFI_DLL_EXPORT_TYPED_FUNC(` line of code is an
+    export it found, each with the declaration it binds, and the functions abi-smoke calls have
+    the argument order the bindings use (docs/flashinfer-dev.md, step 5)."""
+    require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter")
+    from fidev import abi
+
+    tree, _, _ = installed
+    exports = abi.report(tree)
+    lines = [line for path in (tree / "csrc").rglob("*") if path.suffix in (".cu", ".cpp", ".cc")
+             for line in path.read_text(errors="replace").splitlines() if line.lstrip().startswith("TVM_FFI_DLL_EXPORT_TYPED_FUNC(")]
+    assert len(exports) == len(lines) > 100
+    assert all(e.signatures for e in exports), [e.key for e in exports if not e.signatures]
+    by_key = {e.key: e for e in exports}
+    names = lambda key, tail=None: [p.name for p in by_key[key].signatures[0].params] + [p.name for p in by_key[key].tails.get(tail, ())]  # noqa: E731
+    assert names(("csrc/flashinfer_norm_binding.cu", "gemma_rmsnorm")) == ["out", "input", "weight", "eps", "enable_pdl"]
+    assert names(("csrc/single_prefill_jit_binding.cu", "run"), "fa2") == [
+        "q", "k", "v", "tmp", "o", "maybe_lse", "mask_mode_code", "layout", "window_left", "maybe_custom_mask", "maybe_alibi_slopes",
+        "logits_soft_cap", "sm_scale", "rope_rcp_scale", "rope_rcp_theta"]
+    assert names(("csrc/single_prefill_sm90_jit_binding.cu", "run"), "fa3 and no fp8") == [
+        "q", "k", "v", "tmp", "o", "maybe_lse", "mask_mode_code", "layout", "window_left", "maybe_scale_v", "logits_soft_cap", "sm_scale",
+        "scale_v_scalar"]
+    assert names(("csrc/gdn_prefill_launcher.cu", "gdn_prefill")) == [
+        "output", "output_state", "q", "k", "v", "cu_seqlens", "input_state", "alpha", "beta", "scale", "workspace_buffer"]

@@ -128,3 +128,15 @@ def package_indexes(path: Path = MANIFEST) -> dict[str, str]:
     """Normalized distribution name -> the `index` the manifest installs it from (torch, the jit-cache)."""
     specs = _table(feature(load_manifest(path)), "pypi-dependencies")
     return {re.sub(r"[-_.]+", "-", name).lower(): spec["index"] for name, spec in specs.items() if isinstance(spec, dict) and "index" in spec}
+
+
+def requirement(name: str, path: Path = MANIFEST) -> str:
+    """`name<range>` as flashinfer-dev declares it (PyPI, else conda, whose simple ranges pip
+    reads the same), for tooling outside Pixi that must install the same range (.ci/run)."""
+    feat = feature(load_manifest(path))
+    for table in ("pypi-dependencies", "dependencies"):
+        spec = feat.get(table, {}).get(name)
+        if spec is not None:
+            version = spec.get("version", "*") if isinstance(spec, dict) else spec
+            return name if version.strip() == "*" else f"{name}{version.strip()}"
+    raise Failure(f"{MANIFEST.name} declares no {name} in flashinfer-dev", f"restore it (`git diff {MANIFEST.name}` shows what changed)")

@@ -5,11 +5,14 @@ against float64 torch references; bad calls must come back as decoded TVM-FFI er
 When the pin moves and a signature changes, these calls fail with "Mismatched type on argument"
 or "Mismatched number of arguments" instead of the bindings failing at run time."""
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (abi-smoke runs in flashinfer-dev)")
 from gpu_checks import EPS, add_result, assert_close, attention_ref, fresh_seed, gated_delta_rule_ref, gdn_inputs, poisoned, rms_ref  # noqa: E402
 
+from fidev import smoke_modules  # noqa: E402
 from fidev.uris import AttentionConfig, module_uri  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -154,3 +157,47 @@ def test_bad_gdn_prefill_call_is_a_decoded_error(abi_module):
     (total, heads, dim), seqs = q.shape, len(cu) - 1
     out, state = poisoned((total, heads, dim), torch.float16), poisoned((seqs, heads, dim, dim), torch.float32)
     expect_error(RuntimeError, "cu_seqlens.dtype()", lambda: gdn_call(module, q, k, v, g, beta, cu.int(), out, state))
+
+
+# ---------------------------------------------------------------- signatures: the module at run time against the source
+
+
+# What abi-smoke calls, by module key: (exported name, binding file in the source tree, backend tail).
+CALLED = [("norm", "rmsnorm", "csrc/flashinfer_norm_binding.cu", None),
+          ("norm", "gemma_rmsnorm", "csrc/flashinfer_norm_binding.cu", None),
+          ("single_prefill_fa2", "run", "csrc/single_prefill_jit_binding.cu", "fa2"),
+          ("single_prefill_fa3", "run", "csrc/single_prefill_sm90_jit_binding.cu", "fa3 and no fp8"),
+          ("gdn_prefill", "gdn_prefill", "csrc/gdn_prefill_launcher.cu", None)]
+RUNTIME_SIGNATURE = re.compile(r"`(\w+)\((.*)\) -> ([^`]+)`")
+
+
+@pytest.fixture(scope="session")
+def source_abi():
+    """The exports fidev.abi reads from the vendored source (what `pixi run -e flashinfer-dev abi` prints)."""
+    pytest.importorskip("tree_sitter_cpp", reason="tree-sitter-cpp is not installed (a flashinfer-dev dependency)")
+    from fidev import abi
+    from fidev.manifest import pins
+
+    return {e.key: e for e in abi.report(pins().source_dir)}
+
+
+@pytest.mark.parametrize("key, name, binding, tail", CALLED, ids=[f"{c[0]}.{c[1]}" for c in CALLED])
+def test_runtime_signature_equals_the_source(abi_module, source_abi, request, key, name, binding, tail):
+    """Called with no arguments, TVM-FFI names the signature it was built with; it must have the
+    parameter count and types abi parsed from the source, in the same order."""
+    if smoke_modules.BY_KEY[key].sm90:
+        request.getfixturevalue("sm90")
+    from fidev.abi import tvm_ffi_type
+
+    module, spec, _ = abi_module(key, [name])
+    with pytest.raises(TypeError) as caught:
+        getattr(module, name)()
+    found = RUNTIME_SIGNATURE.search(str(caught.value))
+    assert found, f"TVM-FFI did not print a signature: {caught.value}"
+    runtime = [part.split(": ", 1)[1] for part in filter(None, (p.strip() for p in found.group(2).split(", ")))]
+    export = source_abi[(binding, name)]
+    params = [*export.signatures[0].params, *(export.tails[tail] if tail else ())]
+    parsed = [tvm_ffi_type(p.type) for p in params]
+    assert runtime == parsed, f"{spec.name}.{name}: TVM-FFI {runtime}, source {parsed} ({[p.name for p in params]})"
+    assert found.group(3).strip() == tvm_ffi_type(export.signatures[0].returns)
+    add_result("abi signatures", ("function", "module", "parameters", "types match"), (name, spec.name, str(len(runtime)), "yes"))
