@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from fidev import smoke_modules
+from fidev import ninja_inputs, smoke_modules
 from fidev.flashinfer_import import import_flashinfer
 from fidev.ui import ArgumentParser, Failure, run_main
 
@@ -63,6 +63,12 @@ def run_module_builds(specs) -> None:
     failures = []
 
     def build(spec, jobs):
+        stale = ninja_inputs.restored(spec.build_dir)
+        for obj, inputs in stale.items():
+            with printing:
+                print(f"  {spec.name[:48]}/{Path(obj).name}: {Path(inputs[0]).name} changed but is not newer than it "
+                      f"(a restored copy?): rebuilding it", flush=True)
+        ninja_inputs.invalidate(spec.build_dir, stale)
         cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=dict(os.environ, NINJA_STATUS="[%f/%t %es] "))
@@ -77,6 +83,8 @@ def run_module_builds(specs) -> None:
                     print("  " + line.rstrip(), flush=True)
         if proc.wait() != 0:
             failures.append(f"{spec.name}: {first_error(output)}")
+        else:
+            ninja_inputs.record(spec.build_dir, spec.ninja_path)
 
     threads = [threading.Thread(target=build, args=pair) for pair in zip(specs, job_budgets(specs), strict=True)]
     for thread in threads:

@@ -580,13 +580,10 @@ def test_options_that_do_not_apply_are_refused(args):
 
 # ---------------------------------------------------------------- everywhere
 
-SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py"))
-
-
 # The positional arguments each script needs before an unknown option can be its only fault.
-# smoke and abi-smoke are not here: the options they do not know are pytest's.
+# smoke, abi-smoke and upstream-tests are not here: the options they do not know are pytest's.
 POSITIONALS = {"module_uri.py": ["single_prefill"], "pin.py": ["x.whl"], "prefetch.py": ["Cargo.toml"]}
-SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.name not in ("smoke.py", "abi_smoke.py"))
+SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.name not in ("smoke.py", "abi_smoke.py", "upstream_tests.py"))
 
 
 @fault("usage")

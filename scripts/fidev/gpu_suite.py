@@ -1,4 +1,5 @@
-"""Run a GPU pytest suite (tests/smoke, tests/abi) as a task: it fails unless something passed.
+"""Run a GPU pytest suite (tests/smoke, tests/abi, FlashInfer's own) as a task: it fails unless
+something passed.
 
 pytest skips every GPU test on a host without a GPU, which keeps CPU CI green; run as a task,
 "nothing ran" is a failure.
@@ -29,12 +30,19 @@ class Outcomes:
 
 
 def run(task: str, suite: str, pytest_args: list[str]) -> int:
+    """One of this workspace's suites, under tests/."""
+    return run_paths(task, [str(ROOT / "tests" / suite)], pytest_args)
+
+
+def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tuple[str, ...] = ()) -> int:
+    """pytest on `paths` in this interpreter, in the kernel source mode in force (applied before
+    anything imports flashinfer), with a one-line count at the end."""
     import pytest
 
-    mode = kernels.mode()
+    mode = kernels.apply()
     outcomes = Outcomes()
     started = time.perf_counter()
-    code = pytest.main([str(ROOT / "tests" / suite), "-ra", "-p", "no:cacheprovider", *pytest_args], plugins=[outcomes])
+    code = pytest.main([*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], plugins=[outcomes])
     c = outcomes.counts
     print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed; kernel source {mode}; "
           f"{time.perf_counter() - started:.1f} s")

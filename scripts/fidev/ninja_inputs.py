@@ -1,0 +1,76 @@
+"""What each object of a JIT module was last built from, so that `build` catches what ninja's
+mtime check misses.
+
+ninja rebuilds an object when one of its inputs (the source and every header its depfile
+listed) is newer than the object. An edit makes the file newer, so it rebuilds. But restoring an
+older copy of a file (`mv`, `cp -p`, `rsync -a`, a `git stash` that keeps times) gives it an
+older mtime: ninja sees nothing newer than the object, and the module stays built from the edit.
+After every successful build this records the mtime and size of each object's inputs (ninja's
+own deps log, `ninja -t deps`); before the next build, an input whose mtime or size moved while
+staying older than its object means that object is removed, so ninja rebuilds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+STAMP = ".fidev-inputs.json"
+TIMEOUT_S = 60
+
+
+def deps(build_dir: Path, ninja_file: Path) -> dict[str, list[str]]:
+    """object -> its inputs, from ninja's deps log."""
+    try:
+        out = subprocess.run(["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-t", "deps"], capture_output=True, text=True,
+                             timeout=TIMEOUT_S).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found, current = {}, None
+    for line in out.splitlines():
+        if line and not line.startswith(" ") and ": #deps" in line:
+            current = line.split(": #deps")[0]
+            found[current] = []
+        elif line.strip() and current is not None:
+            found[current].append(line.strip())
+    return found
+
+
+def _stat(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
+def record(build_dir: Path, ninja_file: Path) -> None:
+    """After a successful build: the stat of every input of every object, written atomically."""
+    stamp = {obj: {path: _stat(path) for path in inputs} for obj, inputs in deps(build_dir, ninja_file).items()}
+    tmp = build_dir / f"{STAMP}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(stamp))
+    os.replace(tmp, build_dir / STAMP)
+
+
+def restored(build_dir: Path) -> dict[str, list[str]]:
+    """object -> the inputs that changed since the last build without becoming newer than it."""
+    try:
+        stamp = json.loads((build_dir / STAMP).read_text())
+    except (OSError, ValueError):
+        return {}
+    found = {}
+    for obj, inputs in stamp.items():
+        built = _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
+        if built is None:
+            continue  # gone: ninja rebuilds it anyway
+        moved = [path for path, was in inputs.items() if (now := _stat(path)) is not None and now != was and now[0] <= built[0]]
+        if moved:
+            found[obj] = moved
+    return found
+
+
+def invalidate(build_dir: Path, stale: dict[str, list[str]]) -> None:
+    for obj in stale:
+        Path(obj if os.path.isabs(obj) else build_dir / obj).unlink(missing_ok=True)

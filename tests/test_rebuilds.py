@@ -1,0 +1,54 @@
+"""What makes a module rebuild: a real ninja and C++ compiler, a module shaped like FlashInfer's
+(an object from a source that includes a header, linked into a .so), and fidev.ninja_inputs,
+which catches the restored copy that ninja's mtime check misses."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from fidev import ninja_inputs
+
+pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+
+
+@pytest.fixture
+def module(tmp_path):
+    (tmp_path / "k.h").write_text("constexpr int K = 1;\n")
+    (tmp_path / "m.cpp").write_text('#include "k.h"\nint f() { return K; }\n')
+    (tmp_path / "build.ninja").write_text(
+        "rule cxx\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
+        "rule link\n  command = c++ -shared $in -o $out\n"
+        f"build {tmp_path}/m.o: cxx {tmp_path}/m.cpp\nbuild {tmp_path}/m.so: link {tmp_path}/m.o\ndefault {tmp_path}/m.so\n")
+    return tmp_path
+
+
+def build(root):
+    """What build.py does around each module's ninja: invalidate restored inputs, build, record."""
+    ninja_inputs.invalidate(root, ninja_inputs.restored(root))
+    out = subprocess.run(["ninja", "-C", str(root)], capture_output=True, text=True, check=True).stdout
+    ninja_inputs.record(root, root / "build.ninja")
+    return "no work to do" not in out  # whether anything was compiled
+
+
+def test_an_edit_rebuilds_and_a_repeat_does_not(module):
+    assert build(module)
+    assert not build(module)  # nothing changed: ninja has no work
+    (module / "k.h").write_text("constexpr int K = 2;\n")  # an edit: newer than the object
+    assert build(module)
+
+
+def test_a_restored_older_header_rebuilds_only_with_the_guard(module):
+    header = module / "k.h"
+    build(module)
+    old = header.read_bytes(), header.stat().st_mtime_ns
+    header.write_text("constexpr int K = 2;  // the edit\n")
+    build(module)  # built from the edit
+    header.write_bytes(old[0])
+    os.utime(header, ns=(old[1], old[1]))  # what `cp -p` or `mv` of the saved copy leaves: the old mtime
+    plain = subprocess.run(["ninja", "-C", str(module), "-n"], capture_output=True, text=True).stdout
+    assert "no work to do" in plain  # ninja alone would keep the module built from the edit
+    assert ninja_inputs.restored(module) == {f"{module}/m.o": [str(header)]}
+    assert build(module)
+    assert ninja_inputs.restored(module) == {}
