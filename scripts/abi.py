@@ -24,8 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from fidev import abi, source_tree
+from fidev.failure import ArgumentParser, run_main
 from fidev.manifest import pins
-from fidev.ui import ArgumentParser, run_main
 
 
 def version_of(location: Path) -> str:

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from fidev import gpu_suite
-from fidev.ui import ArgumentParser, run_main
+from fidev.failure import ArgumentParser, run_main
 
 
 def main() -> int:

@@ -10,21 +10,21 @@ from __future__ import annotations
 import json
 import sys
 
-from fidev import artifacts
-from fidev.ui import ArgumentParser, Failure, run_main
+from fidev import jit_modules
+from fidev.failure import ArgumentParser, Failure, run_main
 
 
-def describe(source: artifacts.Source) -> str:
+def describe(source: jit_modules.Source) -> str:
     version = f" {source.version}" if source.version else ""
     return {"installed": f"installed flashinfer-jit-cache{version} ({source.location})",
             "wheel": f"wheel {source.location.name}", "folder": f"folder {source.location}"}[source.kind]
 
 
 def list_modules(args) -> int:
-    sources = [artifacts.open_source(s) for s in (args.sources or [None])]
+    sources = [jit_modules.open_source(s) for s in (args.sources or [None])]
     report = []
     for source in sources:
-        found = list(artifacts.modules(source, args.match))
+        found = list(jit_modules.modules(source, args.match))
         report.append((source, found))
         if not found and args.match:
             raise Failure(f"{describe(source)}: no module matches {args.match!r}",

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from fidev.ui import ArgumentParser, Failure, option, run_main
+from fidev.failure import ArgumentParser, Failure, option, run_main
 
 PREFLIGHT = Path(__file__).with_name("preflight.py")
 TIMEOUT_S = 300

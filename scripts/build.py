@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from fidev import ninja_inputs, smoke_modules
+from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.flashinfer_import import import_flashinfer
-from fidev.ui import ArgumentParser, Failure, run_main
 
 SLOWEST_SHOWN = 5
 # A line of compiler or linker output that names a cause. ninja's `FAILED:` line, collect2's

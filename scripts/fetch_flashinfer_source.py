@@ -21,9 +21,9 @@ import time
 from pathlib import Path, PurePosixPath
 
 from fidev import package_index, source_tree
+from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.files import sha256_file, write_verified
 from fidev.manifest import Pins, pins
-from fidev.ui import ArgumentParser, Failure, run_main
 
 PROJECT = "flashinfer-python"
 NETWORK_FIX = "check the network and your index settings (`pip config list`), or pass --archive PATH to a copy of the release"

@@ -11,10 +11,10 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from fidev import kernels, source_tree
+from fidev import kernel_source, source_tree
+from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.flashinfer_import import REINSTALL, import_flashinfer
 from fidev.manifest import pins
-from fidev.ui import ArgumentParser, Failure, run_main
 
 
 def installed(name: str) -> str:
@@ -40,7 +40,7 @@ def main() -> int:
         raise Failure(f"flashinfer {flashinfer.__version__} imported, the pin is {p.flashinfer}", REINSTALL)
 
     jit_cache = installed("flashinfer-jit-cache")
-    if mode == kernels.VENDORED:
+    if mode == kernel_source.VENDORED:
         jit_cache += " (hidden)"
     rows = [
         ("flashinfer", f"{flashinfer.__version__} from {where.parent}"),
@@ -50,7 +50,7 @@ def main() -> int:
         ("torch", f"{torch.__version__} (CUDA {torch.version.cuda})"),
         ("JIT cache", str(jit_env.FLASHINFER_JIT_DIR)),
         ("prebuilt modules", str(jit_env.FLASHINFER_AOT_DIR) if jit_env.FLASHINFER_AOT_DIR.exists() else "none"),
-        ("kernel source", f"{mode} ({kernels.ENV})"),
+        ("kernel source", f"{mode} ({kernel_source.ENV})"),
     ]
     for name, value in rows:
         print(f"  {name:21} {value}")

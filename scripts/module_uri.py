@@ -11,14 +11,14 @@ import argparse
 import json
 import sys
 
-from fidev import artifacts, uris
-from fidev.ui import ArgumentParser, Failure, run_main
+from fidev import jit_modules, uris
+from fidev.failure import ArgumentParser, Failure, run_main
 
 
 def installed_member(uri: str) -> str:
     """Where the installed flashinfer-jit-cache has the module, or why it has not."""
     try:
-        member = artifacts.installed_jit_cache().location / uris.library_member(uri)
+        member = jit_modules.installed_jit_cache().location / uris.library_member(uri)
     except Failure:
         return "flashinfer-jit-cache is not installed here"
     return f"in the installed flashinfer-jit-cache: {member}" if member.is_file() else \

@@ -14,9 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from fidev import wheel_cache, wheels
+from fidev import cargo_pins, wheel_cache
+from fidev.failure import ArgumentParser, Failure, option, run_main
 from fidev.manifest import cuda_release, cuda_tag, package_indexes, pins
-from fidev.ui import ArgumentParser, Failure, option, run_main
 
 
 def main() -> int:
@@ -37,16 +37,16 @@ def main() -> int:
         if not (path.is_file() and path.suffix == ".whl"):
             raise Failure(f"{path} is not a wheel file", "download the wheel, then pass its path")
         cached_sha, filename = wheel_cache.split_cached_name(path.name)
-        wheel = wheels.parse_wheel_filename(filename)
+        wheel = cargo_pins.parse_wheel_filename(filename)
         if args.cuda and wheel.cuda and wheel.cuda != cuda:
             raise Failure(f"{filename} is built for {wheel.cuda}, not {cuda}", f"drop --cuda, or pin the {cuda} wheel")
-        found = wheels.pins_for(path, filename, cuda, args.index or wheels.index_for(wheel, package_indexes()), args.url)
+        found = cargo_pins.pins_for(path, filename, cuda, args.index or cargo_pins.index_for(wheel, package_indexes()), args.url)
         if cached_sha and cached_sha != found[0].sha256:
             raise Failure(f"{path.name}: its cache name says sha256 {cached_sha}, the file has {found[0].sha256}",
                           "the cached copy is damaged: run prefetch again, or pin the downloaded wheel")
         print(f"pin: {filename}: sha256 {found[0].sha256}, {found[0].url}", file=sys.stderr)
         blocks += found
-    print(wheels.pin_toml(blocks), end="")
+    print(cargo_pins.pin_toml(blocks), end="")
     return 0
 
 

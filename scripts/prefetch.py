@@ -14,10 +14,9 @@ import platform
 import sys
 from pathlib import Path
 
-from fidev import wheel_cache
+from fidev import cargo_pins, wheel_cache
+from fidev.failure import ArgumentParser, Failure, option, run_main
 from fidev.manifest import cuda_release, cuda_tag, tomllib
-from fidev.ui import ArgumentParser, Failure, option, run_main
-from fidev.wheels import ARCHES
 
 
 def host_arch() -> str:
@@ -52,7 +51,7 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pins", metavar="PINS", type=Path, help="Cargo.toml (or any TOML) holding the pinned_wheels table")
-    parser.add_argument("--arch", default=host_arch(), choices=[*ARCHES, "all"], help="arch key to fetch (default: this host's)")
+    parser.add_argument("--arch", default=host_arch(), choices=[*cargo_pins.ARCHES, "all"], help="arch key to fetch (default: this host's)")
     parser.add_argument("--cuda", default="all", type=option(cuda_key), help="CUDA key to fetch: 12.9 or cu129 (default: all)")
     parser.add_argument("--from", dest="seed", metavar="DIR", type=Path, help="copy the wheels from DIR (an offline host) instead of downloading them")
     parser.add_argument("--timeout", type=option(seconds), default=60, help="give up on a download that sends nothing for this long (default 60 s)")
@@ -64,7 +63,7 @@ def main() -> int:
             document = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise Failure(f"cannot read {path}: {e}", "name the bindings crate's Cargo.toml, or a file with the `pin` task's output") from e
-    every = wheel_cache.read_pins(document, str(path))
+    every = cargo_pins.read_pins(document, str(path))
     chosen = [p for p in every if args.arch in ("all", p.arch) and args.cuda in ("all", p.cuda)]
     if not chosen:
         keys = sorted({f"{p.cuda}.{p.arch}" for p in every})

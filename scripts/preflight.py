@@ -24,10 +24,10 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from fidev import activation, jit_toolchain, kernels, smoke_modules, source_tree
+from fidev import activation, jit_toolchain, kernel_source, smoke_modules, source_tree
+from fidev.failure import ArgumentParser, Failure, option, run_main
 from fidev.jit_toolchain import JitToolchain
 from fidev.manifest import Pins, cuda_release, cuda_tag, pins
-from fidev.ui import ArgumentParser, Failure, option, run_main
 from fidev.versions import in_range, major_minor, version_key
 
 SUBPROCESS_TIMEOUT_S = 5
@@ -421,10 +421,10 @@ def check_cubin(ctx: Context) -> Result:
 
 def check_kernel_source(ctx: Context) -> Result:
     try:
-        mode = kernels.mode()
+        mode = kernel_source.mode()
     except Failure as e:
         return fail(e.problem, e.fix)
-    return ok(f"{mode} ({kernels.ENV}{'' if os.environ.get(kernels.ENV) else ' unset: the default'})")
+    return ok(f"{mode} ({kernel_source.ENV}{'' if os.environ.get(kernel_source.ENV) else ' unset: the default'})")
 
 
 def check_jit_cache(ctx: Context) -> Result:
@@ -439,10 +439,10 @@ def check_jit_cache(ctx: Context) -> Result:
     if local != tag:
         return fail(f"flashinfer-jit-cache {dist.version} is built for {local or 'no CUDA tag'}, the toolkit is {tag}",
                     f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
-    if os.environ.get(kernels.ENV) == kernels.VENDORED:
+    if os.environ.get(kernel_source.ENV) == kernel_source.VENDORED:
         return ok(f"flashinfer-jit-cache {dist.version}, hidden: kernels compile from the vendored source")
     return warn(f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling {source_tree.shown(p.source_dir)}/csrc",
-                f"to build and test your kernel edits: {kernels.ENV}={kernels.VENDORED}")
+                f"to build and test your kernel edits: {kernel_source.ENV}={kernel_source.VENDORED}")
 
 
 def check_tvm_ffi(ctx: Context) -> Result:

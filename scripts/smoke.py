@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from fidev import gpu_suite
-from fidev.ui import ArgumentParser, run_main
+from fidev.failure import ArgumentParser, run_main
 
 
 def main() -> int:

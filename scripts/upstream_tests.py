@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fidev import gpu_suite, kernels, source_tree, upstream_suites
+from fidev import gpu_suite, kernel_source, source_tree, upstream_suites
+from fidev.failure import Failure, run_main
 from fidev.manifest import pins
-from fidev.ui import Failure, run_main
 
 OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--dry-run-report": 1, "-h": 0, "--help": 0}
 # A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
@@ -124,7 +124,7 @@ def dry_run(report: str, nodes: list[str], pytest_args: list[str], tests: Path) 
     """The plan's subprocess: the tests, with FlashInfer forbidden to compile."""
     import pytest
 
-    kernels.apply()
+    kernel_source.apply()
     os.environ["FLASHINFER_DISABLE_JIT"] = "1"
     os.environ["FLASHINFER_JIT_CACHE_REPORT_FILE"] = report
     pytest.main([*nodes, "-q", "-p", "no:cacheprovider", *pytest_options(tests), *pytest_args])
@@ -151,9 +151,9 @@ def main() -> int:
     nodes = resolve(selection, tests)
     if "--dry-run-report" in ours:
         return dry_run(ours["--dry-run-report"], nodes, pytest_args, tests)
-    mode = kernels.mode()
-    print(f"upstream-tests: kernel source {mode}: " + ("every module compiles from the vendored csrc/ and include/" if mode == kernels.VENDORED
-          else f"modules flashinfer-jit-cache ships load instead of your edits ({kernels.ENV}=vendored tests them)"))
+    mode = kernel_source.mode()
+    print(f"upstream-tests: kernel source {mode}: " + ("every module compiles from the vendored csrc/ and include/" if mode == kernel_source.VENDORED
+          else f"modules flashinfer-jit-cache ships load instead of your edits ({kernel_source.ENV}=vendored tests them)"))
     if "--no-plan" not in ours:
         needed, seconds = plan(nodes, pytest_args, tests)
         budget_s = float(ours.get("--budget", 10)) * 60

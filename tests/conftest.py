@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fidev import kernels
+from fidev import kernel_source
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
 # (the integration test imports it) and the wheel-cache code; both go to a scratch folder instead,
@@ -74,7 +74,7 @@ def gpu():
 @pytest.fixture(scope="session")
 def fi(gpu):
     """The flashinfer package, imported in the workspace's kernel source mode."""
-    kernels.apply()
+    kernel_source.apply()
     try:
         import flashinfer
     except ImportError as e:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from packaging.version import Version
+
 PIXI = "prefix-dev/pixi v0.77.0 (e3c26fbf7d82)"
 DEFAULT = "default"
 
@@ -147,7 +149,7 @@ class Workspace:
                 for name, version in f.table.get("system-requirements", {}).items():
                     key = VIRTUAL_PACKAGES[name]
                     version = version["version"] if isinstance(version, dict) else str(version)
-                    required[key] = max(required.get(key, version), version, key=_version_key)
+                    required[key] = max(required.get(key, version), version, key=Version)
             result[subdir] = required
         return result
 
@@ -224,7 +226,3 @@ class Workspace:
         for name in self.pixi.get("environments", {}):
             extra += [f"environments.{name}.{k}" for k in self.environment(name) if k not in ENVIRONMENT_KEYS]
         return extra
-
-
-def _version_key(text: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else 0 for p in str(text).split("."))

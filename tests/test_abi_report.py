@@ -7,6 +7,7 @@ import tarfile
 import zipfile
 
 import pytest
+
 from script_runs import require, run, two_line_failure
 
 require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter (a flashinfer-dev dependency)")

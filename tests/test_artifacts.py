@@ -6,10 +6,10 @@ import shutil
 import zipfile
 
 import pytest
-from module_fixtures import JIT_CACHE_WHEEL, make_wheel
-from script_runs import require, run, two_line_failure
 
 from fidev.manifest import pins
+from module_fixtures import JIT_CACHE_WHEEL, make_wheel
+from script_runs import require, run, two_line_failure
 
 require("elftools", why="artifacts reads ELF files with pyelftools (a flashinfer-dev dependency)")
 

@@ -22,11 +22,11 @@ import tarfile
 import time
 
 import pytest
-from module_fixtures import JIT_CACHE_WHEEL, make_wheel
-from script_runs import require, run
 
 from fidev import source_tree
 from fidev.manifest import ROOT, pins
+from module_fixtures import JIT_CACHE_WHEEL, make_wheel
+from script_runs import require, run
 
 P = pins()
 DOC = ROOT / "docs" / "flashinfer-dev.md"
@@ -277,7 +277,7 @@ def test_another_tree_is_kept_unless_replace_is_asked_for(tmp_path):
     (dest / "csrc" / "mine.cu").write_text("// my edit")
     env_pins = dataclasses.replace(P, sdist_sha256=hashlib.sha256(body).hexdigest())
     from fetch_flashinfer_source import materialize
-    from fidev.ui import Failure
+    from fidev.failure import Failure
 
     with pytest.raises(Failure) as caught:
         materialize(dest, env_pins, archive)

@@ -6,12 +6,12 @@ import io
 import tarfile
 
 import pytest
-from script_runs import run
 
 from fetch_flashinfer_source import materialize
+from fidev.failure import Failure
 from fidev.manifest import pins
 from fidev.source_tree import MARKER
-from fidev.ui import Failure
+from script_runs import run
 
 RELEASE = pins().flashinfer
 

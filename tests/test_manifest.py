@@ -6,11 +6,11 @@ import re
 import subprocess
 
 import pytest
-from pixi_model import Workspace
 
 from fidev import activation
+from fidev.failure import Failure
 from fidev.manifest import FEATURE, MANIFEST, ROOT, load_manifest, pins
-from fidev.ui import Failure
+from pixi_model import Workspace
 
 M = load_manifest()
 PIXI = M["tool"]["pixi"]

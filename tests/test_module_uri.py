@@ -4,9 +4,9 @@ pinned release's get_*_uri; the integration test and abi-smoke compare with Flas
 import json
 
 import pytest
-from script_runs import run, two_line_failure
 
 from fidev.uris import AttentionConfig, module_uri
+from script_runs import run, two_line_failure
 
 TAIL = "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False"
 

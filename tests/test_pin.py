@@ -4,10 +4,10 @@ a package index on 127.0.0.1."""
 import hashlib
 
 import pytest
-from module_fixtures import JIT_CACHE_WHEEL, OTHER_CUDA, make_wheel
-from script_runs import run, two_line_failure
 
 from fidev.manifest import pins, tomllib
+from module_fixtures import JIT_CACHE_WHEEL, OTHER_CUDA, make_wheel
+from script_runs import run, two_line_failure
 
 
 def pinned(done):

@@ -3,6 +3,7 @@ manifests of the same shape: crates/pixi_core/src/workspace/environment.rs, `mod
 prefix-dev/pixi v0.77.0. If Pixi's rules and the model part ways, these fail first."""
 
 import pytest
+
 from pixi_model import Workspace
 
 

@@ -9,9 +9,9 @@ import sys
 import time
 
 import pytest
-from script_runs import run, two_line_failure
 
 from fidev.manifest import ROOT
+from script_runs import run, two_line_failure
 
 TVM_WHEEL = "apache_tvm_ffi-0.1.7-cp312-abi3-manylinux_2_28_x86_64.whl"
 JIT_WHEEL = "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.whl"

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import textwrap
 
-import conda_prefix
 import pytest
 
+import conda_prefix
 from fidev import smoke_modules, source_tree
 from fidev.manifest import ROOT, pins
 

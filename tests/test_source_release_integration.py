@@ -14,10 +14,10 @@ import venv
 from dataclasses import asdict
 
 import pytest
-from script_runs import require
 
 from fidev.manifest import ROOT, pins
 from fidev.uris import KINDS, AttentionConfig, module_uri
+from script_runs import require
 
 pytestmark = pytest.mark.integration
 NEEDS = ("setuptools", "packaging", "tvm_ffi", "torch", "numpy")

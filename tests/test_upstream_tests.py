@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from script_runs import two_line_failure
 
 from fidev import source_tree, upstream_suites
+from fidev.failure import Failure
 from fidev.manifest import ROOT, pins
-from fidev.ui import Failure
+from script_runs import two_line_failure
 
 FAKE_FLASHINFER = """\
 import importlib.util, json, os

@@ -5,6 +5,7 @@ operator, and the wildcard forms."""
 import itertools
 
 import pytest
+
 from script_runs import require
 
 require("packaging", why="the reference fidev.versions is held to")

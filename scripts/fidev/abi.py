@@ -24,7 +24,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from fidev.ui import Failure
+from fidev.failure import Failure
 
 EXPORT_MACRO = "TVM_FFI_DLL_EXPORT_TYPED_FUNC"
 GENERATED_TAIL = "ADDITIONAL_FUNC_PARAMS"  # from the attention modules' generated *_config.inc

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from fidev.ui import Failure
+from fidev.failure import Failure
 
 TVM_FFI_PREFIX = "__tvm_ffi_"
 

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from types import ModuleType
 
-from fidev import kernels, source_tree
-from fidev.ui import Failure
+from fidev import kernel_source, source_tree
+from fidev.failure import Failure
 
 REINSTALL = "pixi install -e flashinfer-dev, then `pixi run -e flashinfer-dev preflight` names what is off"
 
@@ -23,7 +23,7 @@ class Imported:
 
 
 def import_flashinfer() -> Imported:
-    mode = kernels.apply()
+    mode = kernel_source.apply()
     started = time.perf_counter()
     try:
         import flashinfer

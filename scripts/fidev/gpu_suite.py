@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
-from fidev import kernels
+from fidev import kernel_source
+from fidev.failure import Failure
 from fidev.manifest import ROOT
-from fidev.ui import Failure
 
 
 class Outcomes:
@@ -39,7 +39,7 @@ def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tupl
     anything imports flashinfer), with a one-line count at the end."""
     import pytest
 
-    mode = kernels.apply()
+    mode = kernel_source.apply()
     outcomes = Outcomes()
     started = time.perf_counter()
     code = pytest.main([*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], plugins=[outcomes])

@@ -18,7 +18,7 @@ except ModuleNotFoundError:  # Python 3.10: tomli, or the copy pip vendors, read
         except ModuleNotFoundError:
             tomllib = None  # load_manifest says so in two lines
 
-from fidev.ui import Failure
+from fidev.failure import Failure
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "pyproject.toml"

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from fidev.failure import Failure
 from fidev.files import CHUNK
-from fidev.ui import Failure
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PIP_CONFIG_TIMEOUT_S = 30

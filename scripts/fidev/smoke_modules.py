@@ -2,7 +2,7 @@
 
 Each entry makes the same JitSpec that the FlashInfer API call in tests/smoke makes (same
 dtypes, head dim and flags), so `build` compiles exactly what `smoke` loads; tests/abi loads the
-`abi` ones directly through TVM-FFI. Import flashinfer only after fidev.kernels.apply().
+`abi` ones directly through TVM-FFI. Import flashinfer only after fidev.kernel_source.apply().
 """
 
 from __future__ import annotations

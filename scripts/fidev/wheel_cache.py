@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fidev import package_index
+from fidev.cargo_pins import Pin
+from fidev.failure import Failure
 from fidev.files import read_chunks, sha256_file, write_verified
-from fidev.ui import Failure
-from fidev.wheels import METADATA_PATH, Pin
 
 ENV = "FLASHINFER_RS_CACHE_DIR"
 CACHE_FIX = f"set {ENV} to a folder you can write (default ~/.cache/flashinfer-rs)"
@@ -37,29 +37,6 @@ def split_cached_name(name: str) -> tuple[str | None, str]:
     """'<sha256>-<filename>' (how the cache names a wheel) -> (sha256, filename); other names -> (None, name)."""
     match = _CACHED_NAME.fullmatch(name)
     return (match.group(1), match.group(2)) if match else (None, name)
-
-
-def read_pins(toml: dict, source: str) -> list[Pin]:
-    """Every `<name>.<cuda>.<arch>` entry under [package.metadata.flashinfer_rs.pinned_wheels]."""
-    table = toml
-    for key in METADATA_PATH:
-        table = table.get(key) if isinstance(table, dict) else None
-    if not isinstance(table, dict):
-        raise Failure(f"{source} has no [{'.'.join(METADATA_PATH)}] table",
-                      "name the bindings crate's Cargo.toml, or a file holding the blocks the `pin` task prints")
-    found = []
-    for name, by_cuda in table.items():
-        for cuda, by_arch in (by_cuda or {}).items():
-            for arch, entry in (by_arch or {}).items():
-                where = f"{'.'.join(METADATA_PATH)}.{name}.{cuda}.{arch}"
-                if not isinstance(entry, dict):
-                    raise Failure(f"{source}: {where} is not a table", "each entry needs filename, url and sha256")
-                filename, url, sha = (str(entry.get(k, "")).strip() for k in ("filename", "url", "sha256"))
-                if not filename.endswith(".whl") or "/" in filename or not url or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
-                    raise Failure(f"{source}: {where} needs a wheel filename, a url and a 64-hex-digit lowercase sha256",
-                                  "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`")
-                found.append(Pin(name, cuda, arch, filename, url, sha))
-    return found
 
 
 @contextmanager

@@ -10,10 +10,9 @@ import re
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (abi-smoke runs in flashinfer-dev)")
-from gpu_checks import EPS, add_result, assert_close, attention_ref, fresh_seed, gated_delta_rule_ref, gdn_inputs, poisoned, rms_ref  # noqa: E402
-
 from fidev import smoke_modules  # noqa: E402
 from fidev.uris import AttentionConfig, module_uri  # noqa: E402
+from gpu_checks import EPS, add_result, assert_close, attention_ref, fresh_seed, gated_delta_rule_ref, gdn_inputs, poisoned, rms_ref  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
-from fidev.ui import Failure
+from fidev import uris
+from fidev.failure import Failure
 
 ENV = "FLASHINFER_DEV_KERNEL_SOURCE"
 PREBUILT, VENDORED = "prebuilt", "vendored"
@@ -32,5 +33,5 @@ def apply() -> str:
     if current == VENDORED:
         # importlib.util.find_spec() answers None for a name mapped to None in sys.modules,
         # which is how FlashInfer asks whether the jit-cache is there; imports of it fail.
-        sys.modules["flashinfer_jit_cache"] = None
+        sys.modules[uris.JIT_CACHE_PACKAGE] = None
     return current

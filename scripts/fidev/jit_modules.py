@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from fidev import uris
+from fidev.cargo_pins import parse_wheel_filename
 from fidev.elf import DynamicInfo, read_dynamic
-from fidev.ui import Failure
+from fidev.failure import Failure
 from fidev.wheel_cache import split_cached_name
-from fidev.wheels import parse_wheel_filename
 
 
 @dataclass(frozen=True)

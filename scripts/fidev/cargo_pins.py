@@ -1,5 +1,7 @@
-"""Wheel pins in the shape the Rust bindings crate keeps in its Cargo.toml:
-`[package.metadata.flashinfer_rs.pinned_wheels.<name>.<cuda>.<arch>]` with filename, url, sha256."""
+"""Wheel pins in the shape the Rust bindings crate keeps in its Cargo.toml,
+`[package.metadata.flashinfer_rs.pinned_wheels.<name>.<cuda>.<arch>]` with filename, url and
+sha256: what a wheel's file name says about those keys, the pins of a local wheel (its URL from
+its package index), and the TOML's writer and reader."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fidev import package_index
+from fidev.failure import Failure
 from fidev.files import sha256_file
-from fidev.ui import Failure
 
 METADATA_PATH = ("package", "metadata", "flashinfer_rs", "pinned_wheels")
 ARCHES = ("x86_64", "aarch64")  # the crate's arch keys
@@ -19,9 +21,9 @@ ARCHES = ("x86_64", "aarch64")  # the crate's arch keys
 @dataclass(frozen=True)
 class WheelName:
     filename: str
-    name: str  # distribution, as the wheel spells it (underscores): the crate's key
+    name: str  # the distribution as the wheel spells it (underscores): the crate's key
     version: str
-    platform: str
+    platforms: tuple[str, ...]
 
     @property
     def cuda(self) -> str | None:
@@ -31,18 +33,24 @@ class WheelName:
 
     @property
     def arches(self) -> tuple[str, ...]:
-        """The crate arch keys this wheel serves: from its platform tag; a pure wheel serves all."""
-        if self.platform == "any":
+        """The crate arch keys this wheel serves: from its platform tags; a pure wheel serves all."""
+        if "any" in self.platforms:
             return ARCHES
-        return tuple(a for a in ARCHES if any(tag.endswith(a) for tag in self.platform.split(".")))
+        return tuple(a for a in ARCHES if any(tag.endswith(a) for tag in self.platforms))
 
 
 def parse_wheel_filename(filename: str) -> WheelName:
-    parts = filename[:-len(".whl")].split("-") if filename.endswith(".whl") else []
-    if len(parts) not in (5, 6):  # name-version[-build]-python-abi-platform
-        raise Failure(f"{filename} is not a wheel file name (name-version-python-abi-platform.whl)",
-                      "pass the wheel as downloaded, without renaming it")
-    return WheelName(filename, parts[0], parts[1], parts[-1])
+    """The wheel's name, version and platforms, read by `packaging` (PEP 427)."""
+    try:
+        from packaging.utils import InvalidWheelFilename
+        from packaging.utils import parse_wheel_filename as parse
+    except ModuleNotFoundError as e:
+        raise Failure("packaging is not installed in this interpreter", "run it in the environment: `pixi run -e flashinfer-dev ...`") from e
+    try:
+        _, version, _, tags = parse(filename)
+    except InvalidWheelFilename as e:
+        raise Failure(f"{filename} is not a wheel file name: {e}", "pass the wheel as downloaded, without renaming it") from e
+    return WheelName(filename, filename.split("-")[0], str(version), tuple(sorted({t.platform for t in tags})))
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,29 @@ def pin_toml(pins_: list[Pin]) -> str:
         header = ".".join((*METADATA_PATH, p.name, p.cuda, p.arch))
         blocks.append(f"[{header}]\nfilename = {json.dumps(p.filename)}\nurl = {json.dumps(p.url)}\nsha256 = {json.dumps(p.sha256)}\n")
     return "\n".join(blocks)
+
+
+def read_pins(toml: dict, source: str) -> list[Pin]:
+    """Every `<name>.<cuda>.<arch>` entry under [package.metadata.flashinfer_rs.pinned_wheels]."""
+    table = toml
+    for key in METADATA_PATH:
+        table = table.get(key) if isinstance(table, dict) else None
+    if not isinstance(table, dict):
+        raise Failure(f"{source} has no [{'.'.join(METADATA_PATH)}] table",
+                      "name the bindings crate's Cargo.toml, or a file holding the blocks the `pin` task prints")
+    found = []
+    for name, by_cuda in table.items():
+        for cuda, by_arch in (by_cuda or {}).items():
+            for arch, entry in (by_arch or {}).items():
+                where = f"{'.'.join(METADATA_PATH)}.{name}.{cuda}.{arch}"
+                if not isinstance(entry, dict):
+                    raise Failure(f"{source}: {where} is not a table", "each entry needs filename, url and sha256")
+                filename, url, sha = (str(entry.get(k, "")).strip() for k in ("filename", "url", "sha256"))
+                if not filename.endswith(".whl") or "/" in filename or not url or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
+                    raise Failure(f"{source}: {where} needs a wheel filename, a url and a 64-hex-digit lowercase sha256",
+                                  "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`")
+                found.append(Pin(name, cuda, arch, filename, url, sha))
+    return found
 
 
 def index_for(wheel: WheelName, indexes: dict[str, str]) -> str:
@@ -100,6 +131,6 @@ def pins_for(path: Path, filename: str, cuda: str, index: str | None = None, url
             raise Failure(f"{filename}: the index publishes sha256 {published}, the file has {sha}",
                           "the file is not the published wheel: download it again")
     if not wheel.arches:
-        raise Failure(f"{filename}: platform {wheel.platform} is none of the crate's arches ({', '.join(ARCHES)})",
+        raise Failure(f"{filename}: platform {', '.join(wheel.platforms)} is none of the crate's arches ({', '.join(ARCHES)})",
                       "pin a manylinux x86_64 or aarch64 wheel")
     return [Pin(wheel.name, wheel.cuda or cuda, arch, filename, url, sha) for arch in wheel.arches]
