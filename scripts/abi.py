@@ -24,7 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from fidev import abi, source_tree
-from fidev.failure import ArgumentParser, run_main
+from fidev.failure import ArgumentParser, Failure, run_main
+from fidev.jit_modules import matches
 from fidev.manifest import pins
 
 
@@ -40,13 +41,17 @@ def version_of(location: Path) -> str:
     return found.group(1) if found else "?"
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
 def params_text(params) -> str:
     return ", ".join(f"{p.type} {p.name}".strip() + (f" = {p.default}" if p.default else "") for p in params)
 
 
 def show_report(location: Path, exports: list[abi.Export]) -> None:
     files = sorted({e.file for e in exports})
-    print(f"abi: {source_tree.shown(location)} (FlashInfer {version_of(location)}): {len(exports)} exports in {len(files)} files")
+    print(f"abi: {source_tree.shown(location)} (FlashInfer {version_of(location)}): {plural(len(exports), 'export')} in {plural(len(files), 'file')}")
     for file in files:
         print(file)
         for e in (e for e in exports if e.file == file):
@@ -84,7 +89,7 @@ def main() -> int:
     parser.add_argument("source", nargs="?", type=Path, help="a FlashInfer source tree or source release (default: the vendored tree)")
     parser.add_argument("--diff", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two trees or source releases")
     parser.add_argument("--tvm-ffi", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare the TVMFFITypeIndex values of two tvm-ffi wheels or installs")
-    parser.add_argument("--match", metavar="TEXT", help="only exports whose name, bound function or file contains TEXT")
+    parser.add_argument("--match", metavar="TEXT", help="only exports whose name, bound function or file contains TEXT (or matches it as a glob)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args()
     if args.source and (args.diff or args.tvm_ffi):
@@ -92,8 +97,12 @@ def main() -> int:
 
     if not (args.diff or args.tvm_ffi):
         location = (args.source or pins().source_dir).absolute()
-        exports = [e for e in abi.report(location)
-                   if not args.match or any(args.match in text for text in (e.name, e.binds, e.file))]
+        if args.source is None and not (location / "csrc").is_dir():
+            raise Failure(f"the vendored tree {source_tree.shown(location)} is not checked out",
+                          "git submodule update --init --recursive (no GitHub: python3 scripts/fetch_flashinfer_source.py), or name a tree or release")
+        exports = [e for e in abi.report(location) if not args.match or any(matches(text, args.match) for text in (e.name, e.binds, e.file))]
+        if args.match and not exports:
+            raise Failure(f"no export of {source_tree.shown(location)} matches {args.match!r}", "drop --match to list every export")
         if args.json:
             print(json.dumps({"source": str(location), "version": version_of(location), "exports": abi.as_json(exports)}, indent=1))
         else:

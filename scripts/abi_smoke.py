@@ -17,7 +17,7 @@ from fidev.failure import ArgumentParser, run_main
 def main() -> int:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage="%(prog)s [PYTEST_ARGS ...]")
     _, pytest_args = parser.parse_known_args()
-    return gpu_suite.run("abi-smoke", "abi", pytest_args)
+    return gpu_suite.run("abi-smoke", "abi_smoke", pytest_args)
 
 
 if __name__ == "__main__":

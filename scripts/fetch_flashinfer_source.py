@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from fidev import package_index, source_tree
 from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.files import sha256_file, write_verified
-from fidev.manifest import Pins, pins
+from fidev.manifest import ROOT, Pins, pins
 
 PROJECT = "flashinfer-python"
 NETWORK_FIX = "check the network and your index settings (`pip config list`), or pass --archive PATH to a copy of the release"
@@ -84,17 +84,26 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         raise Failure(f"--archive {archive} is a folder", f"pass the {p.sdist_name} file itself")
     if archive is not None and not archive.is_file():
         raise Failure(f"--archive {archive} does not exist", f"pass the path of a downloaded {p.sdist_name}")
+    elsewhere = f"point --dest at the source folder ({source_tree.shown(p.source_dir)}, the default) or at an empty folder"
+    if ROOT.resolve().is_relative_to(dest.resolve()) or ".git" in dest.resolve().parts:
+        raise Failure(f"--dest {where} holds this workspace or its .git", elsewhere)
+    if any(parent.exists() and not parent.is_dir() for parent in dest.parents):
+        raise Failure(f"--dest {where}: {next(q for q in dest.parents if q.exists() and not q.is_dir())} is a file, not a folder", elsewhere)
     tree = source_tree.inspect(dest, p)
     if tree.kind == "not a folder":
         raise Failure(f"{where} is a file, not a folder", "point --dest at a folder (or move the file away)")
-    if tree.kind == "submodule":
-        raise Failure(f"{where} is a git checkout (an initialized submodule); refusing to overwrite it",
+    if tree.kind == "submodule" and dest.resolve() == p.source_dir.resolve():
+        raise Failure(f"{where} is the initialized git submodule; refusing to overwrite it",
                       f"update it with git: git submodule update --init --recursive (or `git submodule deinit -f {where}` first to replace it)")
+    if tree.kind == "submodule":
+        raise Failure(f"{where} is a git checkout; refusing to overwrite it", elsewhere)
     if tree.kind == "release" and tree.pinned and not tree.lacking:
         return f"{where} already holds {p.sdist_name}; nothing to do"
+    if tree.kind == "foreign" and not any((dest / d).is_dir() for d in ("csrc", "include/flashinfer", "flashinfer")):
+        raise Failure(f"{where} holds files that are not a FlashInfer tree", f"{elsewhere}; --replace only ever replaces a FlashInfer tree")
     if tree.kind in ("release", "foreign") and not replace:
         what = f"another release ({tree.found})" if tree.kind == "release" and not tree.pinned else \
-            f"a partial release (no {', '.join(tree.lacking)})" if tree.kind == "release" else "files that are not the pinned release"
+            f"a partial release (no {', '.join(tree.lacking)})" if tree.kind == "release" else "a FlashInfer tree that is not the pinned release"
         raise Failure(f"{where} holds {what}", f"run it with --replace, which keeps the old tree as {where}.replaced-<time>")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -134,10 +143,12 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archive", type=Path, help=f"use this local {p.sdist_name} instead of downloading it")
-    parser.add_argument("--dest", type=Path, default=p.source_dir, help=f"where to put the tree (default: {source_tree.shown(p.source_dir)})")
+    parser.add_argument("--dest", default=str(p.source_dir), help=f"where to put the tree (default: {source_tree.shown(p.source_dir)})")
     parser.add_argument("--replace", action="store_true", help="replace a tree that is not the pinned release, keeping it as <dest>.replaced-<time>")
     args = parser.parse_args()
-    print(materialize(args.dest.absolute(), p, args.archive, args.replace))
+    if not args.dest.strip():
+        raise Failure("--dest names no folder", "point --dest at the source folder (the default) or at an empty folder")
+    print(materialize(Path(args.dest).absolute(), p, args.archive, args.replace))
     return 0
 
 

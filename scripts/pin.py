@@ -2,8 +2,8 @@
 
 For each WHEEL file: `[package.metadata.flashinfer_rs.pinned_wheels.<name>.<cuda>.<arch>]` with its
 filename, download URL and SHA-256, one block per arch it serves. The SHA-256 is computed from the
-file; the URL is looked up on the index the manifest installs the package from (PyPI for the rest),
-which must publish the same SHA-256. The TOML goes to stdout and notes to stderr, so
+file; the URL is looked up on the index the manifest installs that package from (PyPI for a package
+it names no index for), which must publish the same SHA-256. The TOML goes to stdout and notes to stderr, so
 `pin WHEEL >> Cargo.toml` works. A wheel from the crate's cache (`<sha256>-<filename>`) is pinned
 under its published filename.
 """
@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fidev import cargo_pins, wheel_cache
+from fidev import cargo_pins, package_index, wheel_cache
 from fidev.failure import ArgumentParser, Failure, option, run_main
 from fidev.manifest import cuda_release, cuda_tag, package_indexes, pins
 
@@ -23,8 +23,9 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("wheels", nargs="+", metavar="WHEEL", type=Path, help="wheel files to pin")
-    parser.add_argument("--url", help="the wheel's download URL (one wheel only; default: looked up on its package index)")
-    parser.add_argument("--index", help="the simple index to look the wheels up on (default: the one the manifest installs each from)")
+    parser.add_argument("--url", type=option(package_index.url), help="the wheel's download URL (one wheel only; default: looked up on its package index)")
+    parser.add_argument("--index", type=option(package_index.url),
+                        help="the simple index to look the wheels up on (default: the one the manifest installs each from)")
     parser.add_argument("--cuda", type=option(cuda_release),
                         help=f"CUDA key for wheels whose version names none: 12.9 or cu129 (default: the manifest's, {pins().cuda})")
     args = parser.parse_args()
@@ -34,6 +35,8 @@ def main() -> int:
     blocks = []
     for path in args.wheels:
         path = path.expanduser()
+        if not path.exists():
+            raise Failure(f"{path} does not exist", "download the wheel, then pass its path")
         if not (path.is_file() and path.suffix == ".whl"):
             raise Failure(f"{path} is not a wheel file", "download the wheel, then pass its path")
         cached_sha, filename = wheel_cache.split_cached_name(path.name)

@@ -567,7 +567,8 @@ def main() -> int:
             print(f"  {c.status.upper():4}  {c.id:18} {c.finding}")
             if c.fix:
                 print(f"  {'':4}  {'':18} fix: {c.fix}")
-        print(f"preflight: {counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed in {elapsed:.2f} s")
+        warnings = f"{counts['warn']} warning{'s' * (counts['warn'] != 1)}"
+        print(f"preflight: {counts['pass']} passed, {warnings}, {counts['fail']} failed in {elapsed:.2f} s")
     return 1 if counts["fail"] else 0
 
 

@@ -171,7 +171,7 @@ def environment(prefix: Path, base: dict[str, str], cuda_home_only: bool = False
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 2)[2],
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prefix", type=Path)
     parser.add_argument("--toolkit", type=Path, help="a host CUDA toolkit to take the files from (default: empty files)")

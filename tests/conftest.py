@@ -1,5 +1,5 @@
 """Shared by every suite: the --wide option of the GPU smoke suite, the GPU fixtures of tests/smoke
-and tests/abi, their closing tables, a local HTTP server for the download tests, a read-only
+and tests/abi_smoke, their closing tables, a local HTTP server for the download tests, a read-only
 folder, and a guard that keeps the suite out of the real HOME's caches. Kept at the tests root so
 that pytest registers them however it is started."""
 

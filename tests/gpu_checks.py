@@ -1,4 +1,4 @@
-"""What the GPU suites (tests/smoke, tests/abi) share: poisoning, float64 references, error
+"""What the GPU suites (tests/smoke, tests/abi_smoke) share: poisoning, float64 references, error
 measures, timing, and the result tables printed at the end of a run."""
 
 import os

@@ -267,6 +267,15 @@ def test_archive_is_a_folder(tmp_path):
     expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", "--archive", tmp_path), "fetch-archive-folder")
 
 
+@fault("fetch-dest-workspace")
+@pytest.mark.parametrize("dest", [".", ".git"])
+def test_the_workspace_is_never_a_destination(dest):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", dest, "--replace"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    expect(done, "fetch-dest-workspace")
+    assert (ROOT / ".git").is_dir() and not list(ROOT.parent.glob(f"{ROOT.name}.replaced-*"))
+
+
 @fault("fetch-other-tree")
 def test_another_tree_is_kept_unless_replace_is_asked_for(tmp_path):
     body = sdist({"csrc/norm.cu": "", "include/flashinfer/norm.cuh": "", "3rdparty/cutlass/include/c.h": ""})
@@ -488,6 +497,25 @@ def test_ctrl_c_during_a_download(tmp_path, index_server):
     done = interrupt_when(proc, lambda: (cache / "wheels").exists() and any(".tmp-" in p.name for p in (cache / "wheels").iterdir()))
     expect(done, "download-interrupted", status=130)
     assert leftovers(cache) == []
+
+
+@fault("prefetch-from-damaged")
+def test_a_damaged_carried_wheel_is_blamed_not_the_pin(tmp_path, index_server):
+    carried = tmp_path / "carried"
+    carried.mkdir()
+    (carried / JIT_CACHE_WHEEL).write_bytes(b"damaged on the way")
+    cache = tmp_path / "cache"
+    expect(prefetch(crate(tmp_path, index_server), cache, "--from", carried), "prefetch-from-damaged")
+    assert not cache.exists()
+
+
+@fault("url-no-scheme")
+def test_a_url_without_its_scheme(tmp_path, index_server, norm_so):
+    expect(run("pin.py", make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so), "--index", "pypi.org/simple"), "url-no-scheme", status=2)
+    cargo = crate(tmp_path, index_server)
+    cargo.write_text(cargo.read_text().replace(f'url = "{index_server.url}', 'url = "example.com'))
+    done = prefetch(cargo, tmp_path / "cache")
+    assert done.returncode == 1 and "http(s) or file url" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 # ---------------------------------------------------------------- pin and artifacts

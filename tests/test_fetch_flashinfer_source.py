@@ -103,7 +103,7 @@ def test_foreign_tree_is_not_overwritten(tmp_path, archive):
     dest = tmp_path / "flashinfer"
     dest.mkdir()
     (dest / "notes.txt").write_text("keep")
-    with pytest.raises(Failure, match="not the pinned release"):
+    with pytest.raises(Failure, match="not a FlashInfer tree"):
         materialize(dest, pinned(sha), path)
     assert (dest / "notes.txt").read_text() == "keep"
 

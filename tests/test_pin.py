@@ -28,12 +28,12 @@ def test_pin_of_a_pure_wheel_serves_every_arch_under_the_manifest_cuda(tmp_path)
     wheel.write_bytes(b"PK fixture")
     table = pinned(run("pin.py", wheel, "--url", "https://example.invalid/x.whl"))
     assert set(table["apache_tvm_ffi"][pins().cuda_tag]) == {"x86_64", "aarch64"}
-    assert set(pinned(run("pin.py", wheel, "--url", "u", "--cuda", OTHER_CUDA))["apache_tvm_ffi"]) == {OTHER_CUDA}
+    assert set(pinned(run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA))["apache_tvm_ffi"]) == {OTHER_CUDA}
 
 
 def test_pin_refuses_a_cuda_key_the_wheel_is_not_built_for(tmp_path, norm_so):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
-    two_line_failure(run("pin.py", wheel, "--url", "u", "--cuda", OTHER_CUDA), f"is built for {pins().cuda_tag}, not {OTHER_CUDA}")
+    two_line_failure(run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA), f"is built for {pins().cuda_tag}, not {OTHER_CUDA}")
 
 
 def test_pin_needs_wheel_files(tmp_path):

@@ -116,8 +116,8 @@ def test_waits_for_the_lock_another_process_holds(crate):
 
 @pytest.mark.parametrize("text, problem", [
     ('[package]\nname = "x"\n', "has no [package.metadata.flashinfer_rs.pinned_wheels] table"),
-    (entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "u", "abc"), "needs a wheel filename, a url and a 64-hex-digit"),
-    (entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "u", "2" * 64), "pins nothing for cuda cu131"),
+    (entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "https://example.invalid/u.whl", "abc"), "a 64-hex-digit lowercase sha256"),
+    (entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "https://example.invalid/u.whl", "2" * 64), "pins nothing for cuda cu131"),
     ("not toml [", "cannot read"),
 ])
 def test_bad_pins_fail_in_two_lines(tmp_path, text, problem):

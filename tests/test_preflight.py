@@ -384,7 +384,7 @@ def test_human_output_has_a_line_per_check_and_a_summary(host):
     assert lines[0].startswith("preflight: FlashInfer 0.6.3, CUDA 12.9")
     assert any(line.split()[:2] == ["FAIL", "nvcc"] for line in lines)
     assert any("fix:" in line and "--cuda 13.0" in line for line in lines)
-    assert lines[-1].startswith("preflight: 17 passed, 1 warnings, 1 failed")
+    assert lines[-1].startswith("preflight: 17 passed, 1 warning, 1 failed")
 
 
 @pytest.mark.parametrize("args", [["--cuda", "13"], ["--bogus"]])

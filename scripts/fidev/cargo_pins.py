@@ -88,8 +88,9 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
                 if not isinstance(entry, dict):
                     raise Failure(f"{source}: {where} is not a table", "each entry needs filename, url and sha256")
                 filename, url, sha = (str(entry.get(k, "")).strip() for k in ("filename", "url", "sha256"))
-                if not filename.endswith(".whl") or "/" in filename or not url or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
-                    raise Failure(f"{source}: {where} needs a wheel filename, a url and a 64-hex-digit lowercase sha256",
+                if not filename.endswith(".whl") or "/" in filename or not url.startswith(("https://", "http://", "file://")) \
+                        or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
+                    raise Failure(f"{source}: {where} needs a wheel filename, an http(s) or file url and a 64-hex-digit lowercase sha256",
                                   "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`")
                 found.append(Pin(name, cuda, arch, filename, url, sha))
     return found
@@ -111,7 +112,9 @@ def find_in_index(index: str, wheel: WheelName, timeout: float = 30) -> tuple[st
     try:
         base, files = package_index.listed_files(page, timeout=timeout)
     except Failure as e:
-        raise Failure(f"cannot read the index page: {e.problem}", "run it where the index is reachable, or give the download URL yourself: --url URL") from e
+        fix = (f"{index} has no project {wheel.name}: check the wheel and --index, or give the download URL yourself: --url URL"
+               if " answered 404 " in e.problem else "run it where the index is reachable, or give the download URL yourself: --url URL")
+        raise Failure(f"cannot read the index page: {e.problem}", fix) from e
     found = package_index.file_in(files, base, wheel.filename)
     if found is None:
         raise Failure(f"{page} does not list {wheel.filename}",

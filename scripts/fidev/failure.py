@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
@@ -23,10 +24,17 @@ def report(failure: Failure) -> None:
     print(f"  fix: {failure.fix}", file=sys.stderr)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def run_main(main) -> int:
-    """Call main(); a Failure becomes the two lines and status 1, Ctrl-C one line and status 130
+    """Call main(); a Failure becomes the two lines and status 1, Ctrl-C (or SIGTERM) one line and status 130
     (whatever was being written is removed by the `finally` blocks on the way out), and a reader
     that went away (`| head`) ends the output quietly."""
+    # A CI timeout or `kill` sends SIGTERM: unwind the same way as Ctrl-C, so that the `finally`
+    # blocks remove what was being written.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         try:
             return main() or 0

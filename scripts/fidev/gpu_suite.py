@@ -1,4 +1,4 @@
-"""Run a GPU pytest suite (tests/smoke, tests/abi, FlashInfer's own) as a task: it fails unless
+"""Run a GPU pytest suite (tests/smoke, tests/abi_smoke, FlashInfer's own) as a task: it fails unless
 something passed.
 
 pytest skips every GPU test on a host without a GPU, which keeps CPU CI green; run as a task,

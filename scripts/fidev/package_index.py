@@ -29,6 +29,13 @@ PIP_CONFIG_TIMEOUT_S = 30
 PROGRESS_EVERY_S = 10
 
 
+def url(text: str) -> str:
+    """A URL as the scripts' options take it (an argparse type, through fidev.failure.option)."""
+    if urllib.parse.urlparse(text).scheme not in ("http", "https", "file"):
+        raise Failure(f"{text!r} is not an http(s) or file URL", "write it with its scheme: https://...")
+    return text
+
+
 def normalize(name: str) -> str:
     """PEP 503's normalized project name."""
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -104,12 +111,14 @@ def _opener(settings: PipSettings | None) -> urllib.request.OpenerDirector:
 def open_url(url: str, settings: PipSettings | None = None, timeout: float = 60, accept: str | None = None,
              fix: str = "check the network (or proxy)"):
     """The response, or a Failure naming what went wrong: an HTTP status, or the connection."""
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     try:
+        request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
         return _opener(settings).open(request, timeout=timeout)
     except urllib.error.HTTPError as e:
         raise Failure(f"{url} answered {e.code} {e.reason}", fix) from e
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as e:
+    except ValueError as e:  # no scheme, or one urllib does not know
+        raise Failure(f"{url!r} is not a URL urllib can open: {e}", "write it with its scheme: https://..., http://... or file://...") from e
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise Failure(f"cannot reach {url}: {getattr(e, 'reason', e)}", fix) from e
 
 

@@ -1,7 +1,7 @@
 """The FlashInfer JIT modules the GPU suites call, in one list that build, smoke and abi-smoke share.
 
 Each entry makes the same JitSpec that the FlashInfer API call in tests/smoke makes (same
-dtypes, head dim and flags), so `build` compiles exactly what `smoke` loads; tests/abi loads the
+dtypes, head dim and flags), so `build` compiles exactly what `smoke` loads; tests/abi_smoke loads the
 `abi` ones directly through TVM-FFI. Import flashinfer only after fidev.kernel_source.apply().
 """
 

@@ -86,6 +86,9 @@ def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 
         seed = seed_dir / pin.filename
         if not seed.is_file():
             raise Failure(f"{seed} does not exist", f"copy {pin.filename} into {seed_dir}, or drop --from to download it")
+        if (actual := sha256_file(seed)) != pin.sha256:  # a local file: check it before anything is written
+            raise Failure(f"{seed} has sha256 {actual}, the pin says {pin.sha256}",
+                          f"the carried file is not the pinned wheel: copy the published {pin.filename} into {seed_dir} again")
         chunks, state, what = read_chunks(seed), "copied", str(seed)
     else:
         response = package_index.open_url(pin.url, timeout=timeout,
