@@ -82,6 +82,7 @@ def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 
         raise Failure(f"the wheel cache {root} is a file, not a folder", CACHE_FIX)
     if _verified(pin, target):
         return Outcome("cached", target.stat().st_size, time.monotonic() - started)
+    response = None
     if seed_dir is not None:
         seed = seed_dir / pin.filename
         if not seed.is_file():
@@ -100,7 +101,8 @@ def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 
             stale.unlink(missing_ok=True)
         if target.exists():
             if _verified(pin, target):  # another process finished it while we waited
-                getattr(chunks, "close", lambda: None)()
+                if response is not None:
+                    response.close()
                 return Outcome("cached", target.stat().st_size, time.monotonic() - started)
             target.unlink()
             state = "rewritten (the cached file's sha256 did not match)"
