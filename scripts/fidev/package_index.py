@@ -130,10 +130,11 @@ def read_chunks(response, url: str, stall_s: float, progress: Callable[[int, int
     total = response.headers.get("Content-Length")
     total = int(total) if total and total.isdigit() else None
     done, last = 0, time.monotonic()
+    read = getattr(response, "read1", response.read)  # what has arrived, rather than waiting for a full chunk
     with response:
         while True:
             try:
-                chunk = response.read(CHUNK)
+                chunk = read(CHUNK)
             except TimeoutError as e:
                 raise Failure(f"the download of {url} stalled: no data for {stall_s:g} s after {done / 1e6:.1f} MB",
                               "retry; if it stalls again, check the network (or proxy)") from e
