@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from fidev import gpu_suite, kernel_source, source_tree, upstream_suites
-from fidev.failure import Failure, run_main
+from fidev.failure import USAGE, Failure, report, run_main
 from fidev.manifest import pins
 
 OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--dry-run-report": 1, "-h": 0, "--help": 0}
@@ -45,9 +45,9 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
     while i < len(argv):
         arg = argv[i]
         if arg in OURS:
-            ours[arg] = argv[i + 1] if OURS[arg] else True
             if OURS[arg] and i + 1 >= len(argv):
                 raise Failure(f"{arg} needs a value", "see `upstream_tests.py --help`")
+            ours[arg] = argv[i + 1] if OURS[arg] else True
             i += 1 + OURS[arg]
         elif arg.startswith("-") or rest:
             rest.append(arg)
@@ -56,6 +56,17 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
             selection.append(arg)
             i += 1
     return ours, selection, rest
+
+
+def minutes(text: str) -> float:
+    """--budget: minutes of compiling the plan may cost, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < math.inf:
+        raise Failure(f"--budget {text!r} is not a number of minutes", "give it in minutes, 0 or more: --budget 30")
+    return value
 
 
 def tests_dir() -> Path:
@@ -120,21 +131,26 @@ def estimate_s(needed: dict[str, int]) -> float:
     return sum(math.ceil(objects / cores) * SECONDS_PER_OBJECT for objects in needed.values())
 
 
-def dry_run(report: str, nodes: list[str], pytest_args: list[str], tests: Path) -> int:
+def dry_run(report_file: str, nodes: list[str], pytest_args: list[str], tests: Path) -> int:
     """The plan's subprocess: the tests, with FlashInfer forbidden to compile."""
     import pytest
 
     kernel_source.apply()
     os.environ["FLASHINFER_DISABLE_JIT"] = "1"
-    os.environ["FLASHINFER_JIT_CACHE_REPORT_FILE"] = report
+    os.environ["FLASHINFER_JIT_CACHE_REPORT_FILE"] = report_file
     pytest.main([*nodes, "-q", "-p", "no:cacheprovider", *pytest_options(tests), *pytest_args])
-    if not Path(report).exists():
-        Path(report).write_text("[]")  # nothing was missing
+    if not Path(report_file).exists():
+        Path(report_file).write_text("[]")  # nothing was missing
     return 0
 
 
 def main() -> int:
-    ours, selection, pytest_args = split_argv(sys.argv[1:])
+    try:  # usage errors: checked before anything runs, and status 2, as argparse's are
+        ours, selection, pytest_args = split_argv(sys.argv[1:])
+        budget_s = minutes(ours.get("--budget", "10")) * 60
+    except Failure as failure:
+        report(failure)
+        return USAGE
     if "-h" in ours or "--help" in ours:
         print(__doc__)
         return 0
@@ -156,7 +172,6 @@ def main() -> int:
           else f"modules flashinfer-jit-cache ships load instead of your edits ({kernel_source.ENV}=vendored tests them)"))
     if "--no-plan" not in ours:
         needed, seconds = plan(nodes, pytest_args, tests)
-        budget_s = float(ours.get("--budget", 10)) * 60
         guess = estimate_s(needed)
         print(f"upstream-tests: the selection compiles {len(needed)} module(s) not built yet, {sum(needed.values())} object(s), "
               f"about {guess / 60:.0f} min on {os.cpu_count()} cores (dry run {seconds:.0f} s)")

@@ -654,6 +654,18 @@ def test_bench_preflight_reports_a_preflight_that_cannot_run():
     expect(run("bench_preflight.py", "--runs", "1", "--", "--cuda", "13"), "bench-preflight-fails")
 
 
+@fault("upstream-budget")
+@pytest.mark.parametrize("budget", ["abc", "-1", "inf"])
+def test_upstream_tests_budget_that_is_not_minutes(budget):
+    # Checked before the tree or the dry run: the same two lines whatever the host holds.
+    expect(run("upstream_tests.py", "norm", "--budget", budget), "upstream-budget", status=2)
+
+
+@fault("upstream-option-value")
+def test_upstream_tests_option_without_its_value():
+    expect(run("upstream_tests.py", "norm", "--budget"), "upstream-option-value", status=2)
+
+
 @fault("smoke-nothing-selected")
 def test_smoke_with_a_selection_that_matches_nothing():
     require("torch", why="pytest collects tests/smoke only where torch imports")

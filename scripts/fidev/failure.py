@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 
+USAGE = 2  # argparse's status for bad usage
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 BROKEN_PIPE = 141  # and for one ended by SIGPIPE
 
@@ -58,7 +59,7 @@ class ArgumentParser(argparse.ArgumentParser):
         problem, _, fix = message.partition("\n")  # `option` puts a Failure's fix on a second line
         print(f"error: {problem}", file=sys.stderr)
         print(f"  fix: {fix or f'see `{self.prog} --help`'}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(USAGE)
 
 
 def option(parse):
