@@ -3,6 +3,7 @@
 import dataclasses
 import hashlib
 import io
+import os
 import tarfile
 
 import pytest
@@ -119,3 +120,11 @@ def test_cli_reports_a_hash_mismatch_in_two_lines(tmp_path, archive):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 2 and "sha256" in lines[0] and lines[1].lstrip().startswith("fix:")
     assert not (tmp_path / "flashinfer").exists()
+
+
+def test_an_index_without_the_project_is_tried_not_unreachable(tmp_path, index_server):
+    # A 404 project page means "not on this index", as pip reads it: the message names the page tried.
+    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"{index_server.url}/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": ""}
+    done = run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", env=env)
+    assert done.returncode == 1, done.stderr
+    assert f"is on none of the indexes pip uses (tried {index_server.url}/simple/flashinfer-python/)" in done.stderr, done.stderr

@@ -59,4 +59,9 @@ def test_pin_says_when_the_index_lacks_the_wheel(tmp_path, norm_so, index_server
 
 def test_pin_says_when_the_index_is_unreachable(tmp_path, norm_so, index_server):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
-    two_line_failure(run("pin.py", wheel, "--index", f"{index_server.url}/missing"), "cannot read the index page")
+    done = run("pin.py", wheel, "--index", f"{index_server.url}/missing")  # the server answers 404: no such project there
+    two_line_failure(done, "cannot read the index page")
+    assert "has no project flashinfer_jit_cache" in done.stderr.splitlines()[-1]
+    done = run("pin.py", wheel, "--index", "http://127.0.0.1:9/simple")  # nothing listens: unreachable
+    two_line_failure(done, "cannot read the index page")
+    assert "where the index is reachable" in done.stderr.splitlines()[-1]

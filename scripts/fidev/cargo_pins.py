@@ -113,7 +113,8 @@ def find_in_index(index: str, wheel: WheelName, timeout: float = 30) -> tuple[st
         base, files = package_index.listed_files(page, timeout=timeout)
     except Failure as e:
         fix = (f"{index} has no project {wheel.name}: check the wheel and --index, or give the download URL yourself: --url URL"
-               if " answered 404 " in e.problem else "run it where the index is reachable, or give the download URL yourself: --url URL")
+               if isinstance(e, package_index.HttpStatus) and e.status == 404
+               else "run it where the index is reachable, or give the download URL yourself: --url URL")
         raise Failure(f"cannot read the index page: {e.problem}", fix) from e
     found = package_index.file_in(files, base, wheel.filename)
     if found is None:

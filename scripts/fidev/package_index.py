@@ -99,6 +99,15 @@ def pip_settings(python: str = sys.executable) -> PipSettings:
                        cert=get("cert"), proxy=get("proxy"), timeout=float(timeout) if timeout else 15)
 
 
+class HttpStatus(Failure):
+    """A server that answered with an HTTP error status: callers tell a missing page (404) from
+    an unreachable index by `status`, not by the message."""
+
+    def __init__(self, problem: str, fix: str, status: int):
+        super().__init__(problem, fix)
+        self.status = status
+
+
 def _opener(settings: PipSettings | None) -> urllib.request.OpenerDirector:
     handlers: list = []
     if settings and settings.proxy:
@@ -115,7 +124,7 @@ def open_url(url: str, settings: PipSettings | None = None, timeout: float = 60,
         request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
         return _opener(settings).open(request, timeout=timeout)
     except urllib.error.HTTPError as e:
-        raise Failure(f"{url} answered {e.code} {e.reason}", fix) from e
+        raise HttpStatus(f"{url} answered {e.code} {e.reason}", fix, e.code) from e
     except ValueError as e:  # no scheme, or one urllib does not know
         raise Failure(f"{url!r} is not a URL urllib can open: {e}", "write it with its scheme: https://..., http://... or file://...") from e
     except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
@@ -212,8 +221,14 @@ def find_file(project: str, filename: str, settings: PipSettings, timeout: float
     for page in pages:
         try:
             base, files = listed_files(page, settings, timeout)
+        except HttpStatus as e:
+            if e.status != 404:
+                unreachable.append(e.problem)
+            else:
+                tried.append(page)  # the index has no such project: try the next
+            continue
         except Failure as e:
-            (tried if " answered 404 " in e.problem else unreachable).append(page if " answered 404 " in e.problem else e.problem)
+            unreachable.append(e.problem)
             continue
         found = file_in(files, base, filename)
         if found:
