@@ -99,7 +99,7 @@ def main() -> int:
         location = (args.source or pins().source_dir).absolute()
         if args.source is None and not (location / "csrc").is_dir():
             raise Failure(f"the vendored tree {source_tree.shown(location)} is not checked out",
-                          "git submodule update --init --recursive (no GitHub: python3 scripts/fetch_flashinfer_source.py), or name a tree or release")
+                          f"{source_tree.GET}, or name a tree or release")
         exports = [e for e in abi.report(location) if not args.match or any(matches(text, args.match) for text in (e.name, e.binds, e.file))]
         if args.match and not exports:
             raise Failure(f"no export of {source_tree.shown(location)} matches {args.match!r}", "drop --match to list every export")

@@ -141,7 +141,7 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
 def main() -> int:
     p = pins()
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archive", type=Path, help=f"use this local {p.sdist_name} instead of downloading it")
     parser.add_argument("--dest", default=str(p.source_dir), help=f"where to put the tree (default: {source_tree.shown(p.source_dir)})")
     parser.add_argument("--replace", action="store_true", help="replace a tree that is not the pinned release, keeping it as <dest>.replaced-<time>")

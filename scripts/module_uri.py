@@ -27,7 +27,7 @@ def installed_member(uri: str) -> str:
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=uris.KINDS)
     parser.add_argument("--backend", choices=uris.BACKENDS, help="prefill only; fa3 modules end in _sm90 (default fa2)")
     parser.add_argument("--dtype", default="f16", help="q, kv and o dtype: f16, bf16, e4m3, e5m2 (torch names work too; default f16)")

@@ -21,7 +21,7 @@ from fidev.manifest import cuda_release, cuda_tag, package_indexes, pins
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("wheels", nargs="+", metavar="WHEEL", type=Path, help="wheel files to pin")
     parser.add_argument("--url", type=option(package_index.url), help="the wheel's download URL (one wheel only; default: looked up on its package index)")
     parser.add_argument("--index", type=option(package_index.url),

@@ -238,9 +238,11 @@ def check_nvcc_profile(ctx: Context) -> Result:
 
 def check_cuda_headers(ctx: Context) -> Result:
     tc = ctx.toolchain
-    missing, split = [], []
+    missing, split, found = [], [], set()
     for header in jit_toolchain.HEADERS:
         cxx, nvcc = jit_toolchain.find_header(header, tc.cxx_includes), jit_toolchain.find_header(header, tc.nvcc_includes)
+        if cxx:
+            found.add(str(cxx.path))
         missing += [f"{header} (by {who})" for who, found in (("g++", cxx), ("nvcc", nvcc)) if found is None]
         if cxx and nvcc and (cxx.path / header).resolve() != (nvcc.path / header).resolve():
             split.append(f"{header}: g++ takes {cxx.path}, nvcc {nvcc.path}")
@@ -251,7 +253,6 @@ def check_cuda_headers(ctx: Context) -> Result:
     if split:
         return warn("g++ and nvcc see different copies: " + "; ".join(split),
                     "give both compilers one include dir first: " + activation_fix("FLASHINFER_EXTRA_CFLAGS"))
-    found = {str(jit_toolchain.find_header(h, tc.cxx_includes).path) for h in jit_toolchain.HEADERS}
     return ok(f"{', '.join(jit_toolchain.HEADERS)} from {', '.join(sorted(found))} (g++ and nvcc)")
 
 
@@ -357,7 +358,7 @@ def check_source(ctx: Context) -> Result:
     p = ctx.pins
     tree = source_tree.inspect(p.source_dir, p)
     where = source_tree.shown(tree.path)
-    get = "git submodule update --init --recursive (no GitHub: python3 scripts/fetch_flashinfer_source.py)"
+    get = source_tree.GET
     replace = f"python3 scripts/fetch_flashinfer_source.py --replace (it keeps the old tree as {where}.replaced-<time>)"
     if tree.kind == "missing":
         return fail(f"{where} does not exist", get)

@@ -318,7 +318,7 @@ def _family(rel: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _backend_label(label: str, sm90: bool) -> str:
+def _backend_label(label: str) -> str:
     """'backend == 'fa2'' -> fa2; its else branch -> fa3 (the _sm90 binding)."""
     label = label.replace("not (backend == 'fa2')", "fa3").replace("backend == 'fa2'", "fa2")
     label = label.replace("not (not fp8_enabled)", "fp8").replace("not fp8_enabled", "no fp8")
@@ -356,7 +356,7 @@ def report(location: Path) -> list[Export]:
             tail = {}
             if any(s.tail for s in unique) and family in tails:
                 wanted = "fa3" if sm90 else "fa2"
-                tail = {label: params for label, params in ((_backend_label(k, sm90), v) for k, v in tails[family].items())
+                tail = {label: params for label, params in ((_backend_label(k), v) for k, v in tails[family].items())
                         if label.startswith(wanted) or label == "all" or not label.startswith(("fa2", "fa3"))}
             exports.append(Export(name, rel, line, binds, condition, unique, tail))
     return exports
@@ -378,6 +378,12 @@ class Change:
 
 def _params(export: Export) -> tuple[Param, ...]:
     return export.signatures[0].params if export.signatures else ()
+
+
+def _declared_at(export: Export) -> str:
+    """file:line of the declaration an export binds, else of the export itself."""
+    where = export.signatures[0] if export.signatures else export
+    return f"{where.file}:{where.line}"
 
 
 def param_changes(old: tuple[Param, ...], new: tuple[Param, ...]) -> list[str]:
@@ -431,8 +437,6 @@ def diff(old: list[Export], new: list[Export]) -> tuple[list[Export], list[Expor
     pairs = [(k, k) for k in sorted(before.keys() & after.keys())] + sorted(moved.items())
     for key, new_key in pairs:
         o, n = before[key], after[new_key]
-        at_o = f"{o.signatures[0].file}:{o.signatures[0].line}" if o.signatures else f"{o.file}:{o.line}"
-        at_n = f"{n.signatures[0].file}:{n.signatures[0].line}" if n.signatures else f"{n.file}:{n.line}"
         said = []
         if o.binds != n.binds:
             said.append(f"binds {n.binds} instead of {o.binds}")
@@ -451,7 +455,7 @@ def diff(old: list[Export], new: list[Export]) -> tuple[list[Export], list[Expor
             said.append(f"condition: {o.condition} -> {n.condition}")
         if key != new_key:
             said.insert(0, f"moved to {new_key[0]}")
-        changes += [Change(key, s, at_o, at_n) for s in said]
+        changes += [Change(key, s, _declared_at(o), _declared_at(n)) for s in said]
     return added, removed, changes
 
 

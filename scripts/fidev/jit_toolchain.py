@@ -59,8 +59,12 @@ class JitToolchain:
 
     @property
     def profile(self) -> Path:
-        """nvcc reads nvcc.profile from the folder it was started from."""
-        return self.nvcc.parent / "nvcc.profile"
+        return profile_of(self.nvcc)
+
+
+def profile_of(nvcc: Path) -> Path:
+    """nvcc reads nvcc.profile from the folder it was started from (a symlink is not followed)."""
+    return nvcc.parent / "nvcc.profile"
 
 
 def cuda_home(env: Mapping[str, str]) -> tuple[Path, str]:
@@ -160,7 +164,7 @@ def from_env(env: Mapping[str, str]) -> JitToolchain:
     links += _path_list(env, "LIBRARY_PATH")
     preload = Path(env.get("CUDA_LIB_PATH") or DEFAULT_CUDA_LIB_PATH) / PRELOADED_RUNTIME
     return JitToolchain(home, home_from, nvcc, nvcc_from, includes("FLASHINFER_EXTRA_CFLAGS", ([], [])),
-                        includes("FLASHINFER_EXTRA_CUDAFLAGS", profile_includes(nvcc.parent / "nvcc.profile")), tuple(links), preload)
+                        includes("FLASHINFER_EXTRA_CUDAFLAGS", profile_includes(profile_of(nvcc))), tuple(links), preload)
 
 
 def find_header(name: str, dirs: tuple[SearchDir, ...]) -> SearchDir | None:

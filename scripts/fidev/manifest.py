@@ -126,8 +126,10 @@ def pins(path: Path = MANIFEST) -> Pins:
 @cache
 def package_indexes(path: Path = MANIFEST) -> dict[str, str]:
     """Normalized distribution name -> the `index` the manifest installs it from (torch, the jit-cache)."""
+    from fidev import package_index  # here, not at the top: preflight imports this module and needs no urllib/ssl
+
     specs = _table(feature(load_manifest(path)), "pypi-dependencies")
-    return {re.sub(r"[-_.]+", "-", name).lower(): spec["index"] for name, spec in specs.items() if isinstance(spec, dict) and "index" in spec}
+    return {package_index.normalize(name): spec["index"] for name, spec in specs.items() if isinstance(spec, dict) and "index" in spec}
 
 
 def requirement(name: str, path: Path = MANIFEST) -> str:

@@ -20,6 +20,8 @@ REQUIRED = ("csrc", "include", "3rdparty/cutlass/include")
 # (`_create_data_dir(use_symlinks=True)`) makes inside the tree for an editable install. A tree
 # re-created after the install lacks them, and the JIT then fails on its jinja templates.
 EDITABLE_LINKS = {"csrc": "csrc", "include": "include", "cutlass": "3rdparty/cutlass", "spdlog": "3rdparty/spdlog"}
+# How to get the tree, for every message that finds it missing.
+GET = "git submodule update --init --recursive (no GitHub: python3 scripts/fetch_flashinfer_source.py)"
 REINSTALL = "pixi reinstall -e flashinfer-dev flashinfer-python (it re-creates them; outside pixi: reinstall it editable)"
 GIT_TIMEOUT_S = 5
 
