@@ -63,15 +63,19 @@ def _overlay(source: Path, dest: Path) -> None:
     """Link every entry of `source` into `dest`, merging folders that both sides have."""
     dest.mkdir(parents=True, exist_ok=True)
     for entry in sorted(source.iterdir()):
-        target = dest / entry.name
-        if not target.exists() and not target.is_symlink():
-            target.symlink_to(entry)
-        elif entry.is_dir() and target.is_dir():
-            if target.is_symlink():  # a linked folder meets a second source: make it real
-                first = target.resolve()
-                target.unlink()
-                _overlay(first, target)
-            _overlay(entry, target)
+        _link(entry, dest / entry.name)
+
+
+def _link(entry: Path, dest: Path) -> None:
+    """Link `entry` at `dest`; where both are folders, merge them."""
+    if not dest.exists() and not dest.is_symlink():
+        dest.symlink_to(entry.resolve())
+    elif entry.is_dir() and dest.is_dir():
+        if dest.is_symlink():  # a linked folder meets a second source: make it real, never write into the toolkit
+            first = dest.resolve()
+            dest.unlink()
+            _overlay(first, dest)
+        _overlay(entry.resolve(), dest)
 
 
 def _toolkit_dirs(root: Path) -> tuple[Path, Path]:
@@ -96,19 +100,12 @@ def _fill_from_toolkit(prefix: Path, root: Path) -> None:
         if entry.name == "cccl":  # CUDA 13 nests CCCL; 12.x puts cub/, thrust/, cuda/ at the top
             _overlay(entry.resolve(), targets / "include")
         else:
-            _overlay_entry(entry, targets / "include" / entry.name)
+            _link(entry, targets / "include" / entry.name)
     for entry in sorted(lib.iterdir()):
         if entry.name == "stubs":
             _overlay(entry.resolve(), targets / "lib" / "stubs")
         else:
             (targets / "lib" / entry.name).symlink_to(entry.resolve())
-
-
-def _overlay_entry(entry: Path, dest: Path) -> None:
-    if entry.is_dir() and dest.is_dir():
-        _overlay(entry.resolve(), dest)
-    elif not dest.exists():
-        dest.symlink_to(entry.resolve())
 
 
 def _fill_empty(prefix: Path) -> None:
