@@ -53,11 +53,11 @@ class Host:
         self.site = tmp / "site"
         self.home = tmp / "home"
         self.home.mkdir()
-        self.nvcc("12.9")
+        self.nvcc(P.cuda)
         tool(self.bin, "gcc", "x86_64-conda-linux-gnu-cc (conda-forge gcc 13.3.0-1) 13.3.0")
         tool(self.bin, "ninja", "1.12.1")
         self.nvml(driver="575.57.08", cuda=12090, gpus=[("NVIDIA H100 80GB HBM3", (9, 0))])
-        self.dist("torch", "2.8.0+cu129", {"torch/version.py": "cuda: Optional[str] = '12.9'\n"})
+        self.dist("torch", f"2.8.0+{P.cuda_tag}", {"torch/version.py": f"cuda: Optional[str] = '{P.cuda}'\n"})
         self.dist("flashinfer-python", P.flashinfer,
                   {"direct_url.json": json.dumps({"url": self.src.as_uri(), "dir_info": {"editable": True}})})
         self.dist("flashinfer-cubin", P.flashinfer)
@@ -167,7 +167,7 @@ def test_nvidia_smi_is_the_fallback_when_nvml_fails(host):
 
 def test_driver_too_old_for_the_pin(host):
     host.nvml(driver="535.104.05", cuda=12020, gpus=[("NVIDIA A100", (8, 0))])
-    expect(host, "driver", "fail", "535.104.05", "CUDA 12.2", "12.9", "minor-version")
+    expect(host, "driver", "fail", "535.104.05", "CUDA 12.2", P.cuda, "minor-version")
 
 
 def test_gpu_without_sm90_warns_which_kernels_skip(host):
@@ -185,7 +185,7 @@ def test_gpu_too_old_for_flashinfer(host):
 @pytest.mark.parametrize("release", ["12.8", "13.0"])
 def test_nvcc_of_another_release(host, release):
     host.nvcc(release)
-    expect(host, "nvcc", "fail", f"CUDA {release}", "pins 12.9", f"--cuda {release}")
+    expect(host, "nvcc", "fail", f"CUDA {release}", f"pins {P.cuda}", f"--cuda {release}")
 
 
 def test_cuda_override_checks_another_target_without_weakening_the_default(host):
@@ -201,7 +201,7 @@ def test_cuda_override_checks_another_target_without_weakening_the_default(host)
 
 def test_nvcc_from_outside_the_environment(host, tmp_path):
     outside = tmp_path / "usr-local-cuda" / "bin"
-    host.nvcc("12.9", bindir=outside)
+    host.nvcc(P.cuda, bindir=outside)
     (host.bin / "nvcc").unlink()
     del host.env["CUDA_HOME"]
     host.env["PATH"] = f"{outside}:{host.bin}"
@@ -210,7 +210,7 @@ def test_nvcc_from_outside_the_environment(host, tmp_path):
 
 def test_cuda_home_disagreeing_with_path(host, tmp_path):
     other = tmp_path / "other-cuda"
-    host.nvcc("12.9", bindir=other / "bin")
+    host.nvcc(P.cuda, bindir=other / "bin")
     host.env["CUDA_HOME"] = str(other)
     expect(host, "toolkit-origin", "fail", "CUDA_HOME compiles with", "PATH runs")
 
@@ -239,7 +239,7 @@ def test_host_compiler_named_by_nvcc_flags(host, tmp_path):
 
 def test_torch_built_for_another_cuda(host):
     host.dist("torch", "2.8.0+cu126", {"torch/version.py": "cuda: Optional[str] = '12.6'\n"})
-    expect(host, "torch", "fail", "CUDA 12.6", "not 12.9")
+    expect(host, "torch", "fail", "CUDA 12.6", f"not {P.cuda}")
 
 
 def test_cpu_torch(host):
@@ -292,17 +292,17 @@ def test_flashinfer_editable_from_another_tree(host, tmp_path):
 
 def test_cubin_version_mismatch(host):
     host.dist("flashinfer-cubin", "0.6.2")
-    expect(host, "cubin", "fail", "0.6.2", "refuses to run", "flashinfer-cubin==0.6.3")
+    expect(host, "cubin", "fail", "0.6.2", "refuses to run", f"flashinfer-cubin=={P.flashinfer}")
 
 
 def test_jit_cache_version_mismatch(host):
-    host.dist("flashinfer-jit-cache", "0.6.2+cu129")
-    expect(host, "jit-cache", "fail", "0.6.2+cu129", "refuses to run")
+    host.dist("flashinfer-jit-cache", f"0.6.2+{P.cuda_tag}")
+    expect(host, "jit-cache", "fail", f"0.6.2+{P.cuda_tag}", "refuses to run")
 
 
 def test_jit_cache_for_another_cuda(host):
-    host.dist("flashinfer-jit-cache", "0.6.3+cu128")
-    expect(host, "jit-cache", "fail", "cu128", "the toolkit is cu129")
+    host.dist("flashinfer-jit-cache", f"{P.flashinfer}+cu128")
+    expect(host, "jit-cache", "fail", "cu128", f"the toolkit is {P.cuda_tag}")
 
 
 @pytest.mark.parametrize("version", ["0.1.8", "0.1.8.post0", "0.2.0", "0.1.5"])
@@ -381,7 +381,7 @@ def test_human_output_has_a_line_per_check_and_a_summary(host):
     done = host.run()
     assert done.returncode == 1
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("preflight: FlashInfer 0.6.3, CUDA 12.9")
+    assert lines[0].startswith(f"preflight: FlashInfer {P.flashinfer}, CUDA {P.cuda}")
     assert any(line.split()[:2] == ["FAIL", "nvcc"] for line in lines)
     assert any("fix:" in line and "--cuda 13.0" in line for line in lines)
     assert lines[-1].startswith("preflight: 17 passed, 1 warning, 1 failed")
