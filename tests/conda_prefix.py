@@ -8,7 +8,8 @@ The layout, read in the conda-forge recipes of CUDA 12.9 (the nvidia channel shi
   targets/x86_64-linux/bin/nvcc is a symlink to bin/nvcc with no profile beside it;
   targets/x86_64-linux/nvvm links to nvvm/.
 - cuda-cudart, cuda-cudart-dev, cuda-driver-dev, cuda-cccl_linux-64, libcublas-dev: headers only in
-  targets/x86_64-linux/include, CCCL's cub/, thrust/, cuda/std/ directly there; libraries in
+  targets/x86_64-linux/include, CCCL's cub/, thrust/, cuda/std/ directly there (from a CUDA 13
+  toolkit, also as include/cccl/, where CUTLASS looks when nvcc is 13: see _fill_from_toolkit); libraries in
   targets/x86_64-linux/lib, symlinked from lib/; the libcuda stub in targets/x86_64-linux/lib/stubs,
   symlinked from lib/stubs; no lib64 at the prefix root (every build.sh moves lib64 to lib);
   a lib64 -> lib link only inside targets/x86_64-linux.
@@ -97,8 +98,15 @@ def _fill_from_toolkit(prefix: Path, root: Path) -> None:
     (prefix / "nvvm").symlink_to((root / "nvvm").resolve())
     include, lib = _toolkit_dirs(root)
     for entry in sorted(include.iterdir()):
-        if entry.name == "cccl":  # CUDA 13 nests CCCL; 12.x puts cub/, thrust/, cuda/ at the top
+        if entry.name == "cccl":
+            # CUDA 13 nests CCCL in include/cccl; 12.x (conda's cuda-cccl 12.9) puts cub/, thrust/
+            # and cuda/ at the top: flattened there, as our users have it. But the compiler here is
+            # the host's, and CUTLASS picks CCCL's path by the compiler's version: with nvcc >= 13
+            # it includes <cccl/cuda/std/...> (3rdparty/cutlass/include/cutlass/cutlass.h, lines 40-44,
+            # at FlashInfer v0.6.3), so the nested folder must be there too, or the fa3 and
+            # gdn_prefill modules fail with `cccl/cuda/std/utility: No such file or directory`.
             _overlay(entry.resolve(), targets / "include")
+            _link(entry, targets / "include" / "cccl")
         else:
             _link(entry, targets / "include" / entry.name)
     for entry in sorted(lib.iterdir()):

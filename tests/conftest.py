@@ -3,6 +3,7 @@ and tests/abi_smoke, their closing tables, a local HTTP server for the download 
 folder, and a guard that keeps the suite out of the real HOME's caches. Kept at the tests root so
 that pytest registers them however it is started."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,30 +20,66 @@ from fidev import kernel_source
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
 # (the integration test imports it) and the wheel-cache code; both go to a scratch folder instead,
 # in this process and every one it starts, and the session fails if HOME's copies changed.
-_HOME_CACHES = [Path.home() / ".cache" / "flashinfer", Path.home() / ".cache" / "flashinfer-rs"]
+# The GPU suites are the exception: they must load what `build` compiled into the user's JIT dir
+# (the `fi` fixture imports FlashInfer with the user's own settings).
+_FLASHINFER_CACHE = Path.home() / ".cache" / "flashinfer"
+_GUARDED = [_FLASHINFER_CACHE, Path.home() / ".cache" / "flashinfer-rs"]
+_REDIRECTED = ("FLASHINFER_WORKSPACE_BASE", "FLASHINFER_RS_CACHE_DIR")
+_USERS = {}  # the user's values of _REDIRECTED before the redirect; None: unset
 
 
-def _snapshot():
-    return {str(p): (p.stat().st_mtime_ns if p.exists() else None) for c in _HOME_CACHES for p in [c, *(c.rglob("*") if c.is_dir() else [])]}
+def _snapshot(caches):
+    return {str(p): (p.stat().st_mtime_ns if p.exists() else None) for c in caches for p in [c, *(c.rglob("*") if c.is_dir() else [])]}
 
 
 def pytest_configure(config):
     if not os.environ.get("FIDEV_TEST_SCRATCH"):
+        _USERS.update({name: os.environ.get(name) for name in _REDIRECTED})
         scratch = Path(tempfile.mkdtemp(prefix="fidev-tests-"))
         os.environ["FIDEV_TEST_SCRATCH"] = str(scratch)
         os.environ["FLASHINFER_WORKSPACE_BASE"] = str(scratch)
         os.environ["FLASHINFER_RS_CACHE_DIR"] = str(scratch / "flashinfer-rs")
-        config._fidev_home_caches = _snapshot()
+        config._fidev_home_caches = _snapshot(_GUARDED)
 
 
 def pytest_sessionfinish(session, exitstatus):
     before = getattr(session.config, "_fidev_home_caches", None)
-    if before is not None:
-        changed = sorted(set(_snapshot().items()) ^ set(before.items()))
-        shutil.rmtree(os.environ.pop("FIDEV_TEST_SCRATCH"), ignore_errors=True)
-        if changed:
-            print(f"\nerror: the test suite wrote into the real HOME: {changed[0][0]} (and {len(changed) - 1} more)", file=sys.stderr)
-            session.exitstatus = 1
+    if before is None:
+        return
+    still = {path: mtime for path, mtime in before.items() if any(Path(path).is_relative_to(c) for c in _GUARDED)}
+    changed = sorted(set(_snapshot(_GUARDED).items()) ^ set(still.items()))
+    shutil.rmtree(os.environ.pop("FIDEV_TEST_SCRATCH"), ignore_errors=True)
+    if changed:
+        print(f"\nerror: the test suite wrote into the real HOME: {changed[0][0]} (and {len(changed) - 1} more)", file=sys.stderr)
+        session.exitstatus = 1
+
+
+@contextlib.contextmanager
+def _users_flashinfer_settings():
+    """The user's FLASHINFER_WORKSPACE_BASE while FlashInfer is imported, then the scratch again.
+    FlashInfer reads it once, at import, into its JIT dir (flashinfer/jit/env.py at v0.6.3, lines 50-53
+    and 143-145), so the GPU suites share the JIT dir `build` compiled into, and what the CPU tests
+    start still goes to the scratch folder."""
+    name = "FLASHINFER_WORKSPACE_BASE"
+    if name not in _USERS:  # no redirect in this session
+        yield
+        return
+    scratch = os.environ.get(name)
+    _set(name, _USERS[name])
+    try:
+        yield
+    finally:
+        _set(name, scratch)
+    # FlashInfer's JIT dir is now the GPU suites' to write: HOME's copy is no longer guarded.
+    if _FLASHINFER_CACHE in _GUARDED and not _USERS[name]:
+        _GUARDED.remove(_FLASHINFER_CACHE)
+
+
+def _set(name, value):
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def pytest_addoption(parser):
@@ -75,10 +112,16 @@ def gpu():
 def fi(gpu):
     """The flashinfer package, imported in the workspace's kernel source mode."""
     kernel_source.apply()
-    try:
-        import flashinfer
-    except ImportError as e:
-        pytest.skip(f"flashinfer is not importable: {e}")
+    with _users_flashinfer_settings():
+        try:
+            import flashinfer
+            from flashinfer.jit import env as jit_env
+        except ImportError as e:
+            pytest.skip(f"flashinfer is not importable: {e}")
+    scratch = os.environ.get("FIDEV_TEST_SCRATCH")
+    if scratch and Path(jit_env.FLASHINFER_WORKSPACE_DIR).is_relative_to(scratch):
+        pytest.fail(f"flashinfer was imported before the GPU fixtures, so its JIT dir is the test scratch {jit_env.FLASHINFER_WORKSPACE_DIR}, "
+                    "not the one `build` compiled into", pytrace=False)
     return flashinfer
 
 

@@ -1,0 +1,100 @@
+"""The GPU suites' plumbing, on the CPU: smoke and abi-smoke import FlashInfer with the user's own
+JIT dir (so they load what `build` compiled), while the CPU suite keeps what it starts out of HOME.
+
+The stand-in `flashinfer` computes its JIT dir the way FlashInfer 0.6.3 does, once, at import
+(flashinfer/jit/env.py at v0.6.3, lines 50-53: FLASHINFER_WORKSPACE_BASE, else HOME; lines 143-145:
+`<base>/.cache/flashinfer/<version>/<arch>/cached_ops`), and records it. The stand-in `torch`
+says a GPU is there, which is all the `gpu` fixture asks of it."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fidev.manifest import ROOT
+
+FAKE_TORCH = """\
+class cuda:
+    @staticmethod
+    def is_available():
+        return True
+    @staticmethod
+    def get_device_capability():
+        return (9, 0)
+"""
+FAKE_FLASHINFER_ENV = """\
+import json, os, pathlib
+# flashinfer/jit/env.py at v0.6.3, lines 50-53 and 143-145 (version and arch folders as there)
+FLASHINFER_BASE_DIR = pathlib.Path(os.getenv("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home().as_posix()))
+FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "0.6.3" / "90"
+FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({"jit_dir": str(FLASHINFER_JIT_DIR)}) + "\\n")
+"""
+PROBE = """\
+import os, json
+def test_probe(fi):
+    with open(os.environ["FAKE_RECORD"], "a") as f:  # what a CPU test started after it would inherit
+        f.write(json.dumps({"later_base": os.environ.get("FLASHINFER_WORKSPACE_BASE")}) + "\\n")
+"""
+
+
+@pytest.fixture
+def ws(tmp_path):
+    """A workspace copy whose smoke and abi-smoke suites hold one probe test using `fi`, a stand-in
+    torch and flashinfer, and a HOME of its own."""
+    root = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root)
+    for suite in ("smoke", "abi_smoke"):
+        (root / "tests" / suite).mkdir(parents=True)
+        shutil.copy(ROOT / "tests" / suite / "conftest.py", root / "tests" / suite)
+        (root / "tests" / suite / "test_probe.py").write_text(PROBE)
+    shutil.copy(ROOT / "tests" / "conftest.py", root / "tests")
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch/__init__.py").write_text(FAKE_TORCH)
+    (site / "flashinfer/jit").mkdir(parents=True)
+    (site / "flashinfer/__init__.py").write_text("from flashinfer.jit import env as _env\n")
+    (site / "flashinfer/jit/__init__.py").write_text("")
+    (site / "flashinfer/jit/env.py").write_text(FAKE_FLASHINFER_ENV)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("FIDEV_TEST_SCRATCH", "FLASHINFER_WORKSPACE_BASE")}
+    env.update(PYTHONPATH=str(site), HOME=str(home), FAKE_RECORD=str(tmp_path / "record.jsonl"))
+    return root, env, tmp_path / "record.jsonl", home
+
+
+def seen(record):
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    return [line["jit_dir"] for line in lines if "jit_dir" in line], [line["later_base"] for line in lines if "later_base" in line]
+
+
+@pytest.mark.parametrize("script", ["smoke.py", "abi_smoke.py"])
+@pytest.mark.parametrize("users_base", [None, "custom"])
+def test_the_gpu_suites_use_the_users_jit_dir(ws, script, users_base):
+    root, env, record, home = ws
+    if users_base:
+        env["FLASHINFER_WORKSPACE_BASE"] = users_base = str(home.parent / users_base)
+    done = subprocess.run([sys.executable, str(root / "scripts" / script), "-k", "probe"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    jit_dirs, later = seen(record)
+    assert jit_dirs == [f"{users_base or home}/.cache/flashinfer/0.6.3/90/cached_ops"], "the GPU suite compiled into another JIT dir than build's"
+    # what the suite starts afterwards is back in the scratch folder (and the guard did not fire on the JIT dir)
+    assert later and later[0] != users_base and "fidev-tests-" in later[0]
+
+
+def test_the_cpu_suite_keeps_what_it_starts_out_of_home(ws):
+    root, env, record, home = ws
+    (root / "tests" / "test_cpu.py").write_text(
+        "import subprocess, sys\n"
+        "def test_starts_flashinfer():\n"
+        "    subprocess.run([sys.executable, '-c', 'import flashinfer'], check=True)\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_cpu.py"], cwd=root, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    jit_dirs, _ = seen(record)
+    assert len(jit_dirs) == 1 and "fidev-tests-" in jit_dirs[0] and not jit_dirs[0].startswith(str(home))
