@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from build import job_budgets
 from fidev.manifest import ROOT
+from fidev.module_builds import job_budgets
 from script_runs import run, two_line_failure
 
 

@@ -566,7 +566,7 @@ def test_build_names_the_first_cause_of_a_failed_link(tmp_path):
     # A real ninja and linker failing the way a module's link fails, read by build's summary.
     if not (shutil.which("ninja") and shutil.which("c++")):
         pytest.skip("needs ninja and a C++ compiler")
-    import build
+    from fidev import module_builds as build
 
     (tmp_path / "m.cpp").write_text("int f() { return 1; }\n")
     (tmp_path / "build.ninja").write_text("rule cxx\n  command = c++ -fPIC -c $in -o $out\nrule link\n  command = c++ -shared $in -lcudart_not_here -o $out\n"

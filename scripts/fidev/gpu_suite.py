@@ -34,15 +34,15 @@ def run(task: str, suite: str, pytest_args: list[str]) -> int:
     return run_paths(task, [str(ROOT / "tests" / suite)], pytest_args)
 
 
-def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tuple[str, ...] = ()) -> int:
+def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tuple[str, ...] = (), plugins: tuple = ()) -> int:
     """pytest on `paths` in this interpreter, in the kernel source mode in force (applied before
-    anything imports flashinfer), with a one-line count at the end."""
+    anything imports flashinfer), with a one-line count at the end; `plugins` join pytest's."""
     import pytest
 
     mode = kernel_source.apply()
     outcomes = Outcomes()
     started = time.perf_counter()
-    code = pytest.main([*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], plugins=[outcomes])
+    code = pytest.main([*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], plugins=[outcomes, *plugins])
     c = outcomes.counts
     print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed; kernel source {mode}; "
           f"{time.perf_counter() - started:.1f} s")
