@@ -49,7 +49,7 @@ def test_norm(abi_module, name, dtype):
     out = poisoned(x.shape, dtype)
     getattr(module, name)(out, x, w, EPS, False)  # (out, input, weight, eps, enable_pdl)
     torch.cuda.synchronize()
-    err = assert_close(out, rms_ref(x, w, gemma=name == "gemma_rmsnorm"), dtype, seed)
+    err = assert_close(out, rms_ref(x, w, gemma=name == "gemma_rmsnorm"), name, dtype, seed)
     record(f"{name} {str(dtype)[6:]}", spec, source, err)
 
 
@@ -72,7 +72,7 @@ def test_bad_norm_call_is_a_decoded_error(abi_module, case):
     expect_error(kind, fragment, lambda: call(module.gemma_rmsnorm, out, x, w))
     module.gemma_rmsnorm(out, x, w, EPS, False)  # the process and its CUDA context are still fine
     torch.cuda.synchronize()
-    assert_close(out, rms_ref(x, w, gemma=True), torch.float16, seed)
+    assert_close(out, rms_ref(x, w, gemma=True), "gemma_rmsnorm", torch.float16, seed)
 
 
 # ---------------------------------------------------------------- single prefill
@@ -105,7 +105,7 @@ def test_single_prefill_run(abi_module, attention_backend):
     out = poisoned(q.shape, torch.float16)
     prefill_call(module, backend, q, k, v, out)
     torch.cuda.synchronize()
-    err = assert_close(out, attention_ref(q, k, v, causal=True), torch.float16, seed)
+    err = assert_close(out, attention_ref(q, k, v, causal=True), "single_prefill", torch.float16, seed)
     record(f"run (single prefill, causal fp16, {backend})", spec, source, err)
 
 
@@ -144,8 +144,8 @@ def test_gdn_prefill(abi_module, dtype):
     gdn_call(module, q, k, v, g, beta, cu, out, state)
     torch.cuda.synchronize()
     ref_out, ref_state = gated_delta_rule_ref(q, k, v, g, beta, cu, dim**-0.5)
-    err = assert_close(out, ref_out, dtype, seed)
-    assert_close(state, ref_state, dtype, seed)  # float32, but accumulated from `dtype` inputs
+    err = assert_close(out, ref_out, "gdn_prefill", dtype, seed)
+    assert_close(state, ref_state, "gdn_state", dtype, seed)  # float32, but accumulated from `dtype` inputs
     record(f"gdn_prefill {str(dtype)[6:]}", spec, source, err)
 
 

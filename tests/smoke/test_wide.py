@@ -31,7 +31,7 @@ def test_batch_decode_paged(fi, record):
     out = poisoned(q.shape, F16)
     wrapper.run(q, cache, out=out)
     ref = torch.stack([attention_ref(q[i][None], k, v, causal=False)[0] for i, (k, v) in enumerate(seqs)])
-    err = assert_close(out, ref, F16, seed)
+    err = assert_close(out, ref, "batch_decode", F16, seed)
     record("batch_decode paged fp16", "batch_decode", err, gpu_ms(lambda: wrapper.run(q, cache, out=out)))
 
 
@@ -55,7 +55,7 @@ def test_batch_prefill_paged(fi, record, attention_backend):
     wrapper.plan(indptr_of(qo_lens), indptr, indices, last, HQ, HKV, D, PAGE, causal=True, q_data_type=F16, kv_data_type=F16)
     out = poisoned(q.shape, F16)
     wrapper.run(q, cache, out=out)
-    err = assert_close(out, prefill_ref(q, qo_lens, seqs), F16, seed)
+    err = assert_close(out, prefill_ref(q, qo_lens, seqs), "batch_prefill", F16, seed)
     record(f"batch_prefill paged fp16 {backend}", f"batch_prefill_{backend}", err, gpu_ms(lambda: wrapper.run(q, cache, out=out)))
 
 
@@ -71,7 +71,7 @@ def test_batch_prefill_ragged(fi, record, attention_backend):
     wrapper.plan(indptr_of(qo_lens), indptr_of(kv_lens), HQ, HKV, D, causal=True, q_data_type=F16, kv_data_type=F16)
     out = poisoned(q.shape, F16)
     wrapper.run(q, k, v, out=out)
-    err = assert_close(out, prefill_ref(q, qo_lens, seqs), F16, seed)
+    err = assert_close(out, prefill_ref(q, qo_lens, seqs), "batch_prefill", F16, seed)
     record(f"batch_prefill ragged fp16 {backend}", f"batch_prefill_{backend}", err, gpu_ms(lambda: wrapper.run(q, k, v, out=out)))
 
 
@@ -113,8 +113,8 @@ def test_gdn_prefill(fi, record, dtype):
     state = poisoned((seqs, heads, dim, dim), torch.float32)
     fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state)
     ref_out, ref_state = gated_delta_rule_ref(q, k, v, g, beta, cu, dim**-0.5)
-    err = assert_close(out, ref_out, dtype, seed)
+    err = assert_close(out, ref_out, "gdn_prefill", dtype, seed)
     # The state is float32 but accumulates products of `dtype` inputs: judged at that precision.
-    assert_close(state, ref_state, dtype, seed)
+    assert_close(state, ref_state, "gdn_state", dtype, seed)
     ms = gpu_ms(lambda: fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state))
     record(f"chunk_gated_delta_rule {str(dtype)[6:]}", "gdn_prefill", err, ms)
