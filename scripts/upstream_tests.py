@@ -10,8 +10,9 @@ anything imports flashinfer, and printed: in the default mode, `prebuilt`, the m
 flashinfer-jit-cache ships load, and an edit to csrc/ or include/ is not what the tests run.
 
 Before running it plans: a dry run with FLASHINFER_DISABLE_JIT=1 (FlashInfer then refuses to
-build, and its tests/conftest.py records which module each test needed) names the modules the
-selection needs, how many objects of them must compile, and estimates the time. Past --budget
+build, and fidev.upstream_plugin records which module each test asked for; spread over up to 8
+pytest-xdist processes where xdist is installed) names the modules the selection needs, how many
+objects of them must compile, and estimates the time. Past --budget
 minutes (default 10) it stops, unless given --yes. A dry run that takes over 30 s is dropped, and
 the run shows each module's compile as it starts and ends instead.
 """
@@ -23,23 +24,25 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from fidev import gpu_suite, kernel_source, module_builds, source_tree, upstream_suites
+from fidev import gpu_suite, kernel_source, source_tree, upstream_plugin, upstream_suites
 from fidev.failure import USAGE, Failure, report, run_main
-from fidev.manifest import pins
+from fidev.manifest import ROOT, pins
 
-OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--dry-run-plan": 1, "-h": 0, "--help": 0}
+OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "-h": 0, "--help": 0}
 # A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
 # takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
 # as the tests first load them. The figures in docs/flashinfer-dev.md say how it held.
 SECONDS_PER_OBJECT = 25
 # The plan must cost little next to the run it plans; past this it is dropped.
 PLAN_LIMIT_S = 30
+DRY_RUN_WORKERS = 8
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -116,71 +119,6 @@ def pytest_options(tests: Path) -> tuple[str, ...]:
     return ("--rootdir", str(tests.parent), "-c", str(tests.parent / "pytest.ini"))
 
 
-class FlashInferBuilds:
-    """A pytest plugin for FlashInfer's own suite: how its modules get built.
-
-    Several test files build their modules up front in a `warmup_jit` fixture that calls
-    `flashinfer.jit.build_jit_specs` (tests/utils/test_activation.py, lines 24-36 at v0.6.3). That
-    function builds through one combined ninja at the JIT dir's root, which would recompile what
-    `build` made and leave each module's own folder believing it must compile again (see
-    fidev.module_builds). It also ignores FLASHINFER_DISABLE_JIT, so a dry run would compile. This
-    plugin replaces it: in a run, with one ninja per module, as `build` and FlashInfer's loader
-    build; in the dry run, with a record in the JIT report (the format FlashInfer's
-    tests/conftest.py writes, lines 148-166 and 182-191 at v0.6.3) and no build. In a run it also
-    says when a test starts compiling a module and how long that took, past pytest's capture."""
-
-    def __init__(self, dry_report: str | None = None):
-        self.dry_report = dry_report
-        self.config = None
-        self.current = "unknown"
-
-    def pytest_configure(self, config):
-        self.config = config
-
-    def pytest_runtest_setup(self, item):
-        self.current = item.nodeid
-
-    def say(self, line: str) -> None:
-        capture = self.config.pluginmanager.getplugin("capturemanager")
-        terminal = self.config.pluginmanager.getplugin("terminalreporter")
-        with capture.global_and_fixture_disabled():
-            terminal.write_line(line)
-
-    def pytest_collection_finish(self, session):
-        import flashinfer.jit
-        from flashinfer.jit import core
-
-        flashinfer.jit.build_jit_specs = core.build_jit_specs = self.build_jit_specs
-        if self.dry_report is None:
-            original = core.JitSpec.build
-
-            def build(spec, verbose, need_lock=True):
-                fresh = not spec.jit_library_path.exists()
-                if fresh:
-                    self.say(f"upstream-tests: compiling {spec.name} ({len(spec.sources)} sources)")
-                started = time.perf_counter()
-                original(spec, verbose, need_lock)
-                took = time.perf_counter() - started
-                if fresh or took > 1:
-                    self.say(f"upstream-tests: {spec.name} built in {took:.0f} s")
-
-            core.JitSpec.build = build
-
-    def build_jit_specs(self, specs, verbose=False, skip_prebuilt=True):
-        todo = [spec for spec in specs if not (skip_prebuilt and spec.is_aot)]
-        if self.dry_report is not None:
-            with open(self.dry_report, "a") as report:
-                for spec in todo:
-                    info = {"name": spec.name, "sources": [str(s) for s in spec.sources], "needs_device_linking": spec.needs_device_linking,
-                            "aot_path": str(spec.aot_path)}
-                    report.write(json.dumps({"test_name": self.current, "module_name": spec.name, "spec_info": str(info)}) + "\n")
-            return
-        if todo:
-            self.say(f"upstream-tests: {self.current}: building {len(todo)} module(s) its warmup_jit fixture asks for")
-            seconds, _ = module_builds.build_specs(todo, self.say)
-            self.say(f"upstream-tests: warmup built in {seconds:.0f} s")
-
-
 def read_jit_report(path: Path) -> dict[str, list[str]]:
     """{module: its sources} from a JIT report: one JSON object per line, as FlashInfer's
     tests/conftest.py appends them (lines 182-191 at v0.6.3), each `spec_info` the str() of a
@@ -206,48 +144,53 @@ def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
     return sum(1 for line in out.splitlines() if re.search(r"\s-c\s", line))
 
 
-def plan(nodes: list[str], pytest_args: list[str]) -> tuple[dict[str, int], float] | None:
+def dry_run_workers() -> list[str]:
+    """pytest-xdist's options for the dry run, where it is installed: the dry run costs each test's
+    setup, which spreads over processes (on one GPU: it launches no kernel that matters)."""
+    import importlib.util
+
+    if importlib.util.find_spec("xdist") is None:
+        return []
+    return ["-n", str(min(DRY_RUN_WORKERS, os.cpu_count() or 1))]
+
+
+def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[str, int], float] | None:
     """{module the selection needs: objects to compile}, and the dry run's time; None when the dry
-    run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without."""
+    run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without.
+
+    The dry run is the selection under FLASHINFER_DISABLE_JIT=1: FlashInfer refuses to build, its
+    conftest turns each refusal into a skip, and fidev.upstream_plugin records what was asked for."""
     with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "plan.json"
-        cmd = [sys.executable, __file__, "--dry-run-plan", str(out), *nodes, *pytest_args]
+        env = {**os.environ, "FLASHINFER_DISABLE_JIT": "1", upstream_plugin.DRY_RUN_DIR: scratch,
+               "FLASHINFER_JIT_CACHE_REPORT_FILE": str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", "-p", "fidev.upstream_plugin", *dry_run_workers(),
+               *pytest_options(tests), *pytest_args]
         started = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=PLAN_LIMIT_S)
+            out, _ = proc.communicate(timeout=PLAN_LIMIT_S)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the xdist workers too
+            proc.communicate()
             print(f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each module's compile shows as it runs")
             return None
         seconds = time.perf_counter() - started
-        if not out.is_file():
-            said = (done.stdout + done.stderr).strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        jit_dir_file = Path(scratch) / upstream_plugin.JIT_DIR_FILE
+        if not jit_dir_file.is_file():
+            said = out.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
             print(f"upstream-tests: the plan's dry run did not finish ({said[0][:200]}): going ahead without it")
             return None
-        return json.loads(out.read_text()), seconds
+        needed = {}
+        for report in sorted(Path(scratch).glob("*.jsonl")):
+            needed.update(read_jit_report(report))
+        jit_dir = Path(jit_dir_file.read_text())
+    return {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()}, seconds
 
 
 def estimate_s(needed: dict[str, int]) -> float:
     cores = os.cpu_count() or 1
     return sum(math.ceil(objects / cores) * SECONDS_PER_OBJECT for objects in needed.values())
-
-
-def dry_run(plan_file: str, nodes: list[str], pytest_args: list[str], tests: Path) -> int:
-    """The plan's subprocess: the tests, with FlashInfer forbidden to compile; writes the plan."""
-    import pytest
-
-    kernel_source.apply()
-    with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "jit-report.jsonl"
-        os.environ["FLASHINFER_DISABLE_JIT"] = "1"
-        os.environ["FLASHINFER_JIT_CACHE_REPORT_FILE"] = str(report)
-        pytest.main([*nodes, "-q", "-p", "no:cacheprovider", *pytest_options(tests), *pytest_args], plugins=[FlashInferBuilds(str(report))])
-        needed = read_jit_report(report)
-    jit_dir = Path(sys.modules["flashinfer.jit.env"].FLASHINFER_JIT_DIR) if "flashinfer.jit.env" in sys.modules else None
-    todo = {name: objects_to_compile(jit_dir / name, sources) if jit_dir else len(sources) or 1 for name, sources in needed.items()}
-    tmp = Path(f"{plan_file}.tmp")
-    tmp.write_text(json.dumps(todo))
-    os.replace(tmp, plan_file)
-    return 0
 
 
 def main() -> int:
@@ -271,12 +214,10 @@ def main() -> int:
         raise Failure("no family or path was named (the whole suite takes hours to compile)",
                       "name one: `upstream-tests norm`, or a path under tests/; `upstream-tests --list` names the families")
     nodes = resolve(selection, tests)
-    if "--dry-run-plan" in ours:
-        return dry_run(ours["--dry-run-plan"], nodes, pytest_args, tests)
     mode = kernel_source.mode()
     print(f"upstream-tests: kernel source {mode}: " + ("every module compiles from the vendored csrc/ and include/" if mode == kernel_source.VENDORED
           else f"modules flashinfer-jit-cache ships load instead of your edits ({kernel_source.ENV}=vendored tests them)"))
-    if "--no-plan" not in ours and (planned := plan(nodes, pytest_args)) is not None:
+    if "--no-plan" not in ours and (planned := plan(nodes, pytest_args, tests)) is not None:
         needed, seconds = planned
         todo = {name: objects for name, objects in needed.items() if objects}
         guess = estimate_s(todo)
@@ -287,7 +228,7 @@ def main() -> int:
         if guess > budget_s and "--yes" not in ours:
             raise Failure(f"compiling them would take about {guess / 60:.0f} min, past the {budget_s / 60:.0f} min budget",
                           "narrow the selection (-k, a node id), or start it anyway with --yes (or a larger --budget MINUTES)")
-    return gpu_suite.run_paths("upstream-tests", nodes, pytest_args, pytest_options(tests), plugins=[FlashInferBuilds()])
+    return gpu_suite.run_paths("upstream-tests", nodes, pytest_args, pytest_options(tests), plugins=[upstream_plugin.FlashInferBuilds()])
 
 
 if __name__ == "__main__":

@@ -11,23 +11,24 @@ MEASURED: list[tuple[str, str, float]] = []  # (kernel, dtype, max rel err) of e
 
 F16, BF16 = torch.float16, torch.bfloat16
 # Largest accepted max-relative error, by kernel and the dtype its output is judged at. Each bound
-# keeps a margin of at least 3x over the worst error seen in 20 fresh-seed runs on the H100
-# (tests/smoke_noise.py measures it; docs/flashinfer-dev.md, "Smoke's tolerances", has the
-# figures), and every fp16 bound is under 5e-3, so that an fp16 kernel bug of that size fails.
-# The floor is the output's rounding: half an ulp is 2^-11 (4.9e-4) of a value in fp16, 2^-8
-# (3.9e-3) in bf16, and the measure divides by max|ref|.
+# keeps a margin of at least 3x over the worst error seen in 20 fresh-seed runs of smoke and of
+# abi-smoke on the H100 (tests/smoke_noise.py; the figures are in docs/flashinfer-dev.md, "Smoke's
+# tolerances"), and every fp16 bound is under 5e-3, so that an fp16 kernel bug of that size fails
+# (FlashInfer's own tests hold these kernels to 1e-3). The floor is the output's rounding: half an
+# ulp is up to 2^-11 (4.9e-4) of a value in fp16 and 2^-8 (3.9e-3) in bf16; worst seen: fp16
+# 4.1e-4 (norm, silu), 5.0e-4 (attention), 8.7e-4 (gdn); bf16 3.4e-3 (norm, silu), 7.9e-3 (gdn).
 TOLERANCE = {
-    "rmsnorm": {F16: 2e-3, BF16: 1e-2},
-    "gemma_rmsnorm": {F16: 2e-3, BF16: 1e-2},
-    "fused_add_rmsnorm": {F16: 2e-3, BF16: 1e-2},
-    "residual_sum": {F16: 2e-3, BF16: 1e-2},
-    "silu_and_mul": {F16: 2e-3, BF16: 1e-2},
+    "rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
+    "gemma_rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
+    "fused_add_rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
+    "residual_sum": {F16: 2e-3, BF16: 1.2e-2},
+    "silu_and_mul": {F16: 2e-3, BF16: 1.2e-2},
     "single_decode": {F16: 2e-3},
     "single_prefill": {F16: 2e-3},
     "batch_decode": {F16: 2e-3},
     "batch_prefill": {F16: 2e-3},
-    "gdn_prefill": {F16: 1e-2, BF16: 1e-2},
-    "gdn_state": {F16: 1e-2, BF16: 1e-2},  # float32, but accumulated from fp16/bf16 inputs
+    "gdn_prefill": {F16: 3e-3, BF16: 2.5e-2},
+    "gdn_state": {F16: 3e-3, BF16: 2.5e-2},  # float32, but accumulated from fp16/bf16 inputs
 }
 
 

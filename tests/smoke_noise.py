@@ -28,8 +28,9 @@ def main() -> int:
     args, pytest_args = parser.parse_known_args()
     failed_runs = 0
     for _ in range(args.runs):
-        # -p no:terminal: no per-run tables; gpu_suite still prints one count line per run
-        failed_runs += gpu_suite.run(f"{args.suite} (noise)", args.suite, ["-q", "-p", "no:terminal", *pytest_args]) != 0
+        failed_runs += gpu_suite.run(f"{args.suite} (noise)", args.suite, ["-q", *pytest_args]) != 0
+        if "gpu_checks" in sys.modules:
+            sys.modules["gpu_checks"].RESULTS.clear()  # each run prints its own table, not all runs' so far
     checks = sys.modules.get("gpu_checks")
     if checks is None or not checks.MEASURED:
         raise Failure("no check measured an error", "run it on the GPU host, after `build`")

@@ -1,0 +1,109 @@
+"""A pytest plugin for FlashInfer's own suite, run by upstream-tests: how its JIT modules get built,
+and, in the plan's dry run, the record of which test needs which module.
+
+Several of FlashInfer's test files build their modules up front in a `warmup_jit` fixture that
+calls `flashinfer.jit.build_jit_specs` (tests/utils/test_activation.py, lines 24-36 at v0.6.3).
+That function builds through one combined ninja at the JIT dir's root, which would recompile what
+`build` made and leave each module's own folder believing it must compile again
+(fidev.module_builds says why), and it ignores FLASHINFER_DISABLE_JIT, so a dry run would compile.
+This plugin replaces it: in a run, with one ninja per module, as `build` and FlashInfer's loader
+build, and it says when a test starts compiling a module and how long that took, past pytest's
+capture; in the dry run, nothing is built and every module a test or a warmup asks for is
+recorded, one JSON object per line in the format FlashInfer's tests/conftest.py writes its JIT
+report in (lines 148-166 and 182-191 at v0.6.3), one file per process, since the dry run may
+spread over several pytest-xdist workers.
+
+A run registers `FlashInferBuilds()` itself; the dry run loads this module with `-p
+fidev.upstream_plugin` in every process, with DRY_RUN_DIR in the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from fidev import kernel_source, module_builds
+
+DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
+JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
+
+
+def spec_record(test_name: str, spec) -> str:
+    """One line of FlashInfer's JIT report (tests/conftest.py, lines 156-163 and 184-186 at v0.6.3)."""
+    info = {"name": spec.name, "sources": [str(s) for s in spec.sources], "needs_device_linking": spec.needs_device_linking,
+            "aot_path": str(spec.aot_path)}
+    return json.dumps({"test_name": test_name, "module_name": spec.name, "spec_info": str(info)}) + "\n"
+
+
+class FlashInferBuilds:
+    def __init__(self, dry_dir: str | None = None):
+        self.dry_dir = Path(dry_dir) if dry_dir else None
+        self.config = None
+        self.current = "unknown"
+
+    def pytest_configure(self, config):
+        self.config = config
+
+    def pytest_runtest_setup(self, item):
+        self.current = item.nodeid
+
+    def say(self, line: str) -> None:
+        capture = self.config.pluginmanager.getplugin("capturemanager")
+        terminal = self.config.pluginmanager.getplugin("terminalreporter")
+        if terminal is None:  # an xdist worker has no terminal of its own
+            return
+        with capture.global_and_fixture_disabled():
+            terminal.write_line(line)
+
+    def record(self, specs) -> None:
+        with open(self.dry_dir / f"report-{os.getpid()}.jsonl", "a") as report:
+            report.writelines(spec_record(self.current, spec) for spec in specs)
+
+    def pytest_collection_finish(self, session):
+        import flashinfer.jit
+        from flashinfer.jit import core
+        from flashinfer.jit import env as jit_env
+
+        flashinfer.jit.build_jit_specs = core.build_jit_specs = self.build_jit_specs
+        original = core.JitSpec.build
+        if self.dry_dir is not None:
+            (self.dry_dir / JIT_DIR_FILE).write_text(str(jit_env.FLASHINFER_JIT_DIR))
+
+            def build(spec, verbose, need_lock=True):
+                self.record([spec])
+                original(spec, verbose, need_lock)  # raises MissingJITCacheError under FLASHINFER_DISABLE_JIT
+        else:
+            def build(spec, verbose, need_lock=True):
+                fresh = not spec.jit_library_path.exists()
+                if fresh:
+                    self.say(f"upstream-tests: compiling {spec.name} ({len(spec.sources)} sources)")
+                started = time.perf_counter()
+                original(spec, verbose, need_lock)
+                took = time.perf_counter() - started
+                if fresh or took > 1:
+                    self.say(f"upstream-tests: {spec.name} built in {took:.0f} s")
+
+        core.JitSpec.build = build
+
+    def build_jit_specs(self, specs, verbose=False, skip_prebuilt=True):
+        todo = [spec for spec in specs if not (skip_prebuilt and spec.is_aot)]
+        if self.dry_dir is not None:
+            self.record(todo)
+        elif todo:
+            self.say(f"upstream-tests: {self.current}: building {len(todo)} module(s) its warmup_jit fixture asks for")
+            seconds, _ = module_builds.build_specs(todo, self.say)
+            self.say(f"upstream-tests: warmup built in {seconds:.0f} s")
+
+
+def pytest_configure(config):
+    """`-p fidev.upstream_plugin` in a dry-run process (the controller and each xdist worker)."""
+    if os.environ.get(DRY_RUN_DIR):
+        config.pluginmanager.register(FlashInferBuilds(os.environ[DRY_RUN_DIR]), "fidev-flashinfer-builds")
+
+
+# Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the
+# kernel source mode must be in force by then, in every process of the dry run.
+if os.environ.get(DRY_RUN_DIR):
+    kernel_source.apply()
