@@ -3,17 +3,22 @@
 FlashInfer's own per-module build files, built side by side by one ninja per module. Modules that
 flashinfer-jit-cache provides are reported and skipped, unless the kernel source mode is
 `vendored` (FLASHINFER_DEV_KERNEL_SOURCE=vendored), which compiles them from
-extern/tracked/flashinfer/csrc. A repeated build is a no-op.
+extern/tracked/flashinfer/csrc. A repeated build is a no-op, and so is one after an edit of a
+header or csrc/ file as far as FlashInfer goes: while nothing that decides the modules' build
+files changed (fidev.build_stamp), ninja alone rebuilds what the edit touched, and neither torch
+nor flashinfer is imported.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
-from fidev import smoke_modules
+from fidev import build_stamp, kernel_source, smoke_modules
 from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.flashinfer_import import import_flashinfer
+from fidev.manifest import pins
 from fidev.module_builds import build_specs
 
 
@@ -30,6 +35,11 @@ def main() -> int:
     parser.add_argument("--wide", action="store_true", help="also build the wider smoke tier")
     parser.add_argument("--abi", action="store_true", help="also build what abi-smoke calls (adds gdn_prefill on sm_90)")
     args = parser.parse_args()
+    started = time.perf_counter()
+    stamp = build_stamp.fingerprint({"wide": args.wide, "abi": args.abi}, pins().source_dir)
+    kept = build_stamp.load(stamp)
+    if kept is not None:
+        return rebuild_kept(kept, started)
 
     imported = import_flashinfer()
     from flashinfer.jit import core
@@ -44,7 +54,7 @@ def main() -> int:
     if skipped:
         print(f"build: not for {arch_text}: {', '.join(skipped)} (sm_90 only)")
 
-    specs = []
+    specs, compiled = [], []
     for module in chosen:
         spec = module.make()
         if spec.is_aot:
@@ -52,13 +62,36 @@ def main() -> int:
         else:
             state = "built before" if spec.jit_library_path.exists() else "to compile"
             specs.append(spec)
+            compiled.append(build_stamp.Module(module.key, spec.name, spec.build_dir, spec.sources))
         print(f"  {module.key:20} {state:32} {spec.name}")
 
     build_s, slowest = build_specs(specs)
-    if slowest:
-        print("build: slowest objects: " + ", ".join(f"{Path(o).parent.name}/{Path(o).name} {t:.0f} s" for t, o in slowest))
+    show_slowest(slowest)
+    if stamp is not None:
+        build_stamp.write(stamp, compiled)
     print(f"build: {len(chosen)} modules ready, {len(specs)} checked or compiled in {build_s:.2f} s")
     return 0
+
+
+def rebuild_kept(kept: list[build_stamp.Module], started: float) -> int:
+    """The stamp's modules, by ninja alone: nothing that decides their build files changed."""
+    stale = [m for m in kept if build_stamp.has_work(m)]
+    mode = kernel_source.mode()
+    if not stale:
+        print(f"build: {len(kept)} modules current, kernel source {mode} (checked in {time.perf_counter() - started:.2f} s: "
+              f"nothing that decides them changed since the last build, so flashinfer was not imported)")
+        return 0
+    print(f"build: kernel source {mode}: {', '.join(m.key for m in stale)} to rebuild (a source or header changed; "
+          "their build files are current, so flashinfer is not imported)")
+    build_s, slowest = build_specs(stale)
+    show_slowest(slowest)
+    print(f"build: {len(kept)} modules ready, {len(stale)} rebuilt in {build_s:.2f} s")
+    return 0
+
+
+def show_slowest(slowest) -> None:
+    if slowest:
+        print("build: slowest objects: " + ", ".join(f"{Path(o).parent.name}/{Path(o).name} {t:.0f} s" for t, o in slowest))
 
 
 if __name__ == "__main__":

@@ -142,3 +142,17 @@ def requirement(name: str, path: Path = MANIFEST) -> str:
             version = spec.get("version", "*") if isinstance(spec, dict) else spec
             return name if version.strip() == "*" else f"{name}{version.strip()}"
     raise Failure(f"{MANIFEST.name} declares no {name} in flashinfer-dev", f"restore it (`git diff {MANIFEST.name}` shows what changed)")
+
+
+def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:
+    """(task, command) in the order `pixi run -e flashinfer-dev last` runs them: each task's one
+    `depends-on` first (crates/pixi_task/src/task_graph.rs, `TaskGraph::from_root`, at pixi v0.77.0;
+    the workspace's chains are lines, one dependency each)."""
+    tasks = _table(feature(load_manifest(path)), "tasks")
+    steps, name = [], last
+    while name:
+        task = _entry(tasks, name, f"tool.pixi.feature.{FEATURE}.tasks")
+        steps.append((name, task["cmd"] if isinstance(task, dict) else task))
+        deps = task.get("depends-on", []) if isinstance(task, dict) else []
+        name = deps[0] if deps else None
+    return steps[::-1]

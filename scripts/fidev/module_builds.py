@@ -102,17 +102,21 @@ def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
 
 
 def build_specs(specs, say: Callable[[str], None] = lambda line: print(line, flush=True)) -> tuple[float, list[tuple[float, str]]]:
-    """Build `specs` (FlashInfer JitSpecs, none prebuilt) each in its own folder, under the JIT
-    dir's lock as FlashInfer's own builds are. Returns the wall time and this run's slowest objects."""
+    """Build `specs` (FlashInfer JitSpecs, none prebuilt, or fidev.build_stamp's modules, whose build
+    files exist) each in its own folder, under the JIT dir's lock as FlashInfer's own builds are
+    (`<jit dir>/tmp/flashinfer_jit.lock`, flashinfer/jit/core.py: get_tmpdir, build_jit_specs).
+    Returns the wall time and this run's slowest objects."""
     from filelock import FileLock  # what FlashInfer itself locks its JIT dir with
-    from flashinfer.jit import core
 
     started = time.time()
     logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in specs}
     if specs:
         for spec in specs:
-            spec.write_ninja()
-        with FileLock(core.get_tmpdir() / "flashinfer_jit.lock", thread_local=False):
+            if hasattr(spec, "write_ninja"):
+                spec.write_ninja()
+        lock_dir = specs[0].build_dir.parent / "tmp"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(lock_dir / "flashinfer_jit.lock", thread_local=False):
             run_module_builds(specs, say)
     seconds = time.time() - started
     missing = [s.name for s in specs if not s.jit_library_path.exists()]

@@ -1,0 +1,153 @@
+"""What `build` last built, and everything that decided it, so that a repeated build knows its
+modules are current without importing torch or FlashInfer (5 s of the warm chain).
+
+A module's JitSpec comes out of FlashInfer's Python generators (flashinfer/jit/*.py, jinja
+templates rendered into generated sources, a build.ninja with the flags of the environment), for
+the GPUs torch sees, in the kernel source mode in force. The stamp keeps a fingerprint of all of
+that: the build's options, the mode and whether flashinfer-jit-cache is importable (and its
+version), the Python files of the FlashInfer tree (size and mtime), the environment variables the
+JIT reads, the toolkit's nvcc, the installed torch and apache-tvm-ffi, and the GPUs (their UUIDs,
+from the driver's /proc files, which need no CUDA context). When the fingerprint is unchanged,
+each module's build.ninja and generated sources are still what the generators would write, so
+ninja alone decides what to compile (an edited header or csrc/ file), and fidev.ninja_inputs
+catches a restored older copy. Anything else changed, or no stamp: the full build, with the import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata, util
+from pathlib import Path
+
+from fidev import kernel_source, ninja_inputs, uris
+
+NAME = "fidev-build.json"
+# Read by FlashInfer's JIT (flashinfer/jit/cpp_ext.py, env.py, compilation_context.py) or by the
+# compilers it starts; every FLASHINFER_* variable counts too.
+JIT_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_LIB_PATH", "CUDA_VISIBLE_DEVICES", "CXX", "CC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
+                 "CPATH", "LIBRARY_PATH", "MAX_JOBS")
+GPUS = Path("/proc/driver/nvidia/gpus")
+NINJA_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Module:
+    """What the stamp keeps of a module: enough for ninja, and for fidev.module_builds."""
+    key: str
+    name: str
+    build_dir: Path
+    sources: list[Path]
+
+    @property
+    def ninja_path(self) -> Path:
+        return self.build_dir / "build.ninja"
+
+    @property
+    def jit_library_path(self) -> Path:
+        return self.build_dir / f"{self.name}.so"
+
+
+def path() -> Path:
+    """Beside FlashInfer's per-version caches (flashinfer/jit/env.py: <base>/.cache/flashinfer)."""
+    return Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / ".cache" / "flashinfer" / NAME
+
+
+def _gpu_uuids() -> list[str] | None:
+    try:
+        infos = sorted(GPUS.glob("*/information"))
+        found = [line.split(":", 1)[1].strip() for info in infos for line in info.read_text().splitlines() if line.startswith("GPU UUID")]
+    except OSError:
+        return None
+    return found or None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _nvcc() -> tuple | None:
+    """The nvcc FlashInfer runs ($CUDA_HOME/bin/nvcc, else the one on PATH: cpp_ext.py, get_cuda_path), and its stat."""
+    home = os.environ.get("CUDA_HOME")
+    nvcc = Path(home, "bin", "nvcc") if home else Path(shutil.which("nvcc") or "nvcc")
+    try:
+        st = nvcc.stat()
+    except OSError:
+        return None
+    return str(nvcc), st.st_mtime_ns, st.st_size
+
+
+def fingerprint(options: dict, tree: Path) -> str | None:
+    """The hash of what decides the modules' specs; None where it cannot be known without CUDA
+    (no driver files), so that the build takes the full path."""
+    gpus = _gpu_uuids()
+    if gpus is None and "FLASHINFER_CUDA_ARCH_LIST" not in os.environ:
+        return None
+    package = tree / "flashinfer"
+    python_files = []
+    for root, dirs, files in os.walk(package):
+        if Path(root) == package:
+            dirs[:] = [d for d in dirs if d != "data"]  # the editable install's links to csrc/, include/, 3rdparty
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                python_files.append((os.path.join(root, name), st.st_mtime_ns, st.st_size))
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("FLASHINFER_") or k in JIT_VARIABLES)
+    facts = {
+        "options": options,
+        "mode": os.environ.get(kernel_source.ENV) or kernel_source.PREBUILT,
+        "jit_cache": (util.find_spec(uris.JIT_CACHE_PACKAGE) is not None, _version("flashinfer-jit-cache")),
+        "tree": str(tree.resolve()),
+        "python_files": sorted(python_files),
+        "env": env,
+        "nvcc": _nvcc(),
+        "versions": [_version(d) for d in ("torch", "apache-tvm-ffi", "flashinfer-python")],
+        "gpus": gpus,
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def write(stamp: str, modules: list[Module]) -> None:
+    target = path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{NAME}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"fingerprint": stamp, "modules": [
+        {"key": m.key, "name": m.name, "build_dir": str(m.build_dir), "sources": [str(s) for s in m.sources]} for m in modules]}))
+    os.replace(tmp, target)
+
+
+def load(stamp: str | None) -> list[Module] | None:
+    """The modules the last build made, when its fingerprint is `stamp` and their build files and
+    generated sources are all still there; else None."""
+    if stamp is None:
+        return None
+    try:
+        data = json.loads(path().read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("fingerprint") != stamp:
+        return None
+    modules = [Module(m["key"], m["name"], Path(m["build_dir"]), [Path(s) for s in m["sources"]]) for m in data.get("modules", [])]
+    if not all(m.ninja_path.is_file() and all(s.is_file() for s in m.sources) for m in modules):
+        return None
+    return modules
+
+
+def has_work(module: Module) -> bool:
+    """Whether a build of `module` would compile or link anything (ninja's own dry run, after
+    fidev.ninja_inputs removed any object built from a since-restored input)."""
+    if not module.jit_library_path.is_file() or ninja_inputs.restored(module.build_dir):
+        return True
+    try:
+        done = subprocess.run(["ninja", "-C", str(module.build_dir), "-f", str(module.ninja_path), "-n"], capture_output=True, text=True,
+                              timeout=NINJA_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return done.returncode != 0 or "no work to do" not in done.stdout
