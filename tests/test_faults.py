@@ -270,10 +270,14 @@ def test_archive_is_a_folder(tmp_path):
 @fault("fetch-dest-workspace")
 @pytest.mark.parametrize("dest", [".", ".git"])
 def test_the_workspace_is_never_a_destination(dest):
+    def git():  # a folder in a clone, a file in a git worktree: whichever, the same one stays
+        return (ROOT / ".git").stat().st_ino, (ROOT / ".git").is_dir()
+
+    before = git()
     done = subprocess.run([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", dest, "--replace"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     expect(done, "fetch-dest-workspace")
-    assert (ROOT / ".git").is_dir() and not list(ROOT.parent.glob(f"{ROOT.name}.replaced-*"))
+    assert git() == before and not list(ROOT.parent.glob(f"{ROOT.name}.replaced-*"))
 
 
 @fault("fetch-other-tree")
