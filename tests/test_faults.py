@@ -586,6 +586,16 @@ def test_import_check_refuses_a_flashinfer_outside_the_vendored_tree(tmp_path):
     expect(run("import_check.py", env=fake_flashinfer(tmp_path)), "import-elsewhere")
 
 
+@fault("import-no-torch")
+def test_import_check_without_torch(tmp_path):
+    ws = workspace(tmp_path)
+    env = fake_flashinfer(tmp_path, where=ws / "extern/tracked/flashinfer")  # the vendored tree's own, at the pinned version
+    missing = ws / "extern/tracked/flashinfer/torch"  # ahead of any installed torch: one that is not there
+    missing.mkdir()
+    (missing / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    expect(run_in(ws, "import_check.py", env=env), "import-no-torch")
+
+
 # ---------------------------------------------------------------- module-uri
 
 @fault("uri-head-dim")
