@@ -168,6 +168,7 @@ def interrupt_when(proc, ready, within=30):
 
 MANIFEST_BREAKS = {
     "manifest-toml": lambda text: text.replace("[tool.flashinfer-dev]", "[tool.flashinfer-dev"),
+    "manifest-utf8": lambda text: text.replace("Reproducible", "Reproducible (café)").encode("latin-1"),  # an editor's Latin-1
     "manifest-pin": lambda text: text.replace(f'flashinfer-cubin = "=={P.flashinfer}"', 'flashinfer-cubin = ">=0.6.3"'),
     "manifest-table": lambda text: re.sub(r"\n\[tool\.flashinfer-dev\]\n(.+\n)+", "\n", text),
 }
@@ -177,14 +178,17 @@ def broken_manifest(tmp_path, row_id):
     ws = workspace(tmp_path)
     text = (ws / "pyproject.toml").read_text()
     broken = MANIFEST_BREAKS[row_id](text)
-    assert broken != text
-    (ws / "pyproject.toml").write_text(broken)
+    assert broken not in (text, text.encode())
+    if isinstance(broken, bytes):
+        (ws / "pyproject.toml").write_bytes(broken)
+    else:
+        (ws / "pyproject.toml").write_text(broken)
     return ws
 
 
 @pytest.mark.parametrize("row_id", [pytest.param(r, marks=fault(r)) for r in MANIFEST_BREAKS])
 @pytest.mark.parametrize("script, args", [("preflight.py", []), ("import_check.py", []), ("fetch_flashinfer_source.py", []),
-                                          ("pin.py", ["x.whl"]), ("bench_preflight.py", ["--runs", "1"])])
+                                          ("pin.py", ["x.whl"]), ("abi.py", []), ("bench_preflight.py", ["--runs", "1"])])
 def test_a_broken_manifest_fails_every_script_in_two_lines(tmp_path, row_id, script, args):
     ws = broken_manifest(tmp_path, row_id)
     done = run_in(ws, script, *args)

@@ -64,9 +64,14 @@ def load_manifest(path: Path = MANIFEST) -> dict:
                       "run it with Python >= 3.11 (the environments have 3.12), or with a Python 3.10 that has pip")
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read()
+        return tomllib.loads(data.decode("utf-8"))
     except OSError as e:
         raise Failure(f"cannot read the manifest {path}: {e.strerror or e}", "run it from a checkout of the workspace") from e
+    except UnicodeDecodeError as e:  # TOML is UTF-8; an editor that saved it as Latin-1, say
+        line = data[:e.start].count(b"\n") + 1
+        raise Failure(f"{path.name} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}",
+                      f"save it as UTF-8, which TOML requires (`git diff {path.name}` shows what changed)") from e
     except tomllib.TOMLDecodeError as e:
         raise Failure(f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)") from e
 
