@@ -603,25 +603,31 @@ def test_import_check_without_torch(tmp_path):
 # ---------------------------------------------------------------- module-uri
 
 @fault("uri-head-dim")
-@pytest.mark.parametrize("head_dim", ["0", "-16", "7"])
+@pytest.mark.parametrize("head_dim", ["0", "-16", "7", "100"])
 def test_head_dims_flashinfer_cannot_build(head_dim):
-    expect(run("module_uri.py", "single_prefill", f"--head-dim={head_dim}"), "uri-head-dim")
+    expect(run("module_uri.py", "single_prefill", f"--head-dim={head_dim}"), "uri-head-dim", status=2)
+
+
+@fault("uri-dtype")
+@pytest.mark.parametrize("option", ["--dtype", "--dtype-o", "--dtype-idx"])
+def test_a_dtype_flashinfer_does_not_name(option):
+    expect(run("module_uri.py", "batch_prefill", option, "fp16"), "uri-dtype", status=2)
 
 
 @fault("uri-fp8-fa2")
 def test_fp8_queries_on_fa2():
-    expect(run("module_uri.py", "single_prefill", "--dtype", "e4m3", "--dtype-o", "f16"), "uri-fp8-fa2")
+    expect(run("module_uri.py", "single_prefill", "--dtype", "e4m3", "--dtype-o", "f16"), "uri-fp8-fa2", status=2)
 
 
 @fault("uri-dtype-idx")
 def test_an_index_dtype_that_is_not_one():
-    expect(run("module_uri.py", "batch_prefill", "--dtype-idx", "bf16"), "uri-dtype-idx")
+    expect(run("module_uri.py", "batch_prefill", "--dtype-idx", "bf16"), "uri-dtype-idx", status=2)
 
 
 @fault("uri-option-not-applicable")
 @pytest.mark.parametrize("args", [["single_prefill", "--dtype-idx", "i32"], ["single_decode", "--backend", "fa2"]])
 def test_options_that_do_not_apply_are_refused(args):
-    expect(run("module_uri.py", *args), "uri-option-not-applicable")
+    expect(run("module_uri.py", *args), "uri-option-not-applicable", status=2)
 
 
 # ---------------------------------------------------------------- everywhere
