@@ -466,6 +466,17 @@ def test_read_only_home(tmp_path, index_server, read_only_dir):
     assert str(read_only_dir / ".cache" / "flashinfer-rs") in done.stderr
 
 
+@fault("cache-unusable")
+@pytest.mark.parametrize("where", ["/proc/x", "under-a-file"])
+def test_a_cache_folder_that_cannot_be_made_is_never_announced(tmp_path, index_server, where):
+    if where == "under-a-file":
+        (tmp_path / "file").write_text("")
+        where = tmp_path / "file" / "cache"
+    done = prefetch(crate(tmp_path, index_server), where)
+    expect(done, "cache-unusable")
+    assert done.stdout == "", "it said wheels go into a folder it could not make"
+
+
 @fault("download-stall")
 def test_a_download_that_stalls(tmp_path, index_server):
     cache = tmp_path / "cache"
