@@ -679,6 +679,8 @@ def test_help_texts():
     for script in ("smoke.py", "abi_smoke.py"):
         text = run(script, "--help").stdout
         assert "PYTEST_ARGS" in text and "go to pytest" in " ".join(text.split()), text
+        named = re.findall(r"\btests/\w+", text)
+        assert named and all((ROOT / path).is_dir() for path in named), f"{script} --help names {named}"
 
 
 @fault("bench-runs")
