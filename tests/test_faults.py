@@ -102,8 +102,19 @@ def workspace(tmp_path):
 
 
 def run_in(ws, script, *args, env=None):
+    if script == ".ci/run":
+        return run_ci(ws)
     return subprocess.run([sys.executable, str(ws / "scripts" / script), *map(str, args)], capture_output=True, text=True,
                           timeout=120, env={**os.environ, **(env or {})})
+
+
+def run_ci(ws):
+    """.ci/run of a workspace copy on a PATH without pixi: its pixi-less branch, which reads the
+    manifest before it builds anything."""
+    (ws / ".ci").mkdir(exist_ok=True)
+    shutil.copy(ROOT / ".ci/run", ws / ".ci/run")
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "pixi")))
+    return subprocess.run(["bash", str(ws / ".ci/run")], capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": path})
 
 
 def sdist(files, top=f"flashinfer_python-{P.flashinfer}"):
@@ -189,7 +200,7 @@ def broken_manifest(tmp_path, row_id):
 @pytest.mark.parametrize("row_id", [pytest.param(r, marks=fault(r)) for r in MANIFEST_BREAKS])
 @pytest.mark.parametrize("script, args", [("preflight.py", []), ("import_check.py", []), ("fetch_flashinfer_source.py", []),
                                           ("pin.py", ["x.whl"]), ("abi.py", []), ("smoke.py", []), ("abi_smoke.py", []),
-                                          ("bench_preflight.py", ["--runs", "1"])])
+                                          ("bench_preflight.py", ["--runs", "1"]), (".ci/run", [])])
 def test_a_broken_manifest_fails_every_script_in_two_lines(tmp_path, row_id, script, args):
     ws = broken_manifest(tmp_path, row_id)
     done = run_in(ws, script, *args)
@@ -204,6 +215,17 @@ def test_preflight_json_still_prints_json(tmp_path):
     done = run_in(broken_manifest(tmp_path, "manifest-table"), "preflight.py", "--json")
     expect(done, "manifest-json")
     assert json.loads(done.stdout) == {"error": done.stderr.splitlines()[-2][len("error: "):], "fix": done.stderr.splitlines()[-1].split("fix: ", 1)[1]}
+
+
+@fault("ci-unknown-package")
+@pytest.mark.parametrize("table, package", [("[tool.pixi.dependencies]", "c-compiler"), ("[tool.pixi.feature.flashinfer-dev.dependencies]", "cuda-cudart")])
+def test_ci_refuses_a_package_it_has_no_pypi_name_for(tmp_path, table, package):
+    ws = workspace(tmp_path)
+    text = (ws / "pyproject.toml").read_text()
+    (ws / "pyproject.toml").write_text(text.replace(f"{table}\n", f'{table}\n{package} = "*"\n', 1))
+    done = run_ci(ws)
+    expect(done, "ci-unknown-package")
+    assert package in done.stderr and not (ws / ".ci/venv-default").exists()
 
 
 # ---------------------------------------------------------------- the source materializer

@@ -2,7 +2,7 @@
 
 Needs the network (the package index) and, in the running interpreter, what the editable
 install builds and imports with: setuptools>=77, packaging, apache-tvm-ffi and a (CPU) torch.
-.ci/run's venv provides them; elsewhere the test skips and says what is missing, but never there.
+.ci/run's flashinfer-dev venv provides them; elsewhere the test skips and says what is missing, but never there.
 """
 
 import json
@@ -27,7 +27,7 @@ NEEDS = ("setuptools", "packaging", "tvm_ffi", "torch", "numpy")
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    require(*NEEDS, why="the editable install builds and imports with them; .ci/run's venv has them")
+    require(*NEEDS, why="the editable install builds and imports with them; .ci/run's flashinfer-dev venv has them")
     tmp = tmp_path_factory.mktemp("release")
     tree = tmp / "flashinfer"
     fetch = subprocess.run([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(tree)],
