@@ -1,5 +1,5 @@
 """Call FlashInfer's exported TVM-FFI functions directly, with the argument order the Rust
-bindings use, against float64 references (tests/abi); fail unless it really ran.
+bindings use, against float64 references (tests/abi_smoke); fail unless it really ran.
 
 It loads the modules `build --abi` compiled, or those flashinfer-jit-cache ships (kernel source
 mode `prebuilt`). Arguments it does not know go to pytest, e.g. `abi_smoke.py -k gemma`.

@@ -30,14 +30,18 @@ def main() -> int:
     started = time.perf_counter()
     imported = import_flashinfer()
     flashinfer, jit_env, mode = imported.flashinfer, imported.jit_env, imported.mode
-    import torch
-
+    # Where it came from first: that needs nothing but the import, and is what this step proves.
     where = Path(flashinfer.__file__).resolve()
     source = p.source_dir.resolve()
     if not where.is_relative_to(source):
         raise Failure(f"flashinfer was imported from {where.parent}, not the vendored tree {source_tree.shown(p.source_dir)}", REINSTALL)
     if flashinfer.__version__ != p.flashinfer:
         raise Failure(f"flashinfer {flashinfer.__version__} imported, the pin is {p.flashinfer}", REINSTALL)
+    try:
+        import torch
+    except Exception as e:  # not installed, or a build that cannot load its libraries
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise Failure(f"import torch failed: {type(e).__name__}: {first}", REINSTALL) from e
 
     jit_cache = installed("flashinfer-jit-cache")
     if mode == kernel_source.VENDORED:

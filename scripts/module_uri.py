@@ -12,7 +12,29 @@ import json
 import sys
 
 from fidev import jit_modules, uris
-from fidev.failure import ArgumentParser, Failure, run_main
+from fidev.failure import USAGE, ArgumentParser, Failure, option, run_main
+
+# Everything module-uri refuses is the arguments it was given: a value (argparse names the option)
+# or a combination FlashInfer has no module for. Both are bad usage, status 2.
+ACCEPTED = "see `module_uri.py --help` for the accepted values"
+
+
+def dtype(text: str) -> str:
+    try:
+        return uris.dtype(text)
+    except ValueError as e:
+        raise Failure(str(e), ACCEPTED) from e
+
+
+def head_dim(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise Failure(f"{text!r} is not a whole number", ACCEPTED) from None
+    try:
+        return uris.head_dim(value)
+    except ValueError as e:
+        raise Failure(str(e), ACCEPTED) from e
 
 
 def installed_member(uri: str) -> str:
@@ -30,14 +52,14 @@ def main() -> int:
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=uris.KINDS)
     parser.add_argument("--backend", choices=uris.BACKENDS, help="prefill only; fa3 modules end in _sm90 (default fa2)")
-    parser.add_argument("--dtype", default="f16", help="q, kv and o dtype: f16, bf16, e4m3, e5m2 (torch names work too; default f16)")
-    parser.add_argument("--dtype-q")
-    parser.add_argument("--dtype-kv")
-    parser.add_argument("--dtype-o")
-    parser.add_argument("--dtype-idx", help="batch kinds only: page-table index dtype (default i32)")
-    parser.add_argument("--head-dim", type=int, default=128, help="qk and vo head dim, a multiple of 16 (default 128)")
-    parser.add_argument("--head-dim-qk", type=int)
-    parser.add_argument("--head-dim-vo", type=int)
+    parser.add_argument("--dtype", default="f16", type=option(dtype), help="q, kv and o dtype: f16, bf16, e4m3, e5m2 (torch names work too; default f16)")
+    parser.add_argument("--dtype-q", type=option(dtype))
+    parser.add_argument("--dtype-kv", type=option(dtype))
+    parser.add_argument("--dtype-o", type=option(dtype))
+    parser.add_argument("--dtype-idx", type=option(dtype), help="batch kinds only: page-table index dtype (default i32)")
+    parser.add_argument("--head-dim", type=option(head_dim), default=128, help="qk and vo head dim, a multiple of 16 (default 128)")
+    parser.add_argument("--head-dim-qk", type=option(head_dim))
+    parser.add_argument("--head-dim-vo", type=option(head_dim))
     parser.add_argument("--posenc", choices=sorted(uris.POSENC), default="none", help="position encoding fused in the kernel (default none)")
     parser.add_argument("--sliding-window", action="store_true")
     parser.add_argument("--logits-soft-cap", action="store_true")
@@ -46,9 +68,9 @@ def main() -> int:
     args = parser.parse_args()
     # An option given for a kind it does not apply to is refused, not silently ignored.
     if args.dtype_idx is not None and not args.kind.startswith("batch"):
-        raise Failure(f"--dtype-idx applies to batch kinds only, not {args.kind}", "drop --dtype-idx")
+        raise Failure(f"--dtype-idx applies to batch kinds only, not {args.kind}", "drop --dtype-idx", exit_status=USAGE)
     if args.backend is not None and args.kind.endswith("decode"):
-        raise Failure(f"--backend applies to prefill kinds only: {args.kind} modules have no backend in their name", "drop --backend")
+        raise Failure(f"--backend applies to prefill kinds only: {args.kind} modules have no backend in their name", "drop --backend", exit_status=USAGE)
     try:
         config = uris.AttentionConfig(
             args.kind, args.backend or "fa2", args.dtype_q or args.dtype, args.dtype_kv or args.dtype, args.dtype_o or args.dtype,
@@ -56,7 +78,7 @@ def main() -> int:
             args.head_dim if args.head_dim_vo is None else args.head_dim_vo, uris.POSENC[args.posenc],
             args.sliding_window, args.logits_soft_cap, args.fp16_qk_reduction)
     except ValueError as e:
-        raise Failure(str(e), "see `module_uri.py --help` for the accepted values") from e
+        raise Failure(str(e), ACCEPTED, exit_status=USAGE) from e
     uri = uris.module_uri(config)
     if args.json:
         print(json.dumps({"uri": uri, "member": uris.library_member(uri), "config": config.__dict__}))

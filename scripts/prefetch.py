@@ -39,12 +39,25 @@ def seconds(text: str) -> float:
     return value
 
 
-def waiting_note(filename):
-    return lambda: print(f"  {filename}: waiting for another process that holds its lock", flush=True)
+class Lines:
+    """prefetch's output. Its first line names the cache folder, and goes out with the first line
+    about a wheel: each of those comes once the cache took a file (a lock, a download, a wheel it
+    holds), so no line says wheels go into a folder that turns out unusable."""
 
+    def __init__(self, header: str):
+        self.header = header
 
-def progress_note(filename):
-    return lambda done, total: print(f"  {filename}: {done / 1e6:.0f}{f' of {total / 1e6:.0f}' if total else ''} MB", flush=True)
+    def say(self, line: str) -> None:
+        if self.header:
+            print(self.header)
+            self.header = ""
+        print(line, flush=True)
+
+    def waiting(self, filename):
+        return lambda: self.say(f"  {filename}: waiting for another process that holds its lock")
+
+    def progress(self, filename):
+        return lambda done, total: self.say(f"  {filename}: {done / 1e6:.0f}{f' of {total / 1e6:.0f}' if total else ''} MB")
 
 
 def main() -> int:
@@ -73,14 +86,14 @@ def main() -> int:
     for p in chosen:
         by_wheel.setdefault((p.sha256, p.filename), []).append(p)
     root = wheel_cache.cache_dir()
-    print(f"prefetch: {len(by_wheel)} wheel{'s' * (len(by_wheel) != 1)} into {root / 'wheels'}")
+    out = Lines(f"prefetch: {len(by_wheel)} wheel{'s' * (len(by_wheel) != 1)} into {root / 'wheels'}")
     seed = args.seed.expanduser() if args.seed else None
     for pin, *others in by_wheel.values():
         keys = ", ".join(f"{p.name}.{p.cuda}.{p.arch}" for p in (pin, *others))
-        outcome = wheel_cache.ensure(pin, root, seed, timeout=args.timeout, waiting=waiting_note(pin.filename),
-                                     progress=progress_note(pin.filename))
+        outcome = wheel_cache.ensure(pin, root, seed, timeout=args.timeout, waiting=out.waiting(pin.filename),
+                                     progress=out.progress(pin.filename))
         rate = f", {outcome.size / 1e6 / outcome.seconds:.0f} MB/s" if outcome.state != "cached" and outcome.seconds > 0 else ""
-        print(f"  {outcome.state:10} {pin.filename}  ({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})")
+        out.say(f"  {outcome.state:10} {pin.filename}  ({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})")
     return 0
 
 

@@ -25,14 +25,15 @@ def two_line_failure(done, problem, status=1):
     assert lines[-1].lstrip().startswith("fix: ")
 
 
-CI_VENV = "FIDEV_CI_VENV"  # set by .ci/run when it built the test venv, which must have everything
+CI_VENV = "FIDEV_CI_VENV"  # set by .ci/run in its flashinfer-dev venv, which must have everything
 
 
 def require(*modules, why):
-    """Skip where a module is missing (e.g. pyelftools in pixi's `default` environment), except
-    in .ci/run's venv, which must provide them all."""
+    """Skip where a module is missing (e.g. pyelftools in pixi's `default` environment, and in
+    .ci/run's replica of it), except in .ci/run's flashinfer-dev venv, which must provide them all."""
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         if os.environ.get(CI_VENV):
-            pytest.fail(f"the CI venv lacks {missing} (.ci/requirements.txt): {why}", pytrace=False)
+            pytest.fail(f"the CI's flashinfer-dev venv lacks {missing} (flashinfer-dev's packages in the manifest, "
+                        f"and .ci/requirements.txt): {why}", pytrace=False)
         pytest.skip(f"{', '.join(missing)} not installed here: {why}", allow_module_level=True)

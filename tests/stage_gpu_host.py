@@ -18,6 +18,7 @@ Wheels are downloaded with `pip download --only-binary=:all:`, which runs no cod
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import fetch_flashinfer_source  # noqa: E402
 from fidev.failure import Failure, run_main  # noqa: E402
-from fidev.manifest import pins, requirement  # noqa: E402
+from fidev.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 
 WHEELS = ("apache-tvm-ffi", "tree-sitter", "tree-sitter-cpp", "pyelftools")
 HOST_PYTHON = "3.12"
@@ -35,11 +36,12 @@ TESTS_ARCHIVE = "flashinfer-tests.tar"
 
 def stage_wheels(dest: Path) -> None:
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    ranges = {re.match(r"[\w.-]+", r).group(0): r for r in pypi_requirements(FEATURE)}
     for name in WHEELS:
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:",
-               "--python-version", HOST_PYTHON, "--implementation", "cp", *platforms, "-d", str(dest), requirement(name)]
+               "--python-version", HOST_PYTHON, "--implementation", "cp", *platforms, "-d", str(dest), ranges[name]]
         if subprocess.run(cmd).returncode != 0:
-            raise Failure(f"pip could not download a wheel for {requirement(name)}", "check the network and `pip config list`")
+            raise Failure(f"pip could not download a wheel for {ranges[name]}", "check the network and `pip config list`")
 
 
 def stage_tests(dest: Path, checkout: Path | None) -> None:

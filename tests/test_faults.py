@@ -102,8 +102,19 @@ def workspace(tmp_path):
 
 
 def run_in(ws, script, *args, env=None):
+    if script == ".ci/run":
+        return run_ci(ws)
     return subprocess.run([sys.executable, str(ws / "scripts" / script), *map(str, args)], capture_output=True, text=True,
                           timeout=120, env={**os.environ, **(env or {})})
+
+
+def run_ci(ws):
+    """.ci/run of a workspace copy on a PATH without pixi: its pixi-less branch, which reads the
+    manifest before it builds anything."""
+    (ws / ".ci").mkdir(exist_ok=True)
+    shutil.copy(ROOT / ".ci/run", ws / ".ci/run")
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "pixi")))
+    return subprocess.run(["bash", str(ws / ".ci/run")], capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": path})
 
 
 def sdist(files, top=f"flashinfer_python-{P.flashinfer}"):
@@ -168,6 +179,7 @@ def interrupt_when(proc, ready, within=30):
 
 MANIFEST_BREAKS = {
     "manifest-toml": lambda text: text.replace("[tool.flashinfer-dev]", "[tool.flashinfer-dev"),
+    "manifest-utf8": lambda text: text.replace("Reproducible", "Reproducible (café)").encode("latin-1"),  # an editor's Latin-1
     "manifest-pin": lambda text: text.replace(f'flashinfer-cubin = "=={P.flashinfer}"', 'flashinfer-cubin = ">=0.6.3"'),
     "manifest-table": lambda text: re.sub(r"\n\[tool\.flashinfer-dev\]\n(.+\n)+", "\n", text),
 }
@@ -177,14 +189,18 @@ def broken_manifest(tmp_path, row_id):
     ws = workspace(tmp_path)
     text = (ws / "pyproject.toml").read_text()
     broken = MANIFEST_BREAKS[row_id](text)
-    assert broken != text
-    (ws / "pyproject.toml").write_text(broken)
+    assert broken not in (text, text.encode())
+    if isinstance(broken, bytes):
+        (ws / "pyproject.toml").write_bytes(broken)
+    else:
+        (ws / "pyproject.toml").write_text(broken)
     return ws
 
 
 @pytest.mark.parametrize("row_id", [pytest.param(r, marks=fault(r)) for r in MANIFEST_BREAKS])
 @pytest.mark.parametrize("script, args", [("preflight.py", []), ("import_check.py", []), ("fetch_flashinfer_source.py", []),
-                                          ("pin.py", ["x.whl"]), ("bench_preflight.py", ["--runs", "1"])])
+                                          ("pin.py", ["x.whl"]), ("abi.py", []), ("smoke.py", []), ("abi_smoke.py", []),
+                                          ("bench_preflight.py", ["--runs", "1"]), (".ci/run", [])])
 def test_a_broken_manifest_fails_every_script_in_two_lines(tmp_path, row_id, script, args):
     ws = broken_manifest(tmp_path, row_id)
     done = run_in(ws, script, *args)
@@ -199,6 +215,17 @@ def test_preflight_json_still_prints_json(tmp_path):
     done = run_in(broken_manifest(tmp_path, "manifest-table"), "preflight.py", "--json")
     expect(done, "manifest-json")
     assert json.loads(done.stdout) == {"error": done.stderr.splitlines()[-2][len("error: "):], "fix": done.stderr.splitlines()[-1].split("fix: ", 1)[1]}
+
+
+@fault("ci-unknown-package")
+@pytest.mark.parametrize("table, package", [("[tool.pixi.dependencies]", "c-compiler"), ("[tool.pixi.feature.flashinfer-dev.dependencies]", "cuda-cudart")])
+def test_ci_refuses_a_package_it_has_no_pypi_name_for(tmp_path, table, package):
+    ws = workspace(tmp_path)
+    text = (ws / "pyproject.toml").read_text()
+    (ws / "pyproject.toml").write_text(text.replace(f"{table}\n", f'{table}\n{package} = "*"\n', 1))
+    done = run_ci(ws)
+    expect(done, "ci-unknown-package")
+    assert package in done.stderr and not (ws / ".ci/venv-default").exists()
 
 
 # ---------------------------------------------------------------- the source materializer
@@ -270,10 +297,14 @@ def test_archive_is_a_folder(tmp_path):
 @fault("fetch-dest-workspace")
 @pytest.mark.parametrize("dest", [".", ".git"])
 def test_the_workspace_is_never_a_destination(dest):
+    def git():  # a folder in a clone, a file in a git worktree: whichever, the same one stays
+        return (ROOT / ".git").stat().st_ino, (ROOT / ".git").is_dir()
+
+    before = git()
     done = subprocess.run([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", dest, "--replace"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     expect(done, "fetch-dest-workspace")
-    assert (ROOT / ".git").is_dir() and not list(ROOT.parent.glob(f"{ROOT.name}.replaced-*"))
+    assert git() == before and not list(ROOT.parent.glob(f"{ROOT.name}.replaced-*"))
 
 
 @fault("fetch-other-tree")
@@ -457,6 +488,17 @@ def test_read_only_home(tmp_path, index_server, read_only_dir):
     assert str(read_only_dir / ".cache" / "flashinfer-rs") in done.stderr
 
 
+@fault("cache-unusable")
+@pytest.mark.parametrize("where", ["/proc/x", "under-a-file"])
+def test_a_cache_folder_that_cannot_be_made_is_never_announced(tmp_path, index_server, where):
+    if where == "under-a-file":
+        (tmp_path / "file").write_text("")
+        where = tmp_path / "file" / "cache"
+    done = prefetch(crate(tmp_path, index_server), where)
+    expect(done, "cache-unusable")
+    assert done.stdout == "", "it said wheels go into a folder it could not make"
+
+
 @fault("download-stall")
 def test_a_download_that_stalls(tmp_path, index_server):
     cache = tmp_path / "cache"
@@ -582,36 +624,53 @@ def test_import_check_refuses_a_flashinfer_outside_the_vendored_tree(tmp_path):
     expect(run("import_check.py", env=fake_flashinfer(tmp_path)), "import-elsewhere")
 
 
+@fault("import-no-torch")
+def test_import_check_without_torch(tmp_path):
+    ws = workspace(tmp_path)
+    env = fake_flashinfer(tmp_path, where=ws / "extern/tracked/flashinfer")  # the vendored tree's own, at the pinned version
+    missing = ws / "extern/tracked/flashinfer/torch"  # ahead of any installed torch: one that is not there
+    missing.mkdir()
+    (missing / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    expect(run_in(ws, "import_check.py", env=env), "import-no-torch")
+
+
 # ---------------------------------------------------------------- module-uri
 
 @fault("uri-head-dim")
-@pytest.mark.parametrize("head_dim", ["0", "-16", "7"])
+@pytest.mark.parametrize("head_dim", ["0", "-16", "7", "100"])
 def test_head_dims_flashinfer_cannot_build(head_dim):
-    expect(run("module_uri.py", "single_prefill", f"--head-dim={head_dim}"), "uri-head-dim")
+    expect(run("module_uri.py", "single_prefill", f"--head-dim={head_dim}"), "uri-head-dim", status=2)
+
+
+@fault("uri-dtype")
+@pytest.mark.parametrize("option", ["--dtype", "--dtype-o", "--dtype-idx"])
+def test_a_dtype_flashinfer_does_not_name(option):
+    expect(run("module_uri.py", "batch_prefill", option, "fp16"), "uri-dtype", status=2)
 
 
 @fault("uri-fp8-fa2")
 def test_fp8_queries_on_fa2():
-    expect(run("module_uri.py", "single_prefill", "--dtype", "e4m3", "--dtype-o", "f16"), "uri-fp8-fa2")
+    expect(run("module_uri.py", "single_prefill", "--dtype", "e4m3", "--dtype-o", "f16"), "uri-fp8-fa2", status=2)
 
 
 @fault("uri-dtype-idx")
 def test_an_index_dtype_that_is_not_one():
-    expect(run("module_uri.py", "batch_prefill", "--dtype-idx", "bf16"), "uri-dtype-idx")
+    expect(run("module_uri.py", "batch_prefill", "--dtype-idx", "bf16"), "uri-dtype-idx", status=2)
 
 
 @fault("uri-option-not-applicable")
 @pytest.mark.parametrize("args", [["single_prefill", "--dtype-idx", "i32"], ["single_decode", "--backend", "fa2"]])
 def test_options_that_do_not_apply_are_refused(args):
-    expect(run("module_uri.py", *args), "uri-option-not-applicable")
+    expect(run("module_uri.py", *args), "uri-option-not-applicable", status=2)
 
 
 # ---------------------------------------------------------------- everywhere
 
 # The positional arguments each script needs before an unknown option can be its only fault.
-# smoke, abi-smoke and upstream-tests are not here: the options they do not know are pytest's.
+# smoke and abi-smoke hand the options they do not know to pytest, which refuses them for them.
+# upstream-tests is not here: it looks for the tree's test suite before pytest sees any option.
 POSITIONALS = {"module_uri.py": ["single_prefill"], "pin.py": ["x.whl"], "prefetch.py": ["Cargo.toml"]}
-SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.name not in ("smoke.py", "abi_smoke.py", "upstream_tests.py"))
+SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py") if p.name != "upstream_tests.py")
 
 
 @fault("usage")
@@ -642,6 +701,8 @@ def test_help_texts():
     for script in ("smoke.py", "abi_smoke.py"):
         text = run(script, "--help").stdout
         assert "PYTEST_ARGS" in text and "go to pytest" in " ".join(text.split()), text
+        named = re.findall(r"\btests/\w+", text)
+        assert named and all((ROOT / path).is_dir() for path in named), f"{script} --help names {named}"
 
 
 @fault("bench-runs")

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from fidev.manifest import ROOT
+from script_runs import two_line_failure
 
 FAKE_TORCH = """\
 class cuda:
@@ -98,3 +99,13 @@ def test_the_cpu_suite_keeps_what_it_starts_out_of_home(ws):
     assert done.returncode == 0, done.stdout + done.stderr
     jit_dirs, _ = seen(record)
     assert len(jit_dirs) == 1 and "fidev-tests-" in jit_dirs[0] and not jit_dirs[0].startswith(str(home))
+
+
+@pytest.mark.parametrize("script", ["smoke.py", "abi_smoke.py"])
+def test_an_expression_pytest_cannot_read_is_bad_usage(ws, script):
+    # Found once the session runs, not while pytest parses its options (the fault table's `usage`
+    # row): the same two lines and status 2, and pytest's own ERROR line is not printed besides.
+    root, env, record, _ = ws
+    done = subprocess.run([sys.executable, str(root / "scripts" / script), "-m", "gpu and ("], capture_output=True, text=True, timeout=120, env=env)
+    two_line_failure(done, "pytest refused the arguments: Wrong expression passed to '-m'", status=2)
+    assert "ERROR:" not in done.stdout + done.stderr and not record.exists(), done.stdout + done.stderr

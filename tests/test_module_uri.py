@@ -44,4 +44,4 @@ def test_cli_says_where_the_installed_jit_cache_stands():
     (["single_decode", "--fp16-qk-reduction"], "no fp16 QK reduction variant"),
 ])
 def test_cli_refuses_configurations_flashinfer_has_no_module_for(args, problem):
-    two_line_failure(run("module_uri.py", *args), problem)
+    two_line_failure(run("module_uri.py", *args), problem, status=2)  # what it refuses is what it was given: bad usage

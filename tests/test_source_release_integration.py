@@ -2,11 +2,12 @@
 
 Needs the network (the package index) and, in the running interpreter, what the editable
 install builds and imports with: setuptools>=77, packaging, apache-tvm-ffi and a (CPU) torch.
-.ci/run's venv provides them; elsewhere the test skips and says what is missing, but never there.
+.ci/run's flashinfer-dev venv provides them; elsewhere the test skips and says what is missing, but never there.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -15,6 +16,7 @@ from dataclasses import asdict
 
 import pytest
 
+from fidev import source_tree
 from fidev.manifest import ROOT, pins
 from fidev.uris import KINDS, AttentionConfig, module_uri
 from script_runs import require
@@ -25,7 +27,7 @@ NEEDS = ("setuptools", "packaging", "tvm_ffi", "torch", "numpy")
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    require(*NEEDS, why="the editable install builds and imports with them; .ci/run's venv has them")
+    require(*NEEDS, why="the editable install builds and imports with them; .ci/run's flashinfer-dev venv has them")
     tmp = tmp_path_factory.mktemp("release")
     tree = tmp / "flashinfer"
     fetch = subprocess.run([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(tree)],
@@ -135,3 +137,18 @@ def test_abi_reads_every_export_of_the_release(installed):
         "scale_v_scalar"]
     assert names(("csrc/gdn_prefill_launcher.cu", "gdn_prefill")) == [
         "output", "output_state", "q", "k", "v", "cu_seqlens", "input_state", "alpha", "beta", "scale", "workspace_buffer"]
+
+
+def test_the_guides_abi_samples_are_what_abi_prints(installed):
+    """Each sample output of `abi` in docs/flashinfer-dev.md (a block that opens with the command,
+    `$ pixi run -e flashinfer-dev abi ...`) is what that command prints on the pinned release."""
+    require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter")
+    tree, _, _ = installed
+    samples = re.findall(r"```\n\$ pixi run -e flashinfer-dev abi ([^\n]*)\n(.*?)```", (ROOT / "docs/flashinfer-dev.md").read_text(), re.S)
+    assert samples, "the guide shows no abi sample any more: drop this test with them"
+    for args, shown in samples:
+        done = subprocess.run([sys.executable, str(ROOT / "scripts/abi.py"), str(tree), *args.split()], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        # the vendored tree as the guide's command names it, for the release's folder here
+        printed = done.stdout.replace(f"abi: {source_tree.shown(tree)} ", f"abi: {source_tree.shown(pins().source_dir)} ", 1)
+        assert printed == shown, f"`abi {args}` prints:\n{printed}"

@@ -14,10 +14,11 @@ BROKEN_PIPE = 141  # and for one ended by SIGPIPE
 
 
 class Failure(Exception):
-    def __init__(self, problem: str, fix: str):
+    def __init__(self, problem: str, fix: str, *, exit_status: int = 1):
         super().__init__(problem)
         self.problem = problem
         self.fix = fix
+        self.exit_status = exit_status  # USAGE for bad usage that shows only past argparse (a combination of options, pytest's own)
 
 
 def report(failure: Failure) -> None:
@@ -30,7 +31,7 @@ def _interrupt(signum, frame):
 
 
 def run_main(main) -> int:
-    """Call main(); a Failure becomes the two lines and status 1, Ctrl-C (or SIGTERM) one line and status 130
+    """Call main(); a Failure becomes the two lines and its exit status (1 unless it says USAGE), Ctrl-C (or SIGTERM) one line and status 130
     (whatever was being written is removed by the `finally` blocks on the way out), and a reader
     that went away (`| head`) ends the output quietly."""
     # A CI timeout or `kill` sends SIGTERM: unwind the same way as Ctrl-C, so that the `finally`
@@ -43,7 +44,7 @@ def run_main(main) -> int:
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit (also after --help)
     except Failure as failure:
         report(failure)
-        return 1
+        return failure.exit_status
     except KeyboardInterrupt:
         print("error: interrupted; nothing was left half-written", file=sys.stderr)
         return INTERRUPTED

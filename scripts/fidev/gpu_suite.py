@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
-from fidev import kernel_source
+from fidev import kernel_source, pytest_usage
 from fidev.failure import Failure
-from fidev.manifest import ROOT
+from fidev.manifest import ROOT, pins
 
 
 class Outcomes:
@@ -39,10 +39,11 @@ def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tupl
     anything imports flashinfer), with a one-line count at the end; `plugins` join pytest's."""
     import pytest
 
+    pins()  # pytest reads pyproject.toml too: a broken one is the manifest's two lines, not pytest's ERROR
     mode = kernel_source.apply()
     outcomes = Outcomes()
     started = time.perf_counter()
-    code = pytest.main([*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], plugins=[outcomes, *plugins])
+    code = pytest_usage.pytest_main(task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins])
     c = outcomes.counts
     print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed; kernel source {mode}; "
           f"{time.perf_counter() - started:.1f} s")

@@ -64,9 +64,14 @@ def load_manifest(path: Path = MANIFEST) -> dict:
                       "run it with Python >= 3.11 (the environments have 3.12), or with a Python 3.10 that has pip")
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read()
+        return tomllib.loads(data.decode("utf-8"))
     except OSError as e:
         raise Failure(f"cannot read the manifest {path}: {e.strerror or e}", "run it from a checkout of the workspace") from e
+    except UnicodeDecodeError as e:  # TOML is UTF-8; an editor that saved it as Latin-1, say
+        line = data[:e.start].count(b"\n") + 1
+        raise Failure(f"{path.name} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}",
+                      f"save it as UTF-8, which TOML requires (`git diff {path.name}` shows what changed)") from e
     except tomllib.TOMLDecodeError as e:
         raise Failure(f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)") from e
 
@@ -132,16 +137,65 @@ def package_indexes(path: Path = MANIFEST) -> dict[str, str]:
     return {package_index.normalize(name): spec["index"] for name, spec in specs.items() if isinstance(spec, dict) and "index" in spec}
 
 
-def requirement(name: str, path: Path = MANIFEST) -> str:
-    """`name<range>` as flashinfer-dev declares it (PyPI, else conda, whose simple ranges pip
-    reads the same), for tooling outside Pixi that must install the same range (.ci/run)."""
-    feat = feature(load_manifest(path))
-    for table in ("pypi-dependencies", "dependencies"):
-        spec = feat.get(table, {}).get(name)
-        if spec is not None:
-            version = spec.get("version", "*") if isinstance(spec, dict) else spec
-            return name if version.strip() == "*" else f"{name}{version.strip()}"
-    raise Failure(f"{MANIFEST.name} declares no {name} in flashinfer-dev", f"restore it (`git diff {MANIFEST.name}` shows what changed)")
+# How tooling outside Pixi (.ci/run, on CI's CPU machines) installs each package of the manifest
+# from PyPI: the PyPI name (the same as conda's for each of these), or None where it does not and
+# why. A package added to the manifest must be entered here, or .ci/run stops in two lines.
+PYPI = {
+    "python": None, "pip": None,  # they come with the venv
+    "pytest": "pytest", "ruff": "ruff", "ninja": "ninja", "nvidia-ml-py": "nvidia-ml-py", "pyelftools": "pyelftools",
+    "apache-tvm-ffi": "apache-tvm-ffi", "tree-sitter": "tree-sitter", "tree-sitter-cpp": "tree-sitter-cpp", "pytest-xdist": "pytest-xdist",
+    "cuda-version": None, "cuda-nvcc": None, "cuda-toolkit": None, "gxx_linux-64": None,  # conda's CUDA 12.9 and compiler
+    "torch": None,  # the manifest's is a CUDA build: .ci/requirements.txt names the CPU build
+    "flashinfer-python": None,  # the vendored tree: the integration test installs the source release
+    "flashinfer-cubin": None, "flashinfer-jit-cache": None,  # kernels for the GPU; no CPU test loads them
+}
+ENVIRONMENTS = ("default", FEATURE)
+
+
+def _pip_version(name: str, spec: object) -> str:
+    """A conda or PyPI version spec as pip reads it: '*' -> '', '3.12.*' -> '==3.12.*', comparisons as they are."""
+    version = str(spec.get("version", "*") if isinstance(spec, dict) else spec).strip()
+    if version == "*":
+        return ""
+    if re.fullmatch(r"\d+(\.\d+)*\.\*", version):
+        return f"=={version}"
+    if all(re.fullmatch(r"(==|!=|>=|<=|~=|<|>)\s*\d[\w.+*]*", part.strip()) for part in version.split(",")):
+        return version.replace(" ", "")
+    raise Failure(f"{MANIFEST.name}: {name} = {version!r} is not a range pip reads the same way",
+                  "write it as *, X.Y.* or comparisons (>=0.31, <0.2, !=0.1.8)")
+
+
+def pypi_requirements(environment: str, path: Path = MANIFEST) -> list[str]:
+    """`name<range>` for each package the environment declares that PyPI provides on a CPU
+    machine (see PYPI), in the manifest's ranges: what .ci/run installs into its replica of it."""
+    manifest = load_manifest(path)
+    if environment not in ENVIRONMENTS:
+        raise Failure(f"no environment {environment!r} to install from PyPI", f"one of {', '.join(ENVIRONMENTS)}")
+    tables = (_table(manifest, "tool", "pixi"),) if environment == "default" else (feature(manifest),)
+    specs = {name: spec for table in tables for kind in ("dependencies", "pypi-dependencies") for name, spec in table.get(kind, {}).items()}
+    found = []
+    for name, spec in specs.items():
+        if name not in PYPI:
+            raise Failure(f"{path.name}: {environment} declares {name}, and scripts/fidev/manifest.py does not say how PyPI provides it",
+                          "enter it in PYPI there: its PyPI name, or None with the reason .ci/run leaves it out")
+        if PYPI[name]:
+            found.append(PYPI[name] + _pip_version(name, spec))
+    return found
+
+
+def default_python(path: Path = MANIFEST) -> str:
+    """The Python release `default` pins ('3.12' for python = '3.12.*')."""
+    spec = str(_entry(_table(load_manifest(path), "tool", "pixi", "dependencies"), "python", "tool.pixi.dependencies"))
+    match = re.fullmatch(r"(\d+\.\d+)\.\*", spec.strip())
+    if not match:
+        raise Failure(f"{path.name}: default's python must read 'X.Y.*', found {spec!r}", "pin the Python release as X.Y.*")
+    return match.group(1)
+
+
+def task_command(name: str, path: Path = MANIFEST) -> str:
+    """The command of one of the default feature's tasks (test, lint), as `pixi run` runs it."""
+    task = _entry(_table(load_manifest(path), "tool", "pixi", "tasks"), name, "tool.pixi.tasks")
+    return task if isinstance(task, str) else _entry(task, "cmd", f"tool.pixi.tasks.{name}")
 
 
 def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:

@@ -25,6 +25,22 @@ ATTENTION_DTYPES = ("f16", "bf16", *FP8)
 OUTPUT_DTYPES = ("f16", "bf16")
 INDEX_DTYPES = ("i32",)  # the page and index arrays are int32 (IdType) in every attention binding
 
+def dtype(name: str) -> str:
+    """FlashInfer's name of a dtype, from that name or torch's (float16 -> f16)."""
+    if name not in DTYPES:
+        raise ValueError(f"{name!r} is not a dtype FlashInfer names ({', '.join(sorted(set(DTYPES.values())))})")
+    return DTYPES[name]
+
+
+def head_dim(value: int) -> int:
+    # fa2 tiles the head dim in 16-wide MMA steps (NUM_MMA_D = HEAD_DIM / 16 in
+    # include/flashinfer/attention/prefill.cuh); decode splits it into 16-byte vectors
+    # (attention/decode.cuh).
+    if value <= 0 or value % 16:
+        raise ValueError(f"{value} is not a positive multiple of 16")
+    return value
+
+
 # The fields of each kind's URI, in FlashInfer's order. Batch kinds carry the index dtype;
 # prefill kinds carry the fp16 QK reduction flag and, for fa3, the `_sm90` suffix.
 _FIELDS = ("dtype_q", "dtype_kv", "dtype_o", "dtype_idx", "head_dim_qk", "head_dim_vo", "posenc", "use_swa", "use_logits_cap", "f16qk")
@@ -57,9 +73,10 @@ class AttentionConfig:
         if self.posenc not in POSENC.values():
             raise ValueError(f"posenc {self.posenc} is not one of {sorted(POSENC.values())}")
         for field in ("dtype_q", "dtype_kv", "dtype_o", "dtype_idx"):
-            if getattr(self, field) not in DTYPES:
-                raise ValueError(f"{field} {getattr(self, field)!r} is not a dtype FlashInfer names ({', '.join(sorted(set(DTYPES.values())))})")
-            object.__setattr__(self, field, DTYPES[getattr(self, field)])
+            try:
+                object.__setattr__(self, field, dtype(getattr(self, field)))
+            except ValueError as e:
+                raise ValueError(f"{field} {e}") from None
         self._check_buildable()
 
     def _check_buildable(self):
@@ -75,12 +92,10 @@ class AttentionConfig:
         if self.dtype_idx not in INDEX_DTYPES:
             raise ValueError(f"dtype_idx {self.dtype_idx} is not an index dtype ({', '.join(INDEX_DTYPES)})")
         for field in ("head_dim_qk", "head_dim_vo"):
-            value = getattr(self, field)
-            # fa2 tiles the head dim in 16-wide MMA steps (NUM_MMA_D = HEAD_DIM / 16 in
-            # include/flashinfer/attention/prefill.cuh); decode splits it into 16-byte vectors
-            # (attention/decode.cuh).
-            if value <= 0 or value % 16:
-                raise ValueError(f"{field} {value} is not a positive multiple of 16")
+            try:
+                head_dim(getattr(self, field))
+            except ValueError as e:
+                raise ValueError(f"{field} {e}") from None
         if self.backend == "fa3":
             # include/flashinfer/attention/hopper/prefill_sm90.cuh: HEAD_DIM_VO in {64, 128, 256},
             # equal to HEAD_DIM_QK except the (192, 128) pair.

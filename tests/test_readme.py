@@ -1,0 +1,24 @@
+"""The README's promises next to its two commands: what runs when you edit a kernel, and the one
+command that runs the tests without pixi."""
+
+import os
+import re
+
+from fidev import kernel_source
+from fidev.manifest import ROOT
+
+README = (ROOT / "README.md").read_text()
+COMMANDS = README[README.index("## The two commands"):]
+
+
+def test_it_says_what_runs_when_a_kernel_is_edited(monkeypatch):
+    monkeypatch.delenv(kernel_source.ENV, raising=False)
+    assert kernel_source.mode() == kernel_source.PREBUILT, "the default kernel source changed: say so in the README's note on edits"
+    assert f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev smoke" in COMMANDS
+    assert "does nothing" in COMMANDS
+
+
+def test_it_names_the_command_that_runs_the_tests_without_pixi():
+    assert re.search(r"\*\*Without pixi:\*\* `bash \.ci/run`", COMMANDS)
+    assert os.access(ROOT / ".ci/run", os.X_OK)
+    assert 'task_command("test")' in (ROOT / ".ci/run").read_text(), ".ci/run must run the test task's own command"
