@@ -25,11 +25,12 @@ import time
 from pathlib import Path
 
 from fidev.failure import ArgumentParser, Failure, option, run_main
-from fidev.manifest import FEATURE, ROOT, pins, task_chain
+from fidev.manifest import FEATURE, MANIFEST, ROOT, pins, task_chain
 
 TIMEOUT_S = 1800
 EDITED = "include/flashinfer/norm.cuh"
 SLOWEST = re.compile(r"build: slowest objects: \S+ (\d+) s")
+WORKSPACE = ROOT  # --workspace: another checkout's chain (e.g. an older commit's), run in that checkout
 
 
 def positive(text: str) -> int:
@@ -43,10 +44,11 @@ def argv(command: str) -> list[str]:
     return [sys.executable, *words[1:]] if words[0] == "python" else words
 
 
-def steps(last: str, pixi: bool) -> list[tuple[str, list[str]]]:
+def steps(last: str, pixi: bool, workspace: Path) -> list[tuple[str, list[str]]]:
+    chain = task_chain(last, workspace / MANIFEST.name)
     if pixi:
-        return [(name, ["pixi", "run", "-e", FEATURE, "--skip-deps", name]) for name, _ in task_chain(last)]
-    return [(name, argv(command)) for name, command in task_chain(last)]
+        return [(name, ["pixi", "run", "-e", FEATURE, "--skip-deps", name]) for name, _ in chain]
+    return [(name, argv(command)) for name, command in chain]
 
 
 def run_chain(chain: list[tuple[str, list[str]]], keep_going: bool) -> list[tuple[str, float, int, str]]:
@@ -54,7 +56,7 @@ def run_chain(chain: list[tuple[str, list[str]]], keep_going: bool) -> list[tupl
     done = []
     for name, cmd in chain:
         started = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run(cmd, cwd=WORKSPACE, capture_output=True, text=True, timeout=TIMEOUT_S)
         done.append((name, time.perf_counter() - started, proc.returncode, proc.stdout + proc.stderr))
         if proc.returncode != 0 and not keep_going:
             break
@@ -76,7 +78,7 @@ def table(runs: list[list[tuple[str, float, int, str]]]) -> list[str]:
 
 
 def edit_round(chain, keep_going: bool) -> list[str]:
-    header = pins().source_dir / EDITED
+    header = pins(WORKSPACE / MANIFEST.name).source_dir / EDITED
     if not header.is_file():
         raise Failure(f"{header} does not exist", "get the FlashInfer source first (README: First, the FlashInfer source)")
     lines = []
@@ -106,9 +108,14 @@ def main() -> int:
     parser.add_argument("--task", default="smoke", help="the chain's last task (default smoke)")
     parser.add_argument("--keep-going", action="store_true", help="time every step even after one fails")
     parser.add_argument("--edit-loop", action="store_true", help="also time one edit of include/flashinfer/norm.cuh and its restore")
+    parser.add_argument("--workspace", type=Path, default=ROOT, help="the checkout whose chain to time (default: this one)")
     args = parser.parse_args()
+    global WORKSPACE
+    WORKSPACE = args.workspace.resolve()
+    if not (WORKSPACE / MANIFEST.name).is_file():
+        raise Failure(f"{args.workspace} holds no {MANIFEST.name}", "point --workspace at a checkout of this workspace")
     pixi = shutil.which("pixi") is not None
-    chain = steps(args.task, pixi)
+    chain = steps(args.task, pixi, WORKSPACE)
     first = run_chain(chain, args.keep_going)  # warms the build, so the timed runs are the warm chain
     if first[-1][2] != 0 and not args.keep_going:
         name, _, code, out = first[-1]

@@ -36,8 +36,9 @@ def main() -> int:
     parser.add_argument("--abi", action="store_true", help="also build what abi-smoke calls (adds gdn_prefill on sm_90)")
     args = parser.parse_args()
     started = time.perf_counter()
-    stamp = build_stamp.fingerprint({"wide": args.wide, "abi": args.abi}, pins().source_dir)
-    kept = build_stamp.load(stamp)
+    options = {"wide": args.wide, "abi": args.abi}
+    stamp = build_stamp.fingerprint(options, pins().source_dir)
+    kept = build_stamp.load(options, stamp)
     if kept is not None:
         return rebuild_kept(kept, started)
 
@@ -68,7 +69,7 @@ def main() -> int:
     build_s, slowest = build_specs(specs)
     show_slowest(slowest)
     if stamp is not None:
-        build_stamp.write(stamp, compiled)
+        build_stamp.write(options, stamp, compiled)
     print(f"build: {len(chosen)} modules ready, {len(specs)} checked or compiled in {build_s:.2f} s")
     return 0
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fidev import kernel_source
+from fidev import flashinfer_import, kernel_source
+from fidev.failure import Failure
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
 # (the integration test imports it) and the wheel-cache code; both go to a scratch folder instead,
@@ -93,7 +94,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_wide)
 
 
+_IMPORT_CHECK = []  # the `fi` fixture's proof: (what, found) rows
+
+
 def pytest_terminal_summary(terminalreporter):
+    if _IMPORT_CHECK:
+        terminalreporter.section("import-check (in this process)")
+        for name, value in _IMPORT_CHECK:
+            terminalreporter.write_line(f"  {name:21} {value}")
     checks = sys.modules.get("gpu_checks")  # imported only where a GPU suite ran
     if checks is not None:
         checks.write_results(terminalreporter)
@@ -110,8 +118,9 @@ def gpu():
 
 @pytest.fixture(scope="session")
 def fi(gpu):
-    """The flashinfer package, imported in the workspace's kernel source mode."""
-    kernel_source.apply()
+    """The flashinfer package, imported in the workspace's kernel source mode, and proved to be the
+    vendored tree at the pin (import-check's proof, made here so that the chain imports once)."""
+    mode = kernel_source.apply()
     with _users_flashinfer_settings():
         try:
             import flashinfer
@@ -122,6 +131,10 @@ def fi(gpu):
     if scratch and Path(jit_env.FLASHINFER_WORKSPACE_DIR).is_relative_to(scratch):
         pytest.fail(f"flashinfer was imported before the GPU fixtures, so its JIT dir is the test scratch {jit_env.FLASHINFER_WORKSPACE_DIR}, "
                     "not the one `build` compiled into", pytrace=False)
+    try:
+        _IMPORT_CHECK[:] = flashinfer_import.vendored_rows(flashinfer, jit_env, mode)
+    except Failure as failure:
+        pytest.fail(f"import-check: {failure.problem} (fix: {failure.fix})", pytrace=False)
     return flashinfer
 
 

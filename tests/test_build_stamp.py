@@ -43,8 +43,8 @@ def ws(tmp_path, monkeypatch):
     env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base"), "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "PYTHONPATH": str(trap)}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    stamp = build_stamp.fingerprint({"wide": False, "abi": False}, tree)
-    build_stamp.write(stamp, [build_stamp.Module("norm", "norm", jit, [jit / "norm.cpp"])])
+    options = {"wide": False, "abi": False}
+    build_stamp.write(options, build_stamp.fingerprint(options, tree), [build_stamp.Module("norm", "norm", jit, [jit / "norm.cpp"])])
     return tree, jit, env
 
 

@@ -1,5 +1,6 @@
 """The GPU suites' plumbing, on the CPU: smoke and abi-smoke import FlashInfer with the user's own
-JIT dir (so they load what `build` compiled), while the CPU suite keeps what it starts out of HOME.
+JIT dir (so they load what `build` compiled), while the CPU suite keeps what it starts out of HOME;
+and they make import-check's proof in their own process (the chain does not run import-check).
 
 The stand-in `flashinfer` computes its JIT dir the way FlashInfer 0.6.3 does, once, at import
 (flashinfer/jit/env.py at v0.6.3, lines 50-53: FLASHINFER_WORKSPACE_BASE, else HOME; lines 143-145:
@@ -14,10 +15,14 @@ import sys
 
 import pytest
 
-from fidev.manifest import ROOT
+from fidev.manifest import ROOT, pins
 from script_runs import two_line_failure
 
 FAKE_TORCH = """\
+__version__ = "2.8.0+fake"
+float16, bfloat16, float32 = "float16", "bfloat16", "float32"
+class version:
+    cuda = "12.9"
 class cuda:
     @staticmethod
     def is_available():
@@ -32,6 +37,7 @@ import json, os, pathlib
 FLASHINFER_BASE_DIR = pathlib.Path(os.getenv("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home().as_posix()))
 FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "0.6.3" / "90"
 FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
+FLASHINFER_AOT_DIR = pathlib.Path(__file__).resolve().parents[1] / "data" / "aot"
 with open(os.environ["FAKE_RECORD"], "a") as f:
     f.write(json.dumps({"jit_dir": str(FLASHINFER_JIT_DIR)}) + "\\n")
 """
@@ -55,18 +61,24 @@ def ws(tmp_path):
         shutil.copy(ROOT / "tests" / suite / "conftest.py", root / "tests" / suite)
         (root / "tests" / suite / "test_probe.py").write_text(PROBE)
     shutil.copy(ROOT / "tests" / "conftest.py", root / "tests")
+    shutil.copy(ROOT / "tests" / "gpu_checks.py", root / "tests")
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
     (site / "torch/__init__.py").write_text(FAKE_TORCH)
-    (site / "flashinfer/jit").mkdir(parents=True)
-    (site / "flashinfer/__init__.py").write_text("from flashinfer.jit import env as _env\n")
-    (site / "flashinfer/jit/__init__.py").write_text("")
-    (site / "flashinfer/jit/env.py").write_text(FAKE_FLASHINFER_ENV)
+    tree = root / pins().source_dir.relative_to(ROOT)  # the stand-in lives where the editable install points
+    fake_flashinfer(tree)
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("FIDEV_TEST_SCRATCH", "FLASHINFER_WORKSPACE_BASE")}
-    env.update(PYTHONPATH=str(site), HOME=str(home), FAKE_RECORD=str(tmp_path / "record.jsonl"))
+    env.update(PYTHONPATH=os.pathsep.join([str(site), str(tree)]), HOME=str(home), FAKE_RECORD=str(tmp_path / "record.jsonl"))
     return root, env, tmp_path / "record.jsonl", home
+
+
+def fake_flashinfer(tree):
+    (tree / "flashinfer/jit").mkdir(parents=True)
+    (tree / "flashinfer/__init__.py").write_text(f"__version__ = {pins().flashinfer!r}\nfrom flashinfer.jit import env as _env\n")
+    (tree / "flashinfer/jit/__init__.py").write_text("")
+    (tree / "flashinfer/jit/env.py").write_text(FAKE_FLASHINFER_ENV)
 
 
 def seen(record):
@@ -109,3 +121,15 @@ def test_an_expression_pytest_cannot_read_is_bad_usage(ws, script):
     done = subprocess.run([sys.executable, str(root / "scripts" / script), "-m", "gpu and ("], capture_output=True, text=True, timeout=120, env=env)
     two_line_failure(done, "pytest refused the arguments: Wrong expression passed to '-m'", status=2)
     assert "ERROR:" not in done.stdout + done.stderr and not record.exists(), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("script", ["smoke.py", "abi_smoke.py"])
+def test_the_gpu_suites_prove_flashinfer_is_the_vendored_tree(ws, tmp_path, script):
+    root, env, record, _ = ws
+    done = subprocess.run([sys.executable, str(root / "scripts" / script), "-k", "probe"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and "import-check (in this process)" in done.stdout and "kernel source" in done.stdout, done.stdout
+    elsewhere = tmp_path / "elsewhere"
+    fake_flashinfer(elsewhere)  # another flashinfer first on the path: what import-check refuses
+    env["PYTHONPATH"] = os.pathsep.join([str(elsewhere), env["PYTHONPATH"]])
+    done = subprocess.run([sys.executable, str(root / "scripts" / script), "-k", "probe"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1 and "import-check: flashinfer was imported from" in done.stdout + done.stderr, done.stdout + done.stderr

@@ -279,3 +279,13 @@ def test_a_slow_plan_is_dropped_and_the_run_goes_ahead(ws):
 def test_nothing_named_is_refused(ws):
     root, _, env = ws
     two_line_failure(upstream(root, env), "no family or path was named")
+
+
+def test_a_collection_error_is_counted_and_fails_the_task(ws):
+    root, _, env = ws
+    tests = root / "extern/tracked/flashinfer/tests"
+    (tests / "utils/test_broken.py").write_text("import cutlass  # nvidia-cutlass-dsl, missing\n")  # as 6 files of v0.6.3 do
+    done = upstream(root, env, "utils/test_broken.py", "utils/test_activation.py::test_silu", "--no-plan", "--continue-on-collection-errors")
+    assert done.returncode != 0, done.stdout + done.stderr
+    count = [line for line in done.stdout.splitlines() if line.startswith("upstream-tests: ") and " passed, " in line][-1]
+    assert ", 1 errors;" in count, count

@@ -52,9 +52,11 @@ class Module:
         return self.build_dir / f"{self.name}.so"
 
 
-def path() -> Path:
-    """Beside FlashInfer's per-version caches (flashinfer/jit/env.py: <base>/.cache/flashinfer)."""
-    return Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / ".cache" / "flashinfer" / NAME
+def path(options: dict) -> Path:
+    """Beside FlashInfer's per-version caches (flashinfer/jit/env.py: <base>/.cache/flashinfer), one
+    per set of build options, so that `build` and `build --abi` each keep theirs."""
+    tag = "".join(f"-{name}" for name, on in sorted(options.items()) if on)
+    return Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / ".cache" / "flashinfer" / NAME.replace(".json", f"{tag}.json")
 
 
 def _gpu_uuids() -> list[str] | None:
@@ -114,22 +116,22 @@ def fingerprint(options: dict, tree: Path) -> str | None:
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def write(stamp: str, modules: list[Module]) -> None:
-    target = path()
+def write(options: dict, stamp: str, modules: list[Module]) -> None:
+    target = path(options)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{NAME}.tmp-{os.getpid()}")
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps({"fingerprint": stamp, "modules": [
         {"key": m.key, "name": m.name, "build_dir": str(m.build_dir), "sources": [str(s) for s in m.sources]} for m in modules]}))
     os.replace(tmp, target)
 
 
-def load(stamp: str | None) -> list[Module] | None:
+def load(options: dict, stamp: str | None) -> list[Module] | None:
     """The modules the last build made, when its fingerprint is `stamp` and their build files and
     generated sources are all still there; else None."""
     if stamp is None:
         return None
     try:
-        data = json.loads(path().read_text())
+        data = json.loads(path(options).read_text())
     except (OSError, ValueError):
         return None
     if data.get("fingerprint") != stamp:

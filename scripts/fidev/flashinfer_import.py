@@ -1,15 +1,20 @@
 """Import FlashInfer the one way build, import-check and the GPU suites share: the kernel source
 mode applied first, every failure the same two lines, and a dangling editable install caught
-before FlashInfer's JIT trips over it with a traceback from its jinja templates."""
+before FlashInfer's JIT trips over it with a traceback from its jinja templates. And the import
+check's proof (`vendored_rows`), which import-check runs alone and the GPU suites run in their own
+process, where the chain's import already is."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 
 from fidev import kernel_source, source_tree
 from fidev.failure import Failure
+from fidev.manifest import pins
 
 REINSTALL = "pixi install -e flashinfer-dev, then `pixi run -e flashinfer-dev preflight` names what is off"
 
@@ -39,3 +44,38 @@ def import_flashinfer() -> Imported:
         raise Failure(f"FlashInfer's JIT sources are gone ({missing[0]} does not exist): the tree was re-created after the editable install",
                       source_tree.REINSTALL)
     return Imported(flashinfer, jit_env, mode, time.perf_counter() - started)
+
+
+def _installed(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def vendored_rows(flashinfer: ModuleType, jit_env: ModuleType, mode: str) -> list[tuple[str, str]]:
+    """The import check's proof: FlashInfer came from the vendored tree at the pinned version
+    (else a Failure); then what it runs with, as (name, value) rows."""
+    p = pins()
+    # Where it came from first: that needs nothing but the import, and is what the check proves.
+    where = Path(flashinfer.__file__).resolve()
+    if not where.is_relative_to(p.source_dir.resolve()):
+        raise Failure(f"flashinfer was imported from {where.parent}, not the vendored tree {source_tree.shown(p.source_dir)}", REINSTALL)
+    if flashinfer.__version__ != p.flashinfer:
+        raise Failure(f"flashinfer {flashinfer.__version__} imported, the pin is {p.flashinfer}", REINSTALL)
+    try:
+        import torch
+    except Exception as e:  # not installed, or a build that cannot load its libraries
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise Failure(f"import torch failed: {type(e).__name__}: {first}", REINSTALL) from e
+    jit_cache = _installed("flashinfer-jit-cache") + (" (hidden)" if mode == kernel_source.VENDORED else "")
+    return [
+        ("flashinfer", f"{flashinfer.__version__} from {where.parent}"),
+        ("flashinfer-cubin", _installed("flashinfer-cubin")),
+        ("flashinfer-jit-cache", jit_cache),
+        ("apache-tvm-ffi", _installed("apache-tvm-ffi")),
+        ("torch", f"{torch.__version__} (CUDA {torch.version.cuda})"),
+        ("JIT cache", str(jit_env.FLASHINFER_JIT_DIR)),
+        ("prebuilt modules", str(jit_env.FLASHINFER_AOT_DIR) if jit_env.FLASHINFER_AOT_DIR.exists() else "none"),
+        ("kernel source", f"{mode} ({kernel_source.ENV})"),
+    ]

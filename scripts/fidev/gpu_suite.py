@@ -7,31 +7,51 @@ pytest skips every GPU test on a host without a GPU, which keeps CPU CI green; r
 
 from __future__ import annotations
 
+import os
 import time
 
 from fidev import kernel_source, pytest_usage
 from fidev.failure import Failure
 from fidev.manifest import ROOT, pins
 
+NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest reads it when a session starts
+
 
 class Outcomes:
-    """A pytest plugin that counts what the call phase of each test did."""
+    """A pytest plugin that counts what each test did: the call's outcome, a skip in setup, and as
+    errors a failed setup or teardown and a file that did not collect (pytest reports those apart
+    from failures, and a count that left them out read as nothing wrong)."""
 
     def __init__(self):
-        self.counts = {"passed": 0, "failed": 0, "skipped": 0}
+        self.counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
 
     def pytest_runtest_logreport(self, report):
-        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        if report.when == "call":
             self.counts[report.outcome] += 1
+        elif report.skipped:
+            self.counts["skipped"] += 1
+        elif report.failed:
+            self.counts["errors"] += 1
 
     def pytest_collectreport(self, report):
         if report.skipped:  # a whole module skipped, e.g. no torch
             self.counts["skipped"] += 1
+        elif report.failed:
+            self.counts["errors"] += 1
 
 
 def run(task: str, suite: str, pytest_args: list[str]) -> int:
-    """One of this workspace's suites, under tests/."""
-    return run_paths(task, [str(ROOT / "tests" / suite)], pytest_args)
+    """One of this workspace's suites, under tests/. They use no third-party pytest plugin, so none
+    is loaded: on a host with many installed, loading them costs the warm chain a second."""
+    autoload = os.environ.get(NO_AUTOLOAD)
+    os.environ[NO_AUTOLOAD] = "1"
+    try:
+        return run_paths(task, [str(ROOT / "tests" / suite)], pytest_args)
+    finally:
+        if autoload is None:
+            os.environ.pop(NO_AUTOLOAD)
+        else:
+            os.environ[NO_AUTOLOAD] = autoload
 
 
 def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tuple[str, ...] = (), plugins: tuple = ()) -> int:
@@ -45,8 +65,10 @@ def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tupl
     started = time.perf_counter()
     code = pytest_usage.pytest_main(task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins])
     c = outcomes.counts
-    print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed; kernel source {mode}; "
+    print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['errors']} errors; kernel source {mode}; "
           f"{time.perf_counter() - started:.1f} s")
+    if c["errors"] and code == pytest.ExitCode.OK:
+        code = pytest.ExitCode.TESTS_FAILED  # an error in a teardown leaves pytest's status 0
     if code in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and c["passed"] == 0:
         if not any(c.values()):
             raise Failure(f"no {task} test was selected ({' '.join(pytest_args) or 'none collected'})",
