@@ -12,10 +12,12 @@ import time
 
 from fidev.failure import ArgumentParser, run_main
 from fidev.flashinfer_import import import_flashinfer, vendored_rows
+from fidev.manifest import pins
 
 
 def main() -> int:
     ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1]).parse_args()
+    pins()  # a broken manifest is its own two lines, before the import
     started = time.perf_counter()
     imported = import_flashinfer()
     for name, value in vendored_rows(imported.flashinfer, imported.jit_env, imported.mode):
