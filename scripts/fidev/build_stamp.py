@@ -60,12 +60,19 @@ def path(options: dict) -> Path:
 
 
 def _gpu_uuids() -> list[str] | None:
+    """The GPUs' UUIDs, from the driver's /proc files, else nvidia-smi (slower); None without either."""
     try:
-        infos = sorted(GPUS.glob("*/information"))
-        found = [line.split(":", 1)[1].strip() for info in infos for line in info.read_text().splitlines() if line.startswith("GPU UUID")]
+        found = [line.split(":", 1)[1].strip() for info in sorted(GPUS.glob("*/information"))
+                 for line in info.read_text().splitlines() if line.startswith("GPU UUID")]
     except OSError:
+        found = []
+    if found:
+        return found
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    return found or None
+    return sorted(done.stdout.split()) if done.returncode == 0 and done.stdout.strip() else None
 
 
 def _version(dist: str) -> str | None:
