@@ -193,7 +193,8 @@ def steps(run: Run) -> dict:
         "abi-smoke": lambda: run.task("abi-smoke", ["scripts/abi_smoke.py"]),
         "upstream-norm": lambda: run.task("upstream-norm", ["scripts/upstream_tests.py", "norm"]),
         "upstream-activation": lambda: run.task("upstream-activation", ["scripts/upstream_tests.py", "activation"]),
-        "build-after-upstream": lambda: run.task("build-after-upstream", ["scripts/build.py", "--abi"]),
+        # The tiers built before: with --abi only where build-abi ran, or it would compile gdn_prefill (342 s) here.
+        "build-after-upstream": lambda: run.task("build-after-upstream", ["scripts/build.py", *(["--abi"] if "build-abi" in run.results else [])]),
         "edit-build": lambda: (edit(run, restore=False), run.task("edit-build", ["scripts/build.py"])),
         "edit-smoke": lambda: run.task("edit-smoke", ["scripts/smoke.py"], expect_ok=False),
         "restore-build": lambda: (edit(run, restore=True), run.task("restore-build", ["scripts/build.py"])),
