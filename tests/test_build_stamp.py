@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fidev import build_stamp
-from fidev.manifest import ROOT
+from fidev.manifest import ROOT, pins
 from script_runs import require
 
 pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
@@ -29,7 +29,7 @@ def ws(tmp_path, monkeypatch):
     (tree / "flashinfer/jit/norm.py").write_text("# generator\n")
     (tree / "include").mkdir()
     (tree / "include/norm.cuh").write_text("constexpr int K = 1;\n")
-    jit = tmp_path / "base/.cache/flashinfer/0.6.3/90a/cached_ops/norm"
+    jit = tmp_path / "base/.cache/flashinfer" / pins().flashinfer / "90a/cached_ops/norm"
     jit.mkdir(parents=True)
     (jit / "norm.cpp").write_text(f'#include "{tree}/include/norm.cuh"\nint f() {{ return K; }}\n')
     (jit / "build.ninja").write_text(

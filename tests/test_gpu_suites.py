@@ -35,7 +35,7 @@ FAKE_FLASHINFER_ENV = """\
 import json, os, pathlib
 # flashinfer/jit/env.py at v0.6.3, lines 50-53 and 143-145 (version and arch folders as there)
 FLASHINFER_BASE_DIR = pathlib.Path(os.getenv("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home().as_posix()))
-FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "0.6.3" / "90"
+FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "{version}" / "90"
 FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
 FLASHINFER_AOT_DIR = pathlib.Path(__file__).resolve().parents[1] / "data" / "aot"
 with open(os.environ["FAKE_RECORD"], "a") as f:
@@ -78,7 +78,7 @@ def fake_flashinfer(tree):
     (tree / "flashinfer/jit").mkdir(parents=True)
     (tree / "flashinfer/__init__.py").write_text(f"__version__ = {pins().flashinfer!r}\nfrom flashinfer.jit import env as _env\n")
     (tree / "flashinfer/jit/__init__.py").write_text("")
-    (tree / "flashinfer/jit/env.py").write_text(FAKE_FLASHINFER_ENV)
+    (tree / "flashinfer/jit/env.py").write_text(FAKE_FLASHINFER_ENV.replace("{version}", pins().flashinfer))
 
 
 def seen(record):
@@ -95,7 +95,7 @@ def test_the_gpu_suites_use_the_users_jit_dir(ws, script, users_base):
     done = subprocess.run([sys.executable, str(root / "scripts" / script), "-k", "probe"], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     jit_dirs, later = seen(record)
-    assert jit_dirs == [f"{users_base or home}/.cache/flashinfer/0.6.3/90/cached_ops"], "the GPU suite compiled into another JIT dir than build's"
+    assert jit_dirs == [f"{users_base or home}/.cache/flashinfer/{pins().flashinfer}/90/cached_ops"], "the GPU suite compiled into another JIT dir than build's"
     # what the suite starts afterwards is back in the scratch folder (and the guard did not fire on the JIT dir)
     assert later and later[0] != users_base and "fidev-tests-" in later[0]
 

@@ -44,7 +44,7 @@ FAKE_JIT_INIT = "from flashinfer.jit.core import JitSpec, MissingJITCacheError, 
 FAKE_JIT_ENV = """\
 import os, pathlib
 FLASHINFER_BASE_DIR = pathlib.Path(os.getenv("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home().as_posix()))
-FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "0.6.3" / "90"
+FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "{version}" / "90"
 FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
 FLASHINFER_AOT_DIR = pathlib.Path(os.environ["FAKE_AOT_DIR"])
 """
@@ -170,7 +170,7 @@ def ws(tmp_path):
     (site / "flashinfer/jit").mkdir(parents=True)
     (site / "flashinfer/__init__.py").write_text(FAKE_FLASHINFER)
     (site / "flashinfer/jit/__init__.py").write_text(FAKE_JIT_INIT)
-    (site / "flashinfer/jit/env.py").write_text(FAKE_JIT_ENV)
+    (site / "flashinfer/jit/env.py").write_text(FAKE_JIT_ENV.replace("{version}", pins().flashinfer))
     (site / "flashinfer/jit/core.py").write_text(FAKE_JIT_CORE)
     (site / "flashinfer_jit_cache").mkdir()
     (site / "flashinfer_jit_cache/__init__.py").write_text("")
