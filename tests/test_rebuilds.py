@@ -52,3 +52,19 @@ def test_a_restored_older_header_rebuilds_only_with_the_guard(module):
     assert ninja_inputs.restored(module) == {f"{module}/m.o": [str(header)]}
     assert build(module)
     assert ninja_inputs.restored(module) == {}
+
+
+def test_a_combined_build_makes_the_modules_own_folder_compile_again(module):
+    """Why build and upstream-tests never build through FlashInfer's `build_jit_specs`, which runs
+    one ninja over a `subninja` of each module's build.ninja from the JIT dir's root
+    (flashinfer/jit/core.py at v0.6.3): that ninja keeps its logs at the root, so it compiles the
+    module again, and the module's own folder then finds its deps records older than the object
+    ("stored deps info out of date") and compiles it a third time (seen with ninja 1.11.1)."""
+    assert build(module)
+    combined = module.parent / "combined.ninja"
+    combined.write_text(f"ninja_required_version = 1.3\nsubninja {module}/build.ninja\n")
+    again = subprocess.run(["ninja", "-C", str(module.parent), "-f", str(combined)], capture_output=True, text=True, check=True).stdout
+    assert "no work to do" not in again  # the combined build compiled what was built
+    explain = subprocess.run(["ninja", "-C", str(module), "-n", "-d", "explain"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True).stdout
+    assert "stored deps info out of date" in explain and "no work to do" not in explain
