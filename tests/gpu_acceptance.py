@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 import conda_prefix  # noqa: E402
+from fidev.failure import ArgumentParser, Failure, run_main  # noqa: E402
 from fidev.manifest import pins  # noqa: E402
 
 TESTS_ARCHIVE = "flashinfer-tests.tar"  # tests/stage_gpu_host.py writes it
@@ -100,6 +101,13 @@ class Run:
         return out, seconds
 
 
+def checked(cmd: list[str], cwd: Path | None = None) -> None:
+    """A setup command that must succeed; its own output says why when it does not."""
+    done = subprocess.run(cmd, cwd=cwd)
+    if done.returncode != 0:
+        raise Failure(f"setup failed (exit status {done.returncode}): {' '.join(cmd)[:200]}", "read its output above")
+
+
 def setup(run: Run) -> None:
     started = time.perf_counter()
     notes = []
@@ -109,8 +117,8 @@ def setup(run: Run) -> None:
     if not (run.tree / "csrc").is_dir():
         archive = run.staged / pins().sdist_name if run.staged else None
         if not archive or not archive.is_file():
-            raise SystemExit(f"error: {run.tree} is empty and no staged source release\n  fix: python3 tests/stage_gpu_host.py DIR, then --staged DIR")
-        subprocess.run([sys.executable, "scripts/fetch_flashinfer_source.py", "--archive", str(archive)], cwd=run.ws, check=True)
+            raise Failure(f"{run.tree} is empty and no source release was staged", "python3 tests/stage_gpu_host.py DIR, then --staged DIR")
+        checked([sys.executable, "scripts/fetch_flashinfer_source.py", "--archive", str(archive)], cwd=run.ws)
         notes.append("source release materialized")
     if not (run.tree / "pytest.ini").is_file() and run.staged and (run.staged / TESTS_ARCHIVE).is_file():
         with tarfile.open(run.staged / TESTS_ARCHIVE) as tar:
@@ -118,12 +126,11 @@ def setup(run: Run) -> None:
         notes.append("FlashInfer's tests/ and pytest.ini added")
     wheels = sorted(str(w) for w in (run.staged.glob("*.whl") if run.staged else []))
     if wheels and not (run.work / ".wheels-installed").exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", *wheels], check=True)
+        checked([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", *wheels])
         (run.work / ".wheels-installed").write_text("\n".join(wheels))
         notes.append(f"{len(wheels)} wheels installed")
     if not (run.tree / "flashinfer/data/csrc").is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", "-e", str(run.tree)],
-                       check=True)
+        checked([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", "-e", str(run.tree)])
         notes.append("FlashInfer installed editable")
     conda_prefix.build(run.prefix, run.toolkit)
     run.record("setup", True, time.perf_counter() - started, ", ".join(notes) or "kept from an earlier run")
@@ -213,7 +220,7 @@ ARGS = argparse.Namespace()
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--staged", type=Path, help="what tests/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/fidev-acceptance"))
     parser.add_argument("--toolkit", type=Path, default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
@@ -224,7 +231,7 @@ def main() -> int:
     chosen = ARGS.steps.split(",") if ARGS.steps else STEPS
     unknown = [s for s in chosen if s not in STEPS]
     if unknown:
-        parser.error(f"unknown step(s) {unknown}")
+        parser.error(f"unknown step(s) {unknown}\nname them from: {', '.join(STEPS)}")
     if ARGS.fresh:
         shutil.rmtree(ARGS.work, ignore_errors=True)
     ARGS.work.mkdir(parents=True, exist_ok=True)
@@ -239,4 +246,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

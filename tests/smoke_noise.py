@@ -16,13 +16,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from fidev import gpu_suite  # noqa: E402
-from fidev.failure import Failure, run_main  # noqa: E402
+from fidev.failure import ArgumentParser, Failure, run_main  # noqa: E402
 
 MIN_MARGIN = 3.0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--suite", choices=["smoke", "abi_smoke"], default="smoke")
     args, pytest_args = parser.parse_known_args()

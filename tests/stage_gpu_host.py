@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import fetch_flashinfer_source  # noqa: E402
-from fidev.failure import Failure, run_main  # noqa: E402
+from fidev.failure import ArgumentParser, Failure, run_main  # noqa: E402
 from fidev.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 
 WHEELS = ("apache-tvm-ffi", "tree-sitter", "tree-sitter-cpp", "pyelftools")
@@ -52,13 +52,19 @@ def stage_tests(dest: Path, checkout: Path | None) -> None:
         raise Failure(f"{git_dir} is not a FlashInfer git checkout holding the pinned commit {p.source_commit}",
                       "git submodule update --init --recursive, or pass --flashinfer-git DIR (a clone of flashinfer-ai/flashinfer)")
     tmp = dest / f"{TESTS_ARCHIVE}.tmp"
-    with open(tmp, "wb") as out:
-        subprocess.run(["git", "-C", str(git_dir), "archive", p.source_commit, "tests", "pytest.ini"], stdout=out, check=True)
-    tmp.replace(dest / TESTS_ARCHIVE)
+    try:
+        with open(tmp, "wb") as out:
+            done = subprocess.run(["git", "-C", str(git_dir), "archive", p.source_commit, "tests", "pytest.ini"], stdout=out)
+        if done.returncode != 0:
+            raise Failure(f"git archive of tests/ and pytest.ini at {p.source_commit} failed (exit status {done.returncode})",
+                          "read git's message above; the checkout must hold the pinned commit whole")
+        tmp.replace(dest / TESTS_ARCHIVE)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dest", type=Path)
     parser.add_argument("--flashinfer-git", type=Path, help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
     args = parser.parse_args()
