@@ -92,7 +92,7 @@ def rebuild_kept(kept: list[build_stamp.Module], started: float) -> int:
 
 def show_slowest(slowest) -> None:
     if slowest:
-        print("build: slowest objects: " + ", ".join(f"{Path(o).parent.name}/{Path(o).name} {t:.0f} s" for t, o in slowest))
+        print("build: slowest objects: " + ", ".join(f"{Path(o).parent.name}/{Path(o).name} {t:.1f} s" for t, o in slowest))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import ast
 import json
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -31,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fidev import gpu_suite, kernel_source, source_tree, upstream_plugin, upstream_suites
+from fidev import gpu_suite, kernel_source, ninja_inputs, source_tree, upstream_plugin, upstream_suites
 from fidev.failure import USAGE, Failure, report, run_main
 from fidev.manifest import ROOT, pins
 
@@ -134,14 +133,10 @@ def read_jit_report(path: Path) -> dict[str, list[str]]:
 
 def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
     """How many objects of a module a build would compile: every source when the module was never
-    built, else what `ninja -n` would compile (0 when it is current)."""
-    if not (build_dir / f"{build_dir.name}.so").exists() or not (build_dir / "build.ninja").exists():
-        return len(sources) or 1
-    try:
-        out = subprocess.run(["ninja", "-C", str(build_dir), "-n", "-v"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return len(sources) or 1
-    return sum(1 for line in out.splitlines() if re.search(r"\s-c\s", line))
+    built or ninja cannot tell, else fidev.ninja_inputs.dry_run's count (0 when it is current)."""
+    ninja_file = build_dir / "build.ninja"
+    pending = ninja_inputs.dry_run(build_dir, ninja_file) if (build_dir / f"{build_dir.name}.so").exists() and ninja_file.exists() else None
+    return (len(sources) or 1) if pending is None else len(pending[0])
 
 
 def dry_run_workers() -> list[str]:

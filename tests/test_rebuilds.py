@@ -68,3 +68,22 @@ def test_a_combined_build_makes_the_modules_own_folder_compile_again(module):
     explain = subprocess.run(["ninja", "-C", str(module), "-n", "-d", "explain"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True).stdout
     assert "stored deps info out of date" in explain and "no work to do" not in explain
+
+
+def test_dry_run_names_what_a_build_would_compile(module):
+    """fidev.ninja_inputs.dry_run, which build's no-op check (build_stamp.has_work) and the
+    upstream-tests plan's estimate share: the objects, and the edges with the link."""
+    never = ninja_inputs.dry_run(module, module / "build.ninja")
+    assert never == ({f"{module}/m.o"}, 2)  # compile and link
+    build(module)
+    assert ninja_inputs.dry_run(module, module / "build.ninja") == (set(), 0)
+    header = module / "k.h"
+    old = header.read_bytes(), header.stat().st_mtime_ns
+    header.write_text("constexpr int K = 2;\n")
+    assert ninja_inputs.dry_run(module, module / "build.ninja") == ({f"{module}/m.o"}, 2)
+    build(module)
+    header.write_bytes(old[0])
+    os.utime(header, ns=(old[1], old[1]))  # `cp -p` of the saved copy: ninja alone sees nothing
+    assert ninja_inputs.dry_run(module, module / "build.ninja") == ({f"{module}/m.o"}, 0)
+    (module / "build.ninja").write_text("this is not ninja\n")
+    assert ninja_inputs.dry_run(module, module / "build.ninja") is None

@@ -32,7 +32,6 @@ NAME = "fidev-build.json"
 JIT_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_LIB_PATH", "CUDA_VISIBLE_DEVICES", "CXX", "CC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
                  "CPATH", "LIBRARY_PATH", "MAX_JOBS")
 GPUS = Path("/proc/driver/nvidia/gpus")
-NINJA_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -150,13 +149,9 @@ def load(options: dict, stamp: str | None) -> list[Module] | None:
 
 
 def has_work(module: Module) -> bool:
-    """Whether a build of `module` would compile or link anything (ninja's own dry run, after
-    fidev.ninja_inputs removed any object built from a since-restored input)."""
-    if not module.jit_library_path.is_file() or ninja_inputs.restored(module.build_dir):
+    """Whether a build of `module` would compile or link anything (fidev.ninja_inputs.dry_run:
+    ninja's own dry run, and any object built from a since-restored input)."""
+    if not module.jit_library_path.is_file():
         return True
-    try:
-        done = subprocess.run(["ninja", "-C", str(module.build_dir), "-f", str(module.ninja_path), "-n"], capture_output=True, text=True,
-                              timeout=NINJA_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return True
-    return done.returncode != 0 or "no work to do" not in done.stdout
+    pending = ninja_inputs.dry_run(module.build_dir, module.ninja_path)
+    return pending is None or bool(pending[0]) or pending[1] > 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -69,6 +70,24 @@ def restored(build_dir: Path) -> dict[str, list[str]]:
         if moved:
             found[obj] = moved
     return found
+
+
+def dry_run(build_dir: Path, ninja_file: Path) -> tuple[set[str], int] | None:
+    """What a build would do, from ninja's own dry run: the objects it would compile (those
+    `restored` finds included: the build removes them first) and how many edges ninja would run,
+    the link included. None when ninja cannot tell (no ninja, a broken build.ninja)."""
+    try:
+        done = subprocess.run(["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-n", "-v"], capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    edges = [line for line in done.stdout.splitlines() if line.startswith("[")]  # "[1/3] <command>" with -v
+    # FlashInfer's compile rules end `-c $in -o $out` (flashinfer/jit/cpp_ext.py at v0.6.3, lines 250 and 255)
+    compiled = {m.group(1) for line in edges if " -c " in line and (m := re.search(r"\s-o\s+(\S+)", line))}
+    objects = {obj if os.path.isabs(obj) else str(build_dir / obj) for obj in [*compiled, *restored(build_dir)]}
+    return objects, len(edges)
 
 
 def invalidate(build_dir: Path, stale: dict[str, list[str]]) -> None:
