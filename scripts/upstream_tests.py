@@ -40,8 +40,8 @@ OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "-h": 0, "--help
 # as the tests first load them. The figures in docs/flashinfer-dev.md say how it held.
 SECONDS_PER_OBJECT = 25
 # The plan must cost little next to the run it plans; past this it is dropped.
-PLAN_LIMIT_S = 30
-DRY_RUN_WORKERS = 8
+PLAN_LIMIT_S = 60
+DRY_RUN_WORKERS = 16
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -141,7 +141,9 @@ def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
 
 def dry_run_workers() -> list[str]:
     """pytest-xdist's options for the dry run, where it is installed: the dry run costs each test's
-    setup, which spreads over processes (on one GPU: it launches no kernel that matters)."""
+    setup, which spreads over processes, a worker per core (on one GPU: it launches no kernel that
+    matters). Each worker keeps torch to one CPU thread (OMP_NUM_THREADS in `plan`), not a core
+    count per worker: drawing CPU inputs is most of a dry run."""
     import importlib.util
 
     if importlib.util.find_spec("xdist") is None:
@@ -159,7 +161,10 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[st
         env = {**os.environ, "FLASHINFER_DISABLE_JIT": "1", upstream_plugin.DRY_RUN_DIR: scratch,
                "FLASHINFER_JIT_CACHE_REPORT_FILE": str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
                "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", "-p", "fidev.upstream_plugin", *dry_run_workers(),
+        workers = dry_run_workers()
+        if workers:
+            env["OMP_NUM_THREADS"] = "1"
+        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", "-p", "fidev.upstream_plugin", *workers,
                *pytest_options(tests), *pytest_args]
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
