@@ -11,7 +11,10 @@ Run it where PyPI is reachable. DEST gets:
   own download, so nothing in it runs here);
 - flashinfer-tests.tar: tests/ and the repository root's pytest.ini at the pinned commit, which
   the source release lacks (upstream-tests needs both), by `git archive` from a FlashInfer git
-  checkout: the submodule when it is one, else --flashinfer-git DIR.
+  checkout: the submodule when it is one, else --flashinfer-git DIR;
+- with --bench-before REV: bench-before.tar, this workspace at REV (`git archive`), for
+  `scripts/bench_chain.py --workspace` to time the chain before a change on the same host
+  (extract it, then link its extern/tracked/flashinfer to the tree the acceptance run made).
 Wheels are downloaded with `pip download --only-binary=:all:`, which runs no code from them.
 """
 
@@ -32,6 +35,8 @@ WHEELS = ("apache-tvm-ffi", "tree-sitter", "tree-sitter-cpp", "pyelftools")
 HOST_PYTHON = "3.12"
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34)] + ["manylinux2014_x86_64"]
 TESTS_ARCHIVE = "flashinfer-tests.tar"
+BEFORE_ARCHIVE = "bench-before.tar"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def stage_wheels(dest: Path) -> None:
@@ -63,12 +68,28 @@ def stage_tests(dest: Path, checkout: Path | None) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def stage_before(dest: Path, rev: str) -> None:
+    tmp = dest / f"{BEFORE_ARCHIVE}.tmp"
+    try:
+        with open(tmp, "wb") as out:
+            done = subprocess.run(["git", "-C", str(ROOT), "archive", "--prefix", "before/", rev], stdout=out)
+        if done.returncode != 0:
+            raise Failure(f"git archive of this workspace at {rev!r} failed (exit status {done.returncode})",
+                          "name a commit of this checkout: git log --oneline")
+        tmp.replace(dest / BEFORE_ARCHIVE)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dest", type=Path)
     parser.add_argument("--flashinfer-git", type=Path, help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
+    parser.add_argument("--bench-before", metavar="REV", help="also stage this workspace at REV, to time its chain (bench-before.tar)")
     args = parser.parse_args()
     args.dest.mkdir(parents=True, exist_ok=True)
+    if args.bench_before:
+        stage_before(args.dest, args.bench_before)
     stage_tests(args.dest, args.flashinfer_git)
     stage_wheels(args.dest)
     sdist = args.dest / pins().sdist_name
