@@ -43,7 +43,7 @@ def main() -> int:
         margin = bound / max(max(errs), 1e-30)
         if margin < MIN_MARGIN:
             short.append(f"{kernel} {dtype}")
-        rows.append((kernel, dtype, str(len(errs)), f"{sorted(errs)[len(errs) // 2]:.2e}", f"{max(errs):.2e}", f"{bound:.0e}", f"{margin:.1f}x"))
+        rows.append((kernel, dtype, str(len(errs)), f"{sorted(errs)[len(errs) // 2]:.2e}", f"{max(errs):.2e}", f"{bound:.2g}", f"{margin:.1f}x"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
