@@ -56,27 +56,24 @@ def stage_tests(dest: Path, checkout: Path | None) -> None:
     if has_commit.returncode != 0:
         raise Failure(f"{git_dir} is not a FlashInfer git checkout holding the pinned commit {p.source_commit}",
                       "git submodule update --init --recursive, or pass --flashinfer-git DIR (a clone of flashinfer-ai/flashinfer)")
-    tmp = dest / f"{TESTS_ARCHIVE}.tmp"
-    try:
-        with open(tmp, "wb") as out:
-            done = subprocess.run(["git", "-C", str(git_dir), "archive", p.source_commit, "tests", "pytest.ini"], stdout=out)
-        if done.returncode != 0:
-            raise Failure(f"git archive of tests/ and pytest.ini at {p.source_commit} failed (exit status {done.returncode})",
-                          "read git's message above; the checkout must hold the pinned commit whole")
-        tmp.replace(dest / TESTS_ARCHIVE)
-    finally:
-        tmp.unlink(missing_ok=True)
+    git_archive(git_dir, [p.source_commit, "tests", "pytest.ini"], dest / TESTS_ARCHIVE,
+                f"git archive of tests/ and pytest.ini at {p.source_commit}", "read git's message above; the checkout must hold the pinned commit whole")
 
 
 def stage_before(dest: Path, rev: str) -> None:
-    tmp = dest / f"{BEFORE_ARCHIVE}.tmp"
+    git_archive(ROOT, ["--prefix", "before/", rev], dest / BEFORE_ARCHIVE, f"git archive of this workspace at {rev!r}",
+                "name a commit of this checkout: git log --oneline")
+
+
+def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: str) -> None:
+    """`git archive ARGS` into `target`, through a temporary file: nothing half-written."""
+    tmp = target.with_name(f"{target.name}.tmp")
     try:
         with open(tmp, "wb") as out:
-            done = subprocess.run(["git", "-C", str(ROOT), "archive", "--prefix", "before/", rev], stdout=out)
+            done = subprocess.run(["git", "-C", str(git_dir), "archive", *args], stdout=out)
         if done.returncode != 0:
-            raise Failure(f"git archive of this workspace at {rev!r} failed (exit status {done.returncode})",
-                          "name a commit of this checkout: git log --oneline")
-        tmp.replace(dest / BEFORE_ARCHIVE)
+            raise Failure(f"{what} failed (exit status {done.returncode})", fix)
+        tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
 
