@@ -10,11 +10,11 @@ anything imports flashinfer, and printed: in the default mode, `prebuilt`, the m
 flashinfer-jit-cache ships load, and an edit to csrc/ or include/ is not what the tests run.
 
 Before running it plans: a dry run with FLASHINFER_DISABLE_JIT=1 (FlashInfer then refuses to
-build, and fidev.upstream_plugin records which module each test asked for; spread over up to 8
-pytest-xdist processes where xdist is installed) names the modules the selection needs, how many
-objects of them must compile, and estimates the time. Past --budget
-minutes (default 10) it stops, unless given --yes. A dry run that takes over 30 s is dropped, and
-the run shows each module's compile as it starts and ends instead.
+build, and fidev.upstream_plugin records which module each test asked for; spread over a
+pytest-xdist process per core, up to 16, where xdist is installed) names the modules the selection
+needs, how many objects of them must compile, and estimates the time. Past --budget minutes
+(default 10) it stops, unless given --yes. A dry run that takes over 60 s is dropped, and the run
+shows each module's compile as it starts and ends instead.
 """
 
 from __future__ import annotations
