@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fidev import gpu_suite, kernel_source, ninja_inputs, source_tree, upstream_plugin, upstream_suites
+from fidev import build_records, gpu_suite, kernel_source, ninja_inputs, source_tree, upstream_plugin, upstream_suites
 from fidev.failure import USAGE, Failure, report, run_main
 from fidev.manifest import ROOT, pins
 
@@ -118,16 +118,19 @@ def pytest_options(tests: Path) -> tuple[str, ...]:
     return ("--rootdir", str(tests.parent), "-c", str(tests.parent / "pytest.ini"))
 
 
-def read_jit_report(path: Path) -> dict[str, list[str]]:
-    """{module: its sources} from a JIT report: one JSON object per line, as FlashInfer's
-    tests/conftest.py appends them (lines 182-191 at v0.6.3), each `spec_info` the str() of a
+def read_jit_report(path: Path) -> list[dict]:
+    """The entries of a JIT report: one JSON object per line, as FlashInfer's tests/conftest.py
+    appends them (lines 182-191 at v0.6.3): test_name, module_name, and spec_info, the str() of a
     dict (lines 156-163), or "None" when the error carried no spec."""
+    return [json.loads(line) for line in (path.read_text().splitlines() if path.is_file() else []) if line.strip()]
+
+
+def module_sources(entries: list[dict]) -> dict[str, list[str]]:
+    """{module: its sources} from JIT-report entries."""
     needed = {}
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        if line.strip():
-            entry = json.loads(line)
-            info = ast.literal_eval(entry["spec_info"]) if entry.get("spec_info") not in (None, "None") else {}
-            needed[entry["module_name"]] = info.get("sources", [])
+    for entry in entries:
+        info = ast.literal_eval(entry["spec_info"]) if entry.get("spec_info") not in (None, "None") else {}
+        needed[entry["module_name"]] = info.get("sources", [])
     return needed
 
 
@@ -181,10 +184,10 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[st
             said = out.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
             print(f"upstream-tests: the plan's dry run did not finish ({said[0][:200]}): going ahead without it")
             return None
-        needed = {}
-        for report in sorted(Path(scratch).glob("*.jsonl")):
-            needed.update(read_jit_report(report))
+        entries = [entry for report in sorted(Path(scratch).glob("*.jsonl")) for entry in read_jit_report(report)]
+        needed = module_sources(entries)
         jit_dir = Path(jit_dir_file.read_text())
+        build_records.add_module_tests(jit_dir, entries)  # which test needs which module, for `affected`
     return {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()}, seconds
 
 

@@ -44,9 +44,20 @@ TESTS_ARCHIVE = "flashinfer-tests.tar"  # tests/stage_gpu_host.py writes it
 NORM_HEADER = "include/flashinfer/norm.cuh"
 NORM_LINE = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j]));"
 NORM_BUG = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j])) * 1.005f;"
+# The affected round: a one-line bug planted in each kind of input, then `affected`, which must
+# name the module and fail; the file restored with `cp -p`, then `affected`, which must rebuild and
+# pass. file, the line (v0.6.3), the bug, the module that must be named.
+AFFECTED_EDITS = {
+    "affected-header": (NORM_HEADER, NORM_LINE, NORM_BUG, "norm"),  # a header smoke covers
+    "affected-source": ("csrc/norm.cu", "output.stride(0), eps, enable_pdl, stream);",  # csrc/norm.cu line 46, in rmsnorm
+                        "output.stride(0), eps + 0.05, enable_pdl, stream);", "norm"),
+    "affected-generator": ("flashinfer/jit/activation.py", "return val / (1.0f + __expf(-val));",  # line 79, silu_def_cu_str
+                           "return 1.01f * val / (1.0f + __expf(-val));", "silu_and_mul"),
+    "affected-upstream": (NORM_HEADER, NORM_LINE, NORM_BUG, "norm_without_fp8_test"),  # after upstream-norm: FlashInfer's tests too
+}
 STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi",
          "abi-smoke", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-build", "edit-smoke", "restore-build",
-         "restore-smoke"]
+         "restore-smoke", "affected-noop", *AFFECTED_EDITS]
 
 
 class Run:
@@ -186,6 +197,36 @@ def edit(run: Run, restore: bool) -> None:
     header.write_text(text.replace(NORM_LINE, NORM_BUG, 1))
 
 
+def affected_round(run: Run, name: str) -> None:
+    """Plant the bug, `affected` must fail naming the module; restore with `cp -p`, it must pass."""
+    rel, line, bug, module = AFFECTED_EDITS[name]
+    path, saved = run.tree / rel, run.work / f"{Path(rel).name}.orig"
+    subprocess.run(["cp", "-p", str(path), str(saved)], check=True)
+    text = path.read_text()
+    assert line in text, f"{rel} no longer has the line the affected round plants its bug in"
+    path.write_text(text.replace(line, bug, 1))
+    try:
+        status, out, s1 = run.sh(name, [sys.executable, "scripts/affected.py"])
+    finally:
+        subprocess.run(["cp", "-p", str(saved), str(path)], check=True)
+    status2, out2, s2 = run.sh(name, [sys.executable, "scripts/affected.py"])
+
+    def said(text: str) -> str:
+        rebuilt = re.search(r"affected: (\d+ module\(s\) rebuilt in [\d.]+ s(?: \(slowest object [\d.]+ s\))?)", text)
+        last = [ln for ln in text.splitlines() if ln.startswith("affected: ") and ("failed" in ln or "passed" in ln)]
+        return f"{rebuilt.group(1) if rebuilt else 'nothing rebuilt'}; {last[-1][10:160] if last else 'no result line'}"
+
+    named = bool(re.search(rf"^\S.*\b{re.escape(module)}\b", out, re.M))
+    ok = status == 1 and named and status2 == 0
+    run.record(name, ok, s1 + s2, f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(out)} | "
+                                 f"restore: exit {status2}, {s2:.1f} s, {said(out2)}")
+
+
+def affected_noop(run: Run) -> None:
+    status, out, seconds = run.sh("affected-noop", [sys.executable, "scripts/affected.py"])
+    run.record("affected-noop", status == 0 and "nothing changed" in out, seconds, (out.strip().splitlines() or ["no output"])[-1][:150])
+
+
 def steps(run: Run) -> dict:
     return {
         "setup": lambda: setup(run),
@@ -206,6 +247,8 @@ def steps(run: Run) -> dict:
         "edit-smoke": lambda: run.task("edit-smoke", ["scripts/smoke.py"], expect_ok=False),
         "restore-build": lambda: (edit(run, restore=True), run.task("restore-build", ["scripts/build.py"])),
         "restore-smoke": lambda: run.task("restore-smoke", ["scripts/smoke.py"]),
+        "affected-noop": lambda: affected_noop(run),
+        **{name: (lambda name=name: affected_round(run, name)) for name in AFFECTED_EDITS},
     }
 
 

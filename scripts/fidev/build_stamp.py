@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import metadata, util
 from pathlib import Path
 
-from fidev import kernel_source, ninja_inputs, uris
+from fidev import build_records, kernel_source, ninja_inputs, uris
 
 NAME = "fidev-build.json"
 # Read by FlashInfer's JIT (flashinfer/jit/cpp_ext.py, env.py, compilation_context.py) or by the
@@ -98,15 +98,7 @@ def fingerprint(options: dict, tree: Path) -> str | None:
     gpus = _gpu_uuids()
     if gpus is None and "FLASHINFER_CUDA_ARCH_LIST" not in os.environ:
         return None
-    package = tree / "flashinfer"
-    python_files = []
-    for root, dirs, files in os.walk(package):
-        if Path(root) == package:
-            dirs[:] = [d for d in dirs if d != "data"]  # the editable install's links to csrc/, include/, 3rdparty
-        for name in sorted(files):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(root, name))
-                python_files.append((os.path.join(root, name), st.st_mtime_ns, st.st_size))
+    python_files = [(str(f), (st := f.stat()).st_mtime_ns, st.st_size) for f in build_records.python_sources(tree)]
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("FLASHINFER_") or k in JIT_VARIABLES)
     facts = {
         "options": options,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fidev import ninja_inputs
+from fidev import build_records, ninja_inputs
 from fidev.failure import Failure
 
 SLOWEST_SHOWN = 5
@@ -49,11 +49,22 @@ def job_budgets(specs) -> list[int]:
     return [max(1, budget * n // sum(sources)) for n in sources]
 
 
+def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = None, tree: Path | None = None) -> None:
+    """After a module built: what it was built from, for the restored-copy guard and `affected`
+    (fidev.ninja_inputs, fidev.build_records). `generators` shares one read of the tree's Python
+    files among the modules of one build; `tree` is the manifest's vendored tree unless given."""
+    from fidev.manifest import pins
+
+    ninja_inputs.record(build_dir, ninja_file)
+    build_records.record_generators(build_dir, tree or pins().source_dir, generators)
+
+
 def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`."""
     printing = threading.Lock()
     failures = []
+    generators: dict = {}
 
     def build(spec, jobs):
         stale = ninja_inputs.restored(spec.build_dir)
@@ -77,7 +88,8 @@ def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(lin
         if proc.wait() != 0:
             failures.append(f"{spec.name}: {first_error(output)}")
         else:
-            ninja_inputs.record(spec.build_dir, spec.ninja_path)
+            with printing:  # one read of the tree's Python files, shared
+                record_build(spec.build_dir, spec.ninja_path, generators)
 
     threads = [threading.Thread(target=build, args=pair) for pair in zip(specs, job_budgets(specs), strict=True)]
     for thread in threads:

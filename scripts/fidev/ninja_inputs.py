@@ -5,13 +5,15 @@ ninja rebuilds an object when one of its inputs (the source and every header its
 listed) is newer than the object. An edit makes the file newer, so it rebuilds. But restoring an
 older copy of a file (`mv`, `cp -p`, `rsync -a`, a `git stash` that keeps times) gives it an
 older mtime: ninja sees nothing newer than the object, and the module stays built from the edit.
-After every successful build this records the mtime and size of each object's inputs (ninja's
-own deps log, `ninja -t deps`); before the next build, an input whose mtime or size moved while
-staying older than its object means that object is removed, so ninja rebuilds it.
+After every successful build this records the mtime, size and content hash of each object's
+inputs (ninja's own deps log, `ninja -t deps`); before the next build, an input whose mtime or size
+moved while staying older than its object means that object is removed, so ninja rebuilds it. The
+hashes tell `affected` which inputs truly changed since the build (content, not a touched mtime).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -47,26 +49,67 @@ def _stat(path: str) -> list[int] | None:
     return [st.st_mtime_ns, st.st_size]
 
 
+def _hash(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
 def record(build_dir: Path, ninja_file: Path) -> None:
-    """After a successful build: the stat of every input of every object, written atomically."""
-    stamp = {obj: {path: _stat(path) for path in inputs} for obj, inputs in deps(build_dir, ninja_file).items()}
+    """After a successful build: [mtime, size, sha256] of every input of every object, written
+    atomically (an input many objects share is read once)."""
+    seen: dict[str, list] = {}
+
+    def fact(path: str) -> list | None:
+        if path not in seen:
+            st = _stat(path)
+            seen[path] = st and [*st, _hash(path)]
+        return seen[path]
+
+    stamp = {obj: {path: fact(path) for path in inputs} for obj, inputs in deps(build_dir, ninja_file).items()}
     tmp = build_dir / f"{STAMP}.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(stamp))
     os.replace(tmp, build_dir / STAMP)
 
 
+def _recorded(build_dir: Path) -> dict[str, dict[str, list | None]] | None:
+    try:
+        return json.loads((build_dir / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def edited(build_dir: Path) -> dict[str, str] | None:
+    """The inputs of a module whose content differs from the last build's: {path: "edited" or
+    "deleted"}. A moved mtime with the same content is no edit. None when the build left no
+    record (a module FlashInfer's own loader built, or one built before records had hashes)."""
+    stamp = _recorded(build_dir)
+    if stamp is None:
+        return None
+    found: dict[str, str] = {}
+    for inputs in stamp.values():
+        for path, was in inputs.items():
+            if path in found or was is None:
+                continue
+            now = _stat(path)
+            if now is None:
+                found[path] = "deleted"
+            elif now != was[:2] and (len(was) < 3 or _hash(path) != was[2]):
+                found[path] = "edited"
+    return found
+
+
 def restored(build_dir: Path) -> dict[str, list[str]]:
     """object -> the inputs that changed since the last build without becoming newer than it."""
-    try:
-        stamp = json.loads((build_dir / STAMP).read_text())
-    except (OSError, ValueError):
-        return {}
+    stamp = _recorded(build_dir) or {}
     found = {}
     for obj, inputs in stamp.items():
         built = _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
         if built is None:
             continue  # gone: ninja rebuilds it anyway
-        moved = [path for path, was in inputs.items() if (now := _stat(path)) is not None and now != was and now[0] <= built[0]]
+        moved = [path for path, was in inputs.items() if was and (now := _stat(path)) is not None and now != was[:2] and now[0] <= built[0]]
         if moved:
             found[obj] = moved
     return found

@@ -22,6 +22,7 @@ class SmokeModule:
     sm90: bool = False  # built and tested on sm_90 only
     tier: str = DEFAULT
     abi: bool = False  # called directly through TVM-FFI by abi-smoke, as the Rust bindings call it
+    tests: tuple[str, ...] = ()  # the tests under tests/ that load it (a function's every case), for `affected`
 
 
 def _attention_args():
@@ -95,23 +96,38 @@ def _topk():
     return gen_topk_module()
 
 
+def _tests(*names: str) -> tuple[str, ...]:
+    """Test functions under tests/ ("smoke/test_kernels.py::test_rmsnorm"), each with all its cases."""
+    return names
+
+
+_K, _W, _A = "smoke/test_kernels.py::", "smoke/test_wide.py::", "abi_smoke/test_abi.py::"
+_SIGNATURES = _A + "test_runtime_signature_equals_the_source"
+_SINGLE_PREFILL = (_K + "test_single_prefill", _A + "test_single_prefill_run", _A + "test_bad_single_prefill_call_is_a_decoded_error", _SIGNATURES)
+_BATCH_PREFILL = (_W + "test_batch_prefill_paged", _W + "test_batch_prefill_ragged")
+
 MODULES = [
-    SmokeModule("norm", "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm", _norm, abi=True),
-    SmokeModule("silu", "silu_and_mul", _silu),
-    SmokeModule("sampling", "top_k_top_p_sampling_from_probs", _sampling),
-    SmokeModule("single_decode", "single_decode_with_kv_cache", _single_decode),
-    SmokeModule("single_prefill_fa2", "single_prefill_with_kv_cache(backend='fa2')", lambda: _single_prefill("fa2"), abi=True),
+    SmokeModule("norm", "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm", _norm, abi=True,
+                tests=_tests(_K + "test_rmsnorm", _K + "test_fused_add_rmsnorm", _A + "test_norm", _A + "test_bad_norm_call_is_a_decoded_error",
+                             _SIGNATURES)),
+    SmokeModule("silu", "silu_and_mul", _silu, tests=_tests(_K + "test_silu_and_mul")),
+    SmokeModule("sampling", "top_k_top_p_sampling_from_probs", _sampling, tests=_tests(_K + "test_top_k_top_p_sampling")),
+    SmokeModule("single_decode", "single_decode_with_kv_cache", _single_decode, tests=_tests(_K + "test_single_decode")),
+    SmokeModule("single_prefill_fa2", "single_prefill_with_kv_cache(backend='fa2')", lambda: _single_prefill("fa2"), abi=True,
+                tests=_tests(*_SINGLE_PREFILL)),
     SmokeModule("single_prefill_fa3", "single_prefill_with_kv_cache(backend='fa3'|'auto')", lambda: _single_prefill("fa3"), sm90=True,
-                abi=True),
+                abi=True, tests=_tests(*_SINGLE_PREFILL, _K + "test_auto_backend_is_fa3_on_sm90")),
     # Wide tier: its 32 kernel instantiations alone take about 5 minutes of a cold build on
     # 16 cores (measured on an H100 host), past the default tier's 3-minute budget.
-    SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True, tier=WIDE, abi=True),
-    SmokeModule("batch_prefill_fa2", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa2')", lambda: _batch_prefill("fa2"), tier=WIDE),
+    SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True, tier=WIDE, abi=True,
+                tests=_tests(_W + "test_gdn_prefill", _A + "test_gdn_prefill", _A + "test_bad_gdn_prefill_call_is_a_decoded_error", _SIGNATURES)),
+    SmokeModule("batch_prefill_fa2", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa2')", lambda: _batch_prefill("fa2"), tier=WIDE,
+                tests=_BATCH_PREFILL),
     SmokeModule("batch_prefill_fa3", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa3')", lambda: _batch_prefill("fa3"),
-                sm90=True, tier=WIDE),
-    SmokeModule("batch_decode", "BatchDecodeWithPagedKVCacheWrapper", _batch_decode, tier=WIDE),
-    SmokeModule("page", "append_paged_kv_cache", _page, tier=WIDE),
-    SmokeModule("topk", "top_k", _topk, tier=WIDE),
+                sm90=True, tier=WIDE, tests=_BATCH_PREFILL),
+    SmokeModule("batch_decode", "BatchDecodeWithPagedKVCacheWrapper", _batch_decode, tier=WIDE, tests=_tests(_W + "test_batch_decode_paged")),
+    SmokeModule("page", "append_paged_kv_cache", _page, tier=WIDE, tests=_tests(_W + "test_append_paged_kv_cache")),
+    SmokeModule("topk", "top_k", _topk, tier=WIDE, tests=_tests(_W + "test_top_k")),
 ]
 BY_KEY = {m.key: m for m in MODULES}
 

@@ -82,6 +82,8 @@ class FlashInferBuilds:
                 started = time.perf_counter()
                 original(spec, verbose, need_lock)
                 took = time.perf_counter() - started
+                if fresh or took > 1:  # it compiled: keep what from, for `affected`
+                    module_builds.record_build(spec.build_dir, spec.ninja_path)
                 if fresh or took > 1:
                     self.say(f"upstream-tests: {spec.name} built in {took:.0f} s")
 

@@ -1,0 +1,265 @@
+"""Rebuild and test what your edits of the vendored FlashInfer touch: changed file, then modules, then tests, then result.
+
+  affected.py [--list]
+
+1. What changed, since each built module of FlashInfer's JIT dir was built (smoke's and
+   abi-smoke's, and any upstream-tests built): its sources and headers, by content against the
+   hashes `build` recorded (fidev.ninja_inputs: a touched file with the same content is no edit),
+   and the tree's Python files, which generate modules' sources (fidev.build_records). When a
+   Python file changed, the modules are regenerated without compiling (smoke's through
+   fidev.smoke_modules; FlashInfer's tests' through a dry run of the tests recorded for them,
+   FLASHINFER_DISABLE_JIT=1) and their generated sources compared by content.
+2. The modules' tests: smoke's and abi-smoke's from fidev.smoke_modules; FlashInfer's own from the
+   record the upstream-tests plan keeps beside the JIT dir (which test asked for which module).
+3. It rebuilds just those modules and runs just those tests, then prints one table and a line
+   naming what failed and the command that reruns it alone. --list stops after the table's first
+   three columns. Exit status 1 when a build or a test failed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fidev import build_records, build_stamp, kernel_source, module_builds, ninja_inputs, smoke_modules, source_tree
+from fidev.failure import ArgumentParser, Failure, run_main
+from fidev.manifest import ROOT, pins
+
+CACHE = Path(".cache") / "flashinfer"  # under FLASHINFER_WORKSPACE_BASE or HOME (flashinfer/jit/env.py at v0.6.3)
+NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
+BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then edit and run affected"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / CACHE
+
+
+def jit_dirs(version: str) -> list[Path]:
+    """`<cache>/<version>/<arch>/cached_ops` (flashinfer/jit/env.py: FLASHINFER_JIT_DIR), each arch."""
+    cache = cache_dir()
+    found = sorted(p for p in (cache / version).glob("*/cached_ops") if p.is_dir())
+    if found:
+        return found
+    others = sorted(p.parent.parent.name for p in cache.glob("*/*/cached_ops"))
+    if others:
+        raise Failure(f"the JIT dir {cache} holds builds of FlashInfer {', '.join(sorted(set(others)))}, none of {version}, the pinned one",
+                      BUILD_FIX)
+    raise Failure(f"nothing is built yet: no JIT dir under {cache}", BUILD_FIX)
+
+
+class Built:
+    """A module built in a JIT dir, in the shape fidev.module_builds builds."""
+
+    def __init__(self, build_dir: Path):
+        self.name, self.build_dir = build_dir.name, build_dir
+        self.ninja_path, self.jit_library_path = build_dir / "build.ninja", build_dir / f"{build_dir.name}.so"
+
+
+def built_modules(jit_dir: Path) -> list[Built]:
+    return [Built(d) for d in sorted(jit_dir.iterdir()) if (d / "build.ninja").is_file() and (d / f"{d.name}.so").is_file()]
+
+
+def tier_keys(jit_dir: Path) -> dict[str, str]:
+    """{module name: smoke module key} for the modules `build` made, from its stamps (no import)."""
+    keys = {}
+    for stamp in cache_dir().glob(build_stamp.NAME.replace(".json", "*.json")):
+        data = build_records._read(stamp) or {}
+        keys.update({m["name"]: m["key"] for m in data.get("modules", []) if Path(m["build_dir"]).parent == jit_dir})
+    return keys
+
+
+def check_tree(tree: Path, modules: list[Built]) -> None:
+    """The vendored tree is there, and the built modules were compiled from it."""
+    found = source_tree.inspect(tree, pins())
+    if found.kind in ("missing", "not a folder", "empty"):
+        raise Failure(f"there is no vendored FlashInfer tree at {source_tree.shown(tree)} ({found.kind})",
+                      "get it first (README: First, the FlashInfer source), then build")
+    real = tree.resolve()
+    for module in modules:
+        inputs = {path for deps in ninja_inputs.deps(module.build_dir, module.ninja_path).values() for path in deps}
+        for path in sorted(inputs):
+            resolved = Path(path).resolve()
+            if ("/include/flashinfer/" in str(resolved) or "/csrc/" in str(resolved)) and not resolved.is_relative_to(real):
+                raise Failure(f"{module.name} was built from {str(resolved).split('/include/flashinfer/')[0].split('/csrc/')[0]}, "
+                              f"not the vendored tree {source_tree.shown(tree)}",
+                              "rebuild it from the vendored tree: pixi run -e flashinfer-dev build, or upstream-tests FAMILY for "
+                              "FlashInfer's own tests' modules")
+
+
+def regenerate(tier: list[str], upstream_nodes: list[str]) -> dict:
+    """Write the generated sources of the modules again, compiling nothing: smoke's by their
+    generators (one import of flashinfer), FlashInfer's tests' by a dry run of their tests.
+    Returns smoke's modules' new JitSpecs by name (a build of them rewrites build.ninja too)."""
+    specs = {}
+    if tier:
+        from fidev.flashinfer_import import import_flashinfer
+
+        import_flashinfer()
+        for key in tier:
+            spec = smoke_modules.BY_KEY[key].make()  # the generator writes its sources (write_if_different)
+            specs[spec.name] = spec
+    if upstream_nodes:
+        import upstream_tests
+
+        tests = upstream_tests.tests_dir()
+        upstream_tests.plan(upstream_tests.resolve(upstream_nodes, tests), [], tests)
+    return specs
+
+
+def run_tests(label: str, cmd: list[str], env) -> tuple[int, set[str]]:
+    """A pytest run in its own process, its output shown: (status, the node ids that failed or
+    errored, from pytest's short summary, -ra)."""
+    print(f"affected: {label}: {' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    failed, passed = set(), False
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        if m := re.match(r"(?:FAILED|ERROR) (\S+)", line):
+            failed.add(m.group(1))
+        passed |= bool(re.search(r"\b[1-9]\d* passed\b", line))
+    status = proc.wait()
+    return (status if passed or status else NOTHING_PASSED), failed
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [min(60, max(len(r[i]) for r in rows)) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]) for r in rows)
+
+
+def short(items, n: int = 3) -> str:
+    items = sorted(items)
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else "-"
+
+
+def main() -> int:
+    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--list", action="store_true", help="name the changed files, modules and tests; build and run nothing")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    p = pins()
+    tree = p.source_dir
+    dirs = jit_dirs(p.flashinfer)
+    modules = [m for d in dirs for m in built_modules(d)]
+    if not modules:
+        raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", BUILD_FIX)
+    check_tree(tree, modules)
+    kernel_source.apply()
+
+    def changes() -> dict[str, dict[str, str]]:
+        """{module name: {changed file: how}} by content, sources and headers."""
+        found = {}
+        for m in modules:
+            edits = ninja_inputs.edited(m.build_dir)
+            if edits is None:  # built without a content record: ninja's mtimes decide
+                pending = ninja_inputs.dry_run(m.build_dir, m.ninja_path)
+                edits = {f"{m.name} (no record: ninja finds newer inputs)": "edited"} if pending is None or pending[0] else {}
+            if edits:
+                found[m.name] = edits
+        return found
+
+    tier = {name: key for d in dirs for name, key in tier_keys(d).items()}
+    recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
+    generators = {m.name: build_records.changed_generators(m.build_dir, tree) or [] for m in modules}
+    python_edits = sorted({f for files in generators.values() for f in files})
+    specs = {}
+    if python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
+        stale = [m for m in modules if generators[m.name]]
+        lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
+        print(f"affected: {short(Path(f).name for f in python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
+              f"module(s), compiling nothing" + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else ""))
+        specs = regenerate([tier[m.name] for m in stale if m.name in tier],
+                           sorted({t for m in stale if m.name not in tier for t in recorded.get(m.name, [])}))
+    changed = changes()
+    for name, edits in changed.items():
+        gone = [f for f, how in edits.items() if how == "deleted"]
+        if gone:
+            raise Failure(f"{gone[0]}, an input of {name}, is gone (deleted since the build)",
+                          "restore it (git checkout -- FILE in the tree), or regenerate it: pixi run -e flashinfer-dev build "
+                          "(smoke's modules), upstream-tests FAMILY (FlashInfer's tests' modules)")
+    for m in modules:  # regenerated to the same sources: current as built, for the next run too
+        if generators[m.name] and m.name not in changed and (m.name in tier or recorded.get(m.name)):
+            build_records.record_generators(m.build_dir, tree)
+    by_file: dict[str, set[str]] = {}
+    for name, edits in changed.items():
+        for f in edits:
+            shown = f"{short(Path(g).name for g in python_edits)} -> {Path(f).name}" if python_edits and "/generated/" in f else f
+            by_file.setdefault(shown, set()).add(name)
+    for f in python_edits:
+        if not any(k.startswith(Path(f).name) for k in by_file):
+            by_file.setdefault(f, set())
+    checked_s = time.perf_counter() - started
+    if not by_file:
+        print(f"affected: nothing changed since the {len(modules)} built modules were built (checked in {checked_s:.2f} s)")
+        return 0
+
+    def selectors(names) -> set[str]:
+        """What a module's tests are, as node ids or function prefixes of pytest's failure lines."""
+        return {f"tests/{t}" for n in names if n in tier for t in smoke_modules.BY_KEY[tier[n]].tests} | \
+            {t for n in names for t in recorded.get(n, [])}
+
+    ours = sorted({t for name in changed if name in tier for t in smoke_modules.BY_KEY[tier[name]].tests})
+    theirs = sorted({t for name in changed for t in recorded.get(name, [])})
+    unmapped = sorted(name for name in changed if name not in tier and not recorded.get(name))
+    rows = [("changed file", "modules", "tests", "result")]
+    for f, names in sorted(by_file.items()):
+        tests = selectors(names)
+        rows.append((source_tree.shown(Path(f)) if f.startswith("/") else f, short(names, 2) if names else "no built module",
+                     f"{len(tests)} test(s)" if tests else "-", ""))
+    if args.list:
+        print(table(rows))
+        if unmapped:
+            print(f"affected: no test is recorded for {short(unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
+        return 0
+
+    to_build = [specs.get(m.name, m) for m in modules if m.name in changed]
+    try:
+        build_s, slowest = module_builds.build_specs(to_build)
+    except Failure as failure:
+        print(table([rows[0], *[(*r[:3], "build failed") for r in rows[1:]]]))
+        raise Failure(f"the build of {short(m.name for m in to_build)} failed: {failure.problem}", failure.fix) from None
+    built = f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s" + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
+    print(f"affected: {built}")
+    failed: set[str] = set()
+    broken, reruns = [], []
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # our suites need no third-party plugin (fidev.gpu_suite)
+    if ours:
+        wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
+        status, bad = run_tests("smoke and abi-smoke tests", [sys.executable, "-m", "pytest", *[f"tests/{t}" for t in ours], "-ra", "-q",
+                                                             "-p", "no:cacheprovider", *wide], env)
+        failed |= bad
+        if bad:
+            reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(sorted(bad)) + "".join(f" {w}" for w in wide))
+        elif status != 0:
+            broken.append("no smoke or abi-smoke test passed (skipped: reasons above)" if status == NOTHING_PASSED
+                          else f"tests/ exited {status} with no failed test named")
+    if theirs:
+        status, bad = run_tests("FlashInfer's tests", [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *theirs], os.environ)
+        failed |= bad
+        if bad:
+            reruns.append("pixi run -e flashinfer-dev upstream-tests --no-plan " + " ".join(sorted(bad)[:5]) + (" ..." if len(bad) > 5 else ""))
+        elif status != 0:
+            broken.append("no FlashInfer test passed (skipped: reasons above)" if status == NOTHING_PASSED
+                          else f"upstream-tests exited {status} with no failed test named")
+    result = []
+    for row, names in zip(rows[1:], [names for _, names in sorted(by_file.items())], strict=True):
+        sel = selectors(names)
+        mine = [f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") for x in sel)]
+        result.append((*row[:3], f"{len(mine)} failed" if mine else "passed" if sel and not broken else "-" if not sel else "unknown"))
+    print(table([rows[0], *result]))
+    if unmapped:
+        print(f"affected: no test is recorded for {short(unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
+    total = time.perf_counter() - started
+    if failed or broken:
+        print(f"affected: {len(failed)} failed ({short(failed, 4)}){'; ' + '; '.join(broken) if broken else ''}; {built}; {total:.1f} s "
+              f"in all\naffected: rerun alone: " + ("; ".join(reruns) or "see the output above"))
+        return 1
+    print(f"affected: every selected test passed; {built}; {total:.1f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

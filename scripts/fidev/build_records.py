@@ -1,0 +1,101 @@
+"""What the workspace records of its builds beside FlashInfer's JIT dir, for `affected`.
+
+- Per module, in its build folder (`.fidev-generators.json`): the content of the FlashInfer
+  tree's Python files when the module was last built. Those files generate a module's sources
+  (jinja templates rendered by flashinfer/jit/*.py), so an edit to one may change what the module
+  compiles. fidev.ninja_inputs keeps the module's other inputs (sources, headers).
+- Per JIT dir, in its parent (`<base>/.cache/flashinfer/<version>/<arch>/fidev-module-tests.json`,
+  so it goes stale with the FlashInfer version and the architecture): which of FlashInfer's own
+  tests need each module, from the upstream-tests plan's dry run, whose records follow FlashInfer's
+  JIT report (tests/conftest.py, lines 148-166 at v0.6.3: the test's node id, the module's name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+GENERATORS = ".fidev-generators.json"
+MODULE_TESTS = "fidev-module-tests.json"
+
+
+def python_sources(tree: Path) -> list[Path]:
+    """The Python files of the FlashInfer package in `tree`, without the editable install's
+    flashinfer/data links (to csrc/, include/, 3rdparty/)."""
+    package = tree / "flashinfer"
+    found = []
+    for root, dirs, files in os.walk(package):
+        if Path(root) == package:
+            dirs[:] = [d for d in dirs if d != "data"]
+        dirs.sort()
+        found += [Path(root, name) for name in sorted(files) if name.endswith(".py")]
+    return found
+
+
+def _write(path: Path, data) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _read(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _fact(path: Path) -> list | None:
+    try:
+        st = path.stat()
+        return [st.st_mtime_ns, st.st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
+    except OSError:
+        return None
+
+
+def record_generators(build_dir: Path, tree: Path, cache: dict[Path, list | None] | None = None) -> None:
+    """After a module was built from `tree`: the tree's Python files as they were (`cache` spares
+    re-reading them for each module of one build)."""
+    cache = {} if cache is None else cache
+    if not cache:
+        cache.update((path, _fact(path)) for path in python_sources(tree))
+    _write(build_dir / GENERATORS, {str(path): fact for path, fact in cache.items()})
+
+
+def changed_generators(build_dir: Path, tree: Path) -> list[str] | None:
+    """The tree's Python files whose content differs from when the module was built (added and
+    removed files too), or None when its build left no record."""
+    was = _read(build_dir / GENERATORS)
+    if not isinstance(was, dict):
+        return None
+    now = {str(p) for p in python_sources(tree)}
+    changed = sorted(set(was) ^ now)
+    for path in sorted(now & set(was)):
+        old = was[path]
+        st = os.stat(path)
+        if old is None or [st.st_mtime_ns, st.st_size] != old[:2] and _fact(Path(path))[2] != old[2]:
+            changed.append(path)
+    return sorted(changed)
+
+
+def add_module_tests(jit_dir: Path, report_lines: list[dict]) -> None:
+    """Merge the records of a dry run (FlashInfer's JIT-report objects: test_name, module_name)
+    into the JIT dir's record of which tests need each module."""
+    target = jit_dir.parent / MODULE_TESTS
+    known = module_tests(jit_dir)
+    for entry in report_lines:
+        name, test = entry.get("module_name"), entry.get("test_name")
+        if name and test and name != "unknown":
+            known.setdefault(name, [])
+            if test not in known[name]:
+                known[name].append(test)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _write(target, {name: sorted(tests) for name, tests in sorted(known.items())})
+
+
+def module_tests(jit_dir: Path) -> dict[str, list[str]]:
+    """{module name: FlashInfer test node ids (relative to the tree)} recorded for this JIT dir."""
+    data = _read(jit_dir.parent / MODULE_TESTS)
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,155 @@
+"""`affected` on the CPU: from an edit of the vendored tree to the modules it touches and their
+tests, against a stand-in JIT dir built by a real ninja and C++ compiler.
+
+The stand-ins follow FlashInfer's files at v0.6.3:
+- each module's build.ninja: flashinfer/jit/cpp_ext.py, lines 249-252 (rule `compile`:
+  `$cxx -MMD -MF $out.d $cflags -c $in -o $out`, `depfile = $out.d`, `deps = gcc`), lines 276-279
+  (rule `link`) and 281-297 (absolute object and .so paths under `<jit dir>/<name>/`, `default` the
+  .so); so ninja's deps log, which fidev.ninja_inputs reads, is the one a real build leaves;
+- the JIT dir's place: flashinfer/jit/env.py, `<base>/.cache/flashinfer/<version>/<arch>/cached_ops`;
+- the record of which test needs which module: the entries of FlashInfer's JIT report,
+  tests/conftest.py lines 148-166 (test_name is the item's node id, module_name the spec's name,
+  spec_info the str() of a dict) as the upstream-tests plan stores them (fidev.build_records).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fidev import build_records, build_stamp, module_builds
+from fidev.manifest import ROOT, pins
+from script_runs import two_line_failure
+
+pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+
+TRAP = "raise ImportError('affected imported flashinfer')\n"  # no generator changed: no import
+
+
+def build_module(jit_dir, name, sources, tree):
+    """A module laid out and built as FlashInfer's cpp_ext.py writes it, then recorded as `build` does."""
+    out = jit_dir / name
+    out.mkdir(parents=True, exist_ok=True)
+    objects = [f"{out}/{src.stem}.o" for src in sources]
+    lines = ["cxx = c++", f"cflags = -fPIC -I{tree}/include", "", "rule compile", "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags",
+             "  depfile = $out.d", "  deps = gcc", "", "rule link", "  command = $cxx $in -shared -o $out", ""]
+    lines += [f"build {obj}: compile {src.resolve()}" for obj, src in zip(objects, sources, strict=True)]
+    lines += ["", f"build {out}/{name}.so: link " + " ".join(objects), f"default {out}/{name}.so", ""]
+    (out / "build.ninja").write_text("\n".join(lines))
+    subprocess.run(["ninja", "-C", str(out)], check=True, capture_output=True)
+    module_builds.record_build(out, out / "build.ninja", tree=tree)
+    return out
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    """A vendored tree (a header, a csrc/ source, a Python generator), a JIT dir with `norm`
+    (smoke's, named in build's stamp) and `norm_upstream` (built for FlashInfer's own tests, with
+    their record), and a workspace copy whose manifest points at the tree."""
+    tree = tmp_path / "tree"
+    for d in ("flashinfer/jit", "include/flashinfer", "csrc", "tests"):
+        (tree / d).mkdir(parents=True)
+    (tree / "flashinfer/__init__.py").write_text(TRAP)
+    (tree / "flashinfer/jit/activation.py").write_text("# a generator\n")
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 1;\n")
+    (tree / "include/flashinfer/other.cuh").write_text("constexpr int J = 1;\n")
+    (tree / "csrc/norm.cu.cc").write_text('#include "flashinfer/norm.cuh"\nint f() { return K; }\n')
+    (tree / "csrc/other.cc").write_text('#include "flashinfer/other.cuh"\nint g() { return J; }\n')
+    root = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    (root / "pyproject.toml").write_text(text)
+    env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base"), "PYTHONPATH": str(tree)}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    jit_dir = tmp_path / "base/.cache/flashinfer" / pins().flashinfer / "90a/cached_ops"
+    norm = build_module(jit_dir, "norm", [tree / "csrc/norm.cu.cc"], tree)
+    build_module(jit_dir, "norm_upstream", [tree / "csrc/other.cc"], tree)
+    build_stamp.write({"wide": False, "abi": False}, "stamp", [build_stamp.Module("norm", "norm", norm, [tree / "csrc/norm.cu.cc"])])
+    node = "tests/utils/test_norm.py::test_norm[dtype0-4096]"
+    build_records.add_module_tests(jit_dir, [{"test_name": node, "module_name": "norm_upstream", "spec_info": str({"name": "norm_upstream"})}])
+    return tree, root, jit_dir, env
+
+
+def affected(root, env, *args):
+    return subprocess.run([sys.executable, str(root / "scripts/affected.py"), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_nothing_changed_is_said_without_importing_flashinfer(ws):
+    _, root, _, env = ws
+    done = affected(root, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing changed since the 2 built modules were built" in done.stdout
+
+
+def test_a_touched_header_with_the_same_content_is_no_edit(ws):
+    tree, root, _, env = ws
+    header = tree / "include/flashinfer/norm.cuh"
+    os.utime(header, ns=(header.stat().st_mtime_ns + 10**9,) * 2)
+    assert "nothing changed" in affected(root, env).stdout
+
+
+def test_a_header_edit_names_its_module_and_smoke_tests(ws):
+    tree, root, _, env = ws
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    done = affected(root, env, "--list")
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = next(line for line in done.stdout.splitlines() if "norm.cuh" in line)
+    tests = len(__import__("fidev.smoke_modules", fromlist=["BY_KEY"]).BY_KEY["norm"].tests)
+    assert row.split()[1] == "norm" and f"{tests} test(s)" in row, done.stdout
+    assert "other" not in done.stdout
+
+
+def test_a_source_edit_reaches_the_module_flashinfers_tests_built(ws):
+    tree, root, _, env = ws
+    (tree / "csrc/other.cc").write_text('#include "flashinfer/other.cuh"\nint g() { return J + 1; }\n')
+    done = affected(root, env, "--list")
+    row = next(line for line in done.stdout.splitlines() if "other.cc" in line)
+    assert "norm_upstream" in row and "1 test(s)" in row, done.stdout
+
+
+def test_a_restored_copy_of_an_edit_that_was_built_is_a_change(ws):
+    """cp -p of the original after a build of the edit: the module holds the edit, so it is affected."""
+    tree, root, jit_dir, env = ws
+    header = tree / "include/flashinfer/norm.cuh"
+    saved = tree / "norm.cuh.orig"
+    shutil.copy2(header, saved)
+    header.write_text("constexpr int K = 2;\n")
+    subprocess.run(["ninja", "-C", str(jit_dir / "norm")], check=True, capture_output=True)
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
+    subprocess.run(["cp", "-p", str(saved), str(header)], check=True)
+    done = affected(root, env, "--list")
+    assert any("norm.cuh" in line and " norm " in f" {line} " for line in done.stdout.splitlines()), done.stdout
+
+
+def test_a_generator_edit_regenerates_through_flashinfer(ws):
+    """A Python edit is the one change that imports FlashInfer: smoke's modules are regenerated by
+    their generators (here the stand-in tree's flashinfer refuses the import: two lines)."""
+    tree, root, _, env = ws
+    (tree / "flashinfer/jit/activation.py").write_text("# a generator, edited\n")
+    done = affected(root, env, "--list")
+    assert "affected: activation.py changed: regenerating the sources of 2 module(s), compiling nothing" in done.stdout
+    two_line_failure(done, "import flashinfer failed: ImportError: affected imported flashinfer")
+
+
+def test_bad_input_gets_two_lines(ws, tmp_path):
+    tree, root, jit_dir, env = ws
+    two_line_failure(affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "nothing")}), "nothing is built yet")
+    other = tmp_path / "old/.cache/flashinfer/0.5.0/90a/cached_ops/norm"
+    other.mkdir(parents=True)
+    two_line_failure(affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "old")}), "holds builds of FlashInfer 0.5.0")
+    (tree / "csrc/other.cc").unlink()
+    two_line_failure(affected(root, env), "an input of norm_upstream, is gone")
+
+
+def test_modules_built_from_another_tree_are_refused(ws, tmp_path):
+    tree, root, jit_dir, env = ws
+    elsewhere = tmp_path / "site-packages/flashinfer/data"
+    shutil.copytree(tree / "include", elsewhere / "include")
+    (tree / "csrc/third.cc").write_text(f'#include "{elsewhere}/include/flashinfer/norm.cuh"\nint h() {{ return K; }}\n')
+    build_module(jit_dir, "foreign", [tree / "csrc/third.cc"], tree)
+    two_line_failure(affected(root, env), "foreign was built from")
+
