@@ -58,6 +58,12 @@ class Built:
         self.name, self.build_dir = build_dir.name, build_dir
         self.ninja_path, self.jit_library_path = build_dir / "build.ninja", build_dir / f"{build_dir.name}.so"
 
+    @property
+    def sources(self) -> list[str]:
+        """Its sources, from the build.ninja FlashInfer wrote (`build <obj>: [cuda_]compile <source>`,
+        flashinfer/jit/cpp_ext.py, lines 281-290 at v0.6.3): fidev.module_builds shares the cores by them."""
+        return re.findall(r"^build \S+: (?:cuda_)?compile (\S+)", self.ninja_path.read_text(), re.M)
+
 
 def built_modules(jit_dir: Path) -> list[Built]:
     return [Built(d) for d in sorted(jit_dir.iterdir()) if (d / "build.ninja").is_file() and (d / f"{d.name}.so").is_file()]

@@ -21,7 +21,7 @@ import pytest
 
 from fidev import build_records, build_stamp, module_builds
 from fidev.manifest import ROOT, pins
-from script_runs import two_line_failure
+from script_runs import require, two_line_failure
 
 pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
 
@@ -58,7 +58,8 @@ def ws(tmp_path, monkeypatch):
     (tree / "csrc/norm.cu.cc").write_text('#include "flashinfer/norm.cuh"\nint f() { return K; }\n')
     (tree / "csrc/other.cc").write_text('#include "flashinfer/other.cuh"\nint g() { return J; }\n')
     root = tmp_path / "ws"
-    shutil.copytree(ROOT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in ("scripts", "tests"):
+        shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
     text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
     (root / "pyproject.toml").write_text(text)
     env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base"), "PYTHONPATH": str(tree)}
@@ -153,3 +154,19 @@ def test_modules_built_from_another_tree_are_refused(ws, tmp_path):
     build_module(jit_dir, "foreign", [tree / "csrc/third.cc"], tree)
     two_line_failure(affected(root, env), "foreign was built from")
 
+
+
+def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
+    """Past --list: the edited module is rebuilt (fidev.module_builds), the other is not, and smoke's
+    tests run; on a host without a GPU they skip, which is no pass."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, jit_dir, env = ws
+    objects = {name: (jit_dir / name / f"{stem}.o").stat().st_mtime_ns for name, stem in (("norm", "norm.cu"), ("norm_upstream", "other"))}
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    done = affected(root, env)
+    assert "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    assert (jit_dir / "norm/norm.cu.o").stat().st_mtime_ns != objects["norm"]
+    assert (jit_dir / "norm_upstream/other.o").stat().st_mtime_ns == objects["norm_upstream"]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert done.returncode == 1 and "no smoke or abi-smoke test passed" in done.stdout, done.stdout
+    assert "nothing changed" in affected(root, env).stdout  # the rebuild recorded the edit as built
