@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from fidev import build_records, build_stamp, kernel_source, module_builds, ninja_inputs, smoke_modules, source_tree
+from fidev import build_records, build_stamp, gpu_suite, kernel_source, module_builds, ninja_inputs, smoke_modules, source_tree
 from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.manifest import ROOT, pins
 
@@ -116,19 +116,45 @@ def regenerate(tier: list[str], upstream_nodes: list[str]) -> dict:
     return specs
 
 
+def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
+    """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.gpu_suite: no
+    third-party plugin), so that a flashinfer the regeneration imported is not imported again:
+    (status, the node ids that failed or errored). Our conftest redirects FlashInfer's variables
+    for the session; the environment is restored after it, for FlashInfer's own tests."""
+    class Failed:
+        def __init__(self):
+            self.ids = set()
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.ids.add(report.nodeid)
+
+    print(f"affected: smoke and abi-smoke tests: {short(tests, 4)}", flush=True)
+    collector, saved = Failed(), dict(os.environ)
+    os.environ[gpu_suite.NO_AUTOLOAD] = "1"
+    try:
+        status = gpu_suite.run_paths("affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *wide], plugins=(collector,))
+    except Failure as failure:  # nothing passed: every test skipped, or none selected
+        print(f"affected: {failure.problem}")
+        status = NOTHING_PASSED
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return status, collector.ids
+
+
 def run_tests(label: str, cmd: list[str], env) -> tuple[int, set[str]]:
     """A pytest run in its own process, its output shown: (status, the node ids that failed or
     errored, from pytest's short summary, -ra)."""
     print(f"affected: {label}: {' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    failed, passed = set(), False
+    failed = set()
     for line in proc.stdout:
         sys.stdout.write(line)
         if m := re.match(r"(?:FAILED|ERROR) (\S+)", line):
             failed.add(m.group(1))
-        passed |= bool(re.search(r"\b[1-9]\d* passed\b", line))
     status = proc.wait()
-    return (status if passed or status else NOTHING_PASSED), failed
+    return status, failed
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -231,11 +257,9 @@ def main() -> int:
     print(f"affected: {built}")
     failed: set[str] = set()
     broken, reruns = [], []
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # our suites need no third-party plugin (fidev.gpu_suite)
     if ours:
         wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
-        status, bad = run_tests("smoke and abi-smoke tests", [sys.executable, "-m", "pytest", *[f"tests/{t}" for t in ours], "-ra", "-q",
-                                                             "-p", "no:cacheprovider", *wide], env)
+        status, bad = run_ours(ours, wide)
         failed |= bad
         if bad:
             reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(sorted(bad)) + "".join(f" {w}" for w in wide))
@@ -248,8 +272,7 @@ def main() -> int:
         if bad:
             reruns.append("pixi run -e flashinfer-dev upstream-tests --no-plan " + " ".join(sorted(bad)[:5]) + (" ..." if len(bad) > 5 else ""))
         elif status != 0:
-            broken.append("no FlashInfer test passed (skipped: reasons above)" if status == NOTHING_PASSED
-                          else f"upstream-tests exited {status} with no failed test named")
+            broken.append(f"upstream-tests exited {status} with no failed test named (its last lines above say why)")
     result = []
     for row, names in zip(rows[1:], [names for _, names in sorted(by_file.items())], strict=True):
         sel = selectors(names)
