@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from fidev import build_records, build_stamp, gpu_suite, kernel_source, module_builds, ninja_inputs, smoke_modules, source_tree
+from fidev import build_records, build_stamp, gpu_suite, kernel_source, module_builds, ninja_inputs, smoke_modules, source_tree, upstream_suites
 from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.manifest import ROOT, pins
 
@@ -215,18 +215,31 @@ def main() -> int:
     for m in modules:  # regenerated to the same sources: current as built, for the next run too
         if generators[m.name] and m.name not in changed and (m.name in tier or recorded.get(m.name)):
             build_records.record_generators(m.build_dir, tree)
+    real = tree.resolve()
+
+    def in_tree(f: str) -> str:
+        """A changed input as the user knows it: relative to the tree (ninja's deps may name it
+        through the editable install's flashinfer/data links), else as given."""
+        resolved = Path(f).resolve()
+        return str(resolved.relative_to(real)) if resolved.is_relative_to(real) else f
+
     by_file: dict[str, set[str]] = {}
     for name, edits in changed.items():
         for f in edits:
-            shown = f"{short(Path(g).name for g in python_edits)} -> {Path(f).name}" if python_edits and "/generated/" in f else f
+            shown = f"{short(Path(g).name for g in python_edits)} -> {Path(f).name}" if python_edits and "/generated/" in f else in_tree(f)
             by_file.setdefault(shown, set()).add(name)
     for f in python_edits:
         if not any(k.startswith(Path(f).name) for k in by_file):
-            by_file.setdefault(f, set())
+            by_file.setdefault(in_tree(f), set())
+    # include/ and csrc/ files no built module compiles: named with the families that would
+    unreached = sorted({f for d in dirs for f in build_records.changed_tree_files(d, tree) or []} - set(by_file))
+    for f in unreached:
+        by_file[f] = set()
     checked_s = time.perf_counter() - started
     if not by_file:
         print(f"affected: nothing changed since the {len(modules)} built modules were built (checked in {checked_s:.2f} s)")
         return 0
+    reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith("/")])
 
     def selectors(names) -> set[str]:
         """What a module's tests are, as node ids or function prefixes of pytest's failure lines."""
@@ -241,10 +254,18 @@ def main() -> int:
         tests = selectors(names)
         rows.append((source_tree.shown(Path(f)) if f.startswith("/") else f, short(names, 2) if names else "no built module",
                      f"{len(tests)} test(s)" if tests else "-", ""))
-    if args.list:
-        print(table(rows))
+
+    def hints() -> None:
         if unmapped:
             print(f"affected: no test is recorded for {short(unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
+        for f, families in sorted(reaching.items()):
+            print(f"affected: {f} reaches no built module; " + (
+                f"the tests of {', '.join(families)} would build one: pixi run -e flashinfer-dev upstream-tests {families[0]}" if families
+                else "no kernel family's sources include it"))
+
+    if args.list or not changed:
+        print(table(rows))
+        hints()
         return 0
 
     to_build = [specs.get(m.name, m) for m in modules if m.name in changed]
@@ -279,8 +300,7 @@ def main() -> int:
         mine = [f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") for x in sel)]
         result.append((*row[:3], f"{len(mine)} failed" if mine else "passed" if sel and not broken else "-" if not sel else "unknown"))
     print(table([rows[0], *result]))
-    if unmapped:
-        print(f"affected: no test is recorded for {short(unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
+    hints()
     total = time.perf_counter() - started
     if failed or broken:
         print(f"affected: {len(failed)} failed ({short(failed, 4)}){'; ' + '; '.join(broken) if broken else ''}; {built}; {total:.1f} s "

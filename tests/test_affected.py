@@ -170,3 +170,19 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     assert "Traceback" not in done.stdout + done.stderr
     assert done.returncode == 1 and "no smoke or abi-smoke test passed" in done.stdout, done.stdout
     assert "nothing changed" in affected(root, env).stdout  # the rebuild recorded the edit as built
+
+
+def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
+    """include/flashinfer/page.cuh is compiled by the `page` family's csrc/page.cu (flashinfer/jit/page.py,
+    lines 25-26 at v0.6.3): no module of this JIT dir includes it."""
+    tree, root, _, env = ws
+    (tree / "csrc/page.cu").write_text('#include "flashinfer/page.cuh"\n')
+    (tree / "include/flashinfer/page.cuh").write_text("constexpr int P = 1;\n")
+    module_builds.record_build(ws[2] / "norm", ws[2] / "norm/build.ninja", tree=tree)  # the tree as of a build
+    (tree / "include/flashinfer/page.cuh").write_text("constexpr int P = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert any(line.startswith("include/flashinfer/page.cuh") and "no built module" in line for line in done.stdout.splitlines()), done.stdout
+    assert "include/flashinfer/page.cuh reaches no built module; the tests of page would build one: " \
+           "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
+    assert "rebuilt" not in done.stdout

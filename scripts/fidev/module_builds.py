@@ -55,8 +55,10 @@ def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = No
     files among the modules of one build; `tree` is the manifest's vendored tree unless given."""
     from fidev.manifest import pins
 
+    tree = tree or pins().source_dir
     ninja_inputs.record(build_dir, ninja_file)
-    build_records.record_generators(build_dir, tree or pins().source_dir, generators)
+    build_records.record_generators(build_dir, tree, generators)
+    build_records.record_tree(build_dir.parent, tree)
 
 
 def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:

@@ -1,10 +1,21 @@
 """FlashInfer's own test suites (the tests/ of the source tree), by kernel family, so that a
 contributor need not know their layout. The node ids are those of the pinned release (v0.6.3);
-upstream-tests checks they exist before it runs anything."""
+upstream-tests checks they exist before it runs anything.
+
+Each family also names what its modules compile, relative to the tree (`sources`, globs): the
+csrc/ files and templates its generators list at v0.6.3 (flashinfer/jit/norm.py lines 29-30,
+sampling.py 25-27, topk.py 25-26, page.py 25-26, rope.py 25-26, cascade.py 25-26, quantization.py
+25-26; the attention and gdn generators in jit/attention/modules.py and jit/gdn.py render
+csrc/*_kernel_inst.jinja and compile csrc/<kind>*.cu; the activation template includes
+<flashinfer/activation.cuh>, jit/activation.py line 26). `affected` follows their #include lines
+to name the families whose tests would compile a file that no built module does.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -12,31 +23,86 @@ class Family:
     name: str
     what: str
     nodes: tuple[str, ...]  # paths under tests/, or path::test_function
+    sources: tuple[str, ...] = field(default=())  # globs, relative to the tree: what its modules compile
 
 
 FAMILIES = [
-    Family("norm", "rmsnorm, fused add rmsnorm, gemma rmsnorm, layernorm", ("utils/test_norm.py",)),
-    Family("activation", "silu/gelu/gelu-tanh and mul", ("utils/test_activation.py",)),
-    Family("sampling", "sampling from probs and logits, top-k/top-p/min-p", ("utils/test_sampling.py",)),
-    Family("topk", "top-k and its page-table/ragged transforms", ("utils/test_topk.py",)),
-    Family("page", "appending to a paged KV cache", ("attention/test_page.py",)),
-    Family("rope", "rotary embeddings, with quantize-and-append", ("attention/test_rope.py",)),
+    Family("norm", "rmsnorm, fused add rmsnorm, gemma rmsnorm, layernorm", ("utils/test_norm.py",),
+           ("csrc/norm.cu", "csrc/flashinfer_norm_binding.cu")),
+    Family("activation", "silu/gelu/gelu-tanh and mul", ("utils/test_activation.py",),
+           ("flashinfer/jit/activation.py", "include/flashinfer/activation.cuh")),
+    Family("sampling", "sampling from probs and logits, top-k/top-p/min-p", ("utils/test_sampling.py",),
+           ("csrc/sampling.cu", "csrc/renorm.cu", "csrc/flashinfer_sampling_binding.cu")),
+    Family("topk", "top-k and its page-table/ragged transforms", ("utils/test_topk.py",),
+           ("csrc/topk.cu", "csrc/flashinfer_topk_binding.cu")),
+    Family("page", "appending to a paged KV cache", ("attention/test_page.py",),
+           ("csrc/page.cu", "csrc/flashinfer_page_binding.cu")),
+    Family("rope", "rotary embeddings, with quantize-and-append", ("attention/test_rope.py",),
+           ("csrc/rope.cu", "csrc/flashinfer_rope_binding.cu")),
     Family("single_decode", "single-request decode: soft cap, sliding window, ALiBi", (
         "attention/test_logits_cap.py::test_single_decode_logits_soft_cap",
         "attention/test_sliding_window.py::test_single_decode_sliding_window",
-        "attention/test_alibi.py::test_single_decode_alibi")),
+        "attention/test_alibi.py::test_single_decode_alibi"),
+        ("csrc/single_decode.cu", "csrc/single_decode_jit_binding.cu", "csrc/single_decode_*.jinja")),
     Family("single_prefill", "single-request prefill (fa2), soft cap, sliding window, ALiBi", (
         "attention/test_single_prefill.py",
         "attention/test_logits_cap.py::test_single_prefill_logits_soft_cap",
         "attention/test_sliding_window.py::test_single_prefill_sliding_window",
-        "attention/test_alibi.py::test_single_prefill_alibi")),
+        "attention/test_alibi.py::test_single_prefill_alibi"),
+        ("csrc/single_prefill.cu", "csrc/single_prefill_jit_binding.cu", "csrc/single_prefill_kernel_inst.jinja",
+         "csrc/single_prefill_customize_config.jinja")),
     Family("decode", "batch decode on paged KV, CUDA graphs, tensor cores", (
-        "attention/test_batch_decode_kernels.py", "attention/test_tensor_cores_decode.py", "attention/test_non_contiguous_decode.py")),
+        "attention/test_batch_decode_kernels.py", "attention/test_tensor_cores_decode.py", "attention/test_non_contiguous_decode.py"),
+        ("csrc/batch_decode.cu", "csrc/batch_decode_jit_binding.cu", "csrc/batch_decode_kernel_inst.jinja",
+         "csrc/batch_decode_customize_config.jinja")),
     Family("prefill", "batch prefill on paged and ragged KV", (
-        "attention/test_batch_prefill_kernels.py", "attention/test_non_contiguous_prefill.py")),
-    Family("hopper", "fa3 (sm_90) single, batch and paged prefill", ("attention/test_hopper.py",)),
-    Family("cascade", "shared-prefix (cascade) attention", ("attention/test_shared_prefix_kernels.py",)),
-    Family("gdn", "gated delta rule prefill and decode", ("gdn/test_prefill_delta_rule.py", "gdn/test_decode_delta_rule.py")),
-    Family("quantization", "packbits and segment packbits", ("utils/test_quantization.py",)),
+        "attention/test_batch_prefill_kernels.py", "attention/test_non_contiguous_prefill.py"),
+        ("csrc/batch_prefill.cu", "csrc/batch_prefill_jit_binding.cu", "csrc/batch_prefill_paged_kernel_inst.jinja",
+         "csrc/batch_prefill_ragged_kernel_inst.jinja", "csrc/batch_prefill_customize_config.jinja")),
+    Family("hopper", "fa3 (sm_90) single, batch and paged prefill", ("attention/test_hopper.py",),
+           ("csrc/single_prefill_sm90*", "csrc/batch_prefill_sm90*")),
+    Family("cascade", "shared-prefix (cascade) attention", ("attention/test_shared_prefix_kernels.py",),
+           ("csrc/cascade.cu", "csrc/flashinfer_cascade_binding.cu")),
+    Family("gdn", "gated delta rule prefill and decode", ("gdn/test_prefill_delta_rule.py", "gdn/test_decode_delta_rule.py"),
+           ("csrc/gdn_prefill*",)),
+    Family("quantization", "packbits and segment packbits", ("utils/test_quantization.py",),
+           ("csrc/quantization.cu", "csrc/flashinfer_quantization_binding.cu")),
 ]
 BY_NAME = {f.name: f for f in FAMILIES}
+
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+
+
+def _includes(path: Path, tree: Path) -> list[Path]:
+    """The files of the tree that `path` includes: "x.h" beside it, or under include/ or csrc/."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for name in INCLUDE.findall(text):
+        for base in (path.parent, tree / "include", tree / "csrc"):
+            if (base / name).is_file():
+                found.append((base / name).resolve())
+                break
+    return found
+
+
+def families_compiling(tree: Path, changed: list[str]) -> dict[str, list[str]]:
+    """{changed file (relative to the tree): the families whose sources are it or include it,
+    directly or through other files of the tree}."""
+    tree = tree.resolve()
+    wanted = {(tree / rel).resolve(): rel for rel in changed}
+    reach: dict[str, list[str]] = {rel: [] for rel in changed}
+    for family in FAMILIES:
+        seen, todo = set(), [p.resolve() for pattern in family.sources for p in tree.glob(pattern) if p.is_file()]
+        while todo:
+            path = todo.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            todo += _includes(path, tree)
+        for path in seen & wanted.keys():
+            reach[wanted[path]].append(family.name)
+    return reach
