@@ -53,11 +53,15 @@ AFFECTED_EDITS = {
                         "output.stride(0), eps + 0.05, enable_pdl, stream);", "norm"),
     "affected-generator": ("flashinfer/jit/activation.py", "return val / (1.0f + __expf(-val));",  # line 79, silu_def_cu_str
                            "return 1.01f * val / (1.0f + __expf(-val));", "silu_and_mul"),
-    "affected-upstream": (NORM_HEADER, NORM_LINE, NORM_BUG, "norm_without_fp8_test"),  # after upstream-norm: FlashInfer's tests too
+    # a header only FlashInfer's tests cover (test_quantization.py), after upstream-quantization
+    # recorded which test needs the module: include/flashinfer/quantization.cuh line 56, big-endian packbits
+    "affected-upstream": ("include/flashinfer/quantization.cuh", "(input_vec[0] << 7) | (input_vec[1] << 6)",
+                          "(input_vec[0] << 6) | (input_vec[1] << 6)", "quantization"),
 }
 STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi",
          "abi-smoke", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-build", "edit-smoke", "restore-build",
-         "restore-smoke", "affected-noop", *AFFECTED_EDITS]
+         "restore-smoke", "affected-noop", "affected-header", "affected-source", "affected-generator", "upstream-quantization",
+         "affected-upstream"]
 
 
 class Run:
@@ -241,6 +245,7 @@ def steps(run: Run) -> dict:
         "abi-smoke": lambda: run.task("abi-smoke", ["scripts/abi_smoke.py"]),
         "upstream-norm": lambda: run.task("upstream-norm", ["scripts/upstream_tests.py", "norm"]),
         "upstream-activation": lambda: run.task("upstream-activation", ["scripts/upstream_tests.py", "activation"]),
+        "upstream-quantization": lambda: run.task("upstream-quantization", ["scripts/upstream_tests.py", "quantization"]),
         # The tiers built before: with --abi only where build-abi ran, or it would compile gdn_prefill (342 s) here.
         "build-after-upstream": lambda: run.task("build-after-upstream", ["scripts/build.py", *(["--abi"] if "build-abi" in run.results else [])]),
         "edit-build": lambda: (edit(run, restore=False), run.task("edit-build", ["scripts/build.py"])),
