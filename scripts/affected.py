@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from fidev import build_records, build_stamp, gpu_suite, kernel_source, module_builds, ninja_inputs, smoke_modules, source_tree, upstream_suites
+from fidev import build_records, build_stamp, gpu_suite, kernel_source, module_builds, ninja_inputs, smoke_modules, source_tree, upstream_suites, uris
 from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.manifest import ROOT, pins
 
@@ -179,7 +180,11 @@ def main() -> int:
     if not modules:
         raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", BUILD_FIX)
     check_tree(tree, modules)
-    kernel_source.apply()
+    mode = kernel_source.apply()
+    if mode == kernel_source.PREBUILT and importlib.util.find_spec(uris.JIT_CACHE_PACKAGE) is not None:
+        # FlashInfer would load the jit-cache's copy of any module it ships, whatever was rebuilt here
+        raise Failure(f"kernel source {mode}: flashinfer-jit-cache is installed, so the tests would run its prebuilt kernels, not your edits",
+                      f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev affected")
 
     def changes() -> dict[str, dict[str, str]]:
         """{module name: {changed file: how}} by content, sources and headers."""

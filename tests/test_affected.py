@@ -186,3 +186,17 @@ def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     assert "include/flashinfer/page.cuh reaches no built module; the tests of page would build one: " \
            "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
     assert "rebuilt" not in done.stdout
+
+
+def test_the_prebuilt_mode_with_a_jit_cache_is_refused(ws, tmp_path):
+    """With flashinfer-jit-cache importable, FlashInfer loads its copy of a module instead of the
+    rebuilt one (flashinfer/jit/core.py, JitSpec.build_and_load, at v0.6.3): affected would test nothing."""
+    tree, root, _, env = ws
+    fake = tmp_path / "site"
+    (fake / "flashinfer_jit_cache").mkdir(parents=True)
+    (fake / "flashinfer_jit_cache/__init__.py").write_text("")
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    pythonpath = f"{tree}{os.pathsep}{fake}"
+    two_line_failure(affected(root, {**env, "PYTHONPATH": pythonpath}, "--list"), "flashinfer-jit-cache is installed")
+    done = affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "vendored"}, "--list")
+    assert done.returncode == 0 and "norm.cuh" in done.stdout, done.stdout + done.stderr
