@@ -30,11 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from fidev import build_records, gpu_suite, kernel_source, ninja_inputs, source_tree, upstream_plugin, upstream_suites
+from fidev import build_records, kernel_source, ninja_inputs, source_tree, upstream_plugin, upstream_runs, upstream_suites
 from fidev.failure import USAGE, Failure, report, run_main
 from fidev.manifest import ROOT, pins
 
-OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "-h": 0, "--help": 0}
+OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "-h": 0, "--help": 0}
 # A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
 # takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
 # as the tests first load them. The figures in docs/flashinfer-dev.md say how it held.
@@ -72,6 +72,13 @@ def minutes(text: str) -> float:
     if not 0 <= value < math.inf:
         raise Failure(f"--budget {text!r} is not a number of minutes", "give it in minutes, 0 or more: --budget 30")
     return value
+
+
+def whole(name: str, text: str) -> int:
+    """--gpus, --file-timeout: a whole number, 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise Failure(f"{name} {text!r} is not a whole number of 1 or more", f"give it as one: {name} 2")
+    return int(text)
 
 
 def tests_dir() -> Path:
@@ -200,6 +207,9 @@ def main() -> int:
     try:  # usage errors: checked before anything runs, and status 2, as argparse's are
         ours, selection, pytest_args = split_argv(sys.argv[1:])
         budget_s = minutes(ours.get("--budget", "10")) * 60
+        for name in ("--gpus", "--file-timeout"):
+            if name in ours:
+                ours[name] = whole(name, ours[name])
     except Failure as failure:
         report(failure)
         return USAGE
@@ -231,7 +241,53 @@ def main() -> int:
         if guess > budget_s and "--yes" not in ours:
             raise Failure(f"compiling them would take about {guess / 60:.0f} min, past the {budget_s / 60:.0f} min budget",
                           "narrow the selection (-k, a node id), or start it anyway with --yes (or a larger --budget MINUTES)")
-    return gpu_suite.run_paths("upstream-tests", nodes, pytest_args, pytest_options(tests), plugins=[upstream_plugin.FlashInferBuilds()])
+    return run(selection, nodes, pytest_args, tests, ours, mode)
+
+
+def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: Path, ours: dict, mode: str) -> int:
+    """The selection a process per file over the host's GPUs (fidev.upstream_runs), then its counts,
+    and with a baseline of the same selection, what changed since."""
+    groups = upstream_runs.by_file(nodes)
+    gpus = upstream_runs.host_gpus()[:ours["--gpus"]] if "--gpus" in ours else upstream_runs.host_gpus()
+    limit_s = ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S)
+    p = pins()
+    cache = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / ".cache" / "flashinfer" / p.flashinfer
+    run_dir = cache / "fidev-upstream-runs" / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    key = [*selection, *pytest_args]
+    baseline_file = upstream_runs.baseline_path(cache, key)
+    baseline = None if "--baseline" in ours else upstream_runs.load_baseline(baseline_file)
+    gpu = upstream_runs.gpu_name()
+    print(f"upstream-tests: {len(groups)} file(s), a pytest process each, on {len(gpus)} GPU(s) ({gpu}), {limit_s:.0f} s per file at most; "
+          f"JUnit XML and logs in {run_dir}")
+    started = time.perf_counter()
+    results = upstream_runs.run_files(groups, gpus, run_dir, tests.parent, [*pytest_options(tests), *pytest_args], limit_s,
+                                      (baseline or {}).get("durations", {}))
+    c, skips = upstream_runs.counts(results), upstream_runs.skip_summary(results)
+    print(f"upstream-tests: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['error']} errors; kernel source {mode}; "
+          f"{len(groups)} file(s) on {len(gpus)} GPU(s) in {time.perf_counter() - started:.1f} s")
+    if skips:
+        print("upstream-tests: skipped: " + ", ".join(f"{n} {kind}" for kind, n in sorted(skips.items())))
+    for r in results:
+        if r.crashed:
+            print(f"upstream-tests: {r.file} did not finish: {r.ended} (its log: {run_dir / Path(r.junit).with_suffix('.log').name})")
+    commit = source_tree.inspect(p.source_dir, p).found or "unknown"
+    if "--baseline" in ours:
+        upstream_runs.save_baseline(baseline_file, key, commit, gpu, results)
+        print(f"upstream-tests: baseline of {sum(len(r.outcomes) for r in results)} tests recorded for {' '.join(key)} "
+              f"(tree {commit[:12]}, {gpu}): {baseline_file}")
+        return 0
+    if baseline is not None:
+        changes = upstream_runs.compare(baseline, results)
+        print(f"upstream-tests: against the baseline of tree {baseline['commit'][:12]} on {baseline['gpu']} ({baseline_file}):")
+        for what, ids in changes.items():
+            print(f"  {what}: {len(ids)}" + "".join(f"\n    {i}" for i in ids[:50]) + (f"\n    ... and {len(ids) - 50} more" if len(ids) > 50 else ""))
+        return 1 if changes["newly failing"] or changes["newly erroring"] else 0
+    if c["passed"] == 0:
+        raise Failure("no upstream-tests test passed (counts above; each file's log is in the run folder)",
+                      "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
+    hidden = skips.get(upstream_runs.OOM, 0) + skips.get(upstream_runs.MISSING_JIT, 0)
+    return 1 if c["failed"] or c["error"] or hidden else 0
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@ kernel source mode applied before flashinfer is imported, the compile plan with 
 that neither the plan nor the run compiles what is already built.
 
 The tree is a stand-in, written after FlashInfer's files at v0.6.3:
-- its tests/conftest.py records missing JIT modules as FlashInfer's does (tests/conftest.py,
-  lines 140-166: pytest_runtest_call turns MissingJITCacheError into a skip and keeps
+- its tests/conftest.py turns a CUDA out-of-memory RuntimeError into a skip, "Skipping due to
+  OOM" (tests/conftest.py, lines 136-147; torch.cuda.OutOfMemoryError is one), and records missing
+  JIT modules as FlashInfer's does (lines 140-166: pytest_runtest_call turns MissingJITCacheError into a skip and keeps
   (nodeid, module, str(spec_info)); lines 170-191: with FLASHINFER_JIT_CACHE_REPORT_FILE set, it
   appends one JSON object per line. FlashInfer holds a filelock while appending; one process
   writes here, so the stand-in does not);
@@ -109,7 +110,9 @@ def pytest_runtest_call(item):
     try:
         yield
     except RuntimeError as e:
-        if isinstance(e, MissingJITCacheError):
+        if "CUDA" in str(e) and "out of memory" in str(e):  # is_cuda_oom_error_str, lines 136-147
+            pytest.skip("Skipping due to OOM")
+        elif isinstance(e, MissingJITCacheError):
             spec = e.spec
             module_name = spec.name if spec else "unknown"
             spec_info = None
@@ -253,7 +256,7 @@ def test_the_plan_reads_flashinfers_report_compiles_nothing_and_holds_the_budget
     assert compiles(env) == [], "the dry run compiled"
     done = upstream(root, env, "norm", "activation", "--budget", "0", "--yes")
     assert done.returncode == 0 and "upstream-tests: 3 passed" in done.stdout, done.stdout + done.stderr
-    assert "upstream-tests: compiling norm (3 sources)" in done.stdout, "no live line when a test starts a compile"
+    assert ": compiling norm (3 sources)" in done.stdout, "no live line when a test starts a compile"
     assert len(compiles(env)) == 5
     assert "combined_build" not in record.read_text(), "the warmup built through FlashInfer's combined ninja"
     # Built: a second plan has nothing to compile (so the budget holds), and the run recompiles nothing.

@@ -13,8 +13,8 @@ recorded, one JSON object per line in the format FlashInfer's tests/conftest.py 
 report in (lines 148-166 and 182-191 at v0.6.3), one file per process, since the dry run may
 spread over several pytest-xdist workers.
 
-A run registers `FlashInferBuilds()` itself; the dry run loads this module with `-p
-fidev.upstream_plugin` in every process, with DRY_RUN_DIR in the environment.
+Every process loads this module with `-p fidev.upstream_plugin`: the dry run's with DRY_RUN_DIR in
+the environment, a run's (one per test file, fidev.upstream_runs) with RUN_MODE.
 """
 
 from __future__ import annotations
@@ -99,13 +99,19 @@ class FlashInferBuilds:
             self.say(f"upstream-tests: warmup built in {seconds:.0f} s")
 
 
+RUN_MODE = "FIDEV_UPSTREAM_RUN"  # set by fidev.upstream_runs in each test file's process
+
+
 def pytest_configure(config):
-    """`-p fidev.upstream_plugin` in a dry-run process (the controller and each xdist worker)."""
+    """`-p fidev.upstream_plugin` in a dry-run process (the controller and each xdist worker), or
+    in a test file's process of a run."""
     if os.environ.get(DRY_RUN_DIR):
         config.pluginmanager.register(FlashInferBuilds(os.environ[DRY_RUN_DIR]), "fidev-flashinfer-builds")
+    elif os.environ.get(RUN_MODE):
+        config.pluginmanager.register(FlashInferBuilds(), "fidev-flashinfer-builds")
 
 
 # Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the
-# kernel source mode must be in force by then, in every process of the dry run.
-if os.environ.get(DRY_RUN_DIR):
+# kernel source mode must be in force by then, in every process of the dry run or the run.
+if os.environ.get(DRY_RUN_DIR) or os.environ.get(RUN_MODE):
     kernel_source.apply()

@@ -1,0 +1,88 @@
+"""upstream-tests as FlashInfer's CI runs its suite (fidev.upstream_runs): a pytest process per test
+file, a crash or a timeout reported for its file alone, a JUnit XML per file, skips by reason, the
+files spread over the GPUs with CUDA_VISIBLE_DEVICES, and a baseline to compare a run against.
+
+The tree is test_upstream_tests.py's stand-in of FlashInfer's suite at v0.6.3 (its conftest, its
+pytest.ini), with test files added per case."""
+
+import re
+from pathlib import Path
+
+from test_upstream_tests import needs_a_build, upstream, ws  # noqa: F401 (ws: the fixture)
+
+TESTS = "extern/tracked/flashinfer/tests"
+
+
+def write(root, rel, text):
+    path = root / TESTS / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def run_folder(stdout):
+    return Path(re.search(r"JUnit XML and logs in (\S+)", stdout).group(1))
+
+
+def test_a_crash_and_a_timeout_are_their_files_alone(ws):  # noqa: F811
+    root, _, env = ws
+    write(root, "utils/test_quantization.py", "import os, signal\ndef test_crash():\n    os.kill(os.getpid(), signal.SIGSEGV)\n")
+    write(root, "attention/test_page.py", "import time\ndef test_slow():\n    time.sleep(60)\n")
+    write(root, "attention/test_rope.py", "def test_fine():\n    pass\ndef test_also():\n    pass\n")
+    done = upstream(root, env, "quantization", "page", "rope", "--no-plan", "--file-timeout", "5")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "tests/utils/test_quantization.py did not finish: signal 11" in done.stdout, done.stdout
+    assert "tests/attention/test_page.py did not finish: timed out after 5 s" in done.stdout
+    assert "upstream-tests: 2 passed, 0 skipped, 0 failed, 2 errors" in done.stdout
+    folder = run_folder(done.stdout)
+    assert sorted(p.name for p in folder.glob("*.xml")) == ["tests__attention__test_rope.xml"]  # the others died before writing one
+    logs = {"tests__attention__test_rope.log", "tests__attention__test_page.log", "tests__utils__test_quantization.log"}
+    assert {p.name for p in folder.glob("*.log")} == logs
+
+
+def test_skips_are_split_by_reason_and_the_conftests_two_fail_the_run(ws):  # noqa: F811
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "import pytest\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n"
+          "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_fine():\n    pass\n")
+    done = upstream(root, env, "rope", "--no-plan")
+    assert "upstream-tests: 1 passed, 2 skipped, 0 failed, 0 errors" in done.stdout, done.stdout + done.stderr
+    assert "upstream-tests: skipped: 1 not supported here, 1 out of memory" in done.stdout
+    assert done.returncode == 1  # an out-of-memory skip hides a failure
+    write(root, "attention/test_rope.py", "import pytest\ndef test_sm100():\n    pytest.skip('needs sm_100')\ndef test_fine():\n    pass\n")
+    assert upstream(root, env, "rope", "--no-plan").returncode == 0
+
+
+def test_files_spread_over_the_gpus_one_each(ws, tmp_path):  # noqa: F811
+    root, _, env = ws
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    for i, rel in enumerate(["attention/test_rope.py", "attention/test_page.py", "utils/test_quantization.py", "utils/test_topk.py"]):
+        write(root, rel, f"import os, time\ndef test_where():\n    time.sleep(1)\n"
+                         f"    open('{seen}/{i}', 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n")
+    done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "page", "quantization", "topk", "--no-plan")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 file(s), a pytest process each, on 2 GPU(s)" in done.stdout
+    assert sorted({p.read_text() for p in seen.iterdir()}) == ["3", "5"]
+    done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "page", "--no-plan", "--gpus", "1")
+    assert "on 1 GPU(s)" in done.stdout
+
+
+@needs_a_build
+def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):  # noqa: F811
+    root, _, env = ws
+    write(root, "utils/test_norm.py", "import os\ndef test_norm():\n    pass\ndef test_gemma_norm():\n    assert not os.environ.get('FAKE_BUG')\n"
+          "def test_known_broken():\n    assert False\n")
+    done = upstream(root, env, "norm", "--no-plan", "--baseline")
+    assert done.returncode == 0 and "baseline of 3 tests recorded for norm" in done.stdout, done.stdout + done.stderr
+    done = upstream(root, {**env, "FAKE_BUG": "1"}, "norm", "--no-plan")
+    assert done.returncode == 1, done.stdout
+    assert "  newly failing: 1\n    tests/utils/test_norm.py::test_gemma_norm\n  newly erroring: 0\n  newly passing: 0" in done.stdout, done.stdout
+    done = upstream(root, env, "norm", "--no-plan")
+    assert done.returncode == 0, done.stdout  # the known failure is in the baseline: no new failure
+    assert "  newly failing: 0\n" in done.stdout
+
+
+def test_bad_counts_are_usage_errors(ws):  # noqa: F811
+    root, _, env = ws
+    done = upstream(root, env, "norm", "--gpus", "0")
+    assert done.returncode == 2 and "--gpus '0' is not a whole number of 1 or more" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
