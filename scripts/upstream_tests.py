@@ -271,6 +271,10 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     for r in results:
         if r.crashed:
             print(f"upstream-tests: {r.file} did not finish: {r.ended} (its log: {run_dir / Path(r.junit).with_suffix('.log').name})")
+    no_cutlass = [r.file for r in results if "No module named 'cutlass'" in Path(r.junit).with_suffix(".log").read_text(errors="replace")]
+    if no_cutlass:  # FlashInfer 0.6.3's requirements.txt has nvidia-cutlass-dsl>=4.3.4; flashinfer-dev installs it with FlashInfer
+        print(f"upstream-tests: {len(no_cutlass)} file(s) need `cutlass`, from nvidia-cutlass-dsl, which is not installed here: {', '.join(no_cutlass)}"
+              "\nupstream-tests: fix: run inside flashinfer-dev (pixi install -e flashinfer-dev brings it with FlashInfer's requirements)")
     commit = source_tree.inspect(p.source_dir, p).found or "unknown"
     if "--baseline" in ours:
         upstream_runs.save_baseline(baseline_file, key, commit, gpu, results)

@@ -60,8 +60,8 @@ AFFECTED_EDITS = {
 }
 STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi",
          "abi-smoke", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-build", "edit-smoke", "restore-build",
-         "restore-smoke", "affected-noop", "affected-header", "affected-source", "affected-generator", "upstream-quantization",
-         "affected-upstream"]
+         "restore-smoke", "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header",
+         "affected-source", "affected-generator", "upstream-quantization", "affected-upstream"]
 
 
 class Run:
@@ -226,6 +226,24 @@ def affected_round(run: Run, name: str) -> None:
                                  f"restore: exit {status2}, {s2:.1f} s, {said(out2)}")
 
 
+def upstream_compare(run: Run, name: str, bug: bool) -> None:
+    """A run of `upstream-tests norm` against its baseline: with the edit loop's bug planted it must
+    list newly failing tests and nothing newly erroring, and exit 1; restored with `cp -p`, none, exit 0."""
+    if bug:
+        edit(run, restore=False)
+    try:
+        status, out, seconds = run.sh(name, [sys.executable, "scripts/upstream_tests.py", "norm", "--no-plan"])
+    finally:
+        if bug:
+            edit(run, restore=True)
+    failing = re.search(r"newly failing: (\d+)((?:\n    \S+)*)", out)
+    erroring = re.search(r"newly erroring: (\d+)", out)
+    n, e = int(failing.group(1)) if failing else -1, int(erroring.group(1)) if erroring else -1
+    ok = (status == 1 and n > 0 and e == 0) if bug else (status == 0 and n == 0 and e == 0)
+    first = failing.group(2).split()[:2] if failing and failing.group(2) else []
+    run.record(name, ok, seconds, f"exit {status}; newly failing {n}, newly erroring {e}" + (f"; e.g. {', '.join(first)}" if first else ""))
+
+
 def affected_noop(run: Run) -> None:
     status, out, seconds = run.sh("affected-noop", [sys.executable, "scripts/affected.py"])
     run.record("affected-noop", status == 0 and "nothing changed" in out, seconds, (out.strip().splitlines() or ["no output"])[-1][:150])
@@ -252,6 +270,9 @@ def steps(run: Run) -> dict:
         "edit-smoke": lambda: run.task("edit-smoke", ["scripts/smoke.py"], expect_ok=False),
         "restore-build": lambda: (edit(run, restore=True), run.task("restore-build", ["scripts/build.py"])),
         "restore-smoke": lambda: run.task("restore-smoke", ["scripts/smoke.py"]),
+        "upstream-baseline": lambda: run.task("upstream-baseline", ["scripts/upstream_tests.py", "norm", "--no-plan", "--baseline"]),
+        "upstream-compare-bug": lambda: upstream_compare(run, "upstream-compare-bug", bug=True),
+        "upstream-compare-clean": lambda: upstream_compare(run, "upstream-compare-clean", bug=False),
         "affected-noop": lambda: affected_noop(run),
         **{name: (lambda name=name: affected_round(run, name)) for name in AFFECTED_EDITS},
     }

@@ -2,13 +2,16 @@
 file, a crash or a timeout reported for its file alone, a JUnit XML per file, skips by reason, the
 files spread over the GPUs with CUDA_VISIBLE_DEVICES, and a baseline to compare a run against.
 
-The tree is test_upstream_tests.py's stand-in of FlashInfer's suite at v0.6.3 (its conftest, its
+The tree is tests/upstream_standin.py's stand-in of FlashInfer's suite at v0.6.3 (its conftest, its
 pytest.ini), with test files added per case."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-from test_upstream_tests import needs_a_build, upstream, ws  # noqa: F401 (ws: the fixture)
+from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 TESTS = "extern/tracked/flashinfer/tests"
 
@@ -23,7 +26,7 @@ def run_folder(stdout):
     return Path(re.search(r"JUnit XML and logs in (\S+)", stdout).group(1))
 
 
-def test_a_crash_and_a_timeout_are_their_files_alone(ws):  # noqa: F811
+def test_a_crash_and_a_timeout_are_their_files_alone(ws):
     root, _, env = ws
     write(root, "utils/test_quantization.py", "import os, signal\ndef test_crash():\n    os.kill(os.getpid(), signal.SIGSEGV)\n")
     write(root, "attention/test_page.py", "import time\ndef test_slow():\n    time.sleep(60)\n")
@@ -39,7 +42,7 @@ def test_a_crash_and_a_timeout_are_their_files_alone(ws):  # noqa: F811
     assert {p.name for p in folder.glob("*.log")} == logs
 
 
-def test_skips_are_split_by_reason_and_the_conftests_two_fail_the_run(ws):  # noqa: F811
+def test_skips_are_split_by_reason_and_the_conftests_two_fail_the_run(ws):
     root, _, env = ws
     write(root, "attention/test_rope.py", "import pytest\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n"
           "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_fine():\n    pass\n")
@@ -51,7 +54,7 @@ def test_skips_are_split_by_reason_and_the_conftests_two_fail_the_run(ws):  # no
     assert upstream(root, env, "rope", "--no-plan").returncode == 0
 
 
-def test_files_spread_over_the_gpus_one_each(ws, tmp_path):  # noqa: F811
+def test_files_spread_over_the_gpus_one_each(ws, tmp_path):
     root, _, env = ws
     seen = tmp_path / "seen"
     seen.mkdir()
@@ -67,7 +70,7 @@ def test_files_spread_over_the_gpus_one_each(ws, tmp_path):  # noqa: F811
 
 
 @needs_a_build
-def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):  # noqa: F811
+def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):
     root, _, env = ws
     write(root, "utils/test_norm.py", "import os\ndef test_norm():\n    pass\ndef test_gemma_norm():\n    assert not os.environ.get('FAKE_BUG')\n"
           "def test_known_broken():\n    assert False\n")
@@ -81,8 +84,23 @@ def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):  # noqa: F811
     assert "  newly failing: 0\n" in done.stdout
 
 
-def test_bad_counts_are_usage_errors(ws):  # noqa: F811
+def test_bad_counts_are_usage_errors(ws):
     root, _, env = ws
     done = upstream(root, env, "norm", "--gpus", "0")
     assert done.returncode == 2 and "--gpus '0' is not a whole number of 1 or more" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_the_benchmark_times_one_and_two_gpus(ws):
+    root, _, env = ws
+    for rel in ("attention/test_rope.py", "attention/test_page.py"):
+        write(root, rel, "import time\ndef test_slow():\n    time.sleep(2)\n")
+    done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "rope", "page"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip() and line.split()[0] in ("1", "2")}
+    assert set(rows) == {"1", "2"} and rows["1"][2] == "1.00x", done.stdout
+    assert float(rows["2"][2].rstrip("x")) > 1.3, done.stdout  # two files of 2 s each, side by side
+    done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "--gpus", "1,4", "rope"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert done.returncode == 1 and "--gpus asks for 4 GPUs and this host shows 2" in done.stderr

@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from fidev import kernel_source, module_builds
+from fidev import kernel_source, module_builds, ninja_inputs
 
 DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
@@ -76,6 +76,8 @@ class FlashInferBuilds:
                 original(spec, verbose, need_lock)  # raises MissingJITCacheError under FLASHINFER_DISABLE_JIT
         else:
             def build(spec, verbose, need_lock=True):
+                # build's guard against a restored older copy (`cp -p`), which ninja's mtimes miss
+                ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
                 fresh = not spec.jit_library_path.exists()
                 if fresh:
                     self.say(f"upstream-tests: compiling {spec.name} ({len(spec.sources)} sources)")

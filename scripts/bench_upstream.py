@@ -1,0 +1,79 @@
+"""Time FlashInfer's own tests on one GPU and on several: a fixed selection, its modules built first.
+
+  bench_upstream.py [--gpus 1,2] [--runs N] [FAMILY ...]     (default: norm activation sampling)
+
+One warm-up run (`upstream_tests.py FAMILY ... --no-plan`, which builds what the selection needs),
+then, for each GPU count, --runs runs with `--gpus N` (a pytest process per test file, one worker
+per GPU, fidev.upstream_runs); it prints each run's wall time and status, the median, and the
+speedup against the first count. The goal (at least 1.8x on 2 GPUs) is judged from these figures,
+not asserted in a test. A run on a host with fewer GPUs than asked is refused, not timed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fidev import upstream_runs
+from fidev.failure import ArgumentParser, Failure, option, run_main
+
+UPSTREAM = Path(__file__).with_name("upstream_tests.py")
+DEFAULT = ["norm", "activation", "sampling"]
+TIMEOUT_S = 7200
+
+
+def counts(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise Failure(f"{text!r} is not a list of GPU counts", "give whole numbers of 1 or more, e.g. --gpus 1,2")
+    return values
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise Failure(f"{text!r} is not a positive whole number", "time at least one run: --runs 1")
+    return int(text)
+
+
+def timed(families: list[str], gpus: int | None) -> tuple[float, int, str]:
+    """(wall time, status, the count line) of one upstream-tests run."""
+    cmd = [sys.executable, str(UPSTREAM), *families, "--no-plan", *(["--gpus", str(gpus)] if gpus else [])]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    line = next((ln for ln in done.stdout.splitlines()[::-1] if ln.startswith("upstream-tests: ") and " passed, " in ln), "no count line")
+    return time.perf_counter() - started, done.returncode, line
+
+
+def main() -> int:
+    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--gpus", type=option(counts), default=[1, 2], help="GPU counts to compare (default 1,2)")
+    parser.add_argument("--runs", type=option(positive), default=1, help="timed runs per count (default 1)")
+    parser.add_argument("families", nargs="*", default=DEFAULT)
+    args = parser.parse_args()
+    have = len(upstream_runs.host_gpus())
+    if max(args.gpus) > have:
+        raise Failure(f"--gpus asks for {max(args.gpus)} GPUs and this host shows {have}", f"compare counts up to {have}: --gpus 1,{have}")
+    warm_s, status, line = timed(args.families, None)
+    print(f"warm-up ({' '.join(args.families)}): {warm_s:.1f} s, exit {status}: {line}")
+    rows, first = [], None
+    for n in args.gpus:
+        runs = [timed(args.families, n) for _ in range(args.runs)]
+        median = statistics.median(s for s, _, _ in runs)
+        first = first or median
+        rows.append((n, median, runs))
+        for s, code, ln in runs:
+            print(f"  {n} GPU(s): {s:.1f} s, exit {code}: {ln}")
+    print(f"{'gpus':>4}  {'median':>8}  {'speedup':>7}")
+    for n, median, _ in rows:
+        print(f"{n:>4}  {median:7.1f}s  {first / median:6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
