@@ -15,6 +15,16 @@ pytest-xdist process per core, up to 16, where xdist is installed) names the mod
 needs, how many objects of them must compile, and estimates the time. Past --budget minutes
 (default 10) it stops, unless given --yes. A dry run that takes over 60 s is dropped, and the run
 shows each module's compile as it starts and ends instead.
+
+The run is FlashInfer CI's (fidev.upstream_runs): a pytest process per test file, the files over
+the host's GPUs (`--gpus N`: the first N) one worker per GPU, longest first, each file limited to
+--file-timeout seconds (default 7200); a crash or a timeout is its file's alone. JUnit XML and
+logs go to a run folder beside FlashInfer's JIT dirs. Skips are counted by reason; out-of-memory
+skips and missing-JIT-module skips (FlashInfer's conftest turns both failures into skips) fail the
+run, as errors (collection, setup, teardown, a file that did not finish) do.
+
+  upstream_tests.py FAMILY ... --baseline    record each test's outcome on this GPU at this tree
+  upstream_tests.py FAMILY ...               then: only what changed since (exit 1 on new failures)
 """
 
 from __future__ import annotations
