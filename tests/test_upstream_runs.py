@@ -104,3 +104,20 @@ def test_the_benchmark_times_one_and_two_gpus(ws):
     done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "--gpus", "1,4", "rope"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
     assert done.returncode == 1 and "--gpus asks for 4 GPUs and this host shows 2" in done.stderr
+
+
+def test_the_list_counts_each_familys_cases_and_what_they_leave_out(ws):
+    root, _, env = ws
+    write(root, "gemm/test_fp4.py", "def test_a():\n    pass\ndef test_b():\n    pass\n")  # in no family
+    write(root, "utils/test_broken.py", "import cutlass\n")  # does not collect without nvidia-cutlass-dsl
+    done = upstream(root, env, "--list")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line and not line.startswith(" ")}
+    assert rows["norm"].split()[1:3] == ["2", "cases"] and rows["activation"].split()[1:3] == ["1", "cases"], done.stdout
+    assert rows["single_decode"].split()[1:3] == ["0", "cases"]  # the stand-in's file holds none of its test functions
+    assert "left out" in done.stdout and "1 more files did not collect here" in done.stdout
+    left = next(line for line in done.stdout.splitlines() if line.startswith("left out"))
+    # test_fp4's 2, and the 3 placeholders of files the families name by test function
+    assert left.split()[2:6] == ["5", "cases", "of", "23"], left
+    again = upstream(root, env, "--list")
+    assert "counting the suite's test cases" not in again.stdout  # counted once per tree
