@@ -52,6 +52,7 @@ OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0,
 SECONDS_PER_OBJECT = 25
 # The plan must cost little next to the run it plans; past this it is dropped.
 PLAN_LIMIT_S = 60
+SHOWN = 200  # failing tests named after a run (the run folder's logs have all)
 DRY_RUN_WORKERS = 16
 
 
@@ -311,35 +312,49 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     """The selection a process per file over the host's GPUs (fidev.upstream_runs), then its counts,
     and with a baseline of the same selection, what changed since."""
     groups = upstream_runs.by_file(nodes)
-    gpus = upstream_runs.host_gpus()[:ours["--gpus"]] if "--gpus" in ours else upstream_runs.host_gpus()
+    host = upstream_runs.host_gpus()
+    wanted = ours.get("--gpus")
+    if wanted and wanted > max(len(host), 1):
+        raise Failure(f"--gpus {wanted}: this host shows {len(host)} GPU(s) (CUDA_VISIBLE_DEVICES included)",
+                      f"ask for at most {len(host)}, or leave --gpus out to use them all", exit_status=USAGE)
+    gpus = host[:wanted] if wanted else host
     limit_s = ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S)
     p = pins()
     cache = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / ".cache" / "flashinfer" / p.flashinfer
-    run_dir = cache / "fidev-upstream-runs" / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = upstream_runs.run_folder(cache / "fidev-upstream-runs")
     key = [*selection, *pytest_args]
     baseline_file = upstream_runs.baseline_path(cache, key)
     baseline = None if "--baseline" in ours else upstream_runs.load_baseline(baseline_file)
     gpu = upstream_runs.gpu_name()
-    print(f"upstream-tests: {len(groups)} file(s), a pytest process each, on {len(gpus)} GPU(s) ({gpu}), {limit_s:.0f} s per file at most; "
-          f"JUnit XML and logs in {run_dir}")
+    print(f"upstream-tests: {len(groups)} file(s), a pytest process each, on {len(gpus) or 'no'} GPU(s) ({gpu}), {limit_s:.0f} s per file "
+          f"at most; JUnit XML and logs in {run_dir}")
     started = time.perf_counter()
-    results = upstream_runs.run_files(groups, gpus, run_dir, tests.parent, [*pytest_options(tests), *pytest_args], limit_s,
-                                      (baseline or {}).get("durations", {}))
+    try:
+        results = upstream_runs.run_files(groups, gpus, run_dir, tests.parent, [*pytest_options(tests), *pytest_args], limit_s,
+                                          (baseline or {}).get("durations", {}))
+    except KeyboardInterrupt:
+        raise Failure(f"interrupted: the running test files were stopped; what finished is in {run_dir}",
+                      "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=130) from None
+    refused(results, pytest_args)
     c, skips = upstream_runs.counts(results), upstream_runs.skip_summary(results)
+    for word, what in upstream_runs.failing(results)[:SHOWN]:  # as pytest's summary says them (and affected reads them)
+        print(f"{word} {what}")
     print(f"upstream-tests: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['error']} errors; kernel source {mode}; "
-          f"{len(groups)} file(s) on {len(gpus)} GPU(s) in {time.perf_counter() - started:.1f} s")
+          f"{len(groups)} file(s) on {len(gpus) or 'no'} GPU(s) in {time.perf_counter() - started:.1f} s")
     if skips:
         print("upstream-tests: skipped: " + ", ".join(f"{n} {kind}" for kind, n in sorted(skips.items())))
     for r in results:
         if r.crashed:
-            print(f"upstream-tests: {r.file} did not finish: {r.ended} (its log: {run_dir / Path(r.junit).with_suffix('.log').name})")
-    no_cutlass = [r.file for r in results if "No module named 'cutlass'" in Path(r.junit).with_suffix(".log").read_text(errors="replace")]
+            print(f"upstream-tests: {r.file} did not finish: {r.ended} (its log: {r.log})")
+    no_cutlass = [r.file for r in results if r.log.is_file() and "No module named 'cutlass'" in r.log.read_text(errors="replace")]
     if no_cutlass:  # FlashInfer 0.6.3's requirements.txt has nvidia-cutlass-dsl>=4.3.4; flashinfer-dev installs it with FlashInfer
         print(f"upstream-tests: {len(no_cutlass)} file(s) need `cutlass`, from nvidia-cutlass-dsl, which is not installed here: {', '.join(no_cutlass)}"
               "\nupstream-tests: fix: run inside flashinfer-dev (pixi install -e flashinfer-dev brings it with FlashInfer's requirements)")
     commit = source_tree.inspect(p.source_dir, p).found or "unknown"
     if "--baseline" in ours:
+        if c["passed"] == 0:
+            raise Failure("no test passed: a baseline of nothing (counts above; each file's log is in the run folder)",
+                          "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
         upstream_runs.save_baseline(baseline_file, key, commit, gpu, results)
         print(f"upstream-tests: baseline of {sum(len(r.outcomes) for r in results)} tests recorded for {' '.join(key)} "
               f"(tree {commit[:12]}, {gpu}): {baseline_file}")
@@ -355,6 +370,20 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
                       "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
     hidden = skips.get(upstream_runs.OOM, 0) + skips.get(upstream_runs.MISSING_JIT, 0)
     return 1 if c["failed"] or c["error"] or hidden else 0
+
+
+def refused(results: list, pytest_args: list[str]) -> None:
+    """Every file's pytest refused its arguments (status 4) or selected nothing (5): one usage
+    error, in pytest's own words, instead of a count of nothing."""
+    if results and all(r.ended == "exit 4" for r in results):
+        said = next((line.strip() for line in results[0].log.read_text(errors="replace").splitlines() if "error:" in line.lower()),
+                    "pytest's usage error, in the file's log")
+        raise Failure(f"upstream-tests: pytest refused the arguments: {said}",
+                      "see `upstream_tests.py --help`; what it does not take goes to pytest (`python -m pytest --help` lists its options)",
+                      exit_status=USAGE)
+    if results and all(r.ended == "exit 5" for r in results):
+        raise Failure(f"no upstream-tests test was selected ({' '.join(pytest_args) or 'none collected'})",
+                      "check the -k/-m expression; `upstream-tests FAMILY --collect-only -q` lists the tests")
 
 
 if __name__ == "__main__":

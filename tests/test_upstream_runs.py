@@ -9,8 +9,10 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from script_runs import two_line_failure
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 TESTS = "extern/tracked/flashinfer/tests"
@@ -121,3 +123,53 @@ def test_the_list_counts_each_familys_cases_and_what_they_leave_out(ws):
     assert left.split()[2:6] == ["5", "cases", "of", "23"], left
     again = upstream(root, env, "--list")
     assert "counting the suite's test cases" not in again.stdout  # counted once per tree
+
+
+def test_failing_tests_are_named_as_pytest_names_them(ws):
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "def test_bad():\n    assert False\ndef test_fine():\n    pass\n")
+    done = upstream(root, env, "rope", "--no-plan")
+    assert done.returncode == 1 and "\nFAILED tests/attention/test_rope.py::test_bad\n" in done.stdout, done.stdout
+
+
+def test_arguments_pytest_refuses_are_one_usage_error(ws):
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "def test_fine():\n    pass\n")
+    two_line_failure(upstream(root, env, "rope", "--no-plan", "--bogus-option"), "pytest refused the arguments", status=2)
+    two_line_failure(upstream(root, env, "rope", "--no-plan", "-k", "nomatch"), "no upstream-tests test was selected")
+
+
+def test_a_compare_run_counts_an_out_of_memory_skip_as_newly_failing(ws):
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "import os\ndef test_big():\n    if os.environ.get('FAKE_OOM'):\n"
+          "        raise RuntimeError('CUDA out of memory')\ndef test_fine():\n    pass\n")
+    assert upstream(root, env, "rope", "--no-plan", "--baseline").returncode == 0
+    done = upstream(root, {**env, "FAKE_OOM": "1"}, "rope", "--no-plan")
+    assert done.returncode == 1 and "  newly failing: 1\n    tests/attention/test_rope.py::test_big\n" in done.stdout, done.stdout
+
+
+def test_a_baseline_of_nothing_passed_is_refused(ws):
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "def test_bad():\n    assert False\n")
+    two_line_failure(upstream(root, env, "rope", "--no-plan", "--baseline"), "no test passed: a baseline of nothing")
+
+
+def test_an_interrupt_stops_the_running_files(ws, tmp_path):
+    root, _, env = ws
+    pid_file = tmp_path / "child.pid"
+    write(root, "attention/test_rope.py", f"import os, time\ndef test_slow():\n    open('{pid_file}', 'w').write(str(os.getpid()))\n"
+                                          "    time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    proc.terminate()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "error: interrupted: the running test files were stopped" in err, out + err
+    child = int(pid_file.read_text())
+    time.sleep(0.5)
+    stat = Path(f"/proc/{child}/stat")
+    state = stat.read_text().rsplit(")", 1)[1].split()[0] if stat.exists() else "gone"
+    assert state in ("gone", "Z"), f"the test file's process outlived the run (state {state})"  # Z: killed, not yet reaped by init

@@ -12,7 +12,8 @@ test_upstream_runs), written after FlashInfer's files at v0.6.3:
 - the stand-in `flashinfer` builds each module with a real ninja and c++ in its own folder, as
   JitSpec.build does (flashinfer/jit/core.py: FLASHINFER_DISABLE_JIT raises MissingJITCacheError,
   the ninja file is written when missing, then `ninja -C <jit dir>/<name>`), loads prebuilt modules
-  when `aot_path` exists (JitSpec.build_and_load), and its combined `build_jit_specs` only records
+  when `aot_path` exists and otherwise builds under the module's lock, `<jit dir>/tmp/<name>.lock`,
+  with need_lock=False (JitSpec.build_and_load and lock_path, lines 308-320 and 266-268), and its combined `build_jit_specs` only records
   that it was called. Every object compiled is logged, to count recompiles.
 """
 
@@ -45,7 +46,11 @@ FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
 FLASHINFER_AOT_DIR = pathlib.Path(os.environ["FAKE_AOT_DIR"])
 """
 FAKE_JIT_CORE = """\
-import json, os, subprocess
+import contextlib, json, os, subprocess
+try:
+    from filelock import FileLock
+except ImportError:  # the default environment's replica has no filelock: one process takes no lock
+    FileLock = lambda path: contextlib.nullcontext()
 from flashinfer.jit import env as jit_env
 class MissingJITCacheError(RuntimeError):
     def __init__(self, message, spec=None):
@@ -84,10 +89,12 @@ class JitSpec:
         if not self.ninja_path.exists():
             self.write_ninja()
         subprocess.run(["ninja", "-C", str(self.build_dir), "-f", str(self.ninja_path)], check=True, capture_output=True)
+    lock_path = property(lambda self: get_tmpdir() / f"{self.name}.lock")
     def build_and_load(self):
         if self.is_aot:
             return "aot"
-        self.build(False)
+        with FileLock(self.lock_path):
+            self.build(False, need_lock=False)
         return "jit"
 def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
     with open(os.environ["FAKE_RECORD"], "a") as f:  # the combined build must never run

@@ -76,8 +76,16 @@ class FlashInferBuilds:
                 original(spec, verbose, need_lock)  # raises MissingJITCacheError under FLASHINFER_DISABLE_JIT
         else:
             def build(spec, verbose, need_lock=True):
-                # build's guard against a restored older copy (`cp -p`), which ninja's mtimes miss
-                ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
+                # build's guard against a restored older copy (`cp -p`), which ninja's mtimes miss, under
+                # the module's own lock (JitSpec.lock_path and build_and_load, flashinfer/jit/core.py lines 266-268 and 308-320 at
+                # v0.6.3): build_and_load holds it already and passes need_lock=False
+                if need_lock:
+                    from filelock import FileLock
+
+                    with FileLock(spec.lock_path, thread_local=False):
+                        ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
+                else:
+                    ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
                 fresh = not spec.jit_library_path.exists()
                 if fresh:
                     self.say(f"upstream-tests: compiling {spec.name} ({len(spec.sources)} sources)")
@@ -101,7 +109,33 @@ class FlashInferBuilds:
             self.say(f"upstream-tests: warmup built in {seconds:.0f} s")
 
 
-RUN_MODE = "FIDEV_UPSTREAM_RUN"  # set by fidev.upstream_runs in each test file's process
+RUN_MODE = "FIDEV_UPSTREAM_RUN"  # set by fidev.upstream_runs in each test file's process: where to write its outcomes
+
+
+class Outcomes:
+    """Each test's outcome by its real node id, one JSON object per line (the file's process may
+    die part way: what was written stays): the call's outcome, a skip with its message, and as
+    errors a failed setup or teardown and a file that did not collect."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def write(self, nodeid: str, outcome: str, message: str = "") -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message[:300]}) + "\n")
+
+    def pytest_runtest_logreport(self, report):
+        if report.skipped:
+            message = report.longrepr[2] if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3 else str(report.longrepr)
+            self.write(report.nodeid, "skipped", message)
+        elif report.when == "call":
+            self.write(report.nodeid, report.outcome)
+        elif report.failed:
+            self.write(report.nodeid, "error")
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.write(report.nodeid, "error", str(report.longrepr)[-300:])
 
 
 def pytest_configure(config):
@@ -111,6 +145,7 @@ def pytest_configure(config):
         config.pluginmanager.register(FlashInferBuilds(os.environ[DRY_RUN_DIR]), "fidev-flashinfer-builds")
     elif os.environ.get(RUN_MODE):
         config.pluginmanager.register(FlashInferBuilds(), "fidev-flashinfer-builds")
+        config.pluginmanager.register(Outcomes(os.environ[RUN_MODE]), "fidev-outcomes")
 
 
 # Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the

@@ -2,16 +2,17 @@
 CUDA memory issues" (scripts/task_jit_run_tests_part1.sh at v0.6.3), the files spread over the
 host's GPUs one worker per GPU pinned with CUDA_VISIBLE_DEVICES (its one-file-per-GPU scheme,
 scripts/test_utils.sh with PARALLEL_TESTS=true at v0.6.17, which also limits a file to 7,200 s),
-longest files first, one JUnit XML per file in a run folder.
+longest files first, a JUnit XML and a log per file in a run folder.
 
 A file whose process crashes (a segfault, an illegal address) or runs past its limit is reported
-for that file and the others go on. Counts come from the JUnit files; skips are split by reason,
-since FlashInfer's tests/conftest.py turns two failures into skips (lines 140-168 at v0.6.3):
-"Skipping due to OOM" and "Skipping due to missing JIT cache for module: ...". Those two fail the
-run; any other skip is the hardware or the build lacking a feature.
+for that file and the others go on. Outcomes are read by node id from what fidev.upstream_plugin
+writes in each file's process (what a dying process wrote stays). Skips are split by reason, since
+FlashInfer's tests/conftest.py turns two failures into skips (lines 136-168 at v0.6.3): "Skipping
+due to OOM" and "Skipping due to missing JIT cache for module: ...". Those two fail the run; any
+other skip is the hardware or the build lacking a feature.
 
-A baseline (`--baseline`) keeps each test's outcome on this GPU at this commit of the vendored tree,
-outside git, beside FlashInfer's JIT dir; a later run of the same selection prints only what changed.
+A baseline (`--baseline`) keeps each test's outcome, the GPU and the tree's commit for a selection,
+outside git, beside FlashInfer's JIT dirs; a later run of the same selection prints only what changed.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from fidev.upstream_plugin import RUN_MODE
 FILE_LIMIT_S = 7200
 GPUS = Path("/proc/driver/nvidia/gpus")
 OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
+SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
+FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
 
 
 def skip_kind(message: str) -> str:
@@ -46,20 +49,19 @@ def skip_kind(message: str) -> str:
 
 
 def host_gpus() -> list[str]:
-    """The GPUs to pin workers to: CUDA_VISIBLE_DEVICES's entries when set, else one per GPU the
-    driver lists (/proc, no CUDA context), else nvidia-smi's; ["0"] when none can be seen."""
+    """The GPUs to pin workers to: CUDA_VISIBLE_DEVICES's entries when set (none when it is empty:
+    the GPUs are hidden), else one per GPU the driver lists (/proc, no CUDA context), else
+    nvidia-smi's; [] when none can be seen."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip()] or ["0"]
+        return [d.strip() for d in visible.split(",") if d.strip()]
     if GPUS.is_dir():
-        count = len(list(GPUS.iterdir()))
-    else:
-        try:
-            count = sum(1 for line in subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout.splitlines()
-                        if line.startswith("GPU "))
-        except (OSError, subprocess.TimeoutExpired):
-            count = 0
-    return [str(i) for i in range(count)] or ["0"]
+        return [str(i) for i in range(len(list(GPUS.iterdir())))]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i in range(sum(1 for line in out.splitlines() if line.startswith("GPU ")))]
 
 
 def gpu_name() -> str:
@@ -71,8 +73,8 @@ def gpu_name() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return "unknown GPU"
-    return out.splitlines()[0].strip() if out.strip() else "unknown GPU"
+        return "no GPU seen"
+    return out.splitlines()[0].strip() if out.strip() else "no GPU seen"
 
 
 def by_file(nodes: list[str]) -> dict[str, list[str]]:
@@ -90,112 +92,155 @@ def by_file(nodes: list[str]) -> dict[str, list[str]]:
     return groups
 
 
+def run_folder(parent: Path) -> Path:
+    """A new folder for one run's JUnit files and logs, named by its start time (unique)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=parent))
+
+
 @dataclass
 class FileResult:
     file: str  # relative to the tree
-    gpu: str
+    gpu: str | None
     seconds: float
-    ended: str  # "exit 0", "exit 1", "signal 11", "timed out after N s"
-    outcomes: dict[str, str] = field(default_factory=dict)  # node id -> passed / failed / error / skipped
-    skips: dict[str, int] = field(default_factory=dict)  # skip_kind -> count
+    ended: str  # "exit 0", "exit 1", "signal 11", "timed out after N s", "stopped"
+    outcomes: dict[str, str] = field(default_factory=dict)  # node id -> passed, failed, error or "skipped: <kind>"
     junit: str = ""
 
     @property
+    def log(self) -> Path:
+        return Path(self.junit).with_suffix(".log")
+
+    @property
     def crashed(self) -> bool:
-        """The process ended in a way pytest does not: a signal or the time limit, or no report."""
-        return not self.ended.startswith("exit ") or not self.outcomes and self.ended not in ("exit 0", "exit 5")
+        """The process ended in a way pytest does not: a signal, the time limit, an interrupt, or no report."""
+        return not self.ended.startswith("exit ") or not self.outcomes and self.ended not in ("exit 0", "exit 4", "exit 5")
 
 
-def read_junit(path: Path, tree: Path) -> tuple[dict[str, str], dict[str, int]]:
-    """Outcomes by node id and skips by kind, from pytest's JUnit XML in the xunit1 family, whose
-    testcase elements carry `file` (relative to the rootdir), `classname` and `name`."""
-    outcomes, skips = {}, {}
+def read_outcomes(path: Path) -> dict[str, str]:
+    """{node id: outcome} from fidev.upstream_plugin's lines; a test reported more than once (a
+    pass, then an error in teardown) keeps the worst."""
+    found: dict[str, str] = {}
     try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return outcomes, skips
-    for case in root.iter("testcase"):
-        file = case.get("file") or ""
-        module = file.removesuffix(".py").replace("/", ".")
-        cls = (case.get("classname") or "")[len(module) + 1:] if (case.get("classname") or "").startswith(module + ".") else ""
-        node = "::".join(p for p in (file, cls, case.get("name") or "") if p)
-        tags = {child.tag: child for child in case}
-        if "error" in tags:
-            outcome = "error"
-        elif "failure" in tags:
-            outcome = "failed"
-        elif "skipped" in tags:
-            outcome = "skipped"
-            kind = skip_kind(tags["skipped"].get("message") or "")
-            skips[kind] = skips.get(kind, 0) + 1
-        else:
-            outcome = "passed"
-        outcomes[node] = outcome
-    return outcomes, skips
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # the last line of a process that died while writing it
+        outcome = entry.get("outcome", "error")
+        if outcome == "skipped":
+            outcome = f"skipped: {skip_kind(entry.get('message', ''))}"
+        node = entry.get("nodeid", "?")
+        if node not in found or SEVERITY.get(outcome, 4) >= SEVERITY.get(found[node], 0):
+            found[node] = outcome
+    return found
 
 
-def run_file(file: str, nodes: list[str], gpu: str, run_dir: Path, tree: Path, argv: list[str], limit_s: float) -> FileResult:
-    """One file's pytest process, pinned to `gpu`, its output in the run folder."""
-    rel = str(Path(file).relative_to(tree))
-    stem = rel.replace("/", "__").removesuffix(".py")
-    junit, log = run_dir / f"{stem}.xml", run_dir / f"{stem}.log"
+class Stop:
+    """The run's stop switch: the live processes, killed with their children on an interrupt."""
+
+    def __init__(self):
+        self.flag = threading.Event()
+        self.live: set = set()
+        self.lock = threading.Lock()
+
+    def kill_all(self) -> None:
+        self.flag.set()
+        with self.lock:
+            for proc in self.live:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def run_file(file: str, nodes: list[str], gpu: str | None, run_dir: Path, tree: Path, argv: list[str], limit_s: float,
+             stop: Stop) -> FileResult:
+    """One file's pytest process, pinned to `gpu` (None: nothing to pin), its output in the run folder."""
     from fidev.manifest import ROOT
 
-    env = {**os.environ, RUN_MODE: "1", "CUDA_VISIBLE_DEVICES": gpu,
+    rel = str(Path(file).relative_to(tree))
+    stem = rel.replace("/", "__").removesuffix(".py")
+    junit, log, outcomes = run_dir / f"{stem}.xml", run_dir / f"{stem}.log", run_dir / f"{stem}.jsonl"
+    env = {**os.environ, RUN_MODE: str(outcomes),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-rfE", "-p", "no:cacheprovider", "-p", "fidev.upstream_plugin",
-           f"--junitxml={junit}", "-o", "junit_family=xunit1", *argv]
+           f"--junitxml={junit}", *argv]
     started = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
+                                start_new_session=True)
+        with stop.lock:
+            stop.live.add(proc)
+        if stop.flag.is_set():
+            os.killpg(proc.pid, signal.SIGKILL)
 
         def pump() -> None:  # the whole output to the log; the plugin's compile lines to the terminal too
             for line in proc.stdout:
                 out.write(line)
                 if line.startswith("upstream-tests: "):
-                    print(f"  GPU {gpu} {rel}: {line[16:].rstrip()}", flush=True)
+                    print(f"  GPU {gpu or '-'} {rel}: {line[16:].rstrip()}", flush=True)
 
-        reader = threading.Thread(target=pump)
+        reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         try:
             code = proc.wait(timeout=limit_s)
-            ended = f"signal {-code}" if code < 0 else f"exit {code}"
+            ended = "stopped" if stop.flag.is_set() else f"signal {-code}" if code < 0 else f"exit {code}"
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             ended = f"timed out after {limit_s:.0f} s"
         reader.join()
-    outcomes, skips = read_junit(junit, tree)
-    return FileResult(rel, gpu, time.perf_counter() - started, ended, outcomes, skips, str(junit))
+        with stop.lock:
+            stop.live.discard(proc)
+    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes), str(junit))
 
 
 def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree: Path, argv: list[str], limit_s: float,
               durations: dict[str, float]) -> list[FileResult]:
-    """Every file once, a worker per GPU taking the longest file left (by its last run's time, else
-    its size); a line per file as it ends."""
+    """Every file once, a worker per GPU (one unpinned worker where none can be seen) taking the
+    longest file left (by its last run's time, else its size); a line per file as it ends. An
+    interrupt (Ctrl-C, SIGTERM) kills the running files' processes and raises KeyboardInterrupt."""
     order = sorted(groups, key=lambda f: (-durations.get(str(Path(f).relative_to(tree)), 0.0), -Path(f).stat().st_size))
     todo: queue.Queue = queue.Queue()
     for f in order:
         todo.put(f)
-    results, lock = [], threading.Lock()
+    results, lock, stop = [], threading.Lock(), Stop()
 
-    def worker(gpu: str) -> None:
-        while True:
+    def worker(gpu: str | None) -> None:
+        while not stop.flag.is_set():
             try:
                 f = todo.get_nowait()
             except queue.Empty:
                 return
-            result = run_file(f, groups[f], gpu, run_dir, tree, argv, limit_s)
+            result = run_file(f, groups[f], gpu, run_dir, tree, argv, limit_s, stop)
             with lock:
                 results.append(result)
-                print(f"  [{len(results)}/{len(order)}] GPU {gpu} {result.file}: {line_counts(result)} in {result.seconds:.0f} s"
+                print(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.file}: {line_counts(result)} in {result.seconds:.0f} s"
                       + (f", {result.ended}" if result.crashed else ""), flush=True)
 
-    threads = [threading.Thread(target=worker, args=(g,)) for g in gpus]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None])]
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.5)
+    except KeyboardInterrupt:
+        stop.kill_all()
+        for t in threads:
+            t.join(timeout=10)
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     return sorted(results, key=lambda r: r.file)
 
 
@@ -203,7 +248,7 @@ def counts(results: list[FileResult]) -> dict[str, int]:
     c = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
     for r in results:
         for outcome in r.outcomes.values():
-            c[outcome] += 1
+            c["skipped" if outcome.startswith("skipped") else outcome] += 1
         if r.crashed:
             c["error"] += 1  # the file itself: its process ended without a full report
     return c
@@ -217,12 +262,21 @@ def line_counts(result: FileResult) -> str:
 def skip_summary(results: list[FileResult]) -> dict[str, int]:
     total: dict[str, int] = {}
     for r in results:
-        for kind, n in r.skips.items():
-            total[kind] = total.get(kind, 0) + n
+        for outcome in r.outcomes.values():
+            if outcome.startswith("skipped: "):
+                kind = outcome.removeprefix("skipped: ")
+                total[kind] = total.get(kind, 0) + 1
     return total
 
 
-# The baseline: a file per selection, beside the JIT dir's version and architecture folders.
+def failing(results: list[FileResult]) -> list[tuple[str, str]]:
+    """("FAILED" or "ERROR", what) for each test that failed or errored (an out-of-memory or
+    missing-module skip fails), then each file that did not finish: the words of pytest's summary."""
+    tests = sorted((("ERROR" if o == "error" else "FAILED"), n) for r in results for n, o in r.outcomes.items() if o in FAILING)
+    return tests + [("ERROR", f"{r.file} ({r.ended})") for r in results if r.crashed]
+
+
+# The baseline: a file per selection, beside the JIT dirs of the FlashInfer version.
 def baseline_path(cache: Path, selection: list[str]) -> Path:
     key = hashlib.sha256(json.dumps(sorted(selection)).encode()).hexdigest()[:16]
     return cache / "fidev-upstream-baselines" / f"{key}.json"
@@ -246,15 +300,15 @@ def load_baseline(path: Path) -> dict | None:
 
 
 def compare(baseline: dict, results: list[FileResult]) -> dict[str, list[str]]:
-    """What changed since the baseline: newly failing (was passed or skipped, or absent), newly
-    erroring, newly passing; a file that crashes now and did not then counts as newly erroring."""
+    """What changed since the baseline: newly failing (failed now, or skipped for out of memory or a
+    missing JIT module, where it was not failing then), newly erroring, newly passing (was failing);
+    a file that does not finish now and did then counts as newly erroring."""
     was = baseline["outcomes"]
     now = {n: o for r in results for n, o in r.outcomes.items()}
-    bad = ("failed", "error")
     changes = {
-        "newly failing": sorted(n for n, o in now.items() if o == "failed" and was.get(n) not in bad),
-        "newly erroring": sorted(n for n, o in now.items() if o == "error" and was.get(n) not in bad),
-        "newly passing": sorted(n for n, o in now.items() if o == "passed" and was.get(n) in bad),
+        "newly failing": sorted(n for n, o in now.items() if o in FAILING - {"error"} and was.get(n) not in FAILING),
+        "newly erroring": sorted(n for n, o in now.items() if o == "error" and was.get(n) not in FAILING),
+        "newly passing": sorted(n for n, o in now.items() if o == "passed" and was.get(n) in FAILING),
     }
     changes["newly erroring"] += sorted(f"{r.file} ({r.ended})" for r in results if r.crashed and r.file not in baseline.get("crashed", []))
     return changes
