@@ -97,11 +97,12 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
                               "FlashInfer's own tests' modules")
 
 
-def regenerate(tier: list[str], upstream_nodes: list[str]) -> dict:
+def regenerate(tier: list[str], upstream_nodes: list[str]) -> tuple[dict, bool]:
     """Write the generated sources of the modules again, compiling nothing: smoke's by their
     generators (one import of flashinfer), FlashInfer's tests' by a dry run of their tests.
-    Returns smoke's modules' new JitSpecs by name (a build of them rewrites build.ninja too)."""
-    specs = {}
+    Returns smoke's modules' new JitSpecs by name (a build of them rewrites build.ninja too), and
+    whether the dry run finished (a dropped or failed one regenerated nothing for sure)."""
+    specs, dry_run_done = {}, True
     if tier:
         from fidev.flashinfer_import import import_flashinfer
 
@@ -113,8 +114,8 @@ def regenerate(tier: list[str], upstream_nodes: list[str]) -> dict:
         import upstream_tests
 
         tests = upstream_tests.tests_dir()
-        upstream_tests.plan(upstream_tests.resolve(upstream_nodes, tests), [], tests)
-    return specs
+        dry_run_done = upstream_tests.plan(upstream_tests.resolve(upstream_nodes, tests), [], tests) is not None
+    return specs, dry_run_done
 
 
 def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
@@ -202,15 +203,20 @@ def main() -> int:
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
     generators = {m.name: build_records.changed_generators(m.build_dir, tree) or [] for m in modules}
     python_edits = sorted({f for files in generators.values() for f in files})
-    specs = {}
+    specs, unregenerated = {}, set()
     if python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         stale = [m for m in modules if generators[m.name]]
         lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
         print(f"affected: {short(Path(f).name for f in python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
               f"module(s), compiling nothing" + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else ""))
-        specs = regenerate([tier[m.name] for m in stale if m.name in tier],
-                           sorted({t for m in stale if m.name not in tier for t in recorded.get(m.name, [])}))
+        specs, dry_run_done = regenerate([tier[m.name] for m in stale if m.name in tier],
+                                         sorted({t for m in stale if m.name not in tier for t in recorded.get(m.name, [])}))
+        if not dry_run_done:  # their tests regenerate them when they run: run those, and keep the edit unrecorded
+            unregenerated = {m.name for m in stale if m.name not in tier and recorded.get(m.name)}
+            print(f"affected: the dry run did not finish, so {short(unregenerated)} may hold the edit: their tests run, and regenerate them")
     changed = changes()
+    for name in unregenerated:
+        changed.setdefault(name, {})["(not regenerated)"] = "edited"
     for name, edits in changed.items():
         gone = [f for f, how in edits.items() if how == "deleted"]
         if gone:
@@ -218,7 +224,7 @@ def main() -> int:
                           "restore it (git checkout -- FILE in the tree), or regenerate it: pixi run -e flashinfer-dev build "
                           "(smoke's modules), upstream-tests FAMILY (FlashInfer's tests' modules)")
     for m in modules:  # regenerated to the same sources: current as built, for the next run too
-        if generators[m.name] and m.name not in changed and (m.name in tier or recorded.get(m.name)):
+        if generators[m.name] and m.name not in changed and (m.name in tier or recorded.get(m.name) and m.name not in unregenerated):
             build_records.record_generators(m.build_dir, tree)
     real = tree.resolve()
 
@@ -231,10 +237,11 @@ def main() -> int:
     by_file: dict[str, set[str]] = {}
     for name, edits in changed.items():
         for f in edits:
-            shown = f"{short(Path(g).name for g in python_edits)} -> {Path(f).name}" if python_edits and "/generated/" in f else in_tree(f)
+            via_generator = python_edits and ("/generated/" in f or f == "(not regenerated)")
+            shown = f"{short(Path(g).name for g in python_edits)} -> {Path(f).name}" if via_generator else in_tree(f)
             by_file.setdefault(shown, set()).add(name)
-    for f in python_edits:
-        if not any(k.startswith(Path(f).name) for k in by_file):
+    if python_edits and not any(" -> " in k for k in by_file):  # regenerated, and no module's sources changed
+        for f in python_edits:
             by_file.setdefault(in_tree(f), set())
     # include/ and csrc/ files no built module compiles: named with the families that would
     unreached = sorted({f for d in dirs for f in build_records.changed_tree_files(d, tree) or []} - set(by_file))
@@ -249,10 +256,11 @@ def main() -> int:
     def selectors(names) -> set[str]:
         """What a module's tests are, as node ids or function prefixes of pytest's failure lines."""
         return {f"tests/{t}" for n in names if n in tier for t in smoke_modules.BY_KEY[tier[n]].tests} | \
-            {t for n in names for t in recorded.get(n, [])}
+            {t.split("[")[0] for n in names for t in recorded.get(n, [])}
 
     ours = sorted({t for name in changed if name in tier for t in smoke_modules.BY_KEY[tier[name]].tests})
-    theirs = sorted({t for name in changed for t in recorded.get(name, [])})
+    # by test function, each with all its cases: the record names each case, thousands for a family
+    theirs = sorted({t.split("[")[0] for name in changed for t in recorded.get(name, [])})
     unmapped = sorted(name for name in changed if name not in tier and not recorded.get(name))
     rows = [("changed file", "modules", "tests", "result")]
     for f, names in sorted(by_file.items()):

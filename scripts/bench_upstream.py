@@ -30,8 +30,8 @@ def counts(text: str) -> list[int]:
         values = [int(v) for v in text.split(",")]
     except ValueError:
         values = []
-    if not values or min(values) < 1:
-        raise Failure(f"{text!r} is not a list of GPU counts", "give whole numbers of 1 or more, e.g. --gpus 1,2")
+    if not values or min(values) < 1 or len(set(values)) != len(values):
+        raise Failure(f"{text!r} is not a list of distinct GPU counts", "give whole numbers of 1 or more, each once, e.g. --gpus 1,2")
     return values
 
 
@@ -45,9 +45,12 @@ def timed(families: list[str], gpus: int | None) -> tuple[float, int, str]:
     """(wall time, status, the count line) of one upstream-tests run."""
     cmd = [sys.executable, str(UPSTREAM), *families, "--no-plan", *(["--gpus", str(gpus)] if gpus else [])]
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
-    line = next((ln for ln in done.stdout.splitlines()[::-1] if ln.startswith("upstream-tests: ") and " passed, " in ln), "no count line")
-    return time.perf_counter() - started, done.returncode, line
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"a run of {' '.join(families)} took over {TIMEOUT_S} s", "time a smaller selection (name fewer families)") from None
+    line = next((ln for ln in done.stdout.splitlines()[::-1] if ln.startswith("upstream-tests: ") and " passed, " in ln), "")
+    return time.perf_counter() - started, done.returncode, line or (done.stderr.strip().splitlines() or ["no output"])[-1]
 
 
 def main() -> int:
@@ -57,6 +60,8 @@ def main() -> int:
     parser.add_argument("families", nargs="*", default=DEFAULT)
     args = parser.parse_args()
     have = len(upstream_runs.host_gpus())
+    if have == 0:
+        raise Failure("no GPU is visible here (the driver lists none, or CUDA_VISIBLE_DEVICES hides them)", "run it on a host with NVIDIA GPUs")
     if max(args.gpus) > have:
         raise Failure(f"--gpus asks for {max(args.gpus)} GPUs and this host shows {have}", f"compare counts up to {have}: --gpus 1,{have}")
     warm_s, status, line = timed(args.families, None)
@@ -72,6 +77,10 @@ def main() -> int:
     print(f"{'gpus':>4}  {'median':>8}  {'speedup':>7}")
     for n, median, _ in rows:
         print(f"{n:>4}  {median:7.1f}s  {first / median:6.2f}x")
+    failed = [code for _, _, runs in rows for _, code, _ in runs if code] + ([status] if status else [])
+    if failed:
+        raise Failure(f"{len(failed)} of {1 + sum(len(r) for _, _, r in rows)} runs failed (exit {failed[0]}): the figures above time failing runs",
+                      f"run the selection once and read why: python scripts/upstream_tests.py {' '.join(args.families)} --no-plan")
     return 0
 
 

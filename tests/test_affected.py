@@ -200,3 +200,15 @@ def test_the_prebuilt_mode_with_a_jit_cache_is_refused(ws, tmp_path):
     two_line_failure(affected(root, {**env, "PYTHONPATH": pythonpath}, "--list"), "flashinfer-jit-cache is installed")
     done = affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "vendored"}, "--list")
     assert done.returncode == 0 and "norm.cuh" in done.stdout, done.stdout + done.stderr
+
+
+def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
+    """The record is written after ninja ends: an input newer than its object then is not what was built."""
+    tree, root, jit_dir, env = ws
+    header = tree / "include/flashinfer/norm.cuh"
+    header.write_text("constexpr int K = 3;  // saved during the compile\n")
+    obj = jit_dir / "norm/norm.cu.o"
+    os.utime(header, ns=(obj.stat().st_mtime_ns + 10**9,) * 2)
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # the record, after the build ended
+    done = affected(root, env, "--list")
+    assert any("norm.cuh" in line and " norm " in f" {line} " for line in done.stdout.splitlines()), done.stdout

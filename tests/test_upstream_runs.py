@@ -122,7 +122,7 @@ def test_the_list_counts_each_familys_cases_and_what_they_leave_out(ws):
     # test_fp4's 2, and the 3 placeholders of files the families name by test function
     assert left.split()[2:6] == ["5", "cases", "of", "23"], left
     again = upstream(root, env, "--list")
-    assert "counting the suite's test cases" not in again.stdout  # counted once per tree
+    assert "counting the suite's test cases" not in again.stdout  # counted once while the files stay as they are
 
 
 def test_failing_tests_are_named_as_pytest_names_them(ws):
@@ -173,3 +173,14 @@ def test_an_interrupt_stops_the_running_files(ws, tmp_path):
     stat = Path(f"/proc/{child}/stat")
     state = stat.read_text().rsplit(")", 1)[1].split()[0] if stat.exists() else "gone"
     assert state in ("gone", "Z"), f"the test file's process outlived the run (state {state})"  # Z: killed, not yet reaped by init
+
+
+def test_the_benchmark_fails_when_its_runs_fail(ws):
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "def test_bad():\n    assert False\n")
+    done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    two_line_failure(done, "runs failed (exit 1): the figures above time failing runs")
+    hidden = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": ""})
+    two_line_failure(hidden, "no GPU is visible here")

@@ -68,7 +68,12 @@ def record(build_dir: Path, ninja_file: Path) -> None:
             seen[path] = st and [*st, _hash(path)]
         return seen[path]
 
-    stamp = {obj: {path: fact(path) for path in inputs} for obj, inputs in deps(build_dir, ninja_file).items()}
+    def facts(obj: str, inputs: list[str]) -> dict[str, list | None]:
+        built = _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
+        # an input newer than its object was saved while it compiled: its hash is not what was built
+        return {path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]}
+
+    stamp = {obj: facts(obj, inputs) for obj, inputs in deps(build_dir, ninja_file).items()}
     tmp = build_dir / f"{STAMP}.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(stamp))
     os.replace(tmp, build_dir / STAMP)
@@ -96,6 +101,8 @@ def edited(build_dir: Path) -> dict[str, str] | None:
             now = _stat(path)
             if now is None:
                 found[path] = "deleted"
+            elif len(was) >= 3 and was[2] is None:
+                found[path] = "edited"  # saved while its object compiled: what was compiled is not known
             elif now != was[:2] and (len(was) < 3 or _hash(path) != was[2]):
                 found[path] = "edited"
     return found

@@ -3,7 +3,9 @@
 smoke, abi-smoke and upstream-tests hand the arguments they do not know to pytest, so pytest is
 the one that finds an option nobody knows (`smoke.py --bogus`) or a bad -k/-m expression. It
 reports those with its own `ERROR:` lines and exit status 4; the plugin here keeps the message
-instead, and `pytest_main` raises it as a Failure with the usage status.
+instead, and `pytest_main` raises it as a Failure with the usage status. upstream-tests runs each
+test file in a pytest process of its own (fidev.upstream_runs) and turns every file's status 4
+into the same two lines itself (upstream_tests.refused).
 """
 
 from __future__ import annotations
