@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -146,16 +147,31 @@ def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
 
 
 def run_tests(label: str, cmd: list[str], env) -> tuple[int, set[str]]:
-    """A pytest run in its own process, its output shown: (status, the node ids that failed or
-    errored, from pytest's short summary, -ra)."""
+    """upstream-tests in its own process, its output shown: (status, what failed or errored).
+    Those are the FAILED and ERROR lines it prints, and all of them from its run folder's list
+    (upstream_tests.FAILING_LIST) where it printed only the first. An interrupt stops it first."""
     print(f"affected: {label}: {' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    failed = set()
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        if m := re.match(r"(?:FAILED|ERROR) (\S+)", line):
-            failed.add(m.group(1))
-    status = proc.wait()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    failed, folder = set(), None
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            if m := re.match(r"(?:FAILED|ERROR) (\S+)", line):
+                failed.add(m.group(1))
+            elif m := re.search(r"JUnit XML and logs in (\S+)", line):
+                folder = Path(m.group(1))
+        status = proc.wait()
+    except BaseException:  # Ctrl-C, SIGTERM: upstream-tests stops its test files' processes on SIGTERM
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    import upstream_tests
+
+    if folder is not None and (folder / upstream_tests.FAILING_LIST).is_file():
+        failed |= {line.split()[1] for line in (folder / upstream_tests.FAILING_LIST).read_text().splitlines() if len(line.split()) > 1}
     return status, failed
 
 
@@ -173,6 +189,16 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--list", action="store_true", help="name the changed files, modules and tests; build and run nothing")
     args = parser.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: what runs is stopped (run_tests), no traceback (run)
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        raise Failure("interrupted (the builds and tests it started were stopped)", "run it again: pixi run -e flashinfer-dev affected",
+                      exit_status=130) from None
+
+
+def run(args) -> int:
     started = time.perf_counter()
     p = pins()
     tree = p.source_dir
@@ -310,7 +336,8 @@ def main() -> int:
     result = []
     for row, names in zip(rows[1:], [names for _, names in sorted(by_file.items())], strict=True):
         sel = selectors(names)
-        mine = [f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") for x in sel)]
+        # a test id (a case of a selected function), or a file that did not collect or finish
+        mine = [f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0] for x in sel)]
         result.append((*row[:3], f"{len(mine)} failed" if mine else "passed" if sel and not broken else "-" if not sel else "unknown"))
     print(table([rows[0], *result]))
     hints()

@@ -11,6 +11,7 @@ not asserted in a test. A run on a host with fewer GPUs than asked is refused, n
 
 from __future__ import annotations
 
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,12 +46,20 @@ def timed(families: list[str], gpus: int | None) -> tuple[float, int, str]:
     """(wall time, status, the count line) of one upstream-tests run."""
     cmd = [sys.executable, str(UPSTREAM), *families, "--no-plan", *(["--gpus", str(gpus)] if gpus else [])]
     started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise Failure(f"a run of {' '.join(families)} took over {TIMEOUT_S} s", "time a smaller selection (name fewer families)") from None
-    line = next((ln for ln in done.stdout.splitlines()[::-1] if ln.startswith("upstream-tests: ") and " passed, " in ln), "")
-    return time.perf_counter() - started, done.returncode, line or (done.stderr.strip().splitlines() or ["no output"])[-1]
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except BaseException as e:  # a timeout, Ctrl-C, SIGTERM: upstream-tests stops its test files' processes on SIGTERM
+        proc.terminate()
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise Failure(f"a run of {' '.join(families)} took over {TIMEOUT_S} s", "time a smaller selection (name fewer families)") from None
+        raise
+    line = next((ln for ln in out.splitlines()[::-1] if ln.startswith("upstream-tests: ") and " passed, " in ln), "")
+    return time.perf_counter() - started, proc.returncode, line or (err.strip().splitlines() or ["no output"])[-1]
 
 
 def main() -> int:
@@ -59,6 +68,15 @@ def main() -> int:
     parser.add_argument("--runs", type=option(positive), default=1, help="timed runs per count (default 1)")
     parser.add_argument("families", nargs="*", default=DEFAULT)
     args = parser.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: the run in progress is stopped (timed)
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        return bench(args)
+    except KeyboardInterrupt:
+        raise Failure("interrupted (the run in progress was stopped)", "run it again", exit_status=130) from None
+
+
+def bench(args) -> int:
     have = len(upstream_runs.host_gpus())
     if have == 0:
         raise Failure("no GPU is visible here (the driver lists none, or CUDA_VISIBLE_DEVICES hides them)", "run it on a host with NVIDIA GPUs")

@@ -53,7 +53,8 @@ OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0,
 SECONDS_PER_OBJECT = 25
 # The plan must cost little next to the run it plans; past this it is dropped.
 PLAN_LIMIT_S = 60
-SHOWN = 200  # failing tests named after a run (the run folder's logs have all)
+SHOWN = 200  # failing tests named after a run; the run folder's FAILING_LIST has all
+FAILING_LIST = "failing.txt"
 DRY_RUN_WORKERS = 16
 
 
@@ -198,6 +199,9 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[st
             proc.communicate()
             print(f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each module's compile shows as it runs")
             return None
+        except BaseException:  # Ctrl-C, SIGTERM: its own session would outlive us
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
         seconds = time.perf_counter() - started
         jit_dir_file = Path(scratch) / upstream_plugin.JIT_DIR_FILE
         if not jit_dir_file.is_file():
@@ -297,7 +301,14 @@ def main() -> int:
     mode = kernel_source.mode()
     print(f"upstream-tests: kernel source {mode}: " + ("every module compiles from the vendored csrc/ and include/" if mode == kernel_source.VENDORED
           else f"modules flashinfer-jit-cache ships load instead of your edits ({kernel_source.ENV}=vendored tests them)"))
-    if "--no-plan" not in ours and (planned := plan(nodes, pytest_args, tests)) is not None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # stop as Ctrl-C does: the dry run's and the files' processes are killed
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        planned = None if "--no-plan" in ours else plan(nodes, pytest_args, tests)
+    except KeyboardInterrupt:
+        raise Failure("interrupted during the plan's dry run (its processes were stopped)", "run it again, or skip the plan: --no-plan",
+                      exit_status=130) from None
+    if planned is not None:
         needed, seconds = planned
         todo = {name: objects for name, objects in needed.items() if objects}
         guess = estimate_s(todo)
@@ -340,8 +351,13 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
                       "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=130) from None
     refused(results, pytest_args)
     c, skips = upstream_runs.counts(results), upstream_runs.skip_summary(results)
-    for word, what in upstream_runs.failing(results)[:SHOWN]:  # as pytest's summary says them (and affected reads them)
+    failed = upstream_runs.failing(results)
+    listed = run_dir / FAILING_LIST
+    listed.write_text("".join(f"{word} {what}\n" for word, what in failed))  # all of them, for affected too
+    for word, what in sorted(failed, key=lambda pair: "::" in pair[1])[:SHOWN]:  # files that did not finish first
         print(f"{word} {what}")
+    if len(failed) > SHOWN:
+        print(f"... and {len(failed) - SHOWN} more: {listed}")
     print(f"upstream-tests: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['error']} errors; kernel source {mode}; "
           f"{len(groups)} file(s) on {len(gpus) or 'no'} GPU(s) in {time.perf_counter() - started:.1f} s")
     if skips:
@@ -379,7 +395,12 @@ def refused(results: list, pytest_args: list[str]) -> None:
     """Every file's pytest refused its arguments (status 4) or selected nothing (5): one usage
     error, in pytest's own words, instead of a count of nothing."""
     if results and all(r.ended == "exit 4" for r in results):
-        said = next((line.strip() for line in results[0].log.read_text(errors="replace").splitlines() if "error:" in line.lower()),
+        log = results[0].log.read_text(errors="replace")
+        if "ImportError while loading conftest" in log:  # pytest's status 4 too: FlashInfer's conftest imports torch and flashinfer
+            said = next((line.strip()[2:] for line in log.splitlines() if line.startswith("E ") and "Error" in line), "see its log")
+            raise Failure(f"FlashInfer's tests/conftest.py could not be imported: {said} (log: {results[0].log})",
+                          "`python -c 'import flashinfer'` shows why; `pixi run -e flashinfer-dev preflight` names what is off")
+        said = next((line.strip() for line in log.splitlines() if "error:" in line.lower()),
                     "pytest's usage error, in the file's log")
         raise Failure(f"upstream-tests: pytest refused the arguments: {said}",
                       "see `upstream_tests.py --help`; what it does not take goes to pytest (`python -m pytest --help` lists its options)",

@@ -184,3 +184,42 @@ def test_the_benchmark_fails_when_its_runs_fail(ws):
     hidden = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=60,
                             env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": ""})
     two_line_failure(hidden, "no GPU is visible here")
+
+
+def test_a_crash_names_the_test_it_died_in_and_a_stale_node_id_is_an_error(ws):
+    root, _, env = ws
+    write(root, "utils/test_quantization.py", "import os, signal\ndef test_fine():\n    pass\ndef test_crash():\n"
+                                              "    os.kill(os.getpid(), signal.SIGSEGV)\n")
+    write(root, "attention/test_rope.py", "import pytest\ndef test_a():\n    pass\ndef test_b():\n    pytest.exit('stop')\ndef test_c():\n    pass\n")
+    write(root, "attention/test_page.py", "def test_fine():\n    pass\n")
+    done = upstream(root, env, "quantization", "rope", "attention/test_page.py::test_gone", "attention/test_page.py::test_fine", "--no-plan")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "\nERROR tests/utils/test_quantization.py::test_crash\n" in done.stdout, done.stdout  # the test the process died in
+    assert "tests/attention/test_rope.py did not finish: exit 2" in done.stdout  # pytest.exit: test_c never ran
+    assert "tests/attention/test_page.py did not finish: exit 4" in done.stdout  # a node id that no longer exists
+
+
+def test_a_conftest_that_cannot_import_is_said_so(ws):
+    root, _, env = ws
+    conftest = root / TESTS / "conftest.py"
+    conftest.write_text("import flashinfer_is_not_here\n" + conftest.read_text())
+    two_line_failure(upstream(root, env, "norm", "--no-plan"), "FlashInfer's tests/conftest.py could not be imported")
+
+
+def test_a_symlinked_tree_runs(ws, tmp_path):
+    root, _, env = ws
+    real = tmp_path / "elsewhere"
+    (root / "extern/tracked/flashinfer").rename(real)
+    (root / "extern/tracked/flashinfer").symlink_to(real)
+    write(root, "attention/test_rope.py", "def test_fine():\n    pass\n")
+    done = upstream(root, env, "rope", "--no-plan")
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_a_compare_run_names_tests_no_longer_run(ws):
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "def test_a():\n    pass\ndef test_b():\n    pass\n")
+    assert upstream(root, env, "rope", "--no-plan", "--baseline").returncode == 0
+    write(root, "attention/test_rope.py", "def test_a():\n    pass\ndef test_b_renamed():\n    pass\n")
+    done = upstream(root, env, "rope", "--no-plan")
+    assert done.returncode == 0 and "  not run since: 1\n    tests/attention/test_rope.py::test_b\n" in done.stdout, done.stdout

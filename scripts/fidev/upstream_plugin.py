@@ -124,6 +124,12 @@ class Outcomes:
         with open(self.path, "a") as f:
             f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message[:300]}) + "\n")
 
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.write(nodeid, "started")  # a process that dies in a test leaves it started, never finished
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self.write(nodeid, "finished")
+
     def pytest_runtest_logreport(self, report):
         if report.skipped:
             message = report.longrepr[2] if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3 else str(report.longrepr)

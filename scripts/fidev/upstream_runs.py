@@ -92,6 +92,19 @@ def by_file(nodes: list[str]) -> dict[str, list[str]]:
     return groups
 
 
+def say(line: str) -> None:
+    """A line to the terminal that a closed one (`| head`) cannot turn into a dead worker thread."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
+def relative(file: str, tree: Path) -> str:
+    """A test file as the tree names it; either may come through a symlink (a linked vendored tree)."""
+    return str(Path(file).resolve().relative_to(tree.resolve()))
+
+
 def run_folder(parent: Path) -> Path:
     """A new folder for one run's JUnit files and logs, named by its start time (unique)."""
     parent.mkdir(parents=True, exist_ok=True)
@@ -113,29 +126,42 @@ class FileResult:
 
     @property
     def crashed(self) -> bool:
-        """The process ended in a way pytest does not: a signal, the time limit, an interrupt, or no report."""
-        return not self.ended.startswith("exit ") or not self.outcomes and self.ended not in ("exit 0", "exit 4", "exit 5")
+        """The file did not run to its end: a signal, the time limit, an interrupt, pytest's
+        internal error (3), arguments it refused (4: a node id that no longer exists), or no report.
+        Statuses 0, 1 and 5 (nothing selected) finish; so does 2 where collection errors stopped it
+        (they are counted); a 2 from pytest.exit() or Ctrl-C in a test does not."""
+        if self.ended in ("exit 0", "exit 1", "exit 5"):
+            return False
+        collection_errors = any(o == "error" and "::" not in n for n, o in self.outcomes.items())  # a file that did not collect
+        return not (self.ended == "exit 2" and collection_errors)
 
 
 def read_outcomes(path: Path) -> dict[str, str]:
     """{node id: outcome} from fidev.upstream_plugin's lines; a test reported more than once (a
-    pass, then an error in teardown) keeps the worst."""
+    pass, then an error in teardown) keeps the worst, and one started but never finished (its
+    process died in it) is an error."""
     found: dict[str, str] = {}
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return found
+    running: set[str] = set()
     for line in lines:
         try:
             entry = json.loads(line)
         except ValueError:
             continue  # the last line of a process that died while writing it
         outcome = entry.get("outcome", "error")
+        if outcome in ("started", "finished"):
+            (running.add if outcome == "started" else running.discard)(entry.get("nodeid"))
+            continue
         if outcome == "skipped":
             outcome = f"skipped: {skip_kind(entry.get('message', ''))}"
         node = entry.get("nodeid", "?")
         if node not in found or SEVERITY.get(outcome, 4) >= SEVERITY.get(found[node], 0):
             found[node] = outcome
+    for node in running:  # the test the process died in
+        found[node] = "error"
     return found
 
 
@@ -162,7 +188,7 @@ def run_file(file: str, nodes: list[str], gpu: str | None, run_dir: Path, tree: 
     """One file's pytest process, pinned to `gpu` (None: nothing to pin), its output in the run folder."""
     from fidev.manifest import ROOT
 
-    rel = str(Path(file).relative_to(tree))
+    rel = relative(file, tree)
     stem = rel.replace("/", "__").removesuffix(".py")
     junit, log, outcomes = run_dir / f"{stem}.xml", run_dir / f"{stem}.log", run_dir / f"{stem}.jsonl"
     env = {**os.environ, RUN_MODE: str(outcomes),
@@ -184,7 +210,7 @@ def run_file(file: str, nodes: list[str], gpu: str | None, run_dir: Path, tree: 
             for line in proc.stdout:
                 out.write(line)
                 if line.startswith("upstream-tests: "):
-                    print(f"  GPU {gpu or '-'} {rel}: {line[16:].rstrip()}", flush=True)
+                    say(f"  GPU {gpu or '-'} {rel}: {line[16:].rstrip()}")
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
@@ -206,7 +232,7 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     """Every file once, a worker per GPU (one unpinned worker where none can be seen) taking the
     longest file left (by its last run's time, else its size); a line per file as it ends. An
     interrupt (Ctrl-C, SIGTERM) kills the running files' processes and raises KeyboardInterrupt."""
-    order = sorted(groups, key=lambda f: (-durations.get(str(Path(f).relative_to(tree)), 0.0), -Path(f).stat().st_size))
+    order = sorted(groups, key=lambda f: (-durations.get(relative(f, tree), 0.0), -Path(f).stat().st_size))
     todo: queue.Queue = queue.Queue()
     for f in order:
         todo.put(f)
@@ -221,12 +247,13 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
             result = run_file(f, groups[f], gpu, run_dir, tree, argv, limit_s, stop)
             with lock:
                 results.append(result)
-                print(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.file}: {line_counts(result)} in {result.seconds:.0f} s"
-                      + (f", {result.ended}" if result.crashed else ""), flush=True)
+                say(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.file}: {line_counts(result)} in {result.seconds:.0f} s"
+                    + (f", {result.ended}" if result.crashed else ""))
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None])]
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if main else None
+    # SIGTERM and SIGHUP (a closed ssh session) stop the run as Ctrl-C does
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     try:
         for t in threads:
             t.start()
@@ -239,8 +266,8 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
             t.join(timeout=10)
         raise
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return sorted(results, key=lambda r: r.file)
 
 
@@ -249,8 +276,8 @@ def counts(results: list[FileResult]) -> dict[str, int]:
     for r in results:
         for outcome in r.outcomes.values():
             c["skipped" if outcome.startswith("skipped") else outcome] += 1
-        if r.crashed:
-            c["error"] += 1  # the file itself: its process ended without a full report
+        if r.crashed and "error" not in r.outcomes.values():
+            c["error"] += 1  # the file itself, where no test of it took the blame (the one its process died in)
     return c
 
 
@@ -311,4 +338,6 @@ def compare(baseline: dict, results: list[FileResult]) -> dict[str, list[str]]:
         "newly passing": sorted(n for n, o in now.items() if o == "passed" and was.get(n) in FAILING),
     }
     changes["newly erroring"] += sorted(f"{r.file} ({r.ended})" for r in results if r.crashed and r.file not in baseline.get("crashed", []))
+    ran = {r.file for r in results if not r.crashed}
+    changes["not run since"] = sorted(n for n in was if n.split("::")[0] in ran and n not in now)  # renamed or removed: say so
     return changes
