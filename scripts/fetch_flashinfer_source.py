@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
-from fidev import package_index, source_tree
+from fidev import package_index, release_reference, source_tree
 from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.files import sha256_file, write_verified
 from fidev.manifest import ROOT, Pins, pins
@@ -74,6 +74,7 @@ def unpack(archive: Path, scratch: Path, marker: str) -> Path:
     if len(tops) != 1 or not tops[0].is_dir():
         raise Failure(f"{archive.name} does not hold one top-level folder", "use the unmodified source release from PyPI")
     (tops[0] / source_tree.MARKER).write_text(marker)
+    release_reference.record_release(tops[0])  # what each file holds as released: edits are told by it
     return tops[0]
 
 

@@ -152,3 +152,22 @@ def test_the_guides_abi_samples_are_what_abi_prints(installed):
         # the vendored tree as the guide's command names it, for the release's folder here
         printed = done.stdout.replace(f"abi: {source_tree.shown(tree)} ", f"abi: {source_tree.shown(pins().source_dir)} ", 1)
         assert printed == shown, f"`abi {args}` prints:\n{printed}"
+
+
+def test_the_release_installed_and_imported_reads_as_unedited_and_an_edit_reads_as_one(installed):
+    """fidev.release_reference against the record written at unpacking, after the editable install
+    and an import (its links, build metadata, bytecode are not edits)."""
+    import dataclasses
+
+    from fidev import release_reference
+
+    tree, _, _ = installed
+    p = dataclasses.replace(pins(), source_dir=tree)
+    assert release_reference.edited_files(tree, p) == []
+    header = tree / "include/flashinfer/norm.cuh"
+    saved = header.read_bytes()
+    try:
+        header.write_bytes(saved + b"// an edit\n")
+        assert release_reference.edited_files(tree, p) == ["include/flashinfer/norm.cuh"]
+    finally:
+        header.write_bytes(saved)
