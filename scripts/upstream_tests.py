@@ -339,7 +339,7 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     key = [*selection, *pytest_args]
     baseline_file = upstream_runs.baseline_path(cache, key)
     baseline = None if "--baseline" in ours else upstream_runs.load_baseline(baseline_file)
-    gpu = upstream_runs.gpu_name()
+    gpu = upstream_runs.gpu_name(gpus)
     print(f"upstream-tests: {len(groups)} file(s), a pytest process each, on {len(gpus) or 'no'} GPU(s) ({gpu}), {limit_s:.0f} s per file "
           f"at most; JUnit XML and logs in {run_dir}")
     started = time.perf_counter()

@@ -53,7 +53,12 @@ def test_skips_are_split_by_reason_and_the_conftests_two_fail_the_run(ws):
     assert "upstream-tests: skipped: 1 not supported here, 1 out of memory" in done.stdout
     assert done.returncode == 1  # an out-of-memory skip hides a failure
     write(root, "attention/test_rope.py", "import pytest\ndef test_sm100():\n    pytest.skip('needs sm_100')\ndef test_fine():\n    pass\n")
-    assert upstream(root, env, "rope", "--no-plan").returncode == 0
+    # a file skipped whole is one skip, as pytest counts it, with its reason
+    write(root, "attention/test_page.py", "import pytest\npytest.skip('needs sm_100a', allow_module_level=True)\n")
+    done = upstream(root, env, "rope", "page", "--no-plan")
+    assert "upstream-tests: 1 passed, 2 skipped, 0 failed, 0 errors" in done.stdout, done.stdout + done.stderr
+    assert "upstream-tests: skipped: 2 not supported here" in done.stdout
+    assert done.returncode == 0
 
 
 def test_files_spread_over_the_gpus_one_each(ws, tmp_path):
@@ -223,3 +228,17 @@ def test_a_compare_run_names_tests_no_longer_run(ws):
     write(root, "attention/test_rope.py", "def test_a():\n    pass\ndef test_b_renamed():\n    pass\n")
     done = upstream(root, env, "rope", "--no-plan")
     assert done.returncode == 0 and "  not run since: 1\n    tests/attention/test_rope.py::test_b\n" in done.stdout, done.stdout
+
+
+def test_the_header_names_the_gpus_the_workers_are_pinned_to(tmp_path, monkeypatch):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from fidev import upstream_runs
+
+    # /proc/driver/nvidia/gpus/<PCI bus id>/information, a "Model:" line each, as the driver writes it
+    for bus, model in [("0000:19:00.0", "NVIDIA H100 80GB HBM3"), ("0000:3b:00.0", "NVIDIA L40S")]:
+        (tmp_path / bus).mkdir()
+        (tmp_path / bus / "information").write_text(f"Model: \t\t {model}\nIRQ:   \t\t 1\n")
+    monkeypatch.setattr(upstream_runs, "GPUS", tmp_path)
+    assert upstream_runs.gpu_name(["1"]) == "NVIDIA L40S"
+    assert upstream_runs.gpu_name(["0", "1"]) == "NVIDIA H100 80GB HBM3, NVIDIA L40S"
+    assert upstream_runs.gpu_name(["0", "0"]) == "2x NVIDIA H100 80GB HBM3"

@@ -130,10 +130,15 @@ class Outcomes:
     def pytest_runtest_logfinish(self, nodeid, location):
         self.write(nodeid, "finished")
 
+    @staticmethod
+    def skip_message(report) -> str:
+        """A skip's reason: pytest keeps it as (path, line, message) in longrepr, for a test and for a
+        file skipped whole (`pytest.skip(..., allow_module_level=True)`, _pytest/reports.py)."""
+        return report.longrepr[2] if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3 else str(report.longrepr)
+
     def pytest_runtest_logreport(self, report):
         if report.skipped:
-            message = report.longrepr[2] if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3 else str(report.longrepr)
-            self.write(report.nodeid, "skipped", message)
+            self.write(report.nodeid, "skipped", self.skip_message(report))
         elif report.when == "call":
             self.write(report.nodeid, report.outcome)
         elif report.failed:
@@ -142,6 +147,8 @@ class Outcomes:
     def pytest_collectreport(self, report):
         if report.failed:
             self.write(report.nodeid, "error", str(report.longrepr)[-300:])
+        elif report.skipped:  # a file skipped whole: one skip, as pytest counts it
+            self.write(report.nodeid, "skipped", self.skip_message(report))
 
 
 def pytest_configure(config):

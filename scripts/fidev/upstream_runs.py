@@ -64,17 +64,22 @@ def host_gpus() -> list[str]:
     return [str(i) for i in range(sum(1 for line in out.splitlines() if line.startswith("GPU ")))]
 
 
-def gpu_name() -> str:
-    """The first GPU's model, from the driver's /proc files (no CUDA context), else nvidia-smi."""
-    for info in sorted(GPUS.glob("*/information")) if GPUS.is_dir() else []:
-        for line in info.read_text(errors="replace").splitlines():
-            if line.startswith("Model:"):
-                return line.split(":", 1)[1].strip()
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
+def gpu_name(gpus: list[str]) -> str:
+    """The model of the GPUs the workers are pinned to ("2x NVIDIA H200"), from the driver's /proc
+    files in PCI order, as nvidia-smi numbers them (no CUDA context), else nvidia-smi."""
+    models = [line.split(":", 1)[1].strip() for info in (sorted(GPUS.glob("*/information")) if GPUS.is_dir() else [])
+              for line in info.read_text(errors="replace").splitlines() if line.startswith("Model:")]
+    if not models:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        models = [line.strip() for line in out.splitlines() if line.strip()]
+    # A UUID or MIG entry of CUDA_VISIBLE_DEVICES names no index: the first model stands for it.
+    pinned = sorted({models[int(g)] if g.isdigit() and int(g) < len(models) else models[0] for g in gpus}) if models else []
+    if not pinned:
         return "no GPU seen"
-    return out.splitlines()[0].strip() if out.strip() else "no GPU seen"
+    return ", ".join(pinned) if len(pinned) > 1 else (f"{len(gpus)}x {pinned[0]}" if len(gpus) > 1 else pinned[0])
 
 
 def by_file(nodes: list[str]) -> dict[str, list[str]]:
