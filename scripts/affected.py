@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -322,7 +323,7 @@ def run(args) -> int:
         status, bad = run_ours(ours, wide)
         failed |= bad
         if bad:
-            reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(sorted(bad)) + "".join(f" {w}" for w in wide))
+            reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(map(shlex.quote, sorted(bad))) + "".join(f" {w}" for w in wide))
         elif status != 0:
             broken.append("no smoke or abi-smoke test passed (skipped: reasons above)" if status == NOTHING_PASSED
                           else f"tests/ exited {status} with no failed test named")
@@ -330,7 +331,8 @@ def run(args) -> int:
         status, bad = run_tests("FlashInfer's tests", [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *theirs], os.environ)
         failed |= bad
         if bad:
-            reruns.append("pixi run -e flashinfer-dev upstream-tests --no-plan " + " ".join(sorted(bad)[:5]) + (" ..." if len(bad) > 5 else ""))
+            first = " ".join(map(shlex.quote, sorted(bad)[:5]))
+            reruns.append(f"pixi run -e flashinfer-dev upstream-tests --no-plan {first}" + (f" (the first 5 of {len(bad)})" if len(bad) > 5 else ""))
         elif status != 0:
             broken.append(f"upstream-tests exited {status} with no failed test named (its last lines above say why)")
     result = []

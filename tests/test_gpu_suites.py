@@ -133,3 +133,27 @@ def test_the_gpu_suites_prove_flashinfer_is_the_vendored_tree(ws, tmp_path, scri
     env["PYTHONPATH"] = os.pathsep.join([str(elsewhere), env["PYTHONPATH"]])
     done = subprocess.run([sys.executable, str(root / "scripts" / script), "-k", "probe"], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 1 and "import-check: flashinfer was imported from" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_each_modules_tests_are_what_pytest_collects_and_every_test_is_some_modules():
+    """fidev.smoke_modules names, per module, the smoke and abi-smoke tests `affected` runs for it: a
+    function, or one case of a function whose other cases load another module. Each must be a node
+    id pytest collects (a stale name would run nothing), and every collected test must be some
+    module's (or an edit of its module would not run it), and one module's only."""
+    pytest.importorskip("torch", reason="collecting tests/abi_smoke needs torch (flashinfer-dev)")
+    from fidev import smoke_modules
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/smoke", "tests/abi_smoke"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    collected = {line.strip() for line in done.stdout.splitlines() if "::" in line}
+    assert collected, done.stdout + done.stderr
+
+    def covers(selector: str, node: str) -> bool:
+        return node == selector or ("[" not in selector and node.startswith(selector + "["))
+
+    named = {f"tests/{t}" for m in smoke_modules.MODULES for t in m.tests}
+    assert [s for s in named if not any(covers(s, n) for n in collected)] == []
+    # one module each: a function named whole by two modules would run the other's cases, which may
+    # need a module not built (an edit of norm ran gdn_prefill's signature case on the H100)
+    owners = {n: [m.key for m in smoke_modules.MODULES if any(covers(f"tests/{t}", n) for t in m.tests)] for n in collected}
+    assert {n: keys for n, keys in owners.items() if len(keys) != 1} == {}

@@ -97,34 +97,49 @@ def _topk():
 
 
 def _tests(*names: str) -> tuple[str, ...]:
-    """Test functions under tests/ ("smoke/test_kernels.py::test_rmsnorm"), each with all its cases."""
+    """Tests under tests/ that load the module: a function with all its cases
+    ("smoke/test_kernels.py::test_rmsnorm"), or one case ("...::test_single_prefill[fa2]") where the
+    function's other cases load another module (tests/test_affected.py checks that pytest collects each)."""
     return names
 
 
+def _case(function: str, case: str) -> str:
+    return f"{function}[{case}]"
+
+
 _K, _W, _A = "smoke/test_kernels.py::", "smoke/test_wide.py::", "abi_smoke/test_abi.py::"
-_SIGNATURES = _A + "test_runtime_signature_equals_the_source"
-_SINGLE_PREFILL = (_K + "test_single_prefill", _A + "test_single_prefill_run", _A + "test_bad_single_prefill_call_is_a_decoded_error", _SIGNATURES)
-_BATCH_PREFILL = (_W + "test_batch_prefill_paged", _W + "test_batch_prefill_ragged")
+_SIGNATURES = _A + "test_runtime_signature_equals_the_source"  # a case per (module, function): tests/abi_smoke/test_abi.py, CALLED
+
+
+def _single_prefill_tests(backend: str) -> tuple[str, ...]:
+    return (_case(_K + "test_single_prefill", backend), _case(_A + "test_single_prefill_run", backend),
+            _case(_A + "test_bad_single_prefill_call_is_a_decoded_error", backend), _case(_SIGNATURES, f"single_prefill_{backend}.run"))
+
+
+def _batch_prefill_tests(backend: str) -> tuple[str, ...]:
+    return _case(_W + "test_batch_prefill_paged", backend), _case(_W + "test_batch_prefill_ragged", backend)
+
 
 MODULES = [
     SmokeModule("norm", "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm", _norm, abi=True,
                 tests=_tests(_K + "test_rmsnorm", _K + "test_fused_add_rmsnorm", _A + "test_norm", _A + "test_bad_norm_call_is_a_decoded_error",
-                             _SIGNATURES)),
+                             _case(_SIGNATURES, "norm.rmsnorm"), _case(_SIGNATURES, "norm.gemma_rmsnorm"))),
     SmokeModule("silu", "silu_and_mul", _silu, tests=_tests(_K + "test_silu_and_mul")),
     SmokeModule("sampling", "top_k_top_p_sampling_from_probs", _sampling, tests=_tests(_K + "test_top_k_top_p_sampling")),
     SmokeModule("single_decode", "single_decode_with_kv_cache", _single_decode, tests=_tests(_K + "test_single_decode")),
     SmokeModule("single_prefill_fa2", "single_prefill_with_kv_cache(backend='fa2')", lambda: _single_prefill("fa2"), abi=True,
-                tests=_tests(*_SINGLE_PREFILL)),
+                tests=_tests(*_single_prefill_tests("fa2"))),
     SmokeModule("single_prefill_fa3", "single_prefill_with_kv_cache(backend='fa3'|'auto')", lambda: _single_prefill("fa3"), sm90=True,
-                abi=True, tests=_tests(*_SINGLE_PREFILL, _K + "test_auto_backend_is_fa3_on_sm90")),
+                abi=True, tests=_tests(*_single_prefill_tests("fa3"), _K + "test_auto_backend_is_fa3_on_sm90")),
     # Wide tier: its 32 kernel instantiations alone take about 5 minutes of a cold build on
     # 16 cores (measured on an H100 host), past the default tier's 3-minute budget.
     SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True, tier=WIDE, abi=True,
-                tests=_tests(_W + "test_gdn_prefill", _A + "test_gdn_prefill", _A + "test_bad_gdn_prefill_call_is_a_decoded_error", _SIGNATURES)),
+                tests=_tests(_W + "test_gdn_prefill", _A + "test_gdn_prefill", _A + "test_bad_gdn_prefill_call_is_a_decoded_error",
+                             _case(_SIGNATURES, "gdn_prefill.gdn_prefill"))),
     SmokeModule("batch_prefill_fa2", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa2')", lambda: _batch_prefill("fa2"), tier=WIDE,
-                tests=_BATCH_PREFILL),
+                tests=_tests(*_batch_prefill_tests("fa2"))),
     SmokeModule("batch_prefill_fa3", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa3')", lambda: _batch_prefill("fa3"),
-                sm90=True, tier=WIDE, tests=_BATCH_PREFILL),
+                sm90=True, tier=WIDE, tests=_tests(*_batch_prefill_tests("fa3"))),
     SmokeModule("batch_decode", "BatchDecodeWithPagedKVCacheWrapper", _batch_decode, tier=WIDE, tests=_tests(_W + "test_batch_decode_paged")),
     SmokeModule("page", "append_paged_kv_cache", _page, tier=WIDE, tests=_tests(_W + "test_append_paged_kv_cache")),
     SmokeModule("topk", "top_k", _topk, tier=WIDE, tests=_tests(_W + "test_top_k")),
