@@ -25,6 +25,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -101,22 +102,40 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
 
 def regenerate(tier: list[str], upstream_nodes: list[str]) -> tuple[dict, bool]:
     """Write the generated sources of the modules again, compiling nothing: smoke's by their
-    generators (one import of flashinfer), FlashInfer's tests' by a dry run of their tests.
-    Returns smoke's modules' new JitSpecs by name (a build of them rewrites build.ninja too), and
-    whether the dry run finished (a dropped or failed one regenerated nothing for sure)."""
-    specs, dry_run_done = {}, True
-    if tier:
-        from fidev.flashinfer_import import import_flashinfer
+    generators (one import of flashinfer, in a thread), FlashInfer's tests' meanwhile by a dry run
+    of their tests (a process of its own). Returns smoke's modules' new JitSpecs by name (a build
+    of them rewrites build.ninja too), and whether the dry run finished (a dropped or failed one
+    regenerated nothing for sure)."""
+    specs, dry_run_done, raised = {}, True, []
 
-        import_flashinfer()
-        for key in tier:
-            spec = smoke_modules.BY_KEY[key].make()  # the generator writes its sources (write_if_different)
-            specs[spec.name] = spec
+    def ours() -> None:
+        try:
+            from fidev.flashinfer_import import import_flashinfer
+
+            import_flashinfer()
+            for key in tier:
+                spec = smoke_modules.BY_KEY[key].make()  # the generator writes its sources (write_if_different)
+                specs[spec.name] = spec
+        except BaseException as error:  # noqa: BLE001 (raised again in the main thread)
+            raised.append(error)
+
+    thread = threading.Thread(target=ours, daemon=True)
+    if tier:
+        thread.start()
+    dry_run_failure = None
     if upstream_nodes:
         import upstream_tests
 
-        tests = upstream_tests.tests_dir()
-        dry_run_done = upstream_tests.plan(upstream_tests.resolve(upstream_nodes, tests), [], tests) is not None
+        try:
+            tests = upstream_tests.tests_dir()
+            dry_run_done = upstream_tests.plan(upstream_tests.resolve(upstream_nodes, tests), [], tests) is not None
+        except Failure as failure:  # said after the import's own failure, which comes first
+            dry_run_failure = failure
+    if tier:
+        thread.join()
+    for failure in [*raised, dry_run_failure]:
+        if failure is not None:
+            raise failure
     return specs, dry_run_done
 
 
@@ -236,8 +255,9 @@ def run(args) -> int:
         lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
         print(f"affected: {short(Path(f).name for f in python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
               f"module(s), compiling nothing" + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else ""))
+        # one recorded test per module: any test that asks for a module makes all of its JitSpec
         specs, dry_run_done = regenerate([tier[m.name] for m in stale if m.name in tier],
-                                         sorted({t for m in stale if m.name not in tier for t in recorded.get(m.name, [])}))
+                                         sorted({min(recorded[m.name]) for m in stale if m.name not in tier and recorded.get(m.name)}))
         if not dry_run_done:  # their tests regenerate them when they run: run those, and keep the edit unrecorded
             unregenerated = {m.name for m in stale if m.name not in tier and recorded.get(m.name)}
             print(f"affected: the dry run did not finish, so {short(unregenerated)} may hold the edit: their tests run, and regenerate them")

@@ -117,3 +117,17 @@ def test_a_collection_error_is_counted_and_fails_the_task(ws):
     assert done.returncode != 0, done.stdout + done.stderr
     count = [line for line in done.stdout.splitlines() if line.startswith("upstream-tests: ") and " passed, " in line][-1]
     assert ", 1 errors;" in count, count
+
+
+def test_the_dry_run_takes_a_worker_per_case_asked_for_and_a_worker_per_core_for_files(monkeypatch):
+    """affected regenerates FlashInfer's tests' modules by a dry run of one recorded case each: a
+    process per case at most (each worker imports torch and flashinfer), while a family's files
+    spread over a worker per core."""
+    import upstream_tests
+
+    pytest.importorskip("xdist", reason="the dry run's workers are pytest-xdist's")
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert upstream_tests.dry_run_workers(["tests/utils/test_norm.py::test_norm[dtype0-4096]"]) == []
+    cases = ["tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/utils/test_quantization.py::test_packbits[big-128]"]
+    assert upstream_tests.dry_run_workers(cases) == ["-n", "2"]
+    assert upstream_tests.dry_run_workers(["tests/utils/test_norm.py"]) == ["-n", str(min(16, upstream_tests.DRY_RUN_WORKERS))]
