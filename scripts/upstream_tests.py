@@ -55,6 +55,7 @@ SECONDS_PER_OBJECT = 25
 PLAN_LIMIT_S = 60
 SHOWN = 200  # failing tests named after a run; the run folder's FAILING_LIST has all
 FAILING_LIST = "failing.txt"
+COMPARED_SHOWN, COMPARED_LIST = 50, "compared.txt"  # a compare run's ids of each kind named; the run folder's file has all
 DRY_RUN_WORKERS = 16
 
 
@@ -379,19 +380,27 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
                           "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
         upstream_runs.save_baseline(baseline_file, key, commit, gpu, results)
         print(f"upstream-tests: baseline of {sum(len(r.outcomes) for r in results)} tests recorded for {' '.join(key)} "
-              f"(tree {commit[:12]}, {gpu}): {baseline_file}")
+              f"(tree {tree_name(commit)}, {gpu}): {baseline_file}")
         return 0
     if baseline is not None:
         changes = upstream_runs.compare(baseline, results)
-        print(f"upstream-tests: against the baseline of tree {baseline['commit'][:12]} on {baseline['gpu']} ({baseline_file}):")
+        listed = run_dir / COMPARED_LIST
+        listed.write_text("".join(f"{what}: {i}\n" for what, ids in changes.items() for i in ids))
+        print(f"upstream-tests: against the baseline of tree {tree_name(baseline['commit'])} on {baseline['gpu']} ({baseline_file}):")
         for what, ids in changes.items():
-            print(f"  {what}: {len(ids)}" + "".join(f"\n    {i}" for i in ids[:50]) + (f"\n    ... and {len(ids) - 50} more" if len(ids) > 50 else ""))
+            print(f"  {what}: {len(ids)}" + "".join(f"\n    {i}" for i in ids[:COMPARED_SHOWN]) +
+                  (f"\n    ... and {len(ids) - COMPARED_SHOWN} more: {listed}" if len(ids) > COMPARED_SHOWN else ""))
         return 1 if changes["newly failing"] or changes["newly erroring"] else 0
     if c["passed"] == 0:
         raise Failure("no upstream-tests test passed (counts above; each file's log is in the run folder)",
                       "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
     hidden = skips.get(upstream_runs.OOM, 0) + skips.get(upstream_runs.MISSING_JIT, 0)
     return 1 if c["failed"] or c["error"] or hidden else 0
+
+
+def tree_name(found: str) -> str:
+    """The tree a baseline was taken of: a git commit, shortened, or the source release's name."""
+    return found[:12] if re.fullmatch(r"[0-9a-f]{40}", found) else found
 
 
 def refused(results: list, pytest_args: list[str]) -> None:

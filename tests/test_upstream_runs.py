@@ -89,6 +89,17 @@ def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):
     done = upstream(root, env, "norm", "--no-plan")
     assert done.returncode == 0, done.stdout  # the known failure is in the baseline: no new failure
     assert "  newly failing: 0\n" in done.stdout
+    # past the 50 the terminal shows, every newly failing id is in the run folder's compared.txt
+    write(root, "utils/test_norm.py", "import os, pytest\ndef test_norm():\n    pass\ndef test_gemma_norm():\n    assert not os.environ.get('FAKE_BUG')\n"
+          "def test_known_broken():\n    assert False\n@pytest.mark.parametrize('i', range(60))\n"
+          "def test_many(i):\n    assert not os.environ.get('FAKE_BUG')\n")
+    done = upstream(root, env, "norm", "--no-plan", "--baseline")
+    assert done.returncode == 0 and "baseline of 63 tests recorded for norm" in done.stdout, done.stdout + done.stderr
+    done = upstream(root, {**env, "FAKE_BUG": "1"}, "norm", "--no-plan")
+    listed = run_folder(done.stdout) / "compared.txt"
+    assert "  newly failing: 61\n" in done.stdout and f"    ... and 11 more: {listed}\n" in done.stdout, done.stdout
+    expected = {"tests/utils/test_norm.py::test_gemma_norm", *(f"tests/utils/test_norm.py::test_many[{i}]" for i in range(60))}
+    assert {line.removeprefix("newly failing: ") for line in listed.read_text().splitlines()} == expected
 
 
 def test_bad_counts_are_usage_errors(ws):
