@@ -14,11 +14,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
 from pathlib import Path
+
+from fidev.files import differs, file_fact
 
 GENERATORS = ".fidev-generators.json"
 MODULE_TESTS = "fidev-module-tests.json"
@@ -52,20 +53,12 @@ def _read(path: Path):
         return None
 
 
-def _fact(path: Path) -> list | None:
-    try:
-        st = path.stat()
-        return [st.st_mtime_ns, st.st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
-    except OSError:
-        return None
-
-
 def record_generators(build_dir: Path, tree: Path, cache: dict[Path, list | None] | None = None) -> None:
     """After a module was built from `tree`: the tree's Python files as they were (`cache` spares
     re-reading them for each module of one build)."""
     cache = {} if cache is None else cache
     if not cache:
-        cache.update((path, _fact(path)) for path in python_sources(tree))
+        cache.update((path, file_fact(path)) for path in python_sources(tree))
     _write(build_dir / GENERATORS, {str(path): fact for path, fact in cache.items()})
 
 
@@ -77,11 +70,7 @@ def changed_generators(build_dir: Path, tree: Path) -> list[str] | None:
         return None
     now = {str(p) for p in python_sources(tree)}
     changed = sorted(set(was) ^ now)
-    for path in sorted(now & set(was)):
-        old = was[path]
-        st = os.stat(path)
-        if old is None or [st.st_mtime_ns, st.st_size] != old[:2] and _fact(Path(path))[2] != old[2]:
-            changed.append(path)
+    changed += [path for path in sorted(now & set(was)) if differs(path, was[path])]
     return sorted(changed)
 
 
@@ -119,7 +108,7 @@ def record_tree(jit_dir: Path, tree: Path) -> None:
         rel = str(path.relative_to(tree))
         st = path.stat()
         old = was.get(rel)
-        now[rel] = old if old and old[:2] == [st.st_mtime_ns, st.st_size] else _fact(path)
+        now[rel] = old if old and old[:2] == [st.st_mtime_ns, st.st_size] else file_fact(path)
     _write(jit_dir.parent / TREE, now)
 
 
@@ -129,12 +118,6 @@ def changed_tree_files(jit_dir: Path, tree: Path) -> list[str] | None:
     was = _read(jit_dir.parent / TREE)
     if not isinstance(was, dict):
         return None
-    changed = []
-    now = set()
-    for path in _tree_files(tree):
-        rel = str(path.relative_to(tree))
-        now.add(rel)
-        old, st = was.get(rel), path.stat()
-        if old is None or [st.st_mtime_ns, st.st_size] != old[:2] and _fact(path)[2] != old[2]:
-            changed.append(rel)
+    now = {str(path.relative_to(tree)): path for path in _tree_files(tree)}
+    changed = [rel for rel, path in now.items() if differs(path, was.get(rel))]
     return sorted(changed + [rel for rel in was if rel not in now])

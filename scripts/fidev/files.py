@@ -24,6 +24,34 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def file_fact(path: str | Path) -> list | None:
+    """[mtime_ns, size, sha256] of a file: what the workspace records of a build's inputs and of the
+    source release's files, to tell an edit later (`differs`); None where it cannot be read."""
+    try:
+        st = os.stat(path)
+        return [st.st_mtime_ns, st.st_size, sha256_file(Path(path))]
+    except OSError:
+        return None
+
+
+def differs(path: str | Path, recorded: list | None) -> bool:
+    """Whether the file's content is not what `recorded` (file_fact's list) says. It is hashed again
+    only where its mtime or size moved, so a touched file of the same content does not differ; a
+    missing or unreadable file, or a record without a hash whose stat moved, does."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True
+    if recorded is None:
+        return True
+    if [st.st_mtime_ns, st.st_size] == list(recorded[:2]):
+        return False
+    try:
+        return len(recorded) < 3 or sha256_file(Path(path)) != recorded[2]
+    except OSError:
+        return True
+
+
 def write_verified(target: Path, chunks: Iterable[bytes], sha256: str, mismatch: Callable[[str], Exception]) -> int:
     """Stream `chunks` into `<target>.tmp-<pid>`, hashing on the way, and rename it to `target`
     only if its SHA-256 is `sha256`; else raise mismatch(actual). Whatever stops it (a failed

@@ -13,12 +13,13 @@ hashes tell `affected` which inputs truly changed since the build (content, not 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import subprocess
 from pathlib import Path
+
+from fidev.files import differs, file_fact
 
 STAMP = ".fidev-inputs.json"
 TIMEOUT_S = 60
@@ -49,14 +50,6 @@ def _stat(path: str) -> list[int] | None:
     return [st.st_mtime_ns, st.st_size]
 
 
-def _hash(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-
-
 def record(build_dir: Path, ninja_file: Path) -> None:
     """After a successful build: [mtime, size, sha256] of every input of every object, written
     atomically (an input many objects share is read once)."""
@@ -64,8 +57,7 @@ def record(build_dir: Path, ninja_file: Path) -> None:
 
     def fact(path: str) -> list | None:
         if path not in seen:
-            st = _stat(path)
-            seen[path] = st and [*st, _hash(path)]
+            seen[path] = file_fact(path)
         return seen[path]
 
     def facts(obj: str, inputs: list[str]) -> dict[str, list | None]:
@@ -98,12 +90,11 @@ def edited(build_dir: Path) -> dict[str, str] | None:
         for path, was in inputs.items():
             if path in found or was is None:
                 continue
-            now = _stat(path)
-            if now is None:
+            if _stat(path) is None:
                 found[path] = "deleted"
             elif len(was) >= 3 and was[2] is None:
                 found[path] = "edited"  # saved while its object compiled: what was compiled is not known
-            elif now != was[:2] and (len(was) < 3 or _hash(path) != was[2]):
+            elif differs(path, was):
                 found[path] = "edited"
     return found
 

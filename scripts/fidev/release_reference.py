@@ -12,7 +12,6 @@ groundwork; nothing chooses by it yet).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from fidev import source_tree
 from fidev.failure import Failure
+from fidev.files import differs, file_fact
 from fidev.manifest import Pins
 
 RELEASE_FILES = ".fidev-release-files.json"
@@ -39,16 +39,9 @@ def _files(tree: Path) -> list[Path]:
     return found
 
 
-def _hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def record_release(tree: Path) -> None:
-    """Right after the hash-checked archive is unpacked: each file's size, mtime and sha256."""
-    facts = {}
-    for path in _files(tree):
-        st = path.stat()
-        facts[str(path.relative_to(tree))] = [st.st_size, st.st_mtime_ns, _hash(path)]
+    """Right after the hash-checked archive is unpacked: each file's mtime, size and sha256."""
+    facts = {str(path.relative_to(tree)): file_fact(path) for path in _files(tree)}
     tmp = tree / f"{RELEASE_FILES}.tmp"
     tmp.write_text(json.dumps(facts))
     os.replace(tmp, tree / RELEASE_FILES)
@@ -90,9 +83,4 @@ def _against_record(tree: Path) -> list[str]:
         raise Failure(f"{tree / RELEASE_FILES} cannot be read: {e}", "python scripts/fetch_flashinfer_source.py --replace writes it again") from e
     now = {str(p.relative_to(tree)): p for p in _files(tree)}
     changed = sorted(set(recorded) ^ set(now))
-    for rel in sorted(set(recorded) & set(now)):
-        size, mtime, digest = recorded[rel]
-        st = now[rel].stat()
-        if (st.st_size, st.st_mtime_ns) != (size, mtime) and _hash(now[rel]) != digest:
-            changed.append(rel)
-    return sorted(changed)
+    return sorted(changed + [rel for rel in set(recorded) & set(now) if differs(now[rel], recorded[rel])])
