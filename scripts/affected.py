@@ -75,11 +75,7 @@ def built_modules(jit_dir: Path) -> list[Built]:
 
 def tier_keys(jit_dir: Path) -> dict[str, str]:
     """{module name: smoke module key} for the modules `build` made, from its stamps (no import)."""
-    keys = {}
-    for stamp in cache_dir().glob(build_stamp.NAME.replace(".json", "*.json")):
-        data = build_records._read(stamp) or {}
-        keys.update({m["name"]: m["key"] for m in data.get("modules", []) if Path(m["build_dir"]).parent == jit_dir})
-    return keys
+    return {m.name: m.key for m in build_stamp.stamped_modules() if m.build_dir.parent == jit_dir}
 
 
 def check_tree(tree: Path, modules: list[Built]) -> None:

@@ -134,7 +134,7 @@ def load(options: dict, stamp: str | None) -> list[Module] | None:
         return None
     if data.get("fingerprint") != stamp:
         return None
-    modules = [Module(m["key"], m["name"], Path(m["build_dir"]), [Path(s) for s in m["sources"]]) for m in data.get("modules", [])]
+    modules = _modules(data)
     if not all(m.ninja_path.is_file() and all(s.is_file() for s in m.sources) for m in modules):
         return None
     return modules
@@ -147,3 +147,18 @@ def has_work(module: Module) -> bool:
         return True
     pending = ninja_inputs.dry_run(module.build_dir, module.ninja_path)
     return pending is None or bool(pending[0]) or pending[1] > 0
+
+
+def _modules(data: dict) -> list[Module]:
+    return [Module(m["key"], m["name"], Path(m["build_dir"]), [Path(s) for s in m["sources"]]) for m in data.get("modules", [])]
+
+
+def stamped_modules() -> list[Module]:
+    """The modules every stamp names (each option set's last build), whatever their fingerprint."""
+    found = []
+    for stamp in path({}).parent.glob(NAME.replace(".json", "*.json")):
+        try:
+            found += _modules(json.loads(stamp.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
