@@ -57,7 +57,10 @@ def test_a_checkout_is_told_against_the_pinned_commit(tmp_path):
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
     (tree / "csrc/new.cu").write_text("\n")
     assert release_reference.edited_files(tree, p) == ["csrc/new.cu", "include/flashinfer/norm.cuh"]
-    with pytest.raises(Failure, match="not the pinned"):
+    subprocess.run([*git, "commit", "-qam", "a contributor's commit"], check=True)  # HEAD moves on: its edits are still edits
+    (tree / "csrc/norm.cu").write_text("int g();\n")
+    assert release_reference.edited_files(tree, p) == ["csrc/new.cu", "csrc/norm.cu", "include/flashinfer/norm.cuh"]
+    with pytest.raises(Failure, match="does not have the pinned commit"):
         release_reference.edited_files(tree, dataclasses.replace(p, source_commit="0" * 40))
 
 

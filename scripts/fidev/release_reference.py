@@ -1,9 +1,10 @@
 """Which files of the vendored tree differ from the pinned FlashInfer release, without the network:
-the reference for a per-module choice between prebuilt kernels and the vendored source (issue 21's
-groundwork; nothing chooses by it yet).
+the reference for the per-module choice between prebuilt kernels and the vendored source
+(fidev.module_choice).
 
-- A git checkout (the submodule): against the pinned commit, `git diff --name-only <commit>` for
-  tracked files and `git ls-files --others --exclude-standard` for new ones.
+- A git checkout (the submodule): against the pinned commit, wherever HEAD is (a contributor's own
+  commits are edits too), `git diff --name-only <commit>` for tracked files and
+  `git ls-files --others --exclude-standard` for new ones.
 - The PyPI source release: against the per-file hashes that scripts/fetch_flashinfer_source.py
   writes into the tree (RELEASE_FILES) after the archive's own hash check, before anything in it
   runs. A file is hashed again only when its size or mtime moved.
@@ -51,9 +52,10 @@ def edited_files(tree: Path, pins: Pins) -> list[str]:
     """The tree's files (relative to it) that differ from the pinned release: changed, added or removed."""
     found = source_tree.inspect(tree, pins)
     if found.kind == "submodule":
-        if not found.pinned:
-            raise Failure(f"{source_tree.shown(tree)} is checked out at {found.found[:12] or 'no commit'}, not the pinned {pins.source_commit[:12]}",
-                          "git -C extern/tracked/flashinfer checkout <the pinned commit> (git submodule update --init --recursive does it)")
+        # committed edits too: the working tree against the pinned commit, wherever HEAD is
+        if subprocess.run(["git", "-C", str(tree), "cat-file", "-e", f"{pins.source_commit}^{{commit}}"], capture_output=True).returncode != 0:
+            raise Failure(f"{source_tree.shown(tree)} (at {found.found[:12] or 'no commit'}) does not have the pinned commit {pins.source_commit[:12]}: "
+                          "there is nothing to tell its edits by", "git -C extern/tracked/flashinfer fetch origin, or git submodule update --init --recursive")
         return sorted(set(_git(tree, "diff", "--name-only", pins.source_commit)) | set(_git(tree, "ls-files", "--others", "--exclude-standard")))
     if found.kind == "release" and found.pinned and (tree / RELEASE_FILES).is_file():
         return _against_record(tree)
