@@ -171,3 +171,56 @@ def test_the_release_installed_and_imported_reads_as_unedited_and_an_edit_reads_
         assert release_reference.edited_files(tree, p) == ["include/flashinfer/norm.cuh"]
     finally:
         header.write_bytes(saved)
+
+
+def test_auto_compiles_only_the_modules_whose_release_inputs_were_edited(installed, tmp_path):
+    """The kernel source mode auto on the real release (fidev.module_choice patches FlashInfer's own
+    JitSpec.is_aot and registry): with norm and silu_and_mul "prebuilt" in the tree's data/aot (the
+    AOT dir without a jit-cache package, flashinfer/jit/env.py `_get_aot_dir`), both load prebuilt;
+    an edit of include/flashinfer/norm.cuh compiles norm alone; one of the silu generator,
+    flashinfer/jit/activation.py, silu_and_mul alone."""
+    import shutil
+
+    tree, python, _ = installed
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    (ws / "pyproject.toml").write_text(text)
+    probe = f"""
+import json, sys
+sys.path.insert(0, {str(ws / "scripts")!r})
+from fidev import kernel_source, module_choice
+kernel_source.apply()
+from flashinfer.jit.activation import gen_act_and_mul_module
+from flashinfer.jit.norm import gen_norm_module
+norm, silu = gen_norm_module(), gen_act_and_mul_module("silu")
+print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, silu.is_aot], "report": module_choice.report("t")}}))
+"""
+    env = {**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
+    env.pop("FLASHINFER_DEV_KERNEL_SOURCE", None)
+    aot = tree / "flashinfer/data/aot"
+    header, generator = tree / "include/flashinfer/norm.cuh", tree / "flashinfer/jit/activation.py"
+    saved = {p: p.read_bytes() for p in (header, generator)}
+
+    def run():
+        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    try:
+        for name in ("norm", "silu_and_mul"):
+            (aot / name).mkdir(parents=True)
+            (aot / name / f"{name}.so").write_bytes(b"")
+        out = run()
+        assert out["names"] == ["norm", "silu_and_mul"] and out["prebuilt"] == [True, True], out
+        header.write_bytes(saved[header].replace(b"weight_bias + float(weight_vec[j]))", b"weight_bias + float(weight_vec[j])) * 1.005f", 1))
+        out = run()
+        assert out["prebuilt"] == [False, True] and "t: from edited source: norm (include/flashinfer/norm.cuh)" in out["report"], out
+        header.write_bytes(saved[header])
+        generator.write_bytes(saved[generator].replace(b"return val / (1.0f + __expf(-val));", b"return 1.01f * val / (1.0f + __expf(-val));", 1))
+        out = run()
+        assert out["prebuilt"] == [True, False] and "t: from edited source: silu_and_mul (flashinfer/jit/activation.py)" in out["report"], out
+    finally:
+        for path, data in saved.items():
+            path.write_bytes(data)
+        shutil.rmtree(aot, ignore_errors=True)

@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from fidev import upstream_suites
+from fidev import release_reference, source_tree, upstream_suites
 from fidev.manifest import ROOT, pins
 
 FAKE_FLASHINFER = """\
@@ -33,7 +33,7 @@ from flashinfer.jit import core
 with open(os.environ["FAKE_RECORD"], "a") as f:  # what the jit-cache looked like when flashinfer was imported
     f.write(json.dumps({"jit_cache_visible": importlib.util.find_spec("flashinfer_jit_cache") is not None}) + "\\n")
 def gen(name, n):
-    return core.JitSpec(name, n)
+    return core.gen_jit_spec(name, n)
 def load(name, n):
     return gen(name, n).build_and_load()
 """
@@ -96,6 +96,16 @@ class JitSpec:
         with FileLock(self.lock_path):
             self.build(False, need_lock=False)
         return "jit"
+class JitSpecRegistry:  # core.py lines 159-170: gen_jit_spec registers every spec it makes (line 482)
+    def __init__(self):
+        self._specs = {}
+    def register(self, spec):
+        self._specs.setdefault(spec.name, spec)
+jit_spec_registry = JitSpecRegistry()
+def gen_jit_spec(name, n):
+    spec = JitSpec(name, n)
+    jit_spec_registry.register(spec)
+    return spec
 def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
     with open(os.environ["FAKE_RECORD"], "a") as f:  # the combined build must never run
         f.write(json.dumps({"combined_build": [s.name for s in specs]}) + "\\n")
@@ -171,6 +181,10 @@ def standin_ws(tmp_path):
     (tests / "utils/test_activation.py").write_text(TEST_ACTIVATION)
     (tests / "conftest.py").write_text(CONFTEST)
     (tests.parent / "pytest.ini").write_text(PYTEST_INI)
+    # the pinned source release as fetch_flashinfer_source.py leaves it: its marker and its files'
+    # record, the reference the default kernel source mode (auto) tells edits by
+    (tests.parent / source_tree.MARKER).write_text(source_tree.marker_text(pins()))
+    release_reference.record_release(tests.parent)
     site = tmp_path / "site"
     (site / "flashinfer/jit").mkdir(parents=True)
     (site / "flashinfer/__init__.py").write_text(FAKE_FLASHINFER)

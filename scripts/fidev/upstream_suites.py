@@ -74,19 +74,37 @@ BY_NAME = {f.name: f for f in FAMILIES}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
+_INCLUDED: dict[Path, list[Path]] = {}
+
+
 def _includes(path: Path, tree: Path) -> list[Path]:
-    """The files of the tree that `path` includes: "x.h" beside it, or under include/ or csrc/."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    found = []
-    for name in INCLUDE.findall(text):
-        for base in (path.parent, tree / "include", tree / "csrc"):
-            if (base / name).is_file():
-                found.append((base / name).resolve())
-                break
-    return found
+    """The files of the tree that `path` includes: "x.h" beside it, or under include/ or csrc/
+    (read once per process)."""
+    if path not in _INCLUDED:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            text = ""
+        found = []
+        for name in INCLUDE.findall(text):
+            for base in (path.parent, tree / "include", tree / "csrc"):
+                if (base / name).is_file():
+                    found.append((base / name).resolve())
+                    break
+        _INCLUDED[path] = found
+    return _INCLUDED[path]
+
+
+def closure(paths: list[Path], tree: Path) -> set[Path]:
+    """`paths` (resolved) and every file of the tree they include, directly or through others."""
+    tree = tree.resolve()
+    seen, todo = set(), [p.resolve() for p in paths]
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo += _includes(path, tree)
+    return seen
 
 
 def families_compiling(tree: Path, changed: list[str]) -> dict[str, list[str]]:
@@ -96,13 +114,7 @@ def families_compiling(tree: Path, changed: list[str]) -> dict[str, list[str]]:
     wanted = {(tree / rel).resolve(): rel for rel in changed}
     reach: dict[str, list[str]] = {rel: [] for rel in changed}
     for family in FAMILIES:
-        seen, todo = set(), [p.resolve() for pattern in family.sources for p in tree.glob(pattern) if p.is_file()]
-        while todo:
-            path = todo.pop()
-            if path in seen:
-                continue
-            seen.add(path)
-            todo += _includes(path, tree)
+        seen = closure([p for pattern in family.sources for p in tree.glob(pattern) if p.is_file()], tree)
         for path in seen & wanted.keys():
             reach[wanted[path]].append(family.name)
     return reach
