@@ -1,9 +1,9 @@
 """Compile the JIT modules the smoke suite needs, for this GPU, from the vendored FlashInfer.
 
 FlashInfer's own per-module build files, built side by side by one ninja per module. Modules that
-flashinfer-jit-cache provides are reported and skipped, unless the kernel source mode is
-`vendored` (FLASHINFER_DEV_KERNEL_SOURCE=vendored), which compiles them from
-extern/tracked/flashinfer/csrc. A repeated build is a no-op, and so is one after an edit of a
+flashinfer-jit-cache provides are reported and skipped where the kernel source mode loads them
+prebuilt: in `auto` (the default) where none of their inputs was edited, in `prebuilt` always, in
+`vendored` never. A repeated build is a no-op, and so is one after an edit of a
 header or csrc/ file as far as FlashInfer goes: while nothing that decides the modules' build
 files changed (fidev.build_stamp), ninja alone rebuilds what the edit touched, and neither torch
 nor flashinfer is imported.
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from fidev import build_stamp, kernel_source, smoke_modules
+from fidev import build_stamp, kernel_source, module_choice, smoke_modules
 from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.flashinfer_import import import_flashinfer
 from fidev.manifest import pins
@@ -58,8 +58,8 @@ def main() -> int:
     specs, compiled = [], []
     for module in chosen:
         spec = module.make()
-        if spec.is_aot:
-            state = "prebuilt (flashinfer-jit-cache)"
+        if spec.is_aot:  # in `auto`, only where none of its inputs was edited (fidev.module_choice)
+            state = "prebuilt"
         else:
             state = "built before" if spec.jit_library_path.exists() else "to compile"
             specs.append(spec)
@@ -68,6 +68,8 @@ def main() -> int:
 
     build_s, slowest = build_specs(specs)
     show_slowest(slowest)
+    for line in module_choice.report("build"):
+        print(line)
     if stamp is not None:
         build_stamp.write(options, stamp, compiled)
     print(f"build: {len(chosen)} modules ready, {len(specs)} checked or compiled in {build_s:.2f} s")

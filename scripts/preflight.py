@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from fidev import activation, jit_toolchain, kernel_source, smoke_modules, source_tree
+from fidev import activation, jit_toolchain, kernel_source, module_choice, smoke_modules, source_tree
 from fidev.failure import ArgumentParser, Failure, option, run_main
 from fidev.jit_toolchain import JitToolchain
 from fidev.manifest import Pins, cuda_release, cuda_tag, pins
@@ -423,9 +423,13 @@ def check_cubin(ctx: Context) -> Result:
 def check_kernel_source(ctx: Context) -> Result:
     try:
         mode = kernel_source.mode()
+        if mode == kernel_source.AUTO:
+            module_choice.check(mode)  # reads the tree's edits where prebuilt modules could load instead
     except Failure as e:
         return fail(e.problem, e.fix)
-    return ok(f"{mode} ({kernel_source.ENV}{'' if os.environ.get(kernel_source.ENV) else ' unset: the default'})")
+    edits = f"; edited vs the release: {module_choice.edited_summary()}" if mode == kernel_source.AUTO else ""
+    return ok(f"{mode} ({kernel_source.ENV}{'' if os.environ.get(kernel_source.ENV) else ' unset: the default'}): "
+              f"{kernel_source.SAID[mode]}{edits}")
 
 
 def check_jit_cache(ctx: Context) -> Result:
@@ -440,10 +444,14 @@ def check_jit_cache(ctx: Context) -> Result:
     if local != tag:
         return fail(f"flashinfer-jit-cache {dist.version} is built for {local or 'no CUDA tag'}, the toolkit is {tag}",
                     f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
-    if os.environ.get(kernel_source.ENV) == kernel_source.VENDORED:
+    mode = os.environ.get(kernel_source.ENV) or kernel_source.AUTO
+    if mode == kernel_source.VENDORED:
         return ok(f"flashinfer-jit-cache {dist.version}, hidden: kernels compile from the vendored source")
-    return warn(f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling {source_tree.shown(p.source_dir)}/csrc",
-                f"to build and test your kernel edits: {kernel_source.ENV}={kernel_source.VENDORED}")
+    if mode == kernel_source.PREBUILT:
+        return warn(f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling {source_tree.shown(p.source_dir)}, "
+                    f"edited or not ({kernel_source.ENV}={kernel_source.PREBUILT})",
+                    f"to build and test your kernel edits, unset {kernel_source.ENV} (auto: an edited module compiles from the tree)")
+    return ok(f"flashinfer-jit-cache {dist.version}: a module it ships loads prebuilt where none of its inputs was edited")
 
 
 def check_tvm_ffi(ctx: Context) -> Result:

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fidev import build_records, kernel_source, ninja_inputs, source_tree, upstream_plugin, upstream_runs, upstream_suites
+from fidev import build_records, kernel_source, module_choice, ninja_inputs, source_tree, upstream_plugin, upstream_runs, upstream_suites
 from fidev.failure import USAGE, Failure, report, run_main
 from fidev.manifest import ROOT, pins
 
@@ -302,9 +302,9 @@ def main() -> int:
         raise Failure("no family or path was named (the whole suite takes hours to compile)",
                       "name one: `upstream-tests norm`, or a path under tests/; `upstream-tests --list` names the families")
     nodes = resolve(selection, tests)
-    mode = kernel_source.mode()
-    print(f"upstream-tests: kernel source {mode}: " + ("every module compiles from the vendored csrc/ and include/" if mode == kernel_source.VENDORED
-          else f"modules flashinfer-jit-cache ships load instead of your edits ({kernel_source.ENV}=vendored tests them)"))
+    mode = kernel_source.apply()  # in `auto`, the tree's edits read now: two lines where nothing tells them
+    edits = f"; edited vs the release: {module_choice.edited_summary()}" if mode == kernel_source.AUTO else ""
+    print(f"upstream-tests: kernel source {mode}: {kernel_source.SAID[mode]}{edits}")
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop as Ctrl-C does: the dry run's and the files' processes are killed
         signal.signal(sig, signal.default_int_handler)
     try:

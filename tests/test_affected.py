@@ -188,7 +188,7 @@ def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     assert "rebuilt" not in done.stdout
 
 
-def test_the_prebuilt_mode_with_a_jit_cache_is_refused(ws, tmp_path):
+def test_the_prebuilt_mode_with_a_jit_cache_is_refused_and_auto_needs_the_release(ws, tmp_path):
     """With flashinfer-jit-cache importable, FlashInfer loads its copy of a module instead of the
     rebuilt one (flashinfer/jit/core.py, JitSpec.build_and_load, at v0.6.3): affected would test nothing."""
     tree, root, _, env = ws
@@ -197,9 +197,12 @@ def test_the_prebuilt_mode_with_a_jit_cache_is_refused(ws, tmp_path):
     (fake / "flashinfer_jit_cache/__init__.py").write_text("")
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
     pythonpath = f"{tree}{os.pathsep}{fake}"
-    two_line_failure(affected(root, {**env, "PYTHONPATH": pythonpath}, "--list"), "flashinfer-jit-cache is installed")
+    two_line_failure(affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt"}, "--list"),
+                     "flashinfer-jit-cache is installed")
     done = affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "vendored"}, "--list")
     assert done.returncode == 0 and "norm.cuh" in done.stdout, done.stdout + done.stderr
+    # the default, auto, chooses per module by the tree's edits: a tree with no release to tell them by is two lines
+    two_line_failure(affected(root, {**env, "PYTHONPATH": pythonpath}, "--list"), "neither the pinned commit's checkout nor the pinned release")
 
 
 def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):

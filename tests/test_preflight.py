@@ -120,15 +120,23 @@ def host(tmp_path):
     return Host(tmp_path)
 
 
-def test_healthy_host_passes_with_the_jit_cache_warning(host):
+def test_healthy_host_passes(host):
     rc, checks = host.checks()
     assert rc == 0
-    assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {"jit-cache": "warn"}
-    assert "extern/tracked/flashinfer/csrc" in checks["jit-cache"]["finding"]
+    assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {}
+    assert "loads prebuilt where none of its inputs was edited" in checks["jit-cache"]["finding"]
     assert "every smoke kernel" in checks["gpu"]["finding"]
 
 
-def test_vendored_kernel_mode_clears_the_jit_cache_warning(host):
+def test_the_prebuilt_mode_warns_that_edits_do_not_run(host):
+    host.env["FLASHINFER_DEV_KERNEL_SOURCE"] = "prebuilt"
+    rc, checks = host.checks()
+    assert rc == 0 and checks["jit-cache"]["status"] == "warn"
+    assert "extern/tracked/flashinfer, edited or not" in checks["jit-cache"]["finding"]
+    assert "unset FLASHINFER_DEV_KERNEL_SOURCE" in checks["jit-cache"]["fix"]
+
+
+def test_vendored_kernel_mode_hides_the_jit_cache(host):
     host.env["FLASHINFER_DEV_KERNEL_SOURCE"] = "vendored"
     rc, checks = host.checks()
     assert rc == 0 and checks["jit-cache"]["status"] == "pass"
@@ -384,7 +392,7 @@ def test_human_output_has_a_line_per_check_and_a_summary(host):
     assert lines[0].startswith(f"preflight: FlashInfer {P.flashinfer}, CUDA {P.cuda}")
     assert any(line.split()[:2] == ["FAIL", "nvcc"] for line in lines)
     assert any("fix:" in line and "--cuda 13.0" in line for line in lines)
-    assert lines[-1].startswith("preflight: 17 passed, 1 warning, 1 failed")
+    assert lines[-1].startswith("preflight: 18 passed, 0 warnings, 1 failed")
 
 
 @pytest.mark.parametrize("args", [["--cuda", "13"], ["--bogus"]])

@@ -13,9 +13,10 @@ COMMANDS = README[README.index("## The two commands"):]
 
 def test_it_says_what_runs_when_a_kernel_is_edited(monkeypatch):
     monkeypatch.delenv(kernel_source.ENV, raising=False)
-    assert kernel_source.mode() == kernel_source.PREBUILT, "the default kernel source changed: say so in the README's note on edits"
-    assert f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev smoke" in COMMANDS
-    assert "does nothing" in COMMANDS
+    assert kernel_source.mode() == kernel_source.AUTO, "the default kernel source changed: say so in the README's note on edits"
+    assert "by default (`auto`), a module whose inputs you edited" in COMMANDS
+    for mode in (kernel_source.VENDORED, kernel_source.PREBUILT):
+        assert f"`{kernel_source.ENV}={mode}`" in COMMANDS
 
 
 def test_it_names_the_command_that_runs_the_tests_without_pixi():

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import metadata, util
 from pathlib import Path
 
-from fidev import build_records, kernel_source, ninja_inputs, uris
+from fidev import build_records, kernel_source, module_choice, ninja_inputs, uris
 
 NAME = "fidev-build.json"
 # Read by FlashInfer's JIT (flashinfer/jit/cpp_ext.py, env.py, compilation_context.py) or by the
@@ -102,7 +102,9 @@ def fingerprint(options: dict, tree: Path) -> str | None:
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("FLASHINFER_") or k in JIT_VARIABLES)
     facts = {
         "options": options,
-        "mode": os.environ.get(kernel_source.ENV) or kernel_source.PREBUILT,
+        "mode": kernel_source.mode(),
+        # in `auto`, which modules load prebuilt follows the tree's edits to include/ and csrc/ too
+        "edited": module_choice.edited() if kernel_source.mode() == kernel_source.AUTO and module_choice.prebuilt_available() else None,
         "jit_cache": (util.find_spec(uris.JIT_CACHE_PACKAGE) is not None, _version("flashinfer-jit-cache")),
         "tree": str(tree.resolve()),
         "python_files": sorted(python_files),

@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
-from fidev import kernel_source, source_tree
+from fidev import kernel_source, module_choice, source_tree
 from fidev.failure import Failure
 from fidev.manifest import pins
 
@@ -35,6 +35,10 @@ def import_flashinfer() -> Imported:
         from flashinfer.jit import env as jit_env
     except Exception as e:  # ImportError, or FlashInfer refusing a cubin/jit-cache of another version
         first = str(e).splitlines()[0] if str(e) else ""
+        if "flashinfer-jit-cache version" in first:  # flashinfer/jit/env.py, _get_aot_dir (line 113 at v0.6.3)
+            raise Failure(f"flashinfer-jit-cache {_installed('flashinfer-jit-cache')} does not match FlashInfer {pins().flashinfer}: "
+                          "FlashInfer refuses to import", f"pixi install -e flashinfer-dev (the manifest pins both), or "
+                          f"{kernel_source.ENV}={kernel_source.VENDORED}, which hides the jit-cache and compiles every module") from e
         raise Failure(f"import flashinfer failed: {type(e).__name__}: {first}", REINSTALL) from e
     # FlashInfer compiles from flashinfer/data/{csrc,include,cutlass,spdlog}, links its editable
     # install made in the tree; re-creating the tree removes them.
@@ -76,6 +80,8 @@ def vendored_rows(flashinfer: ModuleType, jit_env: ModuleType, mode: str) -> lis
         ("apache-tvm-ffi", _installed("apache-tvm-ffi")),
         ("torch", f"{torch.__version__} (CUDA {torch.version.cuda})"),
         ("JIT cache", str(jit_env.FLASHINFER_JIT_DIR)),
-        ("prebuilt modules", str(jit_env.FLASHINFER_AOT_DIR) if jit_env.FLASHINFER_AOT_DIR.exists() else "none"),
-        ("kernel source", f"{mode} ({kernel_source.ENV})"),
+        ("prebuilt modules", "not used" if mode == kernel_source.VENDORED else
+         str(jit_env.FLASHINFER_AOT_DIR) if jit_env.FLASHINFER_AOT_DIR.exists() else "none"),
+        ("kernel source", f"{mode} ({kernel_source.ENV}): {kernel_source.SAID[mode]}"),
+        *([("edited vs the release", module_choice.edited_summary())] if mode == kernel_source.AUTO else []),
     ]

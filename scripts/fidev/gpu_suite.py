@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from fidev import kernel_source, pytest_usage
+from fidev import kernel_source, module_choice, pytest_usage
 from fidev.failure import Failure
 from fidev.manifest import ROOT, pins
 
@@ -65,6 +65,8 @@ def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tupl
     started = time.perf_counter()
     code = pytest_usage.pytest_main(task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins])
     c = outcomes.counts
+    for line in module_choice.report(task):
+        print(line)
     print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['errors']} errors; kernel source {mode}; "
           f"{time.perf_counter() - started:.1f} s")
     if c["errors"] and code == pytest.ExitCode.OK:

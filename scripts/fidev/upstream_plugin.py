@@ -24,7 +24,7 @@ import os
 import time
 from pathlib import Path
 
-from fidev import kernel_source, module_builds, ninja_inputs
+from fidev import kernel_source, module_builds, module_choice, ninja_inputs
 
 DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
@@ -48,6 +48,11 @@ class FlashInferBuilds:
 
     def pytest_runtest_setup(self, item):
         self.current = item.nodeid
+
+    def pytest_sessionfinish(self, session):
+        if self.dry_dir is None:  # a file's run: which of its modules ran from edited source
+            for line in module_choice.report("upstream-tests"):
+                self.say(line)
 
     def say(self, line: str) -> None:
         capture = self.config.pluginmanager.getplugin("capturemanager")
