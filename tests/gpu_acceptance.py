@@ -12,8 +12,11 @@ the wheels of --staged DIR (tests/stage_gpu_host.py makes it), then FlashInfer e
 
 The steps, in order: setup, negative-control, preflight, build-cold, build-noop, import-check, smoke,
 smoke-noise, build-abi, abi-smoke, upstream-norm, upstream-activation, build-after-upstream,
-edit-build, edit-smoke, restore-build, restore-smoke. A result is `pass` when the step did what it
-must (the negative control and edit-smoke must fail). Results accumulate in WORK/results.json, so
+edit-build, edit-smoke, restore-build, restore-smoke, upstream-baseline, upstream-compare-bug,
+upstream-compare-clean, affected-noop, affected-header, affected-source, affected-generator,
+upstream-quantization, affected-upstream, prebuilt-set, auto-fresh, auto-header, auto-generator,
+auto-restore. A result is `pass` when the step did what it must (the negative control and
+edit-smoke must fail). Results accumulate in WORK/results.json, so
 a host that limits a command's time runs it in parts: `--steps setup,negative-control,...`, then
 the rest; each part prints the table of every step recorded so far.
 """
@@ -35,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 import conda_prefix  # noqa: E402
+from fidev import kernel_source  # noqa: E402
 from fidev.failure import ArgumentParser, Failure, run_main  # noqa: E402
 from fidev.manifest import pins  # noqa: E402
 
@@ -61,7 +65,8 @@ AFFECTED_EDITS = {
 STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi",
          "abi-smoke", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-build", "edit-smoke", "restore-build",
          "restore-smoke", "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header",
-         "affected-source", "affected-generator", "upstream-quantization", "affected-upstream"]
+         "affected-source", "affected-generator", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header",
+         "auto-generator", "auto-restore"]
 
 
 class Run:
@@ -249,6 +254,57 @@ def affected_noop(run: Run) -> None:
     run.record("affected-noop", status == 0 and "nothing changed" in out, seconds, (out.strip().splitlines() or ["no output"])[-1][:150])
 
 
+# The kernel source mode auto, with a prebuilt set in the tree's flashinfer/data/aot (tests/prebuilt_set.py,
+# FlashInfer's own AOT build of smoke's default modules): each round is the chain's build then smoke, in
+# a JIT dir of its own, with the modules that compiled and smoke's status it must show.
+AUTO_ROUNDS = {
+    "auto-fresh": (set(), True),  # an unedited tree from an empty JIT dir: everything prebuilt
+    "auto-header": ({"norm"}, False),  # the edit loop's norm.cuh bug
+    "auto-generator": ({"silu_and_mul"}, False),  # the silu generator's bug, norm.cuh restored with `cp -p`
+    "auto-restore": (set(), True),  # both restored with `cp -p`: prebuilt again
+}
+
+
+def prebuilt_set(run: Run) -> None:
+    aot = run.tree / "flashinfer/data/aot"
+    status, out, seconds = run.sh("prebuilt-set", [sys.executable, "tests/prebuilt_set.py", str(run.work / "prebuilt-build"), str(aot)])
+    said = [line for line in out.splitlines() if line.startswith("prebuilt-set: ")]
+    run.record("prebuilt-set", status == 0, seconds, said[-1][14:160] if said else f"exit {status}")
+
+
+def auto_round(run: Run, name: str) -> None:
+    base = run.work / "auto-base"
+    generator, gen_line, gen_bug, _ = AFFECTED_EDITS["affected-generator"]
+    gen_path, gen_saved = run.tree / generator, run.work / "activation.py.orig"
+    if name == "auto-fresh":
+        shutil.rmtree(base, ignore_errors=True)
+    elif name == "auto-header":
+        edit(run, restore=False)
+    elif name == "auto-generator":
+        edit(run, restore=True)
+        subprocess.run(["cp", "-p", str(gen_path), str(gen_saved)], check=True)
+        gen_path.write_text(gen_path.read_text().replace(gen_line, gen_bug, 1))
+    else:
+        subprocess.run(["cp", "-p", str(gen_saved), str(gen_path)], check=True)
+
+    def objects() -> dict[str, int]:
+        return {str(p): p.stat().st_mtime_ns for p in base.rglob("*.o")} if base.exists() else {}
+
+    env = run.env(FLASHINFER_WORKSPACE_BASE=str(base))
+    env.pop(kernel_source.ENV, None)  # the default mode
+    before = objects()
+    s1, out1, t1 = run.sh(name, [sys.executable, "scripts/build.py"], env)
+    s2, out2, t2 = run.sh(name, [sys.executable, "scripts/smoke.py"], env)
+    compiled = sorted({Path(p).parent.name for p, mtime in objects().items() if before.get(p) != mtime})
+    want, smoke_passes = AUTO_ROUNDS[name]
+    ok = s1 == 0 and set(compiled) == want and (s2 == 0) == smoke_passes
+    counts = re.findall(r"^smoke: \d+ passed.*$", out2, re.M)
+    edited = [line.split(": ", 1)[1] for line in (out1 + out2).splitlines() if line.startswith(("build: from edited source", "smoke: from edited source"))]
+    run.record(name, ok, t1 + t2, f"modules compiled: {', '.join(compiled) or 'none'}; smoke exit {s2}"
+                                  f"{'; ' + counts[-1][7:90] if counts else ''}; build {t1:.1f} s + smoke {t2:.1f} s"
+                                  + (f"; {edited[0]}" if edited else ""))
+
+
 def steps(run: Run) -> dict:
     return {
         "setup": lambda: setup(run),
@@ -275,6 +331,8 @@ def steps(run: Run) -> dict:
         "upstream-compare-clean": lambda: upstream_compare(run, "upstream-compare-clean", bug=False),
         "affected-noop": lambda: affected_noop(run),
         **{name: (lambda name=name: affected_round(run, name)) for name in AFFECTED_EDITS},
+        "prebuilt-set": lambda: prebuilt_set(run),
+        **{name: (lambda name=name: auto_round(run, name)) for name in AUTO_ROUNDS},
     }
 
 
