@@ -143,22 +143,22 @@ def test_nothing_edited_loads_everything_prebuilt(ws):
     assert out["report"] == ["task: kernel source auto: 2 module(s) prebuilt, 0 compiled from the tree"]
 
 
-def test_a_header_edit_compiles_the_modules_that_include_it_and_no_other(ws):
+@pytest.mark.parametrize("rel, old, new, module", [
+    ("include/flashinfer/norm.cuh", "1.0f", "1.005f", "norm"),  # a header norm's source includes
+    ("flashinfer/jit/activation.py", "return val /", "return 1.01f * val /", "silu_and_mul"),  # the generator of silu's source
+])
+def test_an_edit_compiles_the_module_it_reaches_and_no_other(ws, rel, old, new, module):
     tree, root, env = ws
-    edit(tree / "include/flashinfer/norm.cuh", "1.0f", "1.005f")
+    edit(tree / rel, old, new)
     out = chosen(task(root, env))
-    assert out["prebuilt"] == {"norm": False, "silu_and_mul": True}
-    assert "task: from edited source: norm (include/flashinfer/norm.cuh)" in out["report"]
-    edit(tree / "include/flashinfer/math.cuh", "2.7f", "2.8f")  # included through activation.cuh, by the generated source
-    assert chosen(task(root, env))["prebuilt"] == {"norm": False, "silu_and_mul": False}
+    assert out["prebuilt"] == {"norm": module != "norm", "silu_and_mul": module != "silu_and_mul"}
+    assert f"task: from edited source: {module} ({rel})" in out["report"]
 
 
-def test_a_generator_edit_compiles_the_module_it_generates_and_no_other(ws):
+def test_a_header_included_through_another_reaches_the_generated_source(ws):
     tree, root, env = ws
-    edit(tree / "flashinfer/jit/activation.py", "return val /", "return 1.01f * val /")
-    out = chosen(task(root, env))
-    assert out["prebuilt"] == {"norm": True, "silu_and_mul": False}
-    assert "task: from edited source: silu_and_mul (flashinfer/jit/activation.py)" in out["report"]
+    edit(tree / "include/flashinfer/math.cuh", "2.7f", "2.8f")  # activation.cuh includes it; silu's generated source, activation.cuh
+    assert chosen(task(root, env))["prebuilt"] == {"norm": True, "silu_and_mul": False}
 
 
 def test_a_restored_copy_loads_prebuilt_again(ws, tmp_path):
