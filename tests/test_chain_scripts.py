@@ -47,3 +47,18 @@ def test_job_budgets_give_each_source_a_job_while_cores_last(monkeypatch):
 def test_job_budgets_honour_max_jobs(monkeypatch):
     monkeypatch.setenv("MAX_JOBS", "4")
     assert sum(job_budgets(specs(6, 6))) <= 4
+
+
+def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):
+    """FlashInfer refuses to import next to a jit-cache of another version: flashinfer/jit/env.py,
+    _get_aot_dir, lines 111-119 at v0.6.3, whose message the stand-in raises as the real one does."""
+    pkg = tmp_path / "flashinfer"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        'raise RuntimeError("flashinfer-jit-cache version (0.6.2+cu129) does not match flashinfer version (0.6.3). "\n'
+        '                   "Please install the same version of both packages. "\n'
+        '                   "Set FLASHINFER_DISABLE_VERSION_CHECK=1 to bypass this check.")\n')
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/import_check.py")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}", "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt"})
+    two_line_failure(done, "does not match FlashInfer 0.6.3: FlashInfer refuses to import")
+    assert "FLASHINFER_DEV_KERNEL_SOURCE=vendored" in done.stderr

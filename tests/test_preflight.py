@@ -398,3 +398,29 @@ def test_human_output_has_a_line_per_check_and_a_summary(host):
 @pytest.mark.parametrize("args", [["--cuda", "13"], ["--bogus"]])
 def test_bad_usage_exits_2(host, args):
     assert host.run(*args).returncode == 2
+
+
+def test_a_checkout_with_commits_on_top_of_the_pin_is_a_warning(tmp_path):
+    """A contributor's own commits on the pinned one: preflight warns (the kernel source mode auto
+    compiles what they reach) where a checkout at an unrelated commit fails."""
+    import dataclasses
+
+    import preflight
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed on this host")
+    tree = tmp_path / "flashinfer"
+    for part in ("csrc", "include", "3rdparty/cutlass/include"):
+        (tree / part).mkdir(parents=True)
+        (tree / part / "f.h").write_text("\n")
+    git = ["git", "-C", str(tree), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "the pinned release"], check=True)
+    pinned = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "a contributor's commit"], check=True)
+    ctx = preflight.Context("12.9", dataclasses.replace(P, source_dir=tree, source_commit=pinned))
+    result = preflight.check_source(ctx)
+    assert result.status == "warn" and "your commits on top of the pinned" in result.finding, result
+    ctx = preflight.Context("12.9", dataclasses.replace(P, source_dir=tree, source_commit="1" * 40))
+    assert preflight.check_source(ctx).status == "fail"

@@ -60,8 +60,17 @@ def test_a_checkout_is_told_against_the_pinned_commit(tmp_path):
     subprocess.run([*git, "commit", "-qam", "a contributor's commit"], check=True)  # HEAD moves on: its edits are still edits
     (tree / "csrc/norm.cu").write_text("int g();\n")
     assert release_reference.edited_files(tree, p) == ["csrc/new.cu", "csrc/norm.cu", "include/flashinfer/norm.cuh"]
+    subprocess.run([*git, "mv", "include/flashinfer/norm.cuh", "include/flashinfer/norm2.cuh"], check=True)  # a rename: both names
+    assert release_reference.edited_files(tree, p) == ["csrc/new.cu", "csrc/norm.cu", "include/flashinfer/norm.cuh", "include/flashinfer/norm2.cuh"]
     with pytest.raises(Failure, match="does not have the pinned commit"):
         release_reference.edited_files(tree, dataclasses.replace(p, source_commit="0" * 40))
+    env_path = os.environ["PATH"]
+    try:
+        os.environ["PATH"] = str(tmp_path / "no-git-here")
+        with pytest.raises(Failure, match="git could not answer"):
+            release_reference.edited_files(tree, p)
+    finally:
+        os.environ["PATH"] = env_path
 
 
 def test_a_tree_that_matches_neither_is_two_lines(tmp_path):

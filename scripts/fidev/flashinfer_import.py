@@ -6,6 +6,7 @@ process, where the chain's import already is."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -33,10 +34,13 @@ def import_flashinfer() -> Imported:
     try:
         import flashinfer
         from flashinfer.jit import env as jit_env
+    except module_choice.Unpatchable as e:
+        raise Failure(str(e), f"{kernel_source.ENV}={kernel_source.PREBUILT} leaves FlashInfer's own choice alone") from e
     except Exception as e:  # ImportError, or FlashInfer refusing a cubin/jit-cache of another version
         first = str(e).splitlines()[0] if str(e) else ""
-        if "flashinfer-jit-cache version" in first:  # flashinfer/jit/env.py, _get_aot_dir (line 113 at v0.6.3)
-            raise Failure(f"flashinfer-jit-cache {_installed('flashinfer-jit-cache')} does not match FlashInfer {pins().flashinfer}: "
+        other = re.match(r"flashinfer-jit-cache version \(([^)]*)\)", first)  # flashinfer/jit/env.py, _get_aot_dir (line 114 at v0.6.3)
+        if other:
+            raise Failure(f"flashinfer-jit-cache {other.group(1)} does not match FlashInfer {pins().flashinfer}: "
                           "FlashInfer refuses to import", f"pixi install -e flashinfer-dev (the manifest pins both), or "
                           f"{kernel_source.ENV}={kernel_source.VENDORED}, which hides the jit-cache and compiles every module") from e
         raise Failure(f"import flashinfer failed: {type(e).__name__}: {first}", REINSTALL) from e

@@ -86,6 +86,10 @@ def install(mode: str) -> None:
         sys.meta_path.insert(0, _CoreFinder())
 
 
+class Unpatchable(ImportError):
+    """A flashinfer.jit.core without what `patch` replaces: another FlashInfer than the pinned one."""
+
+
 class _CoreFinder(importlib.abc.MetaPathFinder):
     """Finds flashinfer.jit.core as the path finder does, and patches it once it has run."""
 
@@ -112,8 +116,8 @@ def patch(core) -> None:
     if spec_class is None or getattr(spec_class, "_fidev_choice", False):
         return  # a stand-in without modules (tests/test_faults.py), or patched already
     if not hasattr(core, "jit_spec_registry") or not isinstance(getattr(spec_class, "is_aot", None), property):
-        raise ImportError("flashinfer.jit.core has no jit_spec_registry or JitSpec.is_aot as FlashInfer 0.6.3 has: the kernel source "
-                          "modes auto and vendored cannot choose per module (FLASHINFER_DEV_KERNEL_SOURCE=prebuilt leaves FlashInfer alone)")
+        raise Unpatchable("flashinfer.jit.core has no jit_spec_registry or JitSpec.is_aot property as FlashInfer 0.6.3 has: "
+                          "the kernel source modes auto and vendored cannot choose per module")
     shipped = core.JitSpec.is_aot.fget
 
     def is_aot(spec) -> bool:
@@ -129,6 +133,12 @@ def patch(core) -> None:
 
     core.JitSpec.is_aot = property(is_aot)
     core.JitSpec._fidev_choice = True
+    combined = core.build_jit_specs  # skips by aot_path.exists() itself (core.py lines 495-503): by the mode's choice instead
+
+    def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
+        return combined([s for s in specs if not (skip_prebuilt and s.is_aot)], verbose=verbose, skip_prebuilt=False)
+
+    core.build_jit_specs = build_jit_specs
     registry = core.jit_spec_registry
     register = registry.register
 
@@ -140,14 +150,18 @@ def patch(core) -> None:
 
 
 def _stack_files() -> set[str]:
-    """The tree's Python files (relative to the tree) of the frames calling gen_jit_spec."""
-    root, package = str(tree()), str(tree() / "flashinfer") + os.sep
-    found, frame = set(), sys._getframe(2)
+    """The generator's Python files (relative to the tree) on the stack of gen_jit_spec: its caller
+    (flashinfer/fp4_quantization.py calls it directly at v0.6.3) and every frame under
+    flashinfer/jit/. Not the API wrappers above them (flashinfer/norm.py): whether build or a test
+    made the spec must not change what counts."""
+    root = str(tree())
+    package, generators = root + os.sep + "flashinfer" + os.sep, root + os.sep + os.path.join("flashinfer", "jit") + os.sep
+    found, frame, depth = set(), sys._getframe(2), 0  # past _stack_files and noted: gen_jit_spec (core.py), then its caller
     while frame is not None:
         path = _real(frame.f_code.co_filename)
-        if path.startswith(package):
+        if path.startswith(generators) or (depth == 1 and path.startswith(package)):
             found.add(os.path.relpath(path, root))
-        frame = frame.f_back
+        frame, depth = frame.f_back, depth + 1
     return found
 
 
@@ -166,10 +180,15 @@ def edited_inputs(spec) -> list[str]:
         changed, root = set(edited()), tree()
         found = {rel for rel in changed if rel.startswith("3rdparty/")}
         sources = [Path(_real(str(s))) for s in spec.sources]
-        for path in upstream_suites.closure(sources, root):
+        generated = [s for s in sources if not s.is_relative_to(root)]
+        # a generated source is rendered from csrc/'s templates, or copied from the csrc/ file of its
+        # name (batch_decode.cu: flashinfer/jit/attention/modules.py, lines 1492-1501 at v0.6.3)
+        copied = [root / "csrc" / s.name for s in generated if (root / "csrc" / s.name).is_file()]
+        dirs = [Path(_real(str(d))) for d in spec.extra_include_dirs or []]
+        for path in upstream_suites.closure(sources + copied, root, dirs):
             if path.is_relative_to(root) and str(path.relative_to(root)) in changed:
                 found.add(str(path.relative_to(root)))
-        if any(not s.is_relative_to(root) for s in sources):  # generated from templates the generator read
+        if generated:
             found |= {rel for rel in changed if rel.startswith("csrc/") and rel.endswith(".jinja")}
         found |= GENERATORS.get(spec.name, set()) & changed
         INPUTS[spec.name] = sorted(found)

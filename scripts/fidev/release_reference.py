@@ -53,10 +53,13 @@ def edited_files(tree: Path, pins: Pins) -> list[str]:
     found = source_tree.inspect(tree, pins)
     if found.kind == "submodule":
         # committed edits too: the working tree against the pinned commit, wherever HEAD is
-        if subprocess.run(["git", "-C", str(tree), "cat-file", "-e", f"{pins.source_commit}^{{commit}}"], capture_output=True).returncode != 0:
-            raise Failure(f"{source_tree.shown(tree)} (at {found.found[:12] or 'no commit'}) does not have the pinned commit {pins.source_commit[:12]}: "
-                          "there is nothing to tell its edits by", "git -C extern/tracked/flashinfer fetch origin, or git submodule update --init --recursive")
-        return sorted(set(_git(tree, "diff", "--name-only", pins.source_commit)) | set(_git(tree, "ls-files", "--others", "--exclude-standard")))
+        if not _git(tree, "rev-parse", "--verify", "--quiet", f"{pins.source_commit}^{{commit}}", may_fail=True):
+            raise Failure(f"{source_tree.shown(tree)} (at {found.found[:12] or 'no commit'}) does not have the pinned commit "
+                          f"{pins.source_commit[:12]}: there is nothing to tell its edits by",
+                          "git -C extern/tracked/flashinfer fetch origin, or git submodule update --init --recursive")
+        # --no-renames: a renamed file is its old name deleted and its new one added, not the new name alone
+        return sorted(set(_git(tree, "diff", "--name-only", "--no-renames", pins.source_commit)) |
+                      set(_git(tree, "ls-files", "--others", "--exclude-standard")))
     if found.kind == "release" and found.pinned and (tree / RELEASE_FILES).is_file():
         return _against_record(tree)
     if found.kind == "release":
@@ -67,11 +70,14 @@ def edited_files(tree: Path, pins: Pins) -> list[str]:
                   "python scripts/fetch_flashinfer_source.py --replace (the pinned release, recorded), or the git submodule at the pinned commit")
 
 
-def _git(tree: Path, *args: str) -> list[str]:
+def _git(tree: Path, *args: str, may_fail: bool = False) -> list[str]:
+    """git's output lines; two lines where git cannot run, or (unless `may_fail`: then []) fails."""
     try:
         done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise Failure(f"git could not answer for {source_tree.shown(tree)}: {e}", "check that git is installed and the checkout is readable") from e
+    if done.returncode != 0 and may_fail:
+        return []
     if done.returncode != 0:
         raise Failure(f"git {args[0]} failed in {source_tree.shown(tree)}: {done.stderr.strip()[:200]}",
                       "git submodule update --init --recursive, then try again")

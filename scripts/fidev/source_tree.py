@@ -52,6 +52,16 @@ def git_head(path: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def descends_from(path: Path, commit: str) -> bool:
+    """Whether the checkout's HEAD has `commit` among its ancestors (a contributor's commits on top
+    of the pin); False where git cannot tell."""
+    try:
+        done = subprocess.run(["git", "-C", str(path), "merge-base", "--is-ancestor", commit, "HEAD"], capture_output=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
 def inspect(path: Path, pins: Pins) -> SourceTree:
     if not path.exists() and not path.is_symlink():
         return SourceTree(path, "missing")

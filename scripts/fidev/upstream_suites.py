@@ -74,36 +74,38 @@ BY_NAME = {f.name: f for f in FAMILIES}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
-_INCLUDED: dict[Path, list[Path]] = {}
+_INCLUDED: dict[tuple, list[Path]] = {}
 
 
-def _includes(path: Path, tree: Path) -> list[Path]:
-    """The files of the tree that `path` includes: "x.h" beside it, or under include/ or csrc/
-    (read once per process)."""
-    if path not in _INCLUDED:
+def _includes(path: Path, tree: Path, dirs: tuple[Path, ...] = ()) -> list[Path]:
+    """The files that `path` includes: "x.h" beside it, or under the tree's include/ or csrc/, or
+    under `dirs` (a module's own include dirs); read once per process."""
+    key = (path, dirs)
+    if key not in _INCLUDED:
         try:
             text = path.read_text(errors="replace")
         except OSError:
             text = ""
         found = []
         for name in INCLUDE.findall(text):
-            for base in (path.parent, tree / "include", tree / "csrc"):
+            for base in (path.parent, tree / "include", tree / "csrc", *dirs):
                 if (base / name).is_file():
                     found.append((base / name).resolve())
                     break
-        _INCLUDED[path] = found
-    return _INCLUDED[path]
+        _INCLUDED[key] = found
+    return _INCLUDED[key]
 
 
-def closure(paths: list[Path], tree: Path) -> set[Path]:
-    """`paths` (resolved) and every file of the tree they include, directly or through others."""
-    tree = tree.resolve()
+def closure(paths: list[Path], tree: Path, dirs: list[Path] = ()) -> set[Path]:
+    """`paths` (resolved) and every file they include, directly or through others, searching the
+    tree's include/ and csrc/ and `dirs` (a module's extra include dirs, such as csrc/nv_internal)."""
+    tree, dirs = tree.resolve(), tuple(d.resolve() for d in dirs)
     seen, todo = set(), [p.resolve() for p in paths]
     while todo:
         path = todo.pop()
         if path not in seen:
             seen.add(path)
-            todo += _includes(path, tree)
+            todo += _includes(path, tree, dirs)
     return seen
 
 
