@@ -29,13 +29,34 @@ import threading
 import time
 from pathlib import Path
 
-from fidev import build_records, build_stamp, gpu_suite, kernel_source, module_builds, ninja_inputs, smoke_modules, source_tree, upstream_suites, uris
+from fidev import (
+    build_records,
+    build_stamp,
+    gpu_suite,
+    kernel_source,
+    module_builds,
+    module_choice,
+    ninja_inputs,
+    smoke_modules,
+    source_tree,
+    upstream_suites,
+    uris,
+)
 from fidev.failure import ArgumentParser, Failure, run_main
 from fidev.manifest import ROOT, pins
 
 CACHE = Path(".cache") / "flashinfer"  # under FLASHINFER_WORKSPACE_BASE or HOME (flashinfer/jit/env.py at v0.6.3)
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then edit and run affected"
+
+
+def build_fix() -> str:
+    """How to get modules built: in `auto` with a prebuilt set, build compiles only the modules
+    you edited, so a first build for affected is `vendored`."""
+    if kernel_source.mode() == kernel_source.AUTO and module_choice.prebuilt_available():
+        return (f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev build, then affected with the same setting "
+                "(in auto, a module flashinfer-jit-cache ships is built here only once you edit it)")
+    return BUILD_FIX
 
 
 def cache_dir() -> Path:
@@ -51,8 +72,8 @@ def jit_dirs(version: str) -> list[Path]:
     others = sorted(p.parent.parent.name for p in cache.glob("*/*/cached_ops"))
     if others:
         raise Failure(f"the JIT dir {cache} holds builds of FlashInfer {', '.join(sorted(set(others)))}, none of {version}, the pinned one",
-                      BUILD_FIX)
-    raise Failure(f"nothing is built yet: no JIT dir under {cache}", BUILD_FIX)
+                      build_fix())
+    raise Failure(f"nothing is built yet: no JIT dir under {cache}", build_fix())
 
 
 class Built:
@@ -221,7 +242,7 @@ def run(args) -> int:
     dirs = jit_dirs(p.flashinfer)
     modules = [m for d in dirs for m in built_modules(d)]
     if not modules:
-        raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", BUILD_FIX)
+        raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix())
     check_tree(tree, modules)
     mode = kernel_source.apply()
     if mode == kernel_source.PREBUILT and importlib.util.find_spec(uris.JIT_CACHE_PACKAGE) is not None:

@@ -139,6 +139,12 @@ def test_a_generator_edit_regenerates_through_flashinfer(ws):
 def test_bad_input_gets_two_lines(ws, tmp_path):
     tree, root, jit_dir, env = ws
     two_line_failure(affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "nothing")}), "nothing is built yet")
+    # with a prebuilt set, auto builds only edited modules: the first build for affected is vendored
+    (tree / "flashinfer/data/aot/norm").mkdir(parents=True)
+    done = affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "nothing")})
+    two_line_failure(done, "nothing is built yet")
+    assert "FLASHINFER_DEV_KERNEL_SOURCE=vendored pixi run -e flashinfer-dev build" in done.stderr
+    shutil.rmtree(tree / "flashinfer/data")
     other = tmp_path / "old/.cache/flashinfer/0.5.0/90a/cached_ops/norm"
     other.mkdir(parents=True)
     two_line_failure(affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "old")}), "holds builds of FlashInfer 0.5.0")
