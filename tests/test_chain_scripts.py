@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fidev.manifest import ROOT
+from fidev.manifest import ROOT, pins
 from fidev.module_builds import job_budgets
 from script_runs import run, two_line_failure
 
@@ -54,11 +54,12 @@ def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):
     _get_aot_dir, lines 111-119 at v0.6.3, whose message the stand-in raises as the real one does."""
     pkg = tmp_path / "flashinfer"
     pkg.mkdir()
+    pin = pins().flashinfer
     (pkg / "__init__.py").write_text(
-        'raise RuntimeError("flashinfer-jit-cache version (0.6.2+cu129) does not match flashinfer version (0.6.3). "\n'
+        f'raise RuntimeError("flashinfer-jit-cache version (0.0.1+cu129) does not match flashinfer version ({pin}). "\n'
         '                   "Please install the same version of both packages. "\n'
         '                   "Set FLASHINFER_DISABLE_VERSION_CHECK=1 to bypass this check.")\n')
     done = subprocess.run([sys.executable, str(ROOT / "scripts/import_check.py")], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}", "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt"})
-    two_line_failure(done, "does not match FlashInfer 0.6.3: FlashInfer refuses to import")
+    two_line_failure(done, f"flashinfer-jit-cache 0.0.1+cu129 does not match FlashInfer {pin}: FlashInfer refuses to import")
     assert "FLASHINFER_DEV_KERNEL_SOURCE=vendored" in done.stderr
