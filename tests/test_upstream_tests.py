@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,23 @@ def test_the_dry_run_takes_a_worker_per_case_asked_for_and_a_worker_per_core_for
     cases = ["tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/utils/test_quantization.py::test_packbits[big-128]"]
     assert upstream_tests.dry_run_workers(cases) == ["-n", "2"]
     assert upstream_tests.dry_run_workers(["tests/utils/test_norm.py"]) == ["-n", str(min(16, upstream_tests.DRY_RUN_WORKERS))]
+
+
+def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(ws):
+    """tests/utils/test_activation.py's `warmup_jit` (lines 24-36 at v0.6.3, module scope) builds
+    every activation module inside whichever test comes first; `affected` must map silu_and_mul to
+    the tests that load it, or an edit of it runs the gelu tests. A test the dry run sees again
+    replaces what an earlier record said of it."""
+    root, _, env = ws
+    tests = root / "extern/tracked/flashinfer/tests"
+    (tests / "utils/test_activation.py").write_text(
+        "import pytest\nimport flashinfer\n@pytest.fixture(autouse=True, scope='module')\ndef warmup_jit():\n"
+        "    flashinfer.jit.build_jit_specs([flashinfer.gen('silu_and_mul', 1), flashinfer.gen('gelu_and_mul', 1)], verbose=False)\n"
+        "    yield\ndef test_gelu():\n    flashinfer.load('gelu_and_mul', 1)\ndef test_silu():\n    flashinfer.load('silu_and_mul', 1)\n")
+    record = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/fidev-module-tests.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"silu_and_mul": ["tests/utils/test_activation.py::test_gelu"]}))  # a warmup's, from before
+    done = upstream(root, env, "activation", "--budget", "0")
+    assert "needs 2 module(s)" in done.stdout, done.stdout + done.stderr  # the plan still counts what the warmup builds
+    assert json.loads(record.read_text()) == {"gelu_and_mul": ["tests/utils/test_activation.py::test_gelu"],
+                                              "silu_and_mul": ["tests/utils/test_activation.py::test_silu"]}

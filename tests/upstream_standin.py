@@ -62,6 +62,7 @@ def get_tmpdir():
 class JitSpec:
     def __init__(self, name, n):
         self.name, self.needs_device_linking = name, False
+        self.extra_include_dirs = None  # a field of FlashInfer's JitSpec (core.py line 223)
         gen = jit_env.FLASHINFER_WORKSPACE_DIR / "generated" / name
         gen.mkdir(parents=True, exist_ok=True)
         self.sources = [gen / f"s{i}.cpp" for i in range(n)]

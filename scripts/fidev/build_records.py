@@ -76,15 +76,19 @@ def changed_generators(build_dir: Path, tree: Path) -> list[str] | None:
 
 def add_module_tests(jit_dir: Path, report_lines: list[dict]) -> None:
     """Merge the records of a dry run (FlashInfer's JIT-report objects: test_name, module_name)
-    into the JIT dir's record of which tests need each module."""
+    into the JIT dir's record of which tests need each module. A test the dry run saw is what it
+    says now, not what an earlier one said; a warmup's records (fidev.upstream_plugin marks them)
+    name the test that happened to come first, not one that needs the module, and are left out."""
     target = jit_dir.parent / MODULE_TESTS
-    known = module_tests(jit_dir)
+    seen = {entry.get("test_name") for entry in report_lines}
+    known = {name: [t for t in tests if t not in seen] for name, tests in module_tests(jit_dir).items()}
     for entry in report_lines:
         name, test = entry.get("module_name"), entry.get("test_name")
-        if name and test and name != "unknown":
+        if name and test and name != "unknown" and not entry.get("warmup"):
             known.setdefault(name, [])
             if test not in known[name]:
                 known[name].append(test)
+    known = {name: tests for name, tests in known.items() if tests}
     target.parent.mkdir(parents=True, exist_ok=True)
     _write(target, {name: sorted(tests) for name, tests in sorted(known.items())})
 

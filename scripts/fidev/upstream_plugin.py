@@ -11,10 +11,14 @@ build, and it says when a test starts compiling a module and how long that took,
 capture; in the dry run, nothing is built and every module a test or a warmup asks for is
 recorded, one JSON object per line in the format FlashInfer's tests/conftest.py writes its JIT
 report in (lines 148-166 and 182-191 at v0.6.3), one file per process, since the dry run may
-spread over several pytest-xdist workers.
+spread over several pytest-xdist workers. A warmup's records carry one key FlashInfer's have not,
+"warmup": the fixture builds every module of the file inside whichever test comes first, so they
+say what the file needs (the plan), not what that test needs (`affected`'s map).
 
 Every process loads this module with `-p fidev.upstream_plugin`: the dry run's with DRY_RUN_DIR in
-the environment, a run's (one per test file, fidev.upstream_runs) with RUN_MODE.
+the environment, a run's (one per test file, fidev.upstream_runs) with RUN_MODE. With GATE too,
+a run's processes import and collect, then wait for the gate file to say "go": `affected` starts
+FlashInfer's tests while it compiles their modules.
 """
 
 from __future__ import annotations
@@ -28,13 +32,36 @@ from fidev import kernel_source, module_builds, module_choice, ninja_inputs
 
 DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
+GATE, GATE_OWNER = "FIDEV_UPSTREAM_GATE", "FIDEV_UPSTREAM_GATE_OWNER"  # the gate file, and the pid of the process that opens it
+GO = "go"
 
 
-def spec_record(test_name: str, spec) -> str:
-    """One line of FlashInfer's JIT report (tests/conftest.py, lines 156-163 and 184-186 at v0.6.3)."""
+def spec_record(test_name: str, spec, warmup: bool = False) -> str:
+    """One line of FlashInfer's JIT report (tests/conftest.py, lines 156-163 and 184-186 at v0.6.3),
+    marked when a warmup asked for the module."""
     info = {"name": spec.name, "sources": [str(s) for s in spec.sources], "needs_device_linking": spec.needs_device_linking,
             "aot_path": str(spec.aot_path)}
-    return json.dumps({"test_name": test_name, "module_name": spec.name, "spec_info": str(info)}) + "\n"
+    return json.dumps({"test_name": test_name, "module_name": spec.name, "spec_info": str(info), **({"warmup": True} if warmup else {})}) + "\n"
+
+
+def owner_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def wait_for_gate(path: Path, owner: int) -> None:
+    """Until the gate file says go (the modules are built); a gate whose owner died never opens."""
+    import pytest  # in a pytest process: fidev itself imports only the standard library
+
+    while not (path.is_file() and path.read_text().strip() == GO):
+        if not owner_alive(owner):
+            pytest.exit(f"the process that started these tests ({owner}) is gone before they could run", returncode=pytest.ExitCode.INTERRUPTED)
+        time.sleep(0.05)
 
 
 class FlashInferBuilds:
@@ -62,11 +89,13 @@ class FlashInferBuilds:
         with capture.global_and_fixture_disabled():
             terminal.write_line(line)
 
-    def record(self, specs) -> None:
+    def record(self, specs, warmup: bool = False) -> None:
         with open(self.dry_dir / f"report-{os.getpid()}.jsonl", "a") as report:
-            report.writelines(spec_record(self.current, spec) for spec in specs)
+            report.writelines(spec_record(self.current, spec, warmup) for spec in specs)
 
     def pytest_collection_finish(self, session):
+        if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build
+            wait_for_gate(Path(os.environ[GATE]), int(os.environ.get(GATE_OWNER) or os.getppid()))
         import flashinfer.jit
         from flashinfer.jit import core
         from flashinfer.jit import env as jit_env
@@ -107,7 +136,7 @@ class FlashInferBuilds:
     def build_jit_specs(self, specs, verbose=False, skip_prebuilt=True):
         todo = [spec for spec in specs if not (skip_prebuilt and spec.is_aot)]
         if self.dry_dir is not None:
-            self.record(todo)
+            self.record(todo, warmup=True)
         elif todo:
             self.say(f"upstream-tests: {self.current}: building {len(todo)} module(s) its warmup_jit fixture asks for")
             seconds, _ = module_builds.build_specs(todo, self.say)
@@ -163,7 +192,8 @@ def pytest_configure(config):
         config.pluginmanager.register(FlashInferBuilds(os.environ[DRY_RUN_DIR]), "fidev-flashinfer-builds")
     elif os.environ.get(RUN_MODE):
         config.pluginmanager.register(FlashInferBuilds(), "fidev-flashinfer-builds")
-        config.pluginmanager.register(Outcomes(os.environ[RUN_MODE]), "fidev-outcomes")
+        if not hasattr(config, "workerinput"):  # under pytest-xdist, the controller writes what its workers report, once
+            config.pluginmanager.register(Outcomes(os.environ[RUN_MODE]), "fidev-outcomes")
 
 
 # Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the
