@@ -14,17 +14,26 @@
 3. It rebuilds just those modules and runs just those tests, then prints one table and a line
    naming what failed and the command that reruns it alone. --list stops after the table's first
    three columns. Exit status 1 when a build or a test failed.
+
+What costs time besides the compile is paid during it: FlashInfer's tests start with the build
+(upstream-tests --no-plan), import and collect, and wait at a gate until the modules are built
+(fidev.upstream_plugin.GATE); many cases spread over pytest-xdist processes on the GPU; this
+process imports flashinfer for smoke's tests meanwhile, and runs them while FlashInfer's run.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
+import queue
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,6 +48,7 @@ from fidev import (
     ninja_inputs,
     smoke_modules,
     source_tree,
+    upstream_plugin,
     upstream_suites,
     uris,
 )
@@ -48,6 +58,9 @@ from fidev.manifest import ROOT, pins
 CACHE = Path(".cache") / "flashinfer"  # under FLASHINFER_WORKSPACE_BASE or HOME (flashinfer/jit/env.py at v0.6.3)
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then edit and run affected"
+# FlashInfer's small cases run about 110 a second in one process on the H100 host (test_norm.py's
+# 2705 in 24 s): past this many a case, another pytest-xdist process on the GPU pays for its start.
+CASES_PER_WORKER, MAX_WORKERS = 200, 8
 
 
 def build_fix() -> str:
@@ -183,33 +196,90 @@ def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
     return status, collector.ids
 
 
-def run_tests(label: str, cmd: list[str], env) -> tuple[int, set[str]]:
-    """upstream-tests in its own process, its output shown: (status, what failed or errored).
-    Those are the FAILED and ERROR lines it prints, and all of them from its run folder's list
-    (upstream_tests.FAILING_LIST) where it printed only the first. An interrupt stops it first."""
-    print(f"affected: {label}: {' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-    failed, folder = set(), None
-    try:
-        for line in proc.stdout:
+def xdist_workers(cases: int) -> list[str]:
+    """pytest-xdist's options for FlashInfer's tests of an edit: a process per CASES_PER_WORKER
+    cases on the GPU, up to MAX_WORKERS and half the cores; none for a few cases or without xdist."""
+    workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 1) // 2), math.ceil(cases / CASES_PER_WORKER))
+    return ["-n", str(workers)] if workers >= 2 and importlib.util.find_spec("xdist") is not None else []
+
+
+class FlashInferTests:
+    """FlashInfer's tests of the edited modules, through upstream-tests in a process of its own,
+    started before the build so that its processes import and collect while the modules compile;
+    they wait at a gate (fidev.upstream_plugin.GATE) until `open()`. Its output is held until
+    `finish()`, so that it does not cut into smoke's tests, which run meanwhile in this process."""
+
+    def __init__(self, tests: list[str], cases: int):
+        self.folder = Path(tempfile.mkdtemp(prefix="fidev-affected-"))
+        self.gate = self.folder / "gate"
+        workers = xdist_workers(cases)
+        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers]
+        env = {**os.environ, upstream_plugin.GATE: str(self.gate), upstream_plugin.GATE_OWNER: str(os.getpid())}
+        print(f"affected: FlashInfer's tests, {cases} case(s){f' over {workers[1]} processes' if workers else ''}, start now and run "
+              f"once the build is done: {' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        self.lines: queue.Queue = queue.Queue()
+        self.reader = threading.Thread(target=self.pump, daemon=True)
+        self.reader.start()
+
+    def pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def open(self) -> None:
+        """The modules are built: the tests may load them (written whole, then renamed)."""
+        tmp = self.gate.with_name("gate.tmp")
+        tmp.write_text(upstream_plugin.GO)
+        os.replace(tmp, self.gate)
+
+    def finish(self) -> tuple[int, set[str]]:
+        """Its output, then (status, what failed or errored): the FAILED and ERROR lines it prints,
+        and all of them from its run folder's list (upstream_tests.FAILING_LIST) where it printed
+        only the first."""
+        failed, folder = set(), None
+        while (line := self.lines.get()) is not None:
             sys.stdout.write(line)
             if m := re.match(r"(?:FAILED|ERROR) (\S+)", line):
                 failed.add(m.group(1))
             elif m := re.search(r"JUnit XML and logs in (\S+)", line):
                 folder = Path(m.group(1))
-        status = proc.wait()
-    except BaseException:  # Ctrl-C, SIGTERM: upstream-tests stops its test files' processes on SIGTERM
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        raise
-    import upstream_tests
+        status = self.proc.wait()
+        sys.stdout.flush()
+        import upstream_tests
 
-    if folder is not None and (folder / upstream_tests.FAILING_LIST).is_file():
-        failed |= {line.split()[1] for line in (folder / upstream_tests.FAILING_LIST).read_text().splitlines() if len(line.split()) > 1}
-    return status, failed
+        if folder is not None and (folder / upstream_tests.FAILING_LIST).is_file():
+            failed |= {line.split()[1] for line in (folder / upstream_tests.FAILING_LIST).read_text().splitlines() if len(line.split()) > 1}
+        return status, failed
+
+    def stop(self) -> None:
+        """Stop it, if it runs (a failed build, Ctrl-C): upstream-tests stops its test files'
+        processes on SIGTERM. Then the gate's folder goes."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def import_meanwhile() -> threading.Thread | None:
+    """flashinfer imported in a thread while the build runs, since smoke's tests run in this
+    process and would pay for it after. Only a head start: where it fails, the tests' own import
+    fails again and says why, as smoke does (a host without torch: they skip)."""
+    if "flashinfer" in sys.modules:
+        return None
+
+    def work() -> None:
+        try:
+            import flashinfer  # noqa: F401
+        except BaseException:  # noqa: BLE001, S110 (said by the tests' own import)
+            pass
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -346,26 +416,39 @@ def run(args) -> int:
         return 0
 
     to_build = [specs.get(m.name, m) for m in modules if m.name in changed]
+    cases = len({t for name in changed for t in recorded.get(name, [])})
+    their_run = FlashInferTests(theirs, cases) if theirs else None  # imports and collects while the modules compile
     try:
-        build_s, slowest = module_builds.build_specs(to_build)
-    except Failure as failure:
-        print(table([rows[0], *[(*r[:3], "build failed") for r in rows[1:]]]))
-        raise Failure(f"the build of {short(m.name for m in to_build)} failed: {failure.problem}", failure.fix) from None
-    built = f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s" + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
-    print(f"affected: {built}")
-    failed: set[str] = set()
-    broken, reruns = [], []
-    if ours:
-        wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
-        status, bad = run_ours(ours, wide)
-        failed |= bad
-        if bad:
-            reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(map(shlex.quote, sorted(bad))) + "".join(f" {w}" for w in wide))
-        elif status != 0:
-            broken.append("no smoke or abi-smoke test passed (skipped: reasons above)" if status == NOTHING_PASSED
-                          else f"tests/ exited {status} with no failed test named")
+        importing = import_meanwhile() if ours else None
+        try:
+            build_s, slowest = module_builds.build_specs(to_build)
+        except Failure as failure:
+            print(table([rows[0], *[(*r[:3], "build failed") for r in rows[1:]]]))
+            raise Failure(f"the build of {short(m.name for m in to_build)} failed: {failure.problem}", failure.fix) from None
+        if their_run:
+            their_run.open()
+        built = f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s" + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
+        print(f"affected: {built}")
+        failed: set[str] = set()
+        broken, reruns = [], []
+        if ours:
+            if importing:
+                importing.join()
+            wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
+            status, bad = run_ours(ours, wide)
+            failed |= bad
+            if bad:
+                reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(map(shlex.quote, sorted(bad))) + "".join(f" {w}" for w in wide))
+            elif status != 0:
+                broken.append("no smoke or abi-smoke test passed (skipped: reasons above)" if status == NOTHING_PASSED
+                              else f"tests/ exited {status} with no failed test named")
+        if their_run:
+            their_status, their_failed = their_run.finish()
+    finally:
+        if their_run:
+            their_run.stop()
     if theirs:
-        status, bad = run_tests("FlashInfer's tests", [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *theirs], os.environ)
+        status, bad = their_status, their_failed
         failed |= bad
         if bad:
             first = " ".join(map(shlex.quote, sorted(bad)[:5]))

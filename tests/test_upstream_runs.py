@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from script_runs import two_line_failure
+from fidev.manifest import pins
+from script_runs import require, two_line_failure
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 TESTS = "extern/tracked/flashinfer/tests"
@@ -253,3 +254,68 @@ def test_the_header_names_the_gpus_the_workers_are_pinned_to(tmp_path, monkeypat
     assert upstream_runs.gpu_name(["1"]) == "NVIDIA L40S"
     assert upstream_runs.gpu_name(["0", "1"]) == "NVIDIA H100 80GB HBM3, NVIDIA L40S"
     assert upstream_runs.gpu_name(["0", "0"]) == "2x NVIDIA H100 80GB HBM3"
+
+
+def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path):
+    """`affected` starts FlashInfer's tests while it builds their modules (fidev.upstream_plugin.GATE):
+    each file's process imports and collects, then runs nothing until the gate file says go. A gate
+    whose owner is gone ends the run instead of leaving it waiting."""
+    from fidev import upstream_plugin
+
+    root, _, env = ws
+    collected, ran, gate = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate"
+    write(root, "attention/test_rope.py", f"open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n")
+    gated = {**os.environ, **env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: str(os.getpid())}
+    proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=gated)
+    for _ in range(600):
+        if collected.exists():
+            break
+        time.sleep(0.1)
+    time.sleep(1)
+    assert collected.exists() and not ran.exists() and proc.poll() is None, "the test ran before the gate opened"
+    gate.write_text(upstream_plugin.GO)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "upstream-tests: 1 passed" in out and ran.exists(), out
+    gate.unlink()
+    ran.unlink()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    done = upstream(root, {**env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: gone}, "rope", "--no-plan")
+    assert done.returncode != 0 and not ran.exists(), done.stdout + done.stderr
+    assert "did not finish" in done.stdout and "is gone before they could run" in next(run_folder(done.stdout).glob("*.log")).read_text()
+
+
+def test_a_file_over_xdist_processes_counts_each_test_once(ws):
+    """affected passes `-n N` for many cases: the file's tests spread over pytest-xdist processes and
+    are still counted and named once each (the controller is told of each worker's tests,
+    xdist/dsession.py worker_logstart and worker_testreport, and writes their outcomes)."""
+    require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "import pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_case(i):\n    assert i != 4\n")
+    done = upstream(root, env, "rope", "--no-plan", "-n", "2")
+    assert "upstream-tests: 5 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout + done.stderr
+    assert "FAILED tests/attention/test_rope.py::test_case[4]" in done.stdout
+
+
+@needs_a_build
+def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_it_built(ws, tmp_path):
+    """An edit of a module only FlashInfer's tests use: affected starts their run before it compiles
+    (they wait at the gate), opens the gate once the module is built, and counts what they did."""
+    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    done = upstream(root, env, "norm", "--yes")  # its plan records which test needs norm; its run builds norm
+    assert done.returncode == 0, done.stdout + done.stderr
+    generated = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/norm/s0.cpp"
+    generated.write_text("int f0() { return 7; }\n")
+    scratch = tmp_path / "scratch"  # where affected keeps its gate
+    scratch.mkdir()
+    done = subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env, "TMPDIR": str(scratch)})
+    out = done.stdout
+    assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "affected: FlashInfer's tests, 2 case(s), start now and run once the build is done" in out
+    assert out.index("affected: FlashInfer's tests") < out.index("affected: 1 module(s) rebuilt") < out.index("upstream-tests: 2 passed")
+    assert "affected: every selected test passed" in out
+    assert list(scratch.iterdir()) == [], "the gate's folder was left behind"
+    assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
+                                               timeout=120, env={**os.environ, **env}).stdout
