@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from fidev.manifest import pins
 from script_runs import require, two_line_failure
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
@@ -256,18 +258,21 @@ def test_the_header_names_the_gpus_the_workers_are_pinned_to(tmp_path, monkeypat
     assert upstream_runs.gpu_name(["0", "0"]) == "2x NVIDIA H100 80GB HBM3"
 
 
-def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path):
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, workers):
     """`affected` starts FlashInfer's tests while it builds their modules (fidev.upstream_plugin.GATE):
-    each file's process imports and collects, then runs nothing until the gate file says go. A gate
-    whose owner is gone ends the run instead of leaving it waiting."""
+    each file's process (each xdist worker) imports and collects, then runs nothing until the gate
+    file says go. A gate whose owner is gone ends the run instead of leaving it waiting."""
     from fidev import upstream_plugin
 
+    if workers:
+        require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
     root, _, env = ws
     collected, ran, gate = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate"
     write(root, "attention/test_rope.py", f"open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n")
     gated = {**os.environ, **env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: str(os.getpid())}
-    proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=gated)
+    proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=gated)
     for _ in range(600):
         if collected.exists():
             break
@@ -280,9 +285,11 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path):
     gate.unlink()
     ran.unlink()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
-    done = upstream(root, {**env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: gone}, "rope", "--no-plan")
+    done = upstream(root, {**env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: gone}, "rope", "--no-plan", *workers)
     assert done.returncode != 0 and not ran.exists(), done.stdout + done.stderr
-    assert "did not finish" in done.stdout and "is gone before they could run" in next(run_folder(done.stdout).glob("*.log")).read_text()
+    log = next(run_folder(done.stdout).glob("*.log")).read_text()
+    # pytest.exit in an xdist worker takes the worker down, and xdist the run, without its words
+    assert "is gone before they could run" in log if not workers else "node down" in log, log
 
 
 def test_a_file_over_xdist_processes_counts_each_test_once(ws):
