@@ -176,11 +176,14 @@ def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
     for the session; the environment is restored after it, for FlashInfer's own tests."""
     class Failed:
         def __init__(self):
-            self.ids = set()
+            self.ids, self.interrupted = set(), False
 
         def pytest_runtest_logreport(self, report):
             if report.failed:
                 self.ids.add(report.nodeid)
+
+        def pytest_keyboard_interrupt(self, excinfo):  # pytest.main keeps Ctrl-C (SIGTERM, here) to itself: status 2
+            self.interrupted = True
 
     print(f"affected: smoke and abi-smoke tests: {short(tests, 4)}", flush=True)
     collector, saved = Failed(), dict(os.environ)
@@ -193,13 +196,21 @@ def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    if collector.interrupted:
+        raise KeyboardInterrupt  # so that what runs beside them is stopped too
     return status, collector.ids
 
 
-def xdist_workers(cases: int) -> list[str]:
-    """pytest-xdist's options for FlashInfer's tests of an edit: a process per CASES_PER_WORKER
-    cases on the GPU, up to MAX_WORKERS and half the cores; none for a few cases or without xdist."""
-    workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 1) // 2), math.ceil(cases / CASES_PER_WORKER))
+def xdist_workers(cases_per_file: dict[str, int]) -> list[str]:
+    """pytest-xdist's options for FlashInfer's tests of an edit, the same for each test file
+    (upstream-tests passes them on): a process per CASES_PER_WORKER cases of the largest file, up to
+    MAX_WORKERS, and the cores shared by the files that run at once, one per GPU; none for a few
+    cases, or without xdist."""
+    from fidev import upstream_runs
+
+    at_once = max(1, min(len(cases_per_file), len(upstream_runs.host_gpus())))
+    cores = max(1, (os.cpu_count() or 1) // (2 * at_once))
+    workers = min(MAX_WORKERS, cores, math.ceil(max(cases_per_file.values(), default=0) / CASES_PER_WORKER))
     return ["-n", str(workers)] if workers >= 2 and importlib.util.find_spec("xdist") is not None else []
 
 
@@ -209,15 +220,20 @@ class FlashInferTests:
     they wait at a gate (fidev.upstream_plugin.GATE) until `open()`. Its output is held until
     `finish()`, so that it does not cut into smoke's tests, which run meanwhile in this process."""
 
-    def __init__(self, tests: list[str], cases: int):
+    def __init__(self, tests: list[str], cases_per_file: dict[str, int]):
+        workers = xdist_workers(cases_per_file)
+        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers]
+        print(f"affected: FlashInfer's tests ({sum(cases_per_file.values())} recorded case(s)"
+              f"{f', {workers[1]} processes a file' if workers else ''}) start now and run once the build is done: "
+              f"{' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
         self.folder = Path(tempfile.mkdtemp(prefix="fidev-affected-"))
         self.gate = self.folder / "gate"
-        workers = xdist_workers(cases)
-        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers]
-        env = {**os.environ, upstream_plugin.GATE: str(self.gate), upstream_plugin.GATE_OWNER: str(os.getpid())}
-        print(f"affected: FlashInfer's tests, {cases} case(s){f' over {workers[1]} processes' if workers else ''}, start now and run "
-              f"once the build is done: {' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        env = {**os.environ, upstream_plugin.GATE: str(self.gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
+        try:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        except OSError:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
         self.lines: queue.Queue = queue.Queue()
         self.reader = threading.Thread(target=self.pump, daemon=True)
         self.reader.start()
@@ -261,6 +277,7 @@ class FlashInferTests:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -416,8 +433,11 @@ def run(args) -> int:
         return 0
 
     to_build = [specs.get(m.name, m) for m in modules if m.name in changed]
-    cases = len({t for name in changed for t in recorded.get(name, [])})
-    their_run = FlashInferTests(theirs, cases) if theirs else None  # imports and collects while the modules compile
+    cases_per_file: dict[str, int] = {}
+    for case in {t for name in changed for t in recorded.get(name, [])}:
+        cases_per_file[case.split("::")[0]] = cases_per_file.get(case.split("::")[0], 0) + 1
+    their_run = FlashInferTests(theirs, cases_per_file) if theirs else None  # imports and collects while the modules compile
+    importing = None
     try:
         importing = import_meanwhile() if ours else None
         try:
@@ -447,6 +467,8 @@ def run(args) -> int:
     finally:
         if their_run:
             their_run.stop()
+        if importing:  # not left importing torch while the interpreter exits (a failed build)
+            importing.join(timeout=60)
     if theirs:
         status, bad = their_status, their_failed
         failed |= bad

@@ -339,7 +339,7 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     limit_s = ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S)
     p = pins()
     cache = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / ".cache" / "flashinfer" / p.flashinfer
-    run_dir = upstream_runs.run_folder(cache / "fidev-upstream-runs")
+    run_dir = upstream_runs.run_folder(cache / upstream_runs.RUNS)
     key = [*selection, *pytest_args]
     baseline_file = upstream_runs.baseline_path(cache, key)
     baseline = None if "--baseline" in ours else upstream_runs.load_baseline(baseline_file)

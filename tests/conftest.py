@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fidev import flashinfer_import, kernel_source
+from fidev import flashinfer_import, kernel_source, upstream_runs
 from fidev.failure import Failure
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
@@ -30,7 +30,10 @@ _USERS = {}  # the user's values of _REDIRECTED before the redirect; None: unset
 
 
 def _snapshot(caches):
-    return {str(p): (p.stat().st_mtime_ns if p.exists() else None) for c in caches for p in [c, *(c.rglob("*") if c.is_dir() else [])]}
+    # upstream-tests' run folders are left out: `affected` runs smoke's tests in this session while
+    # FlashInfer's run beside them and write theirs (the CPU tests' go to the scratch base)
+    return {str(p): (p.stat().st_mtime_ns if p.exists() else None) for c in caches for p in [c, *(c.rglob("*") if c.is_dir() else [])]
+            if upstream_runs.RUNS not in p.parts}
 
 
 def pytest_configure(config):

@@ -270,7 +270,7 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     root, _, env = ws
     collected, ran, gate = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate"
     write(root, "attention/test_rope.py", f"open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n")
-    gated = {**os.environ, **env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: str(os.getpid())}
+    gated = {**os.environ, **env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
     proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=gated)
     for _ in range(600):
@@ -284,12 +284,25 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     assert proc.returncode == 0 and "upstream-tests: 1 passed" in out and ran.exists(), out
     gate.unlink()
     ran.unlink()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
-    done = upstream(root, {**env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: gone}, "rope", "--no-plan", *workers)
-    assert done.returncode != 0 and not ran.exists(), done.stdout + done.stderr
-    log = next(run_folder(done.stdout).glob("*.log")).read_text()
-    # pytest.exit in an xdist worker takes the worker down, and xdist the run, without its words
-    assert "is gone before they could run" in log if not workers else "node down" in log, log
+    collected.unlink()
+    # the owner dies while they wait; unreaped, it is a zombie, which must not count as alive
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    gated[upstream_plugin.GATE_OWNER] = upstream_plugin.process_identity(owner.pid)
+    proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=gated)
+    for _ in range(600):
+        if collected.exists():
+            break
+        time.sleep(0.1)
+    owner.kill()
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        owner.wait()
+    assert proc.returncode != 0 and not ran.exists(), out
+    log = next(run_folder(out).glob("*.log")).read_text()
+    # under xdist the worker takes its file's process group down at once (signal 9), before xdist replaces it
+    assert "is gone before they could run" in log if not workers else "did not finish: signal 9" in out, out + log
 
 
 def test_a_file_over_xdist_processes_counts_each_test_once(ws):
@@ -320,9 +333,20 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
                           env={**os.environ, **env, "TMPDIR": str(scratch)})
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
-    assert "affected: FlashInfer's tests, 2 case(s), start now and run once the build is done" in out
+    assert "affected: FlashInfer's tests (2 recorded case(s)) start now and run once the build is done" in out
     assert out.index("affected: FlashInfer's tests") < out.index("affected: 1 module(s) rebuilt") < out.index("upstream-tests: 2 passed")
     assert "affected: every selected test passed" in out
     assert list(scratch.iterdir()) == [], "the gate's folder was left behind"
     assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
                                                timeout=120, env={**os.environ, **env}).stdout
+
+
+@needs_a_build
+def test_under_xdist_the_workers_lines_are_said_by_the_file_at_its_end(ws):
+    """An xdist worker has no terminal: its compile lines, and which modules ran from edited source,
+    come out through the controller when the file is done."""
+    require("xdist", "filelock", why="affected spreads many cases over pytest-xdist processes (both are in flashinfer-dev)")
+    root, _, env = ws
+    done = upstream(root, env, "norm", "--no-plan", "-n", "2")
+    assert done.returncode == 0 and "upstream-tests: 2 passed" in done.stdout, done.stdout + done.stderr
+    assert "tests/utils/test_norm.py: compiling norm (3 sources)" in done.stdout, done.stdout

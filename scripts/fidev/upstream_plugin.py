@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from fidev import kernel_source, module_builds, module_choice, ninja_inputs
 
 DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
-GATE, GATE_OWNER = "FIDEV_UPSTREAM_GATE", "FIDEV_UPSTREAM_GATE_OWNER"  # the gate file, and the pid of the process that opens it
+GATE, GATE_OWNER = "FIDEV_UPSTREAM_GATE", "FIDEV_UPSTREAM_GATE_OWNER"  # the gate file, and process_identity() of who opens it
 GO = "go"
 
 
@@ -44,22 +45,44 @@ def spec_record(test_name: str, spec, warmup: bool = False) -> str:
     return json.dumps({"test_name": test_name, "module_name": spec.name, "spec_info": str(info), **({"warmup": True} if warmup else {})}) + "\n"
 
 
-def owner_alive(pid: int) -> bool:
+def process_identity(pid: int) -> str:
+    """A process as the gate names its owner: its pid and, where /proc has it, its start time (field
+    22 of /proc/<pid>/stat, in clock ticks since boot), so that a pid used again is not the owner."""
     try:
-        os.kill(pid, 0)
+        started = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        started = ""
+    return f"{pid}:{started}"
+
+
+def owner_alive(owner: str) -> bool:
+    """The gate's owner still runs: the same process (pid and start time), and not a zombie."""
+    pid, _, started = owner.partition(":")
+    try:
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
+    except PermissionError:  # another user's process
+        pass
+    except ValueError:
+        return False
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return True  # no /proc: the pid alone
+    return fields[0] != "Z" and (not started or fields[19] == started)
 
 
-def wait_for_gate(path: Path, owner: int) -> None:
-    """Until the gate file says go (the modules are built); a gate whose owner died never opens."""
+def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> None:
+    """Until the gate file says go (the modules are built). A gate whose owner is gone never opens:
+    the file's process ends, and under pytest-xdist its whole process group at once (the file's
+    own session, fidev.upstream_runs), since a worker that exits is replaced by another."""
     import pytest  # in a pytest process: fidev itself imports only the standard library
 
     while not (path.is_file() and path.read_text().strip() == GO):
         if not owner_alive(owner):
+            if xdist_worker:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
             pytest.exit(f"the process that started these tests ({owner}) is gone before they could run", returncode=pytest.ExitCode.INTERRUPTED)
         time.sleep(0.05)
 
@@ -80,11 +103,21 @@ class FlashInferBuilds:
         if self.dry_dir is None:  # a file's run: which of its modules ran from edited source
             for line in module_choice.report("upstream-tests"):
                 self.say(line)
+            relayed = Path(f"{os.environ[RUN_MODE]}.said")
+            if relayed.is_file() and not hasattr(self.config, "workerinput"):  # the xdist workers', now that they are done
+                self.say("")  # xdist's progress line has no end of its own
+                for line in dict.fromkeys(relayed.read_text().splitlines()):
+                    self.say(line)
 
     def say(self, line: str) -> None:
         capture = self.config.pluginmanager.getplugin("capturemanager")
         terminal = self.config.pluginmanager.getplugin("terminalreporter")
-        if terminal is None:  # an xdist worker has no terminal of its own
+        if hasattr(self.config, "workerinput"):  # an xdist worker's terminal goes nowhere: the controller says its lines at the end
+            if self.dry_dir is None and os.environ.get(RUN_MODE):
+                with open(f"{os.environ[RUN_MODE]}.said", "a") as relayed:
+                    relayed.write(line + "\n")
+            return
+        if terminal is None:
             return
         with capture.global_and_fixture_disabled():
             terminal.write_line(line)
@@ -95,7 +128,7 @@ class FlashInferBuilds:
 
     def pytest_collection_finish(self, session):
         if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build
-            wait_for_gate(Path(os.environ[GATE]), int(os.environ.get(GATE_OWNER) or os.getppid()))
+            wait_for_gate(Path(os.environ[GATE]), os.environ.get(GATE_OWNER, ""), hasattr(self.config, "workerinput"))
         import flashinfer.jit
         from flashinfer.jit import core
         from flashinfer.jit import env as jit_env

@@ -30,9 +30,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fidev.upstream_plugin import RUN_MODE
+from fidev.upstream_plugin import GATE, GATE_OWNER, RUN_MODE, owner_alive
 
 FILE_LIMIT_S = 7200
+RUNS = "fidev-upstream-runs"  # the run folders' parent, beside FlashInfer's JIT dirs
 GPUS = Path("/proc/driver/nvidia/gpus")
 OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
 SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
@@ -245,6 +246,9 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
 
     def worker(gpu: str | None) -> None:
         while not stop.flag.is_set():
+            if os.environ.get(GATE) and not owner_alive(os.environ.get(GATE_OWNER, "")):
+                stop.flag.set()  # what started the run behind a gate is gone: the gate never opens
+                return
             try:
                 f = todo.get_nowait()
             except queue.Empty:
