@@ -60,7 +60,7 @@ NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then edit and run affected"
 # FlashInfer's small cases run about 110 a second in one process on the H100 host (test_norm.py's
 # 2705 in 24 s): past this many a case, another pytest-xdist process on the GPU pays for its start.
-CASES_PER_WORKER, MAX_WORKERS = 200, 8
+CASES_PER_WORKER, MAX_WORKERS = 100, 8
 
 
 def build_fix() -> str:
@@ -130,13 +130,14 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
                               "FlashInfer's own tests' modules")
 
 
-def regenerate(tier: list[str], upstream_nodes: list[str]) -> tuple[dict, bool]:
+def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str]) -> tuple[dict, bool, set[str]]:
     """Write the generated sources of the modules again, compiling nothing: smoke's by their
-    generators (one import of flashinfer, in a thread), FlashInfer's tests' meanwhile by a dry run
-    of their tests (a process of its own). Returns smoke's modules' new JitSpecs by name (a build
-    of them rewrites build.ninja too), and whether the dry run finished (a dropped or failed one
-    regenerated nothing for sure)."""
-    specs, dry_run_done, raised = {}, True, []
+    generators, FlashInfer's tests' by the call that made each one's JitSpec where its build recorded
+    one (fidev.module_choice.call_again), both after one import of flashinfer, in a thread; the rest
+    meanwhile by a dry run of their tests (a process of its own). Returns smoke's modules' new
+    JitSpecs by name (a build of them rewrites build.ninja too), whether the dry run finished (a
+    dropped or failed one regenerated nothing for sure), and the modules whose call did not make them."""
+    specs, dry_run_done, raised, missed = {}, True, [], set()
 
     def ours() -> None:
         try:
@@ -146,11 +147,12 @@ def regenerate(tier: list[str], upstream_nodes: list[str]) -> tuple[dict, bool]:
             for key in tier:
                 spec = smoke_modules.BY_KEY[key].make()  # the generator writes its sources (write_if_different)
                 specs[spec.name] = spec
+            missed.update(name for name, call in calls.items() if not module_choice.call_again(name, call))
         except BaseException as error:  # noqa: BLE001 (raised again in the main thread)
             raised.append(error)
 
     thread = threading.Thread(target=ours, daemon=True)
-    if tier:
+    if tier or calls:
         thread.start()
     dry_run_failure = None
     if upstream_nodes:
@@ -161,12 +163,12 @@ def regenerate(tier: list[str], upstream_nodes: list[str]) -> tuple[dict, bool]:
             dry_run_done = upstream_tests.plan(upstream_tests.resolve(upstream_nodes, tests), [], tests) is not None
         except Failure as failure:  # said after the import's own failure, which comes first
             dry_run_failure = failure
-    if tier:
+    if tier or calls:
         thread.join()
     for failure in [*raised, dry_run_failure]:
         if failure is not None:
             raise failure
-    return specs, dry_run_done
+    return specs, dry_run_done, missed
 
 
 def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
@@ -359,12 +361,16 @@ def run(args) -> int:
         lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
         print(f"affected: {short(Path(f).name for f in python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
               f"module(s), compiling nothing" + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else ""))
-        # one recorded test per module: any test that asks for a module makes all of its JitSpec
-        specs, dry_run_done = regenerate([tier[m.name] for m in stale if m.name in tier],
-                                         sorted({min(recorded[m.name]) for m in stale if m.name not in tier and recorded.get(m.name)}))
-        if not dry_run_done:  # their tests regenerate them when they run: run those, and keep the edit unrecorded
-            unregenerated = {m.name for m in stale if m.name not in tier and recorded.get(m.name)}
-            print(f"affected: the dry run did not finish, so {short(unregenerated)} may hold the edit: their tests run, and regenerate them")
+        theirs_stale = [m for m in stale if m.name not in tier and recorded.get(m.name)]
+        calls = {m.name: call for m in theirs_stale if (call := build_records.recorded_call(m.build_dir))}
+        # the rest, by one recorded test per module: any test that asks for a module makes all of its JitSpec
+        dry = [m.name for m in theirs_stale if m.name not in calls]
+        specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}))
+        # their tests regenerate them when they run: run those, and keep the edit unrecorded
+        unregenerated = missed | (set(dry) if not dry_run_done else set())
+        if unregenerated:
+            why = "the dry run did not finish" if not dry_run_done else "its recorded call made no such module"
+            print(f"affected: {short(unregenerated)} could not be regenerated here ({why}), so it may hold the edit: its tests run, and regenerate it")
     changed = changes()
     for name in unregenerated:
         changed.setdefault(name, {})["(not regenerated)"] = "edited"

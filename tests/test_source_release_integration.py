@@ -5,6 +5,7 @@ install builds and imports with: setuptools>=77, packaging, apache-tvm-ffi and a
 .ci/run's flashinfer-dev venv provides them; elsewhere the test skips and says what is missing, but never there.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -224,3 +225,71 @@ print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, si
         for path, data in saved.items():
             path.write_bytes(data)
         shutil.rmtree(aot, ignore_errors=True)
+
+
+def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tmp_path):
+    """`affected` regenerates a module of FlashInfer's tests by the call that made its JitSpec
+    (fidev.module_choice.generator_call, noted at gen_jit_spec's registration, core.py line 482 at
+    v0.6.3), instead of a dry run of a test: on the real release, the calls of four generators (one
+    with torch dtypes) are recorded as plain values, and made again in a fresh process with the
+    generated sources removed, they write the same sources; with the gelu generator's source string
+    edited, gelu's source differs."""
+    import shutil
+
+    tree, python, _ = installed
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    (ws / "pyproject.toml").write_text(text)
+    head = f"""
+import hashlib, json, pathlib, shutil, sys
+sys.path.insert(0, {str(ws / "scripts")!r})
+from fidev import kernel_source, module_choice
+kernel_source.apply()
+import torch
+"""
+    record = head + """
+from flashinfer.jit import gen_single_decode_module
+from flashinfer.jit.activation import gen_act_and_mul_module
+from flashinfer.jit.norm import gen_norm_module
+from flashinfer.jit.quantization import gen_quantization_module
+specs = [gen_act_and_mul_module("gelu"), gen_norm_module(), gen_quantization_module(),
+         gen_single_decode_module(torch.float16, torch.float16, torch.float16, 128, 128, 0, False, False)]
+print(json.dumps({"calls": module_choice.CALLS, "sources": {s.name: [str(p) for p in s.sources] for s in specs}}))
+"""
+    again = head + """
+from flashinfer.jit import env as jit_env
+calls = json.loads(sys.stdin.read())
+shutil.rmtree(jit_env.FLASHINFER_GEN_SRC_DIR, ignore_errors=True)
+print(json.dumps({name: module_choice.call_again(name, call) for name, call in calls.items()}))
+"""
+    env = {**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
+
+    def run(code, stdin=""):
+        done = subprocess.run([python, "-c", code], input=stdin, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def digests(sources):
+        return {s: hashlib.sha256(open(s, "rb").read()).hexdigest() for files in sources.values() for s in files}
+
+    made = run(record)
+    assert made["calls"]["gelu_and_mul"] == {"module": "flashinfer.jit.activation", "function": "gen_act_and_mul_module",
+                                             "kwargs": {"act_func_name": "gelu"}}
+    decode = next(name for name in made["calls"] if name.startswith("single_decode"))
+    assert made["calls"][decode]["kwargs"]["dtype_q"] == {"dtype": "float16"}
+    assert set(made["calls"]) == set(made["sources"])
+    before = digests(made["sources"])
+    assert run(again, json.dumps(made["calls"])) == {name: True for name in made["calls"]}
+    assert digests(made["sources"]) == before
+    generator = tree / "flashinfer/jit/activation.py"
+    saved = generator.read_bytes()
+    try:
+        # gelu_def_cu_str (flashinfer/jit/activation.py, line 86 at v0.6.3)
+        generator.write_bytes(saved.replace(b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));", b"return val * 0.51f * (1.0f + ::erf(val * kAlpha));", 1))
+        assert generator.read_bytes() != saved, "the gelu source string moved: pick another line of flashinfer/jit/activation.py"
+        assert run(again, json.dumps(made["calls"])) == {name: True for name in made["calls"]}
+        changed = {s for s, h in digests(made["sources"]).items() if h != before[s]}
+        assert changed and all("gelu_and_mul" in s for s in changed), changed
+    finally:
+        generator.write_bytes(saved)

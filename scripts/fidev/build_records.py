@@ -22,6 +22,7 @@ from pathlib import Path
 from fidev.files import differs, file_fact
 
 GENERATORS = ".fidev-generators.json"
+CALL = ".fidev-generator-call.json"
 MODULE_TESTS = "fidev-module-tests.json"
 TREE = "fidev-tree.json"
 TREE_PARTS = ("include", "csrc")  # what FlashInfer's modules compile, besides 3rdparty/ and generated sources
@@ -72,6 +73,18 @@ def changed_generators(build_dir: Path, tree: Path) -> list[str] | None:
     changed = sorted(set(was) ^ now)
     changed += [path for path in sorted(now & set(was)) if differs(path, was[path])]
     return sorted(changed)
+
+
+def record_call(build_dir: Path, call: dict | None) -> None:
+    """The call that made the module's JitSpec (fidev.module_choice.generator_call), where the
+    building process saw one: `affected` makes it again to regenerate the module's sources."""
+    if call:
+        _write(build_dir / CALL, call)
+
+
+def recorded_call(build_dir: Path) -> dict | None:
+    data = _read(build_dir / CALL)
+    return data if isinstance(data, dict) and {"module", "function", "kwargs"} <= set(data) else None
 
 
 def add_module_tests(jit_dir: Path, report_lines: list[dict]) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fidev import build_records, ninja_inputs
+from fidev import build_records, module_choice, ninja_inputs
 from fidev.failure import Failure
 
 SLOWEST_SHOWN = 5
@@ -58,6 +58,7 @@ def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = No
     tree = tree or pins().source_dir
     ninja_inputs.record(build_dir, ninja_file)
     build_records.record_generators(build_dir, tree, generators)
+    build_records.record_call(build_dir, module_choice.CALLS.get(build_dir.name))
     build_records.record_tree(build_dir.parent, tree)
 
 

@@ -19,9 +19,11 @@ package's, else the tree's `flashinfer/data/aot` (flashinfer/jit/env.py, `_get_a
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -36,6 +38,7 @@ _STATE: dict = {"mode": None, "edited": None, "hooked": False}
 INPUTS: dict[str, list[str]] = {}  # module name -> its edited inputs ([]: none), for each module asked about
 PREBUILT: dict[str, bool] = {}  # module name -> whether it loaded prebuilt
 GENERATORS: dict[str, set[str]] = {}  # module name -> the tree's Python files on the stack when its JitSpec was made
+CALLS: dict[str, dict] = {}  # module name -> the call that made its JitSpec, where it can be made again (generator_call)
 
 
 def tree() -> Path:
@@ -144,6 +147,9 @@ def patch(core) -> None:
 
     def noted(spec) -> None:
         GENERATORS.setdefault(spec.name, set()).update(_stack_files())
+        call = generator_call(sys._getframe(2))  # gen_jit_spec's caller
+        if call:
+            CALLS[spec.name] = call
         register(spec)
 
     registry.register = noted
@@ -163,6 +169,61 @@ def _stack_files() -> set[str]:
             found.add(os.path.relpath(path, root))
         frame, depth = frame.f_back, depth + 1
     return found
+
+
+def _plain(value):
+    """An argument as JSON: str, numbers, bool, None, lists and tuples of them, a torch dtype; else TypeError."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        return {"tuple": items} if isinstance(value, tuple) else items
+    if type(value).__module__ == "torch" and type(value).__name__ == "dtype":
+        return {"dtype": str(value).removeprefix("torch.")}
+    raise TypeError(type(value).__name__)
+
+
+def _value(plain):
+    if isinstance(plain, list):
+        return [_value(v) for v in plain]
+    if isinstance(plain, dict):
+        if "tuple" in plain:
+            return tuple(_value(v) for v in plain["tuple"])
+        import torch
+
+        return getattr(torch, plain["dtype"])
+    return plain
+
+
+def generator_call(frame) -> dict | None:
+    """The call `frame` is in, as one that can be made again: a module-level function of flashinfer
+    (flashinfer/jit/activation.py's gen_act_and_mul_module("silu")) with its arguments as plain values.
+    None for anything else (a test file's own gen_jit_spec call, a method, an argument of another
+    kind), whose module then regenerates by a dry run of a test instead (`affected`)."""
+    code, module = frame.f_code, frame.f_globals.get("__name__", "")
+    if not module.startswith("flashinfer.") or code.co_posonlyargcount or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        return None
+    function = getattr(sys.modules.get(module), code.co_name, None)
+    if function is None or getattr(inspect.unwrap(function), "__code__", None) is not code:
+        return None
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    try:
+        kwargs = {name: _plain(frame.f_locals[name]) for name in names}
+    except (KeyError, TypeError):
+        return None
+    return {"module": module, "function": code.co_name, "kwargs": kwargs}
+
+
+def call_again(name: str, call: dict) -> bool:
+    """Make module `name`'s JitSpec again by its recorded call (its generator writes the sources,
+    compiling nothing); whether that made `name` (an argument changed inside the generator before
+    gen_jit_spec makes another module, or none)."""
+    try:
+        function = getattr(importlib.import_module(call["module"]), call["function"])
+        spec = function(**{key: _value(v) for key, v in call["kwargs"].items()})
+    except Exception:  # noqa: BLE001 (a generator that no longer takes these: a dry run regenerates it)
+        return False
+    return getattr(spec, "name", None) == name
 
 
 _REAL: dict[str, str] = {}
