@@ -52,6 +52,17 @@ def installed(tmp_path_factory):
     return tree, python, fetch.stdout
 
 
+def workspace_on(tree, tmp_path):
+    """A copy of the workspace's scripts whose manifest's vendored tree is `tree`."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    (ws / "pyproject.toml").write_text(text)
+    return ws
+
+
 def test_materialized_release_is_the_pinned_one(installed):
     tree, _, out = installed
     assert "materialized" in out
@@ -183,10 +194,7 @@ def test_auto_compiles_only_the_modules_whose_release_inputs_were_edited(install
     import shutil
 
     tree, python, _ = installed
-    ws = tmp_path / "ws"
-    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
-    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
-    (ws / "pyproject.toml").write_text(text)
+    ws = workspace_on(tree, tmp_path)
     probe = f"""
 import json, sys
 sys.path.insert(0, {str(ws / "scripts")!r})
@@ -234,13 +242,9 @@ def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tm
     with torch dtypes) are recorded as plain values, and made again in a fresh process with the
     generated sources removed, they write the same sources; with the gelu generator's source string
     edited, gelu's source differs."""
-    import shutil
 
     tree, python, _ = installed
-    ws = tmp_path / "ws"
-    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
-    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
-    (ws / "pyproject.toml").write_text(text)
+    ws = workspace_on(tree, tmp_path)
     head = f"""
 import hashlib, json, pathlib, shutil, sys
 sys.path.insert(0, {str(ws / "scripts")!r})

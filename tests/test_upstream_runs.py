@@ -271,12 +271,18 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     collected, ran, gate = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate"
     write(root, "attention/test_rope.py", f"open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n")
     gated = {**os.environ, **env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
-    proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=gated)
-    for _ in range(600):
-        if collected.exists():
-            break
-        time.sleep(0.1)
+
+    def collecting() -> subprocess.Popen:
+        """upstream-tests behind the gate, once its file's process has collected (imported the file)."""
+        proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=gated)
+        for _ in range(600):
+            if collected.exists():
+                break
+            time.sleep(0.1)
+        return proc
+
+    proc = collecting()
     time.sleep(1)
     assert collected.exists() and not ran.exists() and proc.poll() is None, "the test ran before the gate opened"
     gate.write_text(upstream_plugin.GO)
@@ -288,12 +294,7 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     # the owner dies while they wait; unreaped, it is a zombie, which must not count as alive
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     gated[upstream_plugin.GATE_OWNER] = upstream_plugin.process_identity(owner.pid)
-    proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=gated)
-    for _ in range(600):
-        if collected.exists():
-            break
-        time.sleep(0.1)
+    proc = collecting()
     owner.kill()
     try:
         out, _ = proc.communicate(timeout=60)
