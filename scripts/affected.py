@@ -369,7 +369,8 @@ def run(args) -> int:
         # their tests regenerate them when they run: run those, and keep the edit unrecorded
         unregenerated = missed | (set(dry) if not dry_run_done else set())
         if unregenerated:
-            why = "the dry run did not finish" if not dry_run_done else "its recorded call made no such module"
+            why = "; ".join(w for w, applies in (("the dry run did not finish", not dry_run_done),
+                                                  ("its recorded call made no such module", missed)) if applies)
             print(f"affected: {short(unregenerated)} could not be regenerated here ({why}), so it may hold the edit: its tests run, and regenerate it")
     changed = changes()
     for name in unregenerated:

@@ -238,15 +238,15 @@ print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, si
 def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tmp_path):
     """`affected` regenerates a module of FlashInfer's tests by the call that made its JitSpec
     (fidev.module_choice.generator_call, noted at gen_jit_spec's registration, core.py line 482 at
-    v0.6.3), instead of a dry run of a test: on the real release, the calls of four generators (one
-    with torch dtypes) are recorded as plain values, and made again in a fresh process with the
-    generated sources removed, they write the same sources; with the gelu generator's source string
-    edited, gelu's source differs."""
-
+    v0.6.3), instead of a dry run of a test. On the real release: the calls of four generators (one
+    with torch dtypes) are recorded as plain values, the outermost generator's for single decode;
+    made again in a fresh process with the generated files removed, they write the same files; an
+    edit of gelu's source string changes gelu's files alone, and one of the string that
+    gen_single_decode_module hands the inner generator (modules.py line 481) the decode module's."""
     tree, python, _ = installed
     ws = workspace_on(tree, tmp_path)
     head = f"""
-import hashlib, json, pathlib, shutil, sys
+import json, sys
 sys.path.insert(0, {str(ws / "scripts")!r})
 from fidev import kernel_source, module_choice
 kernel_source.apply()
@@ -259,41 +259,47 @@ from flashinfer.jit.norm import gen_norm_module
 from flashinfer.jit.quantization import gen_quantization_module
 specs = [gen_act_and_mul_module("gelu"), gen_norm_module(), gen_quantization_module(),
          gen_single_decode_module(torch.float16, torch.float16, torch.float16, 128, 128, 0, False, False)]
-print(json.dumps({"calls": module_choice.CALLS, "sources": {s.name: [str(p) for p in s.sources] for s in specs}}))
+print(json.dumps(module_choice.CALLS))
 """
     again = head + """
+import shutil
 from flashinfer.jit import env as jit_env
 calls = json.loads(sys.stdin.read())
 shutil.rmtree(jit_env.FLASHINFER_GEN_SRC_DIR, ignore_errors=True)
 print(json.dumps({name: module_choice.call_again(name, call) for name, call in calls.items()}))
 """
     env = {**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
+    generated = tmp_path / "base/.cache/flashinfer" / pins().flashinfer / "90a/generated"
 
     def run(code, stdin=""):
         done = subprocess.run([python, "-c", code], input=stdin, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def digests(sources):
-        return {s: hashlib.sha256(open(s, "rb").read()).hexdigest() for files in sources.values() for s in files}
+    def files():  # every generated file, the config.inc headers its sources include too
+        return {str(f.relative_to(generated)): hashlib.sha256(f.read_bytes()).hexdigest() for f in generated.rglob("*") if f.is_file()}
 
-    made = run(record)
-    assert made["calls"]["gelu_and_mul"] == {"module": "flashinfer.jit.activation", "function": "gen_act_and_mul_module",
-                                             "kwargs": {"act_func_name": "gelu"}}
-    decode = next(name for name in made["calls"] if name.startswith("single_decode"))
-    assert made["calls"][decode]["kwargs"]["dtype_q"] == {"dtype": "float16"}
-    assert set(made["calls"]) == set(made["sources"])
-    before = digests(made["sources"])
-    assert run(again, json.dumps(made["calls"])) == {name: True for name in made["calls"]}
-    assert digests(made["sources"]) == before
-    generator = tree / "flashinfer/jit/activation.py"
-    saved = generator.read_bytes()
-    try:
-        # gelu_def_cu_str (flashinfer/jit/activation.py, line 86 at v0.6.3)
-        generator.write_bytes(saved.replace(b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));", b"return val * 0.51f * (1.0f + ::erf(val * kAlpha));", 1))
-        assert generator.read_bytes() != saved, "the gelu source string moved: pick another line of flashinfer/jit/activation.py"
-        assert run(again, json.dumps(made["calls"])) == {name: True for name in made["calls"]}
-        changed = {s for s, h in digests(made["sources"]).items() if h != before[s]}
-        assert changed and all("gelu_and_mul" in s for s in changed), changed
-    finally:
-        generator.write_bytes(saved)
+    calls = run(record)
+    assert calls["gelu_and_mul"] == {"module": "flashinfer.jit.activation", "function": "gen_act_and_mul_module", "kwargs": {"act_func_name": "gelu"}}
+    decode = next(name for name in calls if name.startswith("single_decode"))
+    assert calls[decode]["function"] == "gen_single_decode_module" and calls[decode]["kwargs"]["dtype_q"] == {"dtype": "float16"}, calls[decode]
+    assert set(calls) == {"gelu_and_mul", "norm", "quantization", decode}
+    before = files()
+    assert run(again, json.dumps(calls)) == {name: True for name in calls}
+    assert files() == before
+    for rel, old, new, module in (
+            ("flashinfer/jit/activation.py", b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));",  # gelu_def_cu_str, line 86
+             b"return val * 0.51f * (1.0f + ::erf(val * kAlpha));", "gelu_and_mul"),
+            ("flashinfer/jit/attention/modules.py", b'"#include<flashinfer/attention/variants.cuh>",  # variant_decl',
+             b'"#include<flashinfer/attention/variants.cuh>\\n// edited",  # variant_decl', decode)):
+        path = tree / rel
+        saved = path.read_bytes()
+        try:
+            path.write_bytes(saved.replace(old, new, 1))
+            assert path.read_bytes() != saved, f"{rel} no longer has the line this test edits"
+            assert run(again, json.dumps(calls)) == {name: True for name in calls}
+            changed = {f for f, h in files().items() if h != before.get(f)}
+            # a module's generated files: generated/<uri>/... for attention, generated/<name>.cu for activation
+            assert changed and all(f.split("/")[0].removesuffix(".cu") == module for f in changed), (rel, changed)
+        finally:
+            path.write_bytes(saved)

@@ -80,6 +80,8 @@ def record_call(build_dir: Path, call: dict | None) -> None:
     building process saw one: `affected` makes it again to regenerate the module's sources."""
     if call:
         _write(build_dir / CALL, call)
+    else:  # an older record would name a call this build did not come from
+        (build_dir / CALL).unlink(missing_ok=True)
 
 
 def recorded_call(build_dir: Path) -> dict | None:

@@ -196,20 +196,26 @@ def _value(plain):
 
 
 def generator_call(frame) -> dict | None:
-    """The call `frame` is in, as one that can be made again: a module-level function of flashinfer
-    (flashinfer/jit/activation.py's gen_act_and_mul_module("silu")) with its arguments as plain values.
-    None for anything else (a test file's own gen_jit_spec call, a method, an argument of another
-    kind), whose module then regenerates by a dry run of a test instead (`affected`)."""
+    """The generator's call that `frame` (gen_jit_spec's caller) is in, as one that can be made again:
+    the outermost of its callers still in flashinfer.jit, since an outer generator works out what the
+    inner one is given (gen_single_decode_module writes the variant that gen_customize_single_decode_module
+    renders, flashinfer/jit/attention/modules.py lines 444-486 at v0.6.3): a module-level function of
+    flashinfer with its arguments as plain values (flashinfer/jit/activation.py's
+    gen_act_and_mul_module("silu")). None when that call is anything else (a test file's own
+    gen_jit_spec call, a nested function, an argument of another kind): its module then
+    regenerates by a dry run of a test instead (`affected`)."""
+    while frame.f_back is not None and frame.f_back.f_globals.get("__name__", "").startswith("flashinfer.jit."):
+        frame = frame.f_back
     code, module = frame.f_code, frame.f_globals.get("__name__", "")
     if not module.startswith("flashinfer.") or code.co_posonlyargcount or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
         return None
     function = getattr(sys.modules.get(module), code.co_name, None)
-    if function is None or getattr(inspect.unwrap(function), "__code__", None) is not code:
-        return None
-    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
     try:
+        if function is None or getattr(inspect.unwrap(function), "__code__", None) is not code:
+            return None
+        names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
         kwargs = {name: _plain(frame.f_locals[name]) for name in names}
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError, RecursionError):  # ValueError: a __wrapped__ cycle
         return None
     return {"module": module, "function": code.co_name, "kwargs": kwargs}
 
@@ -221,7 +227,7 @@ def call_again(name: str, call: dict) -> bool:
     try:
         function = getattr(importlib.import_module(call["module"]), call["function"])
         spec = function(**{key: _value(v) for key, v in call["kwargs"].items()})
-    except Exception:  # noqa: BLE001 (a generator that no longer takes these: a dry run regenerates it)
+    except Exception:  # noqa: BLE001 (a generator that no longer takes these: its tests run, and regenerate it)
         return False
     return getattr(spec, "name", None) == name
 
