@@ -157,3 +157,18 @@ def test_each_modules_tests_are_what_pytest_collects_and_every_test_is_some_modu
     # need a module not built (an edit of norm ran gdn_prefill's signature case on the H100)
     owners = {n: [m.key for m in smoke_modules.MODULES if any(covers(f"tests/{t}", n) for t in m.tests)] for n in collected}
     assert {n: keys for n, keys in owners.items() if len(keys) != 1} == {}
+
+
+def test_the_acceptance_run_starts_no_step_past_its_time_limit(tmp_path):
+    """The device tool ends a command at its limit, mid-step (the H100's third part lost
+    affected-source that way): with --time-limit a part stops before a step that would not end in
+    time, says which steps are left, and exits 3. Every step has a time to go by."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import gpu_acceptance
+
+    assert set(gpu_acceptance.STEP_S) == set(gpu_acceptance.STEPS)
+    done = subprocess.run([sys.executable, str(ROOT / "tests/gpu_acceptance.py"), "--work", str(tmp_path / "work"), "--time-limit", "20",
+                           "--steps", "build-cold,smoke"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 20 s: --steps build-cold,smoke", done.stdout
+    assert not (tmp_path / "work/ws").exists(), "it set up a workspace for steps it did not start"
