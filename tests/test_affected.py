@@ -234,3 +234,25 @@ def test_flashinfers_tests_take_a_process_per_100_cases_of_the_largest_file_with
     assert affected.xdist_workers({"tests/utils/test_quantization.py": 28}) == []  # one process: not worth a second's start
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two files at once, one per GPU: the cores shared
     assert affected.xdist_workers({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}) == ["-n", "4"]
+
+
+def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(ws, monkeypatch):
+    """The call that made a module's JitSpec is kept with its build for `affected` to make again; a
+    rebuild from build.ninja alone (affected's own, after a header edit) keeps it; a build whose
+    process made the JitSpec by no call that can be made again drops it."""
+    from fidev import module_choice
+
+    tree, _, jit_dir, _ = ws
+    norm = jit_dir / "norm"
+    call = {"module": "flashinfer.jit.norm", "function": "gen_norm_module", "kwargs": {}}
+    monkeypatch.setitem(module_choice.GENERATORS, "norm", set())
+    monkeypatch.setitem(module_choice.CALLS, "norm", call)
+    module_builds.record_build(norm, norm / "build.ninja", tree=tree)
+    assert build_records.recorded_call(norm) == call
+    monkeypatch.delitem(module_choice.GENERATORS, "norm")
+    monkeypatch.delitem(module_choice.CALLS, "norm")
+    module_builds.record_build(norm, norm / "build.ninja", tree=tree)
+    assert build_records.recorded_call(norm) == call, "a rebuild that made no JitSpec dropped the call"
+    monkeypatch.setitem(module_choice.GENERATORS, "norm", set())
+    module_builds.record_build(norm, norm / "build.ninja", tree=tree)
+    assert build_records.recorded_call(norm) is None

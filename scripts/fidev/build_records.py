@@ -76,8 +76,9 @@ def changed_generators(build_dir: Path, tree: Path) -> list[str] | None:
 
 
 def record_call(build_dir: Path, call: dict | None) -> None:
-    """The call that made the module's JitSpec (fidev.module_choice.generator_call), where the
-    building process saw one: `affected` makes it again to regenerate the module's sources."""
+    """The call that made the module's JitSpec (fidev.module_choice.generator_call), by a process
+    that made it: `affected` makes it again to regenerate the module's sources. None: it was made
+    by no call that can be made again."""
     if call:
         _write(build_dir / CALL, call)
     else:  # an older record would name a call this build did not come from

@@ -58,7 +58,8 @@ def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = No
     tree = tree or pins().source_dir
     ninja_inputs.record(build_dir, ninja_file)
     build_records.record_generators(build_dir, tree, generators)
-    build_records.record_call(build_dir, module_choice.CALLS.get(build_dir.name))
+    if build_dir.name in module_choice.GENERATORS:  # this process made its JitSpec (a rebuild of build.ninja alone keeps the record)
+        build_records.record_call(build_dir, module_choice.CALLS.get(build_dir.name))
     build_records.record_tree(build_dir.parent, tree)
 
 
