@@ -7,6 +7,7 @@ pytest.ini), with test files added per case."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -351,3 +352,49 @@ def test_under_xdist_the_workers_lines_are_said_by_the_file_at_its_end(ws):
     done = upstream(root, env, "norm", "--no-plan", "-n", "2")
     assert done.returncode == 0 and "upstream-tests: 2 passed" in done.stdout, done.stdout + done.stderr
     assert "tests/utils/test_norm.py: compiling norm (3 sources)" in done.stdout, done.stdout
+
+
+GENS = """\
+from flashinfer.jit import core
+BODY = "int f{i}() {{ return {i}; }}\\n"
+def gen_module(name, n):  # a generator that renders its sources from a string of its own, as flashinfer/jit/activation.py does
+    spec = core.gen_jit_spec(name, n)
+    for i, src in enumerate(spec.sources):
+        if src.read_text() != BODY.format(i=i):
+            src.write_text(BODY.format(i=i))
+    return spec
+"""
+
+
+@needs_a_build
+def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(ws):
+    """A generator's edit: affected makes each module's recorded call again (no dry run of a test,
+    which would import flashinfer in a process of its own), finds the module whose sources changed,
+    rebuilds it and runs its tests. The stand-in package is the tree's own here, so that its
+    generator is one of the tree's Python files."""
+    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    root, record, env = ws
+    tree = root / "extern/tracked/flashinfer"
+    site = Path(env["PYTHONPATH"])
+    shutil.move(site / "flashinfer", tree / "flashinfer")
+    (tree / "flashinfer/jit/gens.py").write_text(GENS)
+    # the JIT source dirs an import checks for (flashinfer/jit/env.py, lines 146-153 at v0.6.3), as the editable install's data/ links
+    with open(tree / "flashinfer/jit/env.py", "a") as jit_env:
+        jit_env.write("FLASHINFER_INCLUDE_DIR = FLASHINFER_CSRC_DIR = SPDLOG_INCLUDE_DIR = pathlib.Path(__file__).parent\n"
+                      "CUTLASS_INCLUDE_DIRS = [pathlib.Path(__file__).parent]\n")
+    init = tree / "flashinfer/__init__.py"
+    by_generator = "    from flashinfer.jit import gens\n    return gens.gen_module(name, n)"
+    init.write_text(init.read_text().replace("    return core.gen_jit_spec(name, n)", by_generator))
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), str(site)])}
+    done = upstream(root, env, "norm", "--yes")  # the plan records which test needs norm; the run builds it, and keeps its call
+    assert done.returncode == 0, done.stdout + done.stderr
+    gens = tree / "flashinfer/jit/gens.py"
+    gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))
+    imports = len(record.read_text().splitlines())
+    done = subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    out = done.stdout
+    assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "gens.py -> s0.cpp" in out and "affected: 1 module(s) rebuilt" in out and "upstream-tests: 2 passed" in out, out
+    assert "could not be regenerated" not in out
+    # flashinfer imported twice: affected itself, and the run of the tests; a dry run would be a third
+    assert len(record.read_text().splitlines()) - imports == 2, record.read_text()
