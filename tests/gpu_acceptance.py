@@ -2,6 +2,7 @@
 without pixi, in a conda-layout replica of that environment; one table at the end.
 
   python3 tests/gpu_acceptance.py [--staged DIR] [--work DIR] [--toolkit DIR] [--steps NAME,...] [--fresh]
+                                  [--time-limit SECONDS] [--resume]
 
 Every GPU-facing change passes this before it is resolved (docs/flashinfer-dev.md, "Tests and CI").
 It works in a copy of the checkout under WORK (default /tmp/fidev-acceptance), so builds and the
@@ -20,7 +21,11 @@ edit-smoke must fail). Results accumulate in WORK/results.json, so
 a host that limits a command's time runs it in parts: `--steps setup,negative-control,...`, then
 the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
 part starts no step that would not end in time (by the step's last time here, else STEP_S), and
-names the steps it left for the next part.
+names the steps it left for the next part; `--resume` leaves out the steps WORK has a result for, so
+every part after the first can be the same command.
+
+One step runs only when named: bench-upstream, scripts/bench_upstream.py (norm, activation,
+sampling on 1 and on 2 GPUs, issue 22), on a host with two GPUs, after the steps that built them.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "
          "restore-smoke", "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header",
          "affected-source", "affected-generator", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header",
          "auto-generator", "auto-restore"]
+NAMED_ONLY = ["bench-upstream"]  # needs a 2-GPU host: not part of the default run
 
 # What each step took on the H100 host (2026-11-23, 1b1d566), for --time-limit where WORK has no time
 # of its own for it yet; the affected rounds as they ran there, over their target (issue 18).
@@ -77,7 +83,8 @@ STEP_S = {"setup": 10, "negative-control": 15, "preflight": 1, "build-cold": 140
           "edit-build": 30, "edit-smoke": 9, "restore-build": 31, "restore-smoke": 9, "upstream-baseline": 25, "upstream-compare-bug": 85,
           "upstream-compare-clean": 72, "affected-noop": 2, "affected-header": 135, "affected-source": 120, "affected-generator": 180,
           "upstream-quantization": 46, "affected-upstream": 60, "prebuilt-set": 105, "auto-fresh": 12, "auto-header": 31,
-          "auto-generator": 17, "auto-restore": 11}
+          "auto-generator": 17, "auto-restore": 11,
+          "bench-upstream": 480}  # not yet run: a guess (sampling's file is the largest of the three)
 
 
 class Run:
@@ -322,6 +329,12 @@ def auto_round(run: Run, name: str) -> None:
         shutil.rmtree(run.tree / "flashinfer/data/aot", ignore_errors=True)
 
 
+def bench_upstream(run: Run) -> None:
+    status, out, seconds = run.sh("bench-upstream", [sys.executable, "scripts/bench_upstream.py"])
+    speedups = [" ".join(line.split()) for line in out.splitlines() if re.match(r"\s*\d+\s+[\d.]+s\s+[\d.]+x$", line)]
+    run.record("bench-upstream", status == 0, seconds, f"exit {status}; gpus, median, speedup: " + " | ".join(speedups))
+
+
 def steps(run: Run) -> dict:
     return {
         "setup": lambda: setup(run),
@@ -350,12 +363,13 @@ def steps(run: Run) -> dict:
         **{name: (lambda name=name: affected_round(run, name)) for name in AFFECTED_EDITS},
         "prebuilt-set": lambda: prebuilt_set(run),
         **{name: (lambda name=name: auto_round(run, name)) for name in AUTO_ROUNDS},
+        "bench-upstream": lambda: bench_upstream(run),
     }
 
 
 def table(run: Run) -> str:
     rows = [("step", "result", "wall", "note")]
-    rows += [(name, r["result"], f"{r['seconds']:.1f} s", r["note"]) for name in STEPS if (r := run.results.get(name))]
+    rows += [(name, r["result"], f"{r['seconds']:.1f} s", r["note"]) for name in STEPS + NAMED_ONLY if (r := run.results.get(name))]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)), row[3]]) for row in rows)
 
@@ -368,19 +382,22 @@ def main() -> int:
     parser.add_argument("--staged", type=Path, help="what tests/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/fidev-acceptance"))
     parser.add_argument("--toolkit", type=Path, default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
-    parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS)} (default: all)")
+    parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
     parser.add_argument("--fresh", action="store_true", help="forget WORK's earlier results and builds first")
     parser.add_argument("--time-limit", type=float, help="seconds this part may take: no step starts that would not end in time")
+    parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
     global ARGS
     ARGS = parser.parse_args()
     chosen = ARGS.steps.split(",") if ARGS.steps else STEPS
-    unknown = [s for s in chosen if s not in STEPS]
+    unknown = [s for s in chosen if s not in STEPS + NAMED_ONLY]
     if unknown:
-        parser.error(f"unknown step(s) {unknown}\nname them from: {', '.join(STEPS)}")
+        parser.error(f"unknown step(s) {unknown}\nname them from: {', '.join(STEPS + NAMED_ONLY)}")
     if ARGS.fresh:
         shutil.rmtree(ARGS.work, ignore_errors=True)
     ARGS.work.mkdir(parents=True, exist_ok=True)
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
+    if ARGS.resume:
+        chosen = [name for name in chosen if name not in run.results]
     todo = steps(run)
     started, left = time.perf_counter(), []
     for i, name in enumerate(chosen):

@@ -166,9 +166,22 @@ def test_the_acceptance_run_starts_no_step_past_its_time_limit(tmp_path):
     sys.path.insert(0, str(ROOT / "tests"))
     import gpu_acceptance
 
-    assert set(gpu_acceptance.STEP_S) == set(gpu_acceptance.STEPS)
+    assert set(gpu_acceptance.STEP_S) == set(gpu_acceptance.STEPS + gpu_acceptance.NAMED_ONLY)
     done = subprocess.run([sys.executable, str(ROOT / "tests/gpu_acceptance.py"), "--work", str(tmp_path / "work"), "--time-limit", "20",
                            "--steps", "build-cold,smoke"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 20 s: --steps build-cold,smoke", done.stdout
     assert not (tmp_path / "work/ws").exists(), "it set up a workspace for steps it did not start"
+
+
+def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_path):
+    """Every part after the first is one command, `--resume`: a step WORK has a result for (pass or
+    FAIL) is not run again, the others are, in order, and the table shows the earlier results."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "results.json").write_text(json.dumps({"build-cold": {"result": "pass", "seconds": 104.4, "note": "exit 0; 21 objects compiled"}}))
+    done = subprocess.run([sys.executable, str(ROOT / "tests/gpu_acceptance.py"), "--work", str(work), "--time-limit", "5", "--resume",
+                           "--steps", "build-cold,smoke,bench-upstream"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "build-cold  pass    104.4 s  exit 0; 21 objects compiled" in done.stdout, done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps smoke,bench-upstream", done.stdout
