@@ -6,9 +6,10 @@
    abi-smoke's, and any upstream-tests built): its sources and headers, by content against the
    hashes `build` recorded (fidev.ninja_inputs: a touched file with the same content is no edit),
    and the tree's Python files, which generate modules' sources (fidev.build_records). When a
-   Python file changed, the modules are regenerated without compiling (smoke's through
-   fidev.smoke_modules; FlashInfer's tests' through a dry run of the tests recorded for them,
-   FLASHINFER_DISABLE_JIT=1) and their generated sources compared by content.
+   Python file changed, the modules with generated sources are regenerated without compiling
+   (smoke's through fidev.smoke_modules; FlashInfer's tests' by the generator call their build
+   recorded, else a dry run of a test recorded for them, FLASHINFER_DISABLE_JIT=1) and their
+   generated sources compared by content.
 2. The modules' tests: smoke's and abi-smoke's from fidev.smoke_modules; FlashInfer's own from the
    record the upstream-tests plan keeps beside the JIT dir (which test asked for which module).
 3. It rebuilds just those modules and runs just those tests, then prints one table and a line
@@ -17,8 +18,10 @@
 
 What costs time besides the compile is paid during it: FlashInfer's tests start with the build
 (upstream-tests --no-plan), import and collect, and wait at a gate until the modules are built
-(fidev.upstream_plugin.GATE); many cases spread over pytest-xdist processes on the GPU; this
-process imports flashinfer for smoke's tests meanwhile, and runs them while FlashInfer's run.
+(fidev.upstream_plugin.GATE); for a Python edit they start before the regeneration, for every
+module it may change, and the gate names those it did; many cases spread over pytest-xdist
+processes on the GPU; this process imports flashinfer for smoke's tests meanwhile, and runs them
+while FlashInfer's run.
 """
 
 from __future__ import annotations
@@ -101,6 +104,15 @@ class Built:
         """Its sources, from the build.ninja FlashInfer wrote (`build <obj>: [cuda_]compile <source>`,
         flashinfer/jit/cpp_ext.py, lines 281-290 at v0.6.3): fidev.module_builds shares the cores by them."""
         return re.findall(r"^build \S+: (?:cuda_)?compile (\S+)", self.ninja_path.read_text(), re.M)
+
+    @property
+    def generated(self) -> bool:
+        """Some of its sources are written by a generator, in the workspace's `generated` folder beside
+        the JIT dir (FLASHINFER_GEN_SRC_DIR, flashinfer/jit/env.py lines 144-145 at v0.6.3). A module
+        of the tree's csrc/ files alone (such as the one tests/utils/test_norm.py builds with
+        gen_jit_spec, lines 342-366) has nothing a Python edit could regenerate."""
+        gen_dir = (self.build_dir.parent.parent / "generated").resolve()  # cpp_ext.py writes sources resolved (line 292)
+        return any(Path(src).is_relative_to(gen_dir) for src in self.sources)
 
 
 def built_modules(jit_dir: Path) -> list[Built]:
@@ -203,6 +215,14 @@ def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
     return status, collector.ids
 
 
+def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
+    """{test file: how many recorded cases of these modules it has}."""
+    found: dict[str, int] = {}
+    for case in {t for name in modules for t in recorded.get(name, [])}:
+        found[case.split("::")[0]] = found.get(case.split("::")[0], 0) + 1
+    return found
+
+
 def xdist_workers(cases_per_file: dict[str, int]) -> list[str]:
     """pytest-xdist's options for FlashInfer's tests of an edit, the same for each test file
     (upstream-tests passes them on): a process per CASES_PER_WORKER cases of the largest file, up to
@@ -219,14 +239,20 @@ def xdist_workers(cases_per_file: dict[str, int]) -> list[str]:
 class FlashInferTests:
     """FlashInfer's tests of the edited modules, through upstream-tests in a process of its own,
     started before the build so that its processes import and collect while the modules compile;
-    they wait at a gate (fidev.upstream_plugin.GATE) until `open()`. Its output is held until
+    they wait at a gate (fidev.upstream_plugin.GATE) until `open()`, which may name the ones to run
+    (`deferred`: started for every module a Python edit may change). Its output is held until
     `finish()`, so that it does not cut into smoke's tests, which run meanwhile in this process."""
 
-    def __init__(self, tests: list[str], cases_per_file: dict[str, int]):
+    started: set[FlashInferTests] = set()  # stopped by run() however it ends
+
+    def __init__(self, tests: list[str], cases_per_file: dict[str, int], deferred: bool = False):
+        self.tests = tests
         workers = xdist_workers(cases_per_file)
         cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers]
-        print(f"affected: FlashInfer's tests ({sum(cases_per_file.values())} recorded case(s)"
-              f"{f', {workers[1]} processes a file' if workers else ''}) start now and run once the build is done: "
+        which = "of the modules the edit may change" if deferred else ""
+        then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"
+        print(f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
+              f"{f', {workers[1]} processes a file' if workers else ''}) start now{then}: "
               f"{' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
         self.folder = Path(tempfile.mkdtemp(prefix="fidev-affected-"))
         self.gate = self.folder / "gate"
@@ -236,6 +262,7 @@ class FlashInferTests:
         except OSError:
             shutil.rmtree(self.folder, ignore_errors=True)
             raise
+        FlashInferTests.started.add(self)
         self.lines: queue.Queue = queue.Queue()
         self.reader = threading.Thread(target=self.pump, daemon=True)
         self.reader.start()
@@ -245,11 +272,9 @@ class FlashInferTests:
             self.lines.put(line)
         self.lines.put(None)
 
-    def open(self) -> None:
-        """The modules are built: the tests may load them (written whole, then renamed)."""
-        tmp = self.gate.with_name("gate.tmp")
-        tmp.write_text(upstream_plugin.GO)
-        os.replace(tmp, self.gate)
+    def open(self, selection: list[str] | None = None) -> None:
+        """The modules are built: the tests may load them; all, or those `selection` names."""
+        upstream_plugin.open_gate(self.gate, selection)
 
     def finish(self) -> tuple[int, set[str]]:
         """Its output, then (status, what failed or errored): the FAILED and ERROR lines it prints,
@@ -281,6 +306,7 @@ class FlashInferTests:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+        FlashInferTests.started.discard(self)
 
 
 def import_meanwhile() -> threading.Thread | None:
@@ -325,6 +351,14 @@ def main() -> int:
 
 
 def run(args) -> int:
+    try:
+        return run_affected(args)
+    finally:  # what a failure, Ctrl-C or an early return left running (stop() is idempotent)
+        for tests in list(FlashInferTests.started):
+            tests.stop()
+
+
+def run_affected(args) -> int:
     started = time.perf_counter()
     p = pins()
     tree = p.source_dir
@@ -355,9 +389,12 @@ def run(args) -> int:
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
     generators = {m.name: build_records.changed_generators(m.build_dir, tree) or [] for m in modules}
     python_edits = sorted({f for files in generators.values() for f in files})
-    specs, unregenerated = {}, set()
+    specs, unregenerated, early = {}, set(), None
     if python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         stale = [m for m in modules if generators[m.name]]
+        # a module of csrc/ files alone is as built (smoke's are made again all the same: cheaply, and build needs their JitSpecs)
+        plain = [m.name for m in stale if m.name not in tier and not m.generated]
+        stale = [m for m in stale if m.name not in plain]
         lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
         print(f"affected: {short(Path(f).name for f in python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
               f"module(s), compiling nothing" + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else ""))
@@ -365,7 +402,15 @@ def run(args) -> int:
         calls = {m.name: call for m in theirs_stale if (call := build_records.recorded_call(m.build_dir))}
         # the rest, by one recorded test per module: any test that asks for a module makes all of its JitSpec
         dry = [m.name for m in theirs_stale if m.name not in calls]
+        may_change = [m.name for m in stale if m.generated]  # what the regeneration may show changed
+        if not args.list and (early_tests := sorted({t.split("[")[0] for n in may_change for t in recorded.get(n, [])})):
+            early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), deferred=True)
+        regenerating = time.perf_counter()
         specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}))
+        print(f"affected: regenerated in {time.perf_counter() - regenerating:.1f} s (" + ", ".join(
+            f"{n} {how}" for n, how in ((sum(m.name in tier for m in stale), "by smoke's generators"), (len(calls), "by recorded call"),
+                                        (len(dry), "by a dry run of a recorded test"), (len(plain), "of csrc/ files alone, as built")) if n)
+              + ")", flush=True)
         # their tests regenerate them when they run: run those, and keep the edit unrecorded
         unregenerated = missed | (set(dry) if not dry_run_done else set())
         if unregenerated:
@@ -381,8 +426,9 @@ def run(args) -> int:
             raise Failure(f"{gone[0]}, an input of {name}, is gone (deleted since the build)",
                           "restore it (git checkout -- FILE in the tree), or regenerate it: pixi run -e flashinfer-dev build "
                           "(smoke's modules), upstream-tests FAMILY (FlashInfer's tests' modules)")
-    for m in modules:  # regenerated to the same sources: current as built, for the next run too
-        if generators[m.name] and m.name not in changed and (m.name in tier or recorded.get(m.name) and m.name not in unregenerated):
+    for m in modules:  # regenerated to the same sources, or none to regenerate: current as built, for the next run too
+        if generators[m.name] and m.name not in changed and (m.name in tier or not m.generated
+                                                             or recorded.get(m.name) and m.name not in unregenerated):
             build_records.record_generators(m.build_dir, tree)
     real = tree.resolve()
 
@@ -440,10 +486,12 @@ def run(args) -> int:
         return 0
 
     to_build = [specs.get(m.name, m) for m in modules if m.name in changed]
-    cases_per_file: dict[str, int] = {}
-    for case in {t for name in changed for t in recorded.get(name, [])}:
-        cases_per_file[case.split("::")[0]] = cases_per_file.get(case.split("::")[0], 0) + 1
-    their_run = FlashInferTests(theirs, cases_per_file) if theirs else None  # imports and collects while the modules compile
+    if early and theirs and set(theirs) <= set(early.tests):  # started before the regeneration: the gate will name these
+        their_run, selection = early, theirs
+    else:  # imports and collects while the modules compile
+        if early:
+            early.stop()
+        their_run, selection = (FlashInferTests(theirs, cases_by_file(recorded, changed)) if theirs else None), None
     importing = None
     try:
         importing = import_meanwhile() if ours else None
@@ -453,7 +501,7 @@ def run(args) -> int:
             print(table([rows[0], *[(*r[:3], "build failed") for r in rows[1:]]]))
             raise Failure(f"the build of {short(m.name for m in to_build)} failed: {failure.problem}", failure.fix) from None
         if their_run:
-            their_run.open()
+            their_run.open(selection)
         built = f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s" + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
         print(f"affected: {built}")
         failed: set[str] = set()

@@ -307,6 +307,28 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     assert "is gone before they could run" in log if not workers else "did not finish: signal 9" in out, out + log
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers):
+    """A Python edit: affected starts the tests of every module it may change, then names at the
+    gate those of the modules it did (a function for all its cases, or a node id). The rest are
+    deselected; a file left with none ends "no tests ran", which counts as finished, not failed."""
+    from fidev import upstream_plugin
+
+    if workers:
+        require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "import pytest\n@pytest.mark.parametrize('i', range(3))\ndef test_a(i):\n    pass\n"
+          "def test_ab():\n    pass\ndef test_b():\n    assert False\n")
+    write(root, "attention/test_pos.py", "def test_other():\n    assert False\n")
+    gate = tmp_path / "gate"
+    upstream_plugin.open_gate(gate, ["tests/attention/test_rope.py::test_a", "tests/attention/test_rope.py::test_b"])
+    gated = {**env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
+    done = upstream(root, gated, "tests/attention/test_rope.py", "tests/attention/test_pos.py", "--no-plan", *workers)
+    assert "upstream-tests: 3 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout + done.stderr
+    assert "FAILED tests/attention/test_rope.py::test_b" in done.stdout and "test_other" not in done.stdout, done.stdout
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+
+
 def test_a_file_over_xdist_processes_counts_each_test_once(ws):
     """affected passes `-n N` for many cases: the file's tests spread over pytest-xdist processes and
     are still counted and named once each (the controller is told of each worker's tests,
@@ -356,13 +378,28 @@ def test_under_xdist_the_workers_lines_are_said_by_the_file_at_its_end(ws):
 
 GENS = """\
 from flashinfer.jit import core
-BODY = "int f{i}() {{ return {i}; }}\\n"
-def gen_module(name, n):  # a generator that renders its sources from a string of its own, as flashinfer/jit/activation.py does
+BODY = {"norm": "int f{i}() {{ return {i}; }}\\n"}
+def gen_module(name, n):  # a generator that renders its sources from strings of its own, as flashinfer/jit/activation.py does
     spec = core.gen_jit_spec(name, n)
     for i, src in enumerate(spec.sources):
-        if src.read_text() != BODY.format(i=i):
-            src.write_text(BODY.format(i=i))
+        body = BODY.get(name, "int g{i}() {{ return -{i}; }}\\n").format(i=i)
+        if src.read_text() != body:
+            src.write_text(body)
     return spec
+"""
+# norm and rope by the generator; `plain` by a test's own gen_jit_spec of csrc/ files, as
+# tests/utils/test_norm.py builds norm_without_fp8_test (lines 342-366 at v0.6.3)
+TEST_NORM_GENERATED = """\
+import flashinfer
+from flashinfer.jit import core
+def test_norm():
+    assert flashinfer.load("norm", 3) == "jit"
+def test_gemma_norm():
+    assert flashinfer.load("norm", 3) == "jit"
+def test_rope():
+    assert flashinfer.load("rope", 1) == "jit"
+def test_plain():
+    assert core.gen_jit_spec("plain", 1, plain=True).build_and_load() == "jit"
 """
 
 
@@ -370,8 +407,10 @@ def gen_module(name, n):  # a generator that renders its sources from a string o
 def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(ws):
     """A generator's edit: affected makes each module's recorded call again (no dry run of a test,
     which would import flashinfer in a process of its own), finds the module whose sources changed,
-    rebuilds it and runs its tests. The stand-in package is the tree's own here, so that its
-    generator is one of the tree's Python files."""
+    rebuilds it and runs its tests. FlashInfer's tests of every module with generated sources start
+    before the regeneration, and the gate lets only the changed module's run. A module of csrc/
+    files alone is left as built: no dry run for it. The stand-in package is the tree's own here,
+    so that its generator is one of the tree's Python files."""
     require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     root, record, env = ws
     tree = root / "extern/tracked/flashinfer"
@@ -385,16 +424,22 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     init = tree / "flashinfer/__init__.py"
     by_generator = "    from flashinfer.jit import gens\n    return gens.gen_module(name, n)"
     init.write_text(init.read_text().replace("    return core.gen_jit_spec(name, n)", by_generator))
+    (tree / "tests/utils/test_norm.py").write_text(TEST_NORM_GENERATED)
     env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), str(site)])}
-    done = upstream(root, env, "norm", "--yes")  # the plan records which test needs norm; the run builds it, and keeps its call
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = upstream(root, env, "norm", "--yes")  # the plan records which test needs which module; the run builds them, and keeps calls
+    assert done.returncode == 0 and "upstream-tests: 4 passed" in done.stdout, done.stdout + done.stderr
     gens = tree / "flashinfer/jit/gens.py"
-    gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))
+    gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))  # norm's body alone
     imports = len(record.read_text().splitlines())
     done = subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "affected: FlashInfer's tests of the modules the edit may change (3 recorded case(s)) start now" in out, out
+    assert "(2 by recorded call, 1 of csrc/ files alone, as built)" in out, out
+    assert out.index("start now") < out.index("affected: regenerated in")
     assert "gens.py -> s0.cpp" in out and "affected: 1 module(s) rebuilt" in out and "upstream-tests: 2 passed" in out, out
-    assert "could not be regenerated" not in out
+    assert "could not be regenerated" not in out and "dry run" not in out
     # flashinfer imported twice: affected itself, and the run of the tests; a dry run would be a third
     assert len(record.read_text().splitlines()) - imports == 2, record.read_text()
+    assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
+                                               timeout=120, env={**os.environ, **env}).stdout

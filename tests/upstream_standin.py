@@ -60,10 +60,11 @@ def get_tmpdir():
     (jit_env.FLASHINFER_JIT_DIR / "tmp").mkdir(parents=True, exist_ok=True)
     return jit_env.FLASHINFER_JIT_DIR / "tmp"
 class JitSpec:
-    def __init__(self, name, n):
+    def __init__(self, name, n, plain=False):
         self.name, self.needs_device_linking = name, False
         self.extra_include_dirs = None  # a field of FlashInfer's JitSpec (core.py line 223)
-        gen = jit_env.FLASHINFER_WORKSPACE_DIR / "generated" / name
+        # generated sources, or (plain) the tree's csrc/ files, as tests/utils/test_norm.py's gen_jit_spec call names them (lines 354-360)
+        gen = jit_env.FLASHINFER_CSRC_DIR / name if plain else jit_env.FLASHINFER_WORKSPACE_DIR / "generated" / name
         gen.mkdir(parents=True, exist_ok=True)
         self.sources = [gen / f"s{i}.cpp" for i in range(n)]
         for i, src in enumerate(self.sources):
@@ -74,12 +75,12 @@ class JitSpec:
     jit_library_path = property(lambda self: self.build_dir / f"{self.name}.so")
     aot_path = property(lambda self: jit_env.FLASHINFER_AOT_DIR / self.name / f"{self.name}.so")
     is_aot = property(lambda self: self.aot_path.exists())
-    def write_ninja(self):
+    def write_ninja(self):  # FlashInfer's rule names and resolved sources (flashinfer/jit/cpp_ext.py, lines 249, 288-292)
         log = os.environ["FAKE_COMPILES"]
-        rules = ("rule cxx\\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out && echo $out >> " + log + "\\n  depfile = $out.d\\n  deps = gcc\\n"
+        rules = ("rule compile\\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out && echo $out >> " + log + "\\n  depfile = $out.d\\n  deps = gcc\\n"
                  "rule link\\n  command = c++ -shared $in -o $out\\n")
         objs = [self.build_dir / (s.stem + ".o") for s in self.sources]
-        body = "".join(f"build {o}: cxx {s}\\n" for o, s in zip(objs, self.sources))
+        body = "".join(f"build {o}: compile {s.resolve()}\\n" for o, s in zip(objs, self.sources))
         text = rules + body + f"build {self.jit_library_path}: link {' '.join(map(str, objs))}\\ndefault {self.jit_library_path}\\n"
         self.build_dir.mkdir(parents=True, exist_ok=True)
         if not self.ninja_path.exists() or self.ninja_path.read_text() != text:
@@ -103,8 +104,8 @@ class JitSpecRegistry:  # core.py lines 159-170: gen_jit_spec registers every sp
     def register(self, spec):
         self._specs.setdefault(spec.name, spec)
 jit_spec_registry = JitSpecRegistry()
-def gen_jit_spec(name, n):
-    spec = JitSpec(name, n)
+def gen_jit_spec(name, n, plain=False):
+    spec = JitSpec(name, n, plain)
     jit_spec_registry.register(spec)
     return spec
 def build_jit_specs(specs, verbose=False, skip_prebuilt=True):

@@ -18,7 +18,9 @@ say what the file needs (the plan), not what that test needs (`affected`'s map).
 Every process loads this module with `-p fidev.upstream_plugin`: the dry run's with DRY_RUN_DIR in
 the environment, a run's (one per test file, fidev.upstream_runs) with RUN_MODE. With GATE too,
 a run's processes import and collect, then wait for the gate file to say "go": `affected` starts
-FlashInfer's tests while it compiles their modules.
+FlashInfer's tests while it compiles their modules. The gate may name, on the lines after "go",
+the tests to run of those collected (node ids, or test functions for all their cases): `affected`
+starts the tests of every module a Python edit may change before it knows which ones it did.
 """
 
 from __future__ import annotations
@@ -73,18 +75,34 @@ def owner_alive(owner: str) -> bool:
     return fields[0] != "Z" and (not started or fields[19] == started)
 
 
-def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> None:
-    """Until the gate file says go (the modules are built). A gate whose owner is gone never opens:
-    the file's process ends, and under pytest-xdist its whole process group at once (the file's
-    own session, fidev.upstream_runs), since a worker that exits is replaced by another."""
+def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> list[str] | None:
+    """Until the gate file says go (the modules are built); then the tests it names, or None for
+    all. A gate whose owner is gone never opens: the file's process ends, and under pytest-xdist its
+    whole process group at once (the file's own session, fidev.upstream_runs), since a worker that
+    exits is replaced by another."""
     import pytest  # in a pytest process: fidev itself imports only the standard library
 
-    while not (path.is_file() and path.read_text().strip() == GO):
+    while True:
+        lines = path.read_text().split("\n") if path.is_file() else []  # written whole, then renamed
+        if lines and lines[0] == GO:
+            return [line for line in lines[1:] if line] or None
         if not owner_alive(owner):
             if xdist_worker:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
             pytest.exit(f"the process that started these tests ({owner}) is gone before they could run", returncode=pytest.ExitCode.INTERRUPTED)
         time.sleep(0.05)
+
+
+def open_gate(path: Path, selection: list[str] | None = None) -> None:
+    """Let the gated tests run: all of them, or those `selection` names (written whole, then renamed)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join([GO, *(selection or [])]) + "\n")
+    os.replace(tmp, path)
+
+
+def selected(nodeid: str, selection: list[str]) -> bool:
+    """A node id the gate's selection names: itself, or a case of a named function."""
+    return any(nodeid == s or nodeid.startswith(s + "[") for s in selection)
 
 
 class FlashInferBuilds:
@@ -126,9 +144,14 @@ class FlashInferBuilds:
         with open(self.dry_dir / f"report-{os.getpid()}.jsonl", "a") as report:
             report.writelines(spec_record(self.current, spec, warmup) for spec in specs)
 
-    def pytest_collection_finish(self, session):
+    def pytest_collection_modifyitems(self, session, config, items):
         if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build
-            wait_for_gate(Path(os.environ[GATE]), os.environ.get(GATE_OWNER, ""), hasattr(self.config, "workerinput"))
+            selection = wait_for_gate(Path(os.environ[GATE]), os.environ.get(GATE_OWNER, ""), hasattr(config, "workerinput"))
+            if selection is not None:  # deselected as -k does, so that a file left with none ends "no tests ran" (5)
+                config.hook.pytest_deselected(items=[item for item in items if not selected(item.nodeid, selection)])
+                items[:] = [item for item in items if selected(item.nodeid, selection)]
+
+    def pytest_collection_finish(self, session):
         import flashinfer.jit
         from flashinfer.jit import core
         from flashinfer.jit import env as jit_env
