@@ -4,13 +4,15 @@
 
 One warm-up run (`upstream_tests.py FAMILY ... --no-plan`, which builds what the selection needs),
 then, for each GPU count, --runs runs with `--gpus N` (a pytest process per test file, one worker
-per GPU, fidev.upstream_runs); it prints each run's wall time and status, the median, and the
-speedup against the first count. The goal (at least 1.8x on 2 GPUs) is judged from these figures,
+per GPU, fidev.upstream_runs); it prints each run's wall time and status with each file's GPU and
+time (a run on N GPUs takes at least its longest file), the median, and the speedup against the
+first count. The goal (at least 1.8x on 2 GPUs) is judged from these figures,
 not asserted in a test. A run on a host with fewer GPUs than asked is refused, not timed.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import statistics
 import subprocess
@@ -42,8 +44,8 @@ def positive(text: str) -> int:
     return int(text)
 
 
-def timed(families: list[str], gpus: int | None) -> tuple[float, int, str]:
-    """(wall time, status, the count line) of one upstream-tests run."""
+def timed(families: list[str], gpus: int | None) -> tuple[float, int, str, list[str]]:
+    """(wall time, status, the count line, each file's line) of one upstream-tests run."""
     cmd = [sys.executable, str(UPSTREAM), *families, "--no-plan", *(["--gpus", str(gpus)] if gpus else [])]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
@@ -59,7 +61,8 @@ def timed(families: list[str], gpus: int | None) -> tuple[float, int, str]:
             raise Failure(f"a run of {' '.join(families)} took over {TIMEOUT_S} s", "time a smaller selection (name fewer families)") from None
         raise
     line = next((ln for ln in out.splitlines()[::-1] if ln.startswith("upstream-tests: ") and " passed, " in ln), "")
-    return time.perf_counter() - started, proc.returncode, line or (err.strip().splitlines() or ["no output"])[-1]
+    files = [ln.strip() for ln in out.splitlines() if re.match(r"\s+\[\d+/\d+\] GPU ", ln)]  # fidev.upstream_runs, as each file ends
+    return time.perf_counter() - started, proc.returncode, line or (err.strip().splitlines() or ["no output"])[-1], files
 
 
 def main() -> int:
@@ -82,20 +85,20 @@ def bench(args) -> int:
         raise Failure("no GPU is visible here (the driver lists none, or CUDA_VISIBLE_DEVICES hides them)", "run it on a host with NVIDIA GPUs")
     if max(args.gpus) > have:
         raise Failure(f"--gpus asks for {max(args.gpus)} GPUs and this host shows {have}", f"compare counts up to {have}: --gpus 1,{have}")
-    warm_s, status, line = timed(args.families, None)
-    print(f"warm-up ({' '.join(args.families)}): {warm_s:.1f} s, exit {status}: {line}")
+    warm_s, status, line, files = timed(args.families, None)
+    print(f"warm-up ({' '.join(args.families)}): {warm_s:.1f} s, exit {status}: {line}", *(f"    {f}" for f in files), sep="\n", flush=True)
     rows, first = [], None
     for n in args.gpus:
         runs = [timed(args.families, n) for _ in range(args.runs)]
-        median = statistics.median(s for s, _, _ in runs)
+        median = statistics.median(s for s, _, _, _ in runs)
         first = first or median
         rows.append((n, median, runs))
-        for s, code, ln in runs:
-            print(f"  {n} GPU(s): {s:.1f} s, exit {code}: {ln}")
+        for s, code, ln, files in runs:
+            print(f"  {n} GPU(s): {s:.1f} s, exit {code}: {ln}", *(f"    {f}" for f in files), sep="\n", flush=True)
     print(f"{'gpus':>4}  {'median':>8}  {'speedup':>7}")
     for n, median, _ in rows:
         print(f"{n:>4}  {median:7.1f}s  {first / median:6.2f}x")
-    failed = [code for _, _, runs in rows for _, code, _ in runs if code] + ([status] if status else [])
+    failed = [code for _, _, runs in rows for _, code, _, _ in runs if code] + ([status] if status else [])
     if failed:
         raise Failure(f"{len(failed)} of {1 + sum(len(r) for _, _, r in rows)} runs failed (exit {failed[0]}): the figures above time failing runs",
                       f"run the selection once and read why: python scripts/upstream_tests.py {' '.join(args.families)} --no-plan")

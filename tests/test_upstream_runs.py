@@ -123,6 +123,9 @@ def test_the_benchmark_times_one_and_two_gpus(ws):
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip() and line.split()[0] in ("1", "2")}
     assert set(rows) == {"1", "2"} and rows["1"][2] == "1.00x", done.stdout
     assert float(rows["2"][2].rstrip("x")) > 1.3, done.stdout  # two files of 2 s each, side by side
+    # each run names its files' GPU and time: what bounds a run on several GPUs is its longest file
+    files = r"\n    \[1/2\] GPU [01] tests/attention/test_\w+\.py: 1 passed.* in \d+ s\n    \[2/2\] GPU [01] "
+    assert re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M), done.stdout
     done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "--gpus", "1,4", "rope"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
     assert done.returncode == 1 and "--gpus asks for 4 GPUs and this host shows 2" in done.stderr
