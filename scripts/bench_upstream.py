@@ -1,13 +1,14 @@
 """Time FlashInfer's own tests on one GPU and on several: a fixed selection, its modules built first.
 
-  bench_upstream.py [--gpus 1,2] [--runs N] [FAMILY ...]     (default: norm activation sampling)
+  bench_upstream.py [--gpus 1,2] [--runs N] [--no-warm-up] [FAMILY ...]     (default: norm activation sampling)
 
 One warm-up run (`upstream_tests.py FAMILY ... --no-plan`, which builds what the selection needs),
 then, for each GPU count, --runs runs with `--gpus N` (a pytest process per test file, one worker
 per GPU, fidev.upstream_runs); it prints each run's wall time and status with each file's GPU and
 time (a run on N GPUs takes at least its longest file), the median, and the speedup against the
 first count. The goal (at least 1.8x on 2 GPUs) is judged from these figures,
-not asserted in a test. A run on a host with fewer GPUs than asked is refused, not timed.
+not asserted in a test. --no-warm-up, where an earlier run built the selection's modules: a host
+that limits a command's time (the device tool: 10 minutes) times one count per command. A run on a host with fewer GPUs than asked is refused, not timed.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--gpus", type=option(counts), default=[1, 2], help="GPU counts to compare (default 1,2)")
     parser.add_argument("--runs", type=option(positive), default=1, help="timed runs per count (default 1)")
+    parser.add_argument("--no-warm-up", action="store_true", help="the modules are built already: time at once")
     parser.add_argument("families", nargs="*", default=DEFAULT)
     args = parser.parse_args()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: the run in progress is stopped (timed)
@@ -85,8 +87,10 @@ def bench(args) -> int:
         raise Failure("no GPU is visible here (the driver lists none, or CUDA_VISIBLE_DEVICES hides them)", "run it on a host with NVIDIA GPUs")
     if max(args.gpus) > have:
         raise Failure(f"--gpus asks for {max(args.gpus)} GPUs and this host shows {have}", f"compare counts up to {have}: --gpus 1,{have}")
-    warm_s, status, line, files = timed(args.families, None)
-    print(f"warm-up ({' '.join(args.families)}): {warm_s:.1f} s, exit {status}: {line}", *(f"    {f}" for f in files), sep="\n", flush=True)
+    status = 0
+    if not args.no_warm_up:
+        warm_s, status, line, files = timed(args.families, None)
+        print(f"warm-up ({' '.join(args.families)}): {warm_s:.1f} s, exit {status}: {line}", *(f"    {f}" for f in files), sep="\n", flush=True)
     rows, first = [], None
     for n in args.gpus:
         runs = [timed(args.families, n) for _ in range(args.runs)]
@@ -100,7 +104,8 @@ def bench(args) -> int:
         print(f"{n:>4}  {median:7.1f}s  {first / median:6.2f}x")
     failed = [code for _, _, runs in rows for _, code, _, _ in runs if code] + ([status] if status else [])
     if failed:
-        raise Failure(f"{len(failed)} of {1 + sum(len(r) for _, _, r in rows)} runs failed (exit {failed[0]}): the figures above time failing runs",
+        total = (not args.no_warm_up) + sum(len(r) for _, _, r in rows)
+        raise Failure(f"{len(failed)} of {total} runs failed (exit {failed[0]}): the figures above time failing runs",
                       f"run the selection once and read why: python scripts/upstream_tests.py {' '.join(args.families)} --no-plan")
     return 0
 

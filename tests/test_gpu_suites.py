@@ -181,7 +181,7 @@ def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_pa
     work.mkdir()
     (work / "results.json").write_text(json.dumps({"build-cold": {"result": "pass", "seconds": 104.4, "note": "exit 0; 21 objects compiled"}}))
     done = subprocess.run([sys.executable, str(ROOT / "tests/gpu_acceptance.py"), "--work", str(work), "--time-limit", "5", "--resume",
-                           "--steps", "build-cold,smoke,bench-upstream"], capture_output=True, text=True, timeout=60)
+                           "--steps", "build-cold,smoke,bench-1-gpu"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "build-cold  pass    104.4 s  exit 0; 21 objects compiled" in done.stdout, done.stdout
-    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps smoke,bench-upstream", done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps smoke,bench-1-gpu", done.stdout

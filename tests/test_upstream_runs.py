@@ -126,6 +126,10 @@ def test_the_benchmark_times_one_and_two_gpus(ws):
     # each run names its files' GPU and time: what bounds a run on several GPUs is its longest file
     files = r"\n    \[1/2\] GPU [01] tests/attention/test_\w+\.py: 1 passed.* in \d+ s\n    \[2/2\] GPU [01] "
     assert re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M), done.stdout
+    # one count per command (a device call's 10 minutes), the modules built by an earlier one
+    done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "--no-warm-up", "--gpus", "2", "rope", "page"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert done.returncode == 0 and "warm-up" not in done.stdout and re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M), done.stdout
     done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "--gpus", "1,4", "rope"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
     assert done.returncode == 1 and "--gpus asks for 4 GPUs and this host shows 2" in done.stderr
