@@ -13,7 +13,6 @@ that limits a command's time (the device tool: 10 minutes) times one count per c
 
 from __future__ import annotations
 
-import re
 import signal
 import statistics
 import subprocess
@@ -62,7 +61,7 @@ def timed(families: list[str], gpus: int | None) -> tuple[float, int, str, list[
             raise Failure(f"a run of {' '.join(families)} took over {TIMEOUT_S} s", "time a smaller selection (name fewer families)") from None
         raise
     line = next((ln for ln in out.splitlines()[::-1] if ln.startswith("upstream-tests: ") and " passed, " in ln), "")
-    files = [ln.strip() for ln in out.splitlines() if re.match(r"\s+\[\d+/\d+\] GPU ", ln)]  # fidev.upstream_runs, as each file ends
+    files = [ln.strip() for ln in out.splitlines() if upstream_runs.FILE_LINE.match(ln)]
     return time.perf_counter() - started, proc.returncode, line or (err.strip().splitlines() or ["no output"])[-1], files
 
 

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 import conda_prefix  # noqa: E402
-from fidev import kernel_source  # noqa: E402
+from fidev import kernel_source, upstream_runs  # noqa: E402
 from fidev.failure import ArgumentParser, Failure, run_main  # noqa: E402
 from fidev.manifest import pins  # noqa: E402
 
@@ -339,7 +339,8 @@ def bench_upstream(run: Run, name: str) -> None:
     argv = ["scripts/upstream_tests.py", *bench.DEFAULT, "--no-plan"] if name == "bench-warm-up" else \
         ["scripts/bench_upstream.py", "--no-warm-up", "--gpus", "1" if name == "bench-1-gpu" else "2"]
     status, out, seconds = run.sh(name, [sys.executable, *argv])
-    said = [" ".join(line.split()) for line in out.splitlines() if re.match(r"\s*(\d+ GPU\(s\): |\[\d+/\d+\] GPU |upstream-tests: \d+ passed)", line)]
+    said = [" ".join(line.split()) for line in out.splitlines()
+            if upstream_runs.FILE_LINE.match(line) or re.match(r"\s*(\d+ GPU\(s\): |upstream-tests: \d+ passed)", line)]
     run.record(name, status == 0, seconds, f"exit {status}; " + " | ".join(said))
 
 

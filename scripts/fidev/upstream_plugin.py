@@ -47,14 +47,21 @@ def spec_record(test_name: str, spec, warmup: bool = False) -> str:
     return json.dumps({"test_name": test_name, "module_name": spec.name, "spec_info": str(info), **({"warmup": True} if warmup else {})}) + "\n"
 
 
-def process_identity(pid: int) -> str:
-    """A process as the gate names its owner: its pid and, where /proc has it, its start time (field
-    22 of /proc/<pid>/stat, in clock ticks since boot), so that a pid used again is not the owner."""
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (which may hold spaces and parentheses):
+    [0] is field 3, the state; [19] is field 22, the start time. None without /proc."""
     try:
-        started = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        started = ""
-    return f"{pid}:{started}"
+        return None
+    return fields if len(fields) > 19 else None
+
+
+def process_identity(pid: int) -> str:
+    """A process as the gate names its owner: its pid and, where /proc has it, its start time (in
+    clock ticks since boot), so that a pid used again is not the owner."""
+    fields = stat_fields(pid)
+    return f"{pid}:{fields[19] if fields else ''}"
 
 
 def owner_alive(owner: str) -> bool:
@@ -68,9 +75,8 @@ def owner_alive(owner: str) -> bool:
         pass
     except ValueError:
         return False
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = stat_fields(int(pid))
+    if fields is None:
         return True  # no /proc: the pid alone
     return fields[0] != "Z" and (not started or fields[19] == started)
 

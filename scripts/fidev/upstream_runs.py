@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from fidev.upstream_plugin import GATE, GATE_OWNER, RUN_MODE, owner_alive
 FILE_LIMIT_S = 7200
 RUNS = "fidev-upstream-runs"  # the run folders' parent, beside FlashInfer's JIT dirs
 GPUS = Path("/proc/driver/nvidia/gpus")
+FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")  # how run_files' line for each file as it ends begins (bench_upstream reads them)
 OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
 SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
 FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
