@@ -63,7 +63,7 @@ class JitSpec:
     def __init__(self, name, n, plain=False):
         self.name, self.needs_device_linking = name, False
         self.extra_include_dirs = None  # a field of FlashInfer's JitSpec (core.py line 223)
-        # generated sources, or (plain) the tree's csrc/ files, as tests/utils/test_norm.py's gen_jit_spec call names them (lines 354-360)
+        # generated sources, or (plain) the tree's csrc/ files, as tests/utils/test_norm.py's gen_jit_spec call names them (lines 354-361)
         gen = jit_env.FLASHINFER_CSRC_DIR / name if plain else jit_env.FLASHINFER_WORKSPACE_DIR / "generated" / name
         gen.mkdir(parents=True, exist_ok=True)
         self.sources = [gen / f"s{i}.cpp" for i in range(n)]
