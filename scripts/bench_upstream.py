@@ -2,11 +2,11 @@
 
   bench_upstream.py [--gpus 1,2] [--runs N] [--no-warm-up] [FAMILY ...]     (default: norm activation sampling)
 
-One warm-up run (`upstream_tests.py FAMILY ... --no-plan`, which builds what the selection needs),
-then, for each GPU count, --runs runs with `--gpus N` (a pytest process per test file, one worker
-per GPU, fidev.upstream_runs); it prints each run's wall time and status with each file's GPU and
-time (a run on N GPUs takes at least its longest file), the median, and the speedup against the
-first count. The goal (at least 1.8x on 2 GPUs) is judged from these figures,
+One warm-up run (`upstream_tests.py FAMILY ... --no-plan`, which builds what the selection needs
+and keeps each file's time), then, for each GPU count, --runs runs with `--gpus N` (a pytest
+process per test file, a long file in a part per GPU, one worker per GPU, fidev.upstream_runs); it
+prints each run's wall time and status with each process's GPU and time (a run on N GPUs takes at
+least its longest process), the median, and the speedup against the first count. The goal (at least 1.8x on 2 GPUs) is judged from these figures,
 not asserted in a test. --no-warm-up, where an earlier run built the selection's modules: a host
 that limits a command's time (the device tool: 10 minutes) times one count per command. A run on a host with fewer GPUs than asked is refused, not timed.
 """

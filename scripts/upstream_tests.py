@@ -344,16 +344,21 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     baseline_file = upstream_runs.baseline_path(cache, key)
     baseline = None if "--baseline" in ours else upstream_runs.load_baseline(baseline_file)
     gpu = upstream_runs.gpu_name(gpus)
-    print(f"upstream-tests: {len(groups)} file(s), a pytest process each, on {len(gpus) or 'no'} GPU(s) ({gpu}), {limit_s:.0f} s per file "
-          f"at most; JUnit XML and logs in {run_dir}")
+    times_file = upstream_runs.times_file(cache)
+    times = upstream_runs.load_times(times_file)
+    split = sum(upstream_runs.parts(times.get(upstream_runs.relative(f, tests.parent)), len(gpus)) > 1 for f in groups)
+    in_parts = f" ({split} long enough by their last run to go in parts over the GPUs, a process per part)" if split else ""
+    print(f"upstream-tests: {len(groups)} file(s), a pytest process each{in_parts}, on {len(gpus) or 'no'} GPU(s) ({gpu}), "
+          f"{limit_s:.0f} s per process at most; JUnit XML and logs in {run_dir}")
     started = time.perf_counter()
     try:
-        results = upstream_runs.run_files(groups, gpus, run_dir, tests.parent, [*pytest_options(tests), *pytest_args], limit_s,
-                                          (baseline or {}).get("durations", {}))
+        results = upstream_runs.run_files(groups, gpus, run_dir, tests.parent, [*pytest_options(tests), *pytest_args], limit_s, times)
     except KeyboardInterrupt:
         raise Failure(f"interrupted: the running test files were stopped; what finished is in {run_dir}",
                       "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=130) from None
     refused(results, pytest_args)
+    if not os.environ.get(upstream_plugin.GATE):  # behind affected's gate a file's time includes the wait for the build
+        upstream_runs.save_times(times_file, results)
     c, skips = upstream_runs.counts(results), upstream_runs.skip_summary(results)
     failed = upstream_runs.failing(results)
     listed = run_dir / FAILING_LIST
@@ -368,8 +373,8 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
         print("upstream-tests: skipped: " + ", ".join(f"{n} {kind}" for kind, n in sorted(skips.items())))
     for r in results:
         if r.crashed:
-            print(f"upstream-tests: {r.file} did not finish: {r.ended} (its log: {r.log})")
-    no_cutlass = [r.file for r in results if r.log.is_file() and "No module named 'cutlass'" in r.log.read_text(errors="replace")]
+            print(f"upstream-tests: {r.name} did not finish: {r.ended} (its log: {r.log})")
+    no_cutlass = sorted({r.file for r in results if r.log.is_file() and "No module named 'cutlass'" in r.log.read_text(errors="replace")})
     if no_cutlass:  # FlashInfer 0.6.3's requirements.txt has nvidia-cutlass-dsl>=4.3.4; flashinfer-dev installs it with FlashInfer
         print(f"upstream-tests: {len(no_cutlass)} file(s) need `cutlass`, from nvidia-cutlass-dsl, which is not installed here: {', '.join(no_cutlass)}"
               "\nupstream-tests: fix: run inside flashinfer-dev (pixi install -e flashinfer-dev brings it with FlashInfer's requirements)")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fidev import upstream_runs
 from fidev.manifest import pins
 from script_runs import require, two_line_failure
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
@@ -314,16 +315,23 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     assert "is gone before they could run" in log if not workers else "did not finish: signal 9" in out, out + log
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
-def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers):
+@pytest.mark.parametrize(("workers", "in_parts"), [([], False), (["-n", "2"], False), (["-n", "2"], True)],
+                         ids=["one process", "xdist", "xdist, in parts"])
+def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts):
     """A Python edit: affected starts the tests of every module it may change, then names at the
     gate those of the modules it did (a function for all its cases, or a node id). The rest are
-    deselected; a file left with none ends "no tests ran", which counts as finished, not failed."""
+    deselected; a file left with none ends "no tests ran", which counts as finished, not failed.
+    A long file's parts (one per GPU) each take their share of the file first, then the gate's."""
     from fidev import upstream_plugin
 
     if workers:
         require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
     root, _, env = ws
+    if in_parts:
+        times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+        times.parent.mkdir(parents=True)
+        times.write_text('{"tests/attention/test_rope.py": 25.0}')
+        env = {**env, "CUDA_VISIBLE_DEVICES": "3,5"}
     write(root, "attention/test_rope.py", "import pytest\n@pytest.mark.parametrize('i', range(3))\ndef test_a(i):\n    pass\n"
           "def test_ab():\n    pass\ndef test_b():\n    assert False\n")
     write(root, "attention/test_pos.py", "def test_other():\n    assert False\n")
@@ -334,6 +342,7 @@ def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers):
     assert "upstream-tests: 3 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout + done.stderr
     assert "FAILED tests/attention/test_rope.py::test_b" in done.stdout and "test_other" not in done.stdout, done.stdout
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert ("(part 2 of 2)" in done.stdout) == in_parts, done.stdout
 
 
 def test_a_file_over_xdist_processes_counts_each_test_once(ws):
@@ -450,3 +459,45 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     assert len(record.read_text().splitlines()) - imports == 2, record.read_text()
     assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
                                                timeout=120, env={**os.environ, **env}).stdout
+
+
+def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_path):
+    root, _, env = ws
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    write(root, "attention/test_rope.py", "import os, pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_case(i):\n"
+          f"    open(f'{seen}/{{i}}', 'w').write(f\"{{os.environ['CUDA_VISIBLE_DEVICES']}} {{os.getpid()}}\")\n    assert i != 4\n")
+    gpus = {**env, "CUDA_VISIBLE_DEVICES": "3,5"}
+    done = upstream(root, gpus, "rope", "--no-plan")  # no time kept for it: the file whole, in one process
+    assert "1 file(s), a pytest process each, on 2 GPU(s)" in done.stdout and "(part " not in done.stdout, done.stdout
+    assert len({p.read_text().split()[1] for p in seen.iterdir()}) == 1
+    times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+    assert set(upstream_runs.load_times(times)) == {"tests/attention/test_rope.py"}
+    # its last run took 25 s: a part per GPU, every second case each, each case once
+    times.write_text('{"tests/attention/test_rope.py": 25.0}')
+    shutil.rmtree(seen)
+    seen.mkdir()
+    done = upstream(root, gpus, "rope", "--no-plan")
+    assert "1 file(s), a pytest process each (1 long enough by their last run to go in parts over the GPUs, a process per part)" in done.stdout
+    assert "upstream-tests: 5 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout
+    assert re.search(r"\[\d/2\] GPU [35] tests/attention/test_rope\.py \(part 1 of 2\): 2 passed, 1 failed", done.stdout), done.stdout
+    assert re.search(r"\[\d/2\] GPU [35] tests/attention/test_rope\.py \(part 2 of 2\): 3 passed, 0 failed", done.stdout), done.stdout
+    ran = {int(p.name): p.read_text().split() for p in seen.iterdir()}
+    assert sorted(ran) == list(range(6))
+    assert {ran[i][1] for i in (0, 2, 4)} != {ran[i][1] for i in (1, 3, 5)}  # two processes: cases 0, 2, 4 and 1, 3, 5
+    assert {gpu for gpu, _ in ran.values()} == {"3", "5"}
+    folder = run_folder(done.stdout)
+    assert sorted(p.name for p in folder.glob("*.xml")) == ["tests__attention__test_rope.part1of2.xml", "tests__attention__test_rope.part2of2.xml"]
+    assert upstream_runs.load_times(times)["tests/attention/test_rope.py"] < 25  # both parts' time, summed
+    # a file that does not collect is one error, not one per part
+    times.write_text('{"tests/attention/test_rope.py": 25.0}')
+    write(root, "attention/test_rope.py", "def test_case(:\n")
+    done = upstream(root, gpus, "rope", "--no-plan")
+    assert "upstream-tests: 0 passed, 0 skipped, 0 failed, 1 errors" in done.stdout, done.stdout
+    assert done.returncode == 1
+
+
+def test_a_file_takes_a_part_per_gpu_as_far_as_each_gets_ten_seconds():
+    assert [upstream_runs.parts(s, 2) for s in (None, 0, 9.9, 19.9, 20, 317)] == [1, 1, 1, 1, 2, 2]
+    assert [upstream_runs.parts(s, 8) for s in (25, 79, 80, 3600)] == [2, 7, 8, 8]
+    assert upstream_runs.parts(3600, 1) == upstream_runs.parts(3600, 0) == 1

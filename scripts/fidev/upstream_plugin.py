@@ -21,6 +21,8 @@ a run's processes import and collect, then wait for the gate file to say "go": `
 FlashInfer's tests while it compiles their modules. The gate may name, on the lines after "go",
 the tests to run of those collected (node ids, or test functions for all their cases): `affected`
 starts the tests of every module a Python edit may change before it knows which ones it did.
+With PART ("i/k"), a process runs every k-th of the file's collected cases from the i-th: the
+parts of a long file run on several GPUs at once, and each collects the same list.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes 
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
 GATE, GATE_OWNER = "FIDEV_UPSTREAM_GATE", "FIDEV_UPSTREAM_GATE_OWNER"  # the gate file, and process_identity() of who opens it
 GO = "go"
+PART = "FIDEV_UPSTREAM_PART"  # "i/k" in a part of a file's run (fidev.upstream_runs): its cases are every k-th from the i-th
 
 
 def spec_record(test_name: str, spec, warmup: bool = False) -> str:
@@ -106,6 +109,14 @@ def open_gate(path: Path, selection: list[str] | None = None) -> None:
     os.replace(tmp, path)
 
 
+def in_part(value: str) -> tuple[int, int]:
+    """PART's (i, k), 1 <= i <= k."""
+    i, k = (int(v) for v in value.split("/"))
+    if not 1 <= i <= k:
+        raise ValueError(f"{PART}={value}: not a part i/k with 1 <= i <= k")
+    return i, k
+
+
 def selected(nodeid: str, selection: list[str]) -> bool:
     """A node id the gate's selection names: itself, or a case of a named function."""
     return any(nodeid == s or nodeid.startswith(s + "[") for s in selection)
@@ -151,9 +162,13 @@ class FlashInferBuilds:
             report.writelines(spec_record(self.current, spec, warmup) for spec in specs)
 
     def pytest_collection_modifyitems(self, session, config, items):
+        if self.dry_dir is None and os.environ.get(PART):  # deselected as -k does: a part left with none ends "no tests ran" (5)
+            i, k = in_part(os.environ[PART])
+            config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % k != i - 1])
+            items[:] = items[i - 1::k]
         if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build
             selection = wait_for_gate(Path(os.environ[GATE]), os.environ.get(GATE_OWNER, ""), hasattr(config, "workerinput"))
-            if selection is not None:  # deselected as -k does, so that a file left with none ends "no tests ran" (5)
+            if selection is not None:
                 config.hook.pytest_deselected(items=[item for item in items if not selected(item.nodeid, selection)])
                 items[:] = [item for item in items if selected(item.nodeid, selection)]
 

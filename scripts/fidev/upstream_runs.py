@@ -4,6 +4,12 @@ host's GPUs one worker per GPU pinned with CUDA_VISIBLE_DEVICES (its one-file-pe
 scripts/test_utils.sh with PARALLEL_TESTS=true at v0.6.17, which also limits a file to 7,200 s),
 longest files first, a JUnit XML and a log per file in a run folder.
 
+A run takes at least its longest file (test_sampling.py: 317 of the 438 s of norm, activation and
+sampling on the 2-GPU H200 host), so a file whose last run was long runs in parts, up to one per
+GPU and each of PART_MIN_S or more by that time, a process each on a GPU of its own: every part
+collects the whole file and runs every k-th case (fidev.upstream_plugin.PART). A part is a file's process as FlashInfer's CI has it, with
+its own JUnit XML, log and time limit; a file not run before runs whole.
+
 A file whose process crashes (a segfault, an illegal address) or runs past its limit is reported
 for that file and the others go on. Outcomes are read by node id from what fidev.upstream_plugin
 writes in each file's process (what a dying process wrote stays). Skips are split by reason, since
@@ -31,10 +37,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fidev.upstream_plugin import GATE, GATE_OWNER, RUN_MODE, owner_alive
+from fidev.upstream_plugin import GATE, GATE_OWNER, PART, RUN_MODE, owner_alive
 
 FILE_LIMIT_S = 7200
 RUNS = "fidev-upstream-runs"  # the run folders' parent, beside FlashInfer's JIT dirs
+TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
+PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
 GPUS = Path("/proc/driver/nvidia/gpus")
 FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")  # how run_files' line for each file as it ends begins (bench_upstream reads them)
 OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
@@ -127,10 +135,15 @@ class FileResult:
     ended: str  # "exit 0", "exit 1", "signal 11", "timed out after N s", "stopped"
     outcomes: dict[str, str] = field(default_factory=dict)  # node id -> passed, failed, error or "skipped: <kind>"
     junit: str = ""
+    part: tuple[int, int] = (1, 1)  # (i, k): every k-th case from the i-th; (1, 1) is the whole file
 
     @property
     def log(self) -> Path:
         return Path(self.junit).with_suffix(".log")
+
+    @property
+    def name(self) -> str:
+        return self.file if self.part[1] == 1 else f"{self.file} (part {self.part[0]} of {self.part[1]})"
 
     @property
     def crashed(self) -> bool:
@@ -191,18 +204,55 @@ class Stop:
                     pass
 
 
-def run_file(file: str, nodes: list[str], gpu: str | None, run_dir: Path, tree: Path, argv: list[str], limit_s: float,
-             stop: Stop) -> FileResult:
-    """One file's pytest process, pinned to `gpu` (None: nothing to pin), its output in the run folder."""
+def parts(seconds: float | None, gpus: int) -> int:
+    """How many processes a file runs in: one per GPU, as far as each gets PART_MIN_S of the file's
+    last time; one where that is not known."""
+    return max(1, min(gpus, int((seconds or 0) // PART_MIN_S)))
+
+
+def times_file(cache: Path) -> Path:
+    """Where the files' last times are kept, in `cache`, FlashInfer's folder of the pinned version."""
+    return cache / RUNS / TIMES
+
+
+def load_times(path: Path) -> dict[str, float]:
+    """{test file (relative to the tree): seconds} of the files' last runs that finished."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {f: float(s) for f, s in data.items() if isinstance(s, (int, float))} if isinstance(data, dict) else {}
+
+
+def save_times(path: Path, results: list[FileResult]) -> None:
+    """Each file's time in this run, its parts summed, where none of them crashed (written whole, then renamed)."""
+    times, crashed, summed = load_times(path), {r.file for r in results if r.crashed}, {}
+    for r in results:
+        if r.file not in crashed:
+            summed[r.file] = summed.get(r.file, 0.0) + r.seconds
+    times.update({f: round(s, 1) for f, s in summed.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(times, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int], run_dir: Path, tree: Path, argv: list[str],
+             limit_s: float, stop: Stop) -> FileResult:
+    """One file's pytest process (or one part's), pinned to `gpu` (None: nothing to pin), its output in the run folder."""
     from fidev.manifest import ROOT
 
     rel = relative(file, tree)
-    stem = rel.replace("/", "__").removesuffix(".py")
+    stem = rel.replace("/", "__").removesuffix(".py") + (f".part{part[0]}of{part[1]}" if part[1] > 1 else "")
     junit, log, outcomes = run_dir / f"{stem}.xml", run_dir / f"{stem}.log", run_dir / f"{stem}.jsonl"
     env = {**os.environ, RUN_MODE: str(outcomes),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+    if part[1] > 1:
+        env[PART] = f"{part[0]}/{part[1]}"
+    else:
+        env.pop(PART, None)
     cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-rfE", "-p", "no:cacheprovider", "-p", "fidev.upstream_plugin",
            f"--junitxml={junit}", *argv]
     started = time.perf_counter()
@@ -232,15 +282,18 @@ def run_file(file: str, nodes: list[str], gpu: str | None, run_dir: Path, tree: 
         reader.join()
         with stop.lock:
             stop.live.discard(proc)
-    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes), str(junit))
+    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes), str(junit), part)
 
 
 def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree: Path, argv: list[str], limit_s: float,
-              durations: dict[str, float]) -> list[FileResult]:
-    """Every file once, a worker per GPU (one unpinned worker where none can be seen) taking the
-    longest file left (by its last run's time, else its size); a line per file as it ends. An
-    interrupt (Ctrl-C, SIGTERM) kills the running files' processes and raises KeyboardInterrupt."""
-    order = sorted(groups, key=lambda f: (-durations.get(relative(f, tree), 0.0), -Path(f).stat().st_size))
+              times: dict[str, float]) -> list[FileResult]:
+    """Every file once, in parts() by its last time, a worker per GPU (one unpinned worker where
+    none can be seen) taking the longest process left (by its file's last time over its parts,
+    else the file's size); a line per process as it ends. An interrupt (Ctrl-C, SIGTERM) kills the
+    running processes and raises KeyboardInterrupt."""
+    split = {f: parts(times.get(relative(f, tree)), len(gpus)) for f in groups}
+    order = sorted(((f, (i, split[f])) for f in groups for i in range(1, split[f] + 1)),
+                   key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp))
     todo: queue.Queue = queue.Queue()
     for f in order:
         todo.put(f)
@@ -252,13 +305,13 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
                 stop.flag.set()  # what started the run behind a gate is gone: the gate never opens
                 return
             try:
-                f = todo.get_nowait()
+                f, part = todo.get_nowait()
             except queue.Empty:
                 return
-            result = run_file(f, groups[f], gpu, run_dir, tree, argv, limit_s, stop)
+            result = run_file(f, groups[f], gpu, part, run_dir, tree, argv, limit_s, stop)
             with lock:
                 results.append(result)
-                say(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.file}: {line_counts(result)} in {result.seconds:.0f} s"
+                say(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s"
                     + (f", {result.ended}" if result.crashed else ""))
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None])]
@@ -279,16 +332,26 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return sorted(results, key=lambda r: r.file)
+    return sorted(results, key=lambda r: (r.file, r.part))
+
+
+def outcomes(results: list[FileResult]) -> dict[str, str]:
+    """{node id: outcome} over the results, the worst where two parts report one node (a file that
+    does not collect is an error in each of its parts: counted once)."""
+    merged: dict[str, str] = {}
+    for r in results:
+        for node, outcome in r.outcomes.items():
+            if node not in merged or SEVERITY.get(outcome, 4) > SEVERITY.get(merged[node], 4):
+                merged[node] = outcome
+    return merged
 
 
 def counts(results: list[FileResult]) -> dict[str, int]:
     c = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
-    for r in results:
-        for outcome in r.outcomes.values():
-            c["skipped" if outcome.startswith("skipped") else outcome] += 1
-        if r.crashed and "error" not in r.outcomes.values():
-            c["error"] += 1  # the file itself, where no test of it took the blame (the one its process died in)
+    for outcome in outcomes(results).values():
+        c["skipped" if outcome.startswith("skipped") else outcome] += 1
+    # a process that did not finish, where no test of it took the blame (the one it died in)
+    c["error"] += sum(1 for r in results if r.crashed and "error" not in r.outcomes.values())
     return c
 
 
@@ -299,19 +362,18 @@ def line_counts(result: FileResult) -> str:
 
 def skip_summary(results: list[FileResult]) -> dict[str, int]:
     total: dict[str, int] = {}
-    for r in results:
-        for outcome in r.outcomes.values():
-            if outcome.startswith("skipped: "):
-                kind = outcome.removeprefix("skipped: ")
-                total[kind] = total.get(kind, 0) + 1
+    for outcome in outcomes(results).values():
+        if outcome.startswith("skipped: "):
+            kind = outcome.removeprefix("skipped: ")
+            total[kind] = total.get(kind, 0) + 1
     return total
 
 
 def failing(results: list[FileResult]) -> list[tuple[str, str]]:
     """("FAILED" or "ERROR", what) for each test that failed or errored (an out-of-memory or
     missing-module skip fails), then each file that did not finish: the words of pytest's summary."""
-    tests = sorted((("ERROR" if o == "error" else "FAILED"), n) for r in results for n, o in r.outcomes.items() if o in FAILING)
-    return tests + [("ERROR", f"{r.file} ({r.ended})") for r in results if r.crashed]
+    tests = sorted((("ERROR" if o == "error" else "FAILED"), n) for n, o in outcomes(results).items() if o in FAILING)
+    return tests + [("ERROR", f"{r.name} ({r.ended})") for r in results if r.crashed]
 
 
 # The baseline: a file per selection, beside the JIT dirs of the FlashInfer version.
@@ -322,8 +384,8 @@ def baseline_path(cache: Path, selection: list[str]) -> Path:
 
 def save_baseline(path: Path, selection: list[str], commit: str, gpu: str, results: list[FileResult]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"selection": selection, "commit": commit, "gpu": gpu, "outcomes": {n: o for r in results for n, o in r.outcomes.items()},
-            "crashed": sorted(r.file for r in results if r.crashed), "durations": {r.file: round(r.seconds, 1) for r in results}}
+    data = {"selection": selection, "commit": commit, "gpu": gpu, "outcomes": outcomes(results),
+            "crashed": sorted({r.file for r in results if r.crashed})}
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
@@ -342,13 +404,13 @@ def compare(baseline: dict, results: list[FileResult]) -> dict[str, list[str]]:
     missing JIT module, where it was not failing then), newly erroring, newly passing (was failing);
     a file that does not finish now and did then counts as newly erroring."""
     was = baseline["outcomes"]
-    now = {n: o for r in results for n, o in r.outcomes.items()}
+    now = outcomes(results)
     changes = {
         "newly failing": sorted(n for n, o in now.items() if o in FAILING - {"error"} and was.get(n) not in FAILING),
         "newly erroring": sorted(n for n, o in now.items() if o == "error" and was.get(n) not in FAILING),
         "newly passing": sorted(n for n, o in now.items() if o == "passed" and was.get(n) in FAILING),
     }
-    changes["newly erroring"] += sorted(f"{r.file} ({r.ended})" for r in results if r.crashed and r.file not in baseline.get("crashed", []))
-    ran = {r.file for r in results if not r.crashed}
+    changes["newly erroring"] += sorted(f"{r.name} ({r.ended})" for r in results if r.crashed and r.file not in baseline.get("crashed", []))
+    ran = {r.file for r in results} - {r.file for r in results if r.crashed}
     changes["not run since"] = sorted(n for n in was if n.split("::")[0] in ran and n not in now)  # renamed or removed: say so
     return changes
