@@ -224,15 +224,19 @@ def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
 
 
 def xdist_workers(cases_per_file: dict[str, int]) -> list[str]:
-    """pytest-xdist's options for FlashInfer's tests of an edit, the same for each test file
-    (upstream-tests passes them on): a process per CASES_PER_WORKER cases of the largest file, up to
-    MAX_WORKERS, and the cores shared by the files that run at once, one per GPU; none for a few
-    cases, or without xdist."""
+    """pytest-xdist's options for FlashInfer's tests of an edit, the same for each test file's
+    process (upstream-tests passes them on; a long file runs in parts, fidev.upstream_runs.parts):
+    a process per CASES_PER_WORKER cases of the largest part, up to MAX_WORKERS, and half the cores
+    shared by the processes that run at once, one per GPU; none for a few cases, or without xdist."""
     from fidev import upstream_runs
 
-    at_once = max(1, min(len(cases_per_file), len(upstream_runs.host_gpus())))
+    gpus = len(upstream_runs.host_gpus())
+    times = upstream_runs.load_times(upstream_runs.times_file(cache_dir() / pins().flashinfer))
+    split = {f: upstream_runs.parts(times.get(f), gpus) for f in cases_per_file}
+    at_once = max(1, min(sum(split.values()), gpus))
     cores = max(1, (os.cpu_count() or 1) // (2 * at_once))
-    workers = min(MAX_WORKERS, cores, math.ceil(max(cases_per_file.values(), default=0) / CASES_PER_WORKER))
+    largest = max((math.ceil(n / split[f]) for f, n in cases_per_file.items()), default=0)
+    workers = min(MAX_WORKERS, cores, math.ceil(largest / CASES_PER_WORKER))
     return ["-n", str(workers)] if workers >= 2 and importlib.util.find_spec("xdist") is not None else []
 
 
@@ -252,7 +256,7 @@ class FlashInferTests:
         which = "of the modules the edit may change" if deferred else ""
         then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"
         print(f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
-              f"{f', {workers[1]} processes a file' if workers else ''}) start now{then}: "
+              f"{f', {workers[1]} processes a file or part' if workers else ''}) start now{then}: "
               f"{' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
         self.folder = Path(tempfile.mkdtemp(prefix="fidev-affected-"))
         self.gate = self.folder / "gate"
