@@ -501,3 +501,36 @@ def test_a_file_takes_a_part_per_gpu_as_far_as_each_gets_ten_seconds():
     assert [upstream_runs.parts(s, 2) for s in (None, 0, 9.9, 19.9, 20, 317)] == [1, 1, 1, 1, 2, 2]
     assert [upstream_runs.parts(s, 8) for s in (25, 79, 80, 3600)] == [2, 7, 8, 8]
     assert upstream_runs.parts(3600, 1) == upstream_runs.parts(3600, 0) == 1
+
+
+@needs_a_build
+def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
+    """The plugin's JitSpec.build keeps the module's lock (FlashInfer's JitSpec.lock_path) from its
+    guard against a `cp -p` restore to the record of what it built: a part of the same file on
+    another GPU that took the lock in between would take the fresh objects for a restored copy,
+    delete them and build the module again while this process loads it."""
+    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from filelock import FileLock, Timeout\n"
+        "from fidev import module_builds, upstream_plugin\n"
+        "import flashinfer\n"
+        "held, record = [], module_builds.record_build\n"
+        "def recording(build_dir, *args, **kwargs):\n"
+        "    try:\n"
+        "        FileLock(spec.lock_path, thread_local=False).acquire(timeout=0).lock.release()\n"
+        "        held.append(False)\n"
+        "    except Timeout:\n"
+        "        held.append(True)\n"
+        "    return record(build_dir, *args, **kwargs)\n"
+        "module_builds.record_build = recording\n"
+        "plugin = upstream_plugin.FlashInferBuilds()\n"
+        "plugin.say = lambda line: None\n"
+        "plugin.pytest_collection_finish(None)\n"
+        "spec = flashinfer.gen('norm', 1)\n"
+        "spec.build(False)  # need_lock=True: the plugin takes the lock itself\n"
+        "print('held' if held == [True] else f'let go: {held}')\n")
+    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])})
+    assert done.stdout.strip() == "held", done.stdout + done.stderr

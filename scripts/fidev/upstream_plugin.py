@@ -187,25 +187,29 @@ class FlashInferBuilds:
                 original(spec, verbose, need_lock)  # raises MissingJITCacheError under FLASHINFER_DISABLE_JIT
         else:
             def build(spec, verbose, need_lock=True):
-                # build's guard against a restored older copy (`cp -p`), which ninja's mtimes miss, under
-                # the module's own lock (JitSpec.lock_path and build_and_load, flashinfer/jit/core.py lines 266-268 and 308-320 at
-                # v0.6.3): build_and_load holds it already and passes need_lock=False
+                # Under the module's own lock (JitSpec.lock_path, flashinfer/jit/core.py lines 266-268 and 308-320 at
+                # v0.6.3; build_and_load holds it already and passes need_lock=False) from build's guard against a
+                # restored older copy (`cp -p`, which ninja's mtimes miss) to the record of what was built: another
+                # process (a part of the same file on another GPU) that took the lock between the build and its record
+                # would take the fresh objects for a restored copy and build them again under a loading process.
                 if need_lock:
                     from filelock import FileLock
 
                     with FileLock(spec.lock_path, thread_local=False):
-                        ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
+                        locked_build(spec, verbose)
                 else:
-                    ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
+                    locked_build(spec, verbose)
+
+            def locked_build(spec, verbose):
+                ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
                 fresh = not spec.jit_library_path.exists()
                 if fresh:
                     self.say(f"upstream-tests: compiling {spec.name} ({len(spec.sources)} sources)")
                 started = time.perf_counter()
-                original(spec, verbose, need_lock)
+                original(spec, verbose, need_lock=False)
                 took = time.perf_counter() - started
                 if fresh or took > 1:  # it compiled: keep what from, for `affected`
                     module_builds.record_build(spec.build_dir, spec.ninja_path)
-                if fresh or took > 1:
                     self.say(f"upstream-tests: {spec.name} built in {took:.0f} s")
 
         core.JitSpec.build = build
