@@ -346,8 +346,8 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     gpu = upstream_runs.gpu_name(gpus)
     times_file = upstream_runs.times_file(cache)
     times = upstream_runs.load_times(times_file)
-    split = sum(upstream_runs.parts(times.get(upstream_runs.relative(f, tests.parent)), len(gpus)) > 1 for f in groups)
-    in_parts = f" ({split} long enough by their last run to go in parts over the GPUs, a process per part)" if split else ""
+    in_parts = sum(k > 1 for k in upstream_runs.split(groups, len(gpus), tests.parent, times).values())
+    in_parts = f" ({in_parts} long enough by their last run to go in parts over the GPUs, a process per part)" if in_parts else ""
     print(f"upstream-tests: {len(groups)} file(s), a pytest process each{in_parts}, on {len(gpus) or 'no'} GPU(s) ({gpu}), "
           f"{limit_s:.0f} s per process at most; JUnit XML and logs in {run_dir}")
     started = time.perf_counter()

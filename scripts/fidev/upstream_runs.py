@@ -210,6 +210,11 @@ def parts(seconds: float | None, gpus: int) -> int:
     return max(1, min(gpus, int((seconds or 0) // PART_MIN_S)))
 
 
+def split(groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, float]) -> dict[str, int]:
+    """{test file: its parts} for a run on `gpus` GPUs."""
+    return {f: parts(times.get(relative(f, tree)), gpus) for f in groups}
+
+
 def times_file(cache: Path) -> Path:
     """Where the files' last times are kept, in `cache`, FlashInfer's folder of the pinned version."""
     return cache / RUNS / TIMES
@@ -291,8 +296,8 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     none can be seen) taking the longest process left (by its file's last time over its parts,
     else the file's size); a line per process as it ends. An interrupt (Ctrl-C, SIGTERM) kills the
     running processes and raises KeyboardInterrupt."""
-    split = {f: parts(times.get(relative(f, tree)), len(gpus)) for f in groups}
-    order = sorted(((f, (i, split[f])) for f in groups for i in range(1, split[f] + 1)),
+    k = split(groups, len(gpus), tree, times)
+    order = sorted(((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
                    key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp))
     todo: queue.Queue = queue.Queue()
     for f in order:
