@@ -374,6 +374,9 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     for r in results:
         if r.crashed:
             print(f"upstream-tests: {r.name} did not finish: {r.ended} (its log: {r.log})")
+    for f in upstream_runs.mismatched(results):
+        print(f"upstream-tests: {f}: its parts collected different lists of tests, so their shares may miss some: an error"
+              f"\nupstream-tests: fix: run it alone, whole: upstream-tests {f} --gpus 1")
     no_cutlass = sorted({r.file for r in results if r.log.is_file() and "No module named 'cutlass'" in r.log.read_text(errors="replace")})
     if no_cutlass:  # FlashInfer 0.6.3's requirements.txt has nvidia-cutlass-dsl>=4.3.4; flashinfer-dev installs it with FlashInfer
         print(f"upstream-tests: {len(no_cutlass)} file(s) need `cutlass`, from nvidia-cutlass-dsl, which is not installed here: {', '.join(no_cutlass)}"

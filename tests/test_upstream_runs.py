@@ -495,6 +495,14 @@ def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_p
     done = upstream(root, gpus, "rope", "--no-plan")
     assert "upstream-tests: 0 passed, 0 skipped, 0 failed, 1 errors" in done.stdout, done.stdout
     assert done.returncode == 1
+    # parts that collect different lists (a parametrization that changes from one collection to the next) may miss cases: an error
+    times.write_text('{"tests/attention/test_rope.py": 25.0}')
+    write(root, "attention/test_rope.py", "import os, pytest\n@pytest.mark.parametrize('i', range(3 + int(os.environ['FIDEV_UPSTREAM_PART'][0])))\n"
+          "def test_case(i):\n    pass\n")
+    done = upstream(root, gpus, "rope", "--no-plan")
+    assert done.returncode == 1 and ", 0 failed, 1 errors" in done.stdout, done.stdout
+    assert "tests/attention/test_rope.py: its parts collected different lists of tests" in done.stdout
+    assert "upstream-tests: fix: run it alone, whole: upstream-tests tests/attention/test_rope.py --gpus 1" in done.stdout
 
 
 def test_a_file_takes_a_part_per_gpu_as_far_as_each_gets_ten_seconds():

@@ -27,6 +27,7 @@ parts of a long file run on several GPUs at once, and each collects the same lis
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -40,6 +41,7 @@ JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the p
 GATE, GATE_OWNER = "FIDEV_UPSTREAM_GATE", "FIDEV_UPSTREAM_GATE_OWNER"  # the gate file, and process_identity() of who opens it
 GO = "go"
 PART = "FIDEV_UPSTREAM_PART"  # "i/k" in a part of a file's run (fidev.upstream_runs): its cases are every k-th from the i-th
+COLLECTED = "collected"  # a part's line in its outcomes: a digest of the node ids it collected, before taking its share
 
 
 def spec_record(test_name: str, spec, warmup: bool = False) -> str:
@@ -164,6 +166,10 @@ class FlashInferBuilds:
     def pytest_collection_modifyitems(self, session, config, items):
         if self.dry_dir is None and os.environ.get(PART):  # deselected as -k does: a part left with none ends "no tests ran" (5)
             i, k = in_part(os.environ[PART])
+            # what this part collected, for fidev.upstream_runs to check that every part split the same list
+            listed = hashlib.sha256("\n".join(item.nodeid for item in items).encode()).hexdigest()[:16]
+            with open(os.environ[RUN_MODE], "a") as f:
+                f.write(json.dumps({"nodeid": "", "outcome": COLLECTED, "message": listed}) + "\n")
             config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % k != i - 1])
             items[:] = items[i - 1::k]
         if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build

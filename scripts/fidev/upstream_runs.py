@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fidev.upstream_plugin import GATE, GATE_OWNER, PART, RUN_MODE, owner_alive
+from fidev.upstream_plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, owner_alive
 
 FILE_LIMIT_S = 7200
 RUNS = "fidev-upstream-runs"  # the run folders' parent, beside FlashInfer's JIT dirs
@@ -136,6 +136,7 @@ class FileResult:
     outcomes: dict[str, str] = field(default_factory=dict)  # node id -> passed, failed, error or "skipped: <kind>"
     junit: str = ""
     part: tuple[int, int] = (1, 1)  # (i, k): every k-th case from the i-th; (1, 1) is the whole file
+    collected: set[str] = field(default_factory=set)  # a part's digests of the list it split (its xdist workers' too)
 
     @property
     def log(self) -> Path:
@@ -173,6 +174,8 @@ def read_outcomes(path: Path) -> dict[str, str]:
         except ValueError:
             continue  # the last line of a process that died while writing it
         outcome = entry.get("outcome", "error")
+        if outcome == COLLECTED:
+            continue
         if outcome in ("started", "finished"):
             (running.add if outcome == "started" else running.discard)(entry.get("nodeid"))
             continue
@@ -184,6 +187,33 @@ def read_outcomes(path: Path) -> dict[str, str]:
     for node in running:  # the test the process died in
         found[node] = "error"
     return found
+
+
+def read_collected(path: Path) -> set[str]:
+    """The digests a part's processes wrote of the node ids they collected (fidev.upstream_plugin)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("outcome") == COLLECTED:
+            found.add(entry.get("message", ""))
+    return found
+
+
+def mismatched(results: list[FileResult]) -> list[str]:
+    """The files whose parts collected different lists (a parametrization that changes from one
+    collection to the next): their shares need not cover the file, so the file is an error."""
+    digests: dict[str, set[str]] = {}
+    for r in results:
+        if r.part[1] > 1:
+            digests.setdefault(r.file, set()).update(r.collected)
+    return sorted(f for f, found in digests.items() if len(found) > 1)
 
 
 class Stop:
@@ -287,7 +317,7 @@ def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int]
         reader.join()
         with stop.lock:
             stop.live.discard(proc)
-    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes), str(junit), part)
+    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes), str(junit), part, read_collected(outcomes))
 
 
 def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree: Path, argv: list[str], limit_s: float,
@@ -337,7 +367,10 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return sorted(results, key=lambda r: (r.file, r.part))
+    results.sort(key=lambda r: (r.file, r.part))
+    for f in mismatched(results):
+        next(r for r in results if r.file == f).outcomes[f] = "error"
+    return results
 
 
 def outcomes(results: list[FileResult]) -> dict[str, str]:
