@@ -88,6 +88,16 @@ def test_the_plan_reads_flashinfers_report_compiles_nothing_and_holds_the_budget
     done = upstream(root, env, "norm", "activation", "--budget", "0")
     assert done.returncode == 0 and "needs 3 module(s); 0 to compile, 0 object(s)" in done.stdout, done.stdout + done.stderr
     assert len(compiles(env)) == 5, "the plan or the run recompiled a module whose inputs did not change"
+    # the warmup finds its modules built without taking the JIT dir's lock, and says nothing
+    assert "its warmup_jit fixture asks for" not in done.stdout, done.stdout
+    # but a restored older copy of an input (`cp -p`: other content, an mtime not newer than the object) still rebuilds
+    source = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/gelu_and_mul/s0.cpp"
+    stat = source.stat()
+    source.write_text(source.read_text() + "int restored() { return 1; }\n")
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    done = upstream(root, env, "activation", "--no-plan")
+    assert done.returncode == 0 and "building 1 module(s) its warmup_jit fixture asks for" in done.stdout, done.stdout + done.stderr
+    assert len(compiles(env)) == 6, "the restored copy was not rebuilt"
 
 
 def test_a_slow_plan_is_dropped_and_the_run_goes_ahead(ws):
