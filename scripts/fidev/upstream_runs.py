@@ -7,8 +7,9 @@ longest files first, a JUnit XML and a log per file in a run folder.
 A run takes at least its longest file (test_sampling.py: 317 of the 438 s of norm, activation and
 sampling on the 2-GPU H200 host), so a file whose last run was long runs in parts, up to one per
 GPU and each of PART_MIN_S or more by that time, a process each on a GPU of its own: every part
-collects the whole file and runs every k-th case (fidev.upstream_plugin.PART). A part is a file's process as FlashInfer's CI has it, with
-its own JUnit XML, log and time limit; a file not run before runs whole.
+collects the whole file and runs every k-th case (fidev.upstream_plugin.PART). A part is a file's
+process as FlashInfer's CI has it, with its own JUnit XML, log and time limit; a file not run
+before runs whole.
 
 A file whose process crashes (a segfault, an illegal address) or runs past its limit is reported
 for that file and the others go on. Outcomes are read by node id from what fidev.upstream_plugin
@@ -44,7 +45,7 @@ RUNS = "fidev-upstream-runs"  # the run folders' parent, beside FlashInfer's JIT
 TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
 GPUS = Path("/proc/driver/nvidia/gpus")
-FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")  # how run_files' line for each file as it ends begins (bench_upstream reads them)
+FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")  # how run_files' line for each process as it ends begins (bench_upstream reads them)
 OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
 SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
 FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
