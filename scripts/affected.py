@@ -62,8 +62,14 @@ CACHE = Path(".cache") / "flashinfer"  # under FLASHINFER_WORKSPACE_BASE or HOME
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then edit and run affected"
 # FlashInfer's small cases run about 110 a second in one process on the H100 host (test_norm.py's
-# 2705 in 24 s): past this many a case, another pytest-xdist process on the GPU pays for its start.
-CASES_PER_WORKER, MAX_WORKERS = 100, 8
+# 2705 in 24 s): past this many a case, another pytest-xdist process on the GPU pays for its start
+# (torch's import and the file's collection, before the gate; its CUDA context and its exit, not).
+# On the 2-GPU H200 host at 82eba6f, test_activation.py's 630 silu cases in 2 parts took 10.6 s
+# past the gate with 8 processes a part and torch's default thread pool (a thread a core in each),
+# 9.2 s with 4 and OMP_NUM_THREADS 4 (docs: "The gate").
+CASES_PER_WORKER, MAX_WORKERS = 160, 8
+THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
+PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
 
 
 def build_fix() -> str:
@@ -223,21 +229,33 @@ def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
     return found
 
 
-def xdist_workers(cases_per_file: dict[str, int]) -> list[str]:
+def xdist_workers(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, str]]:
     """pytest-xdist's options for FlashInfer's tests of an edit, the same for each test file's
-    process (upstream-tests passes them on; a long file runs in parts, fidev.upstream_runs.parts):
-    a process per CASES_PER_WORKER cases of the largest part, up to MAX_WORKERS, and half the cores
-    shared by the processes that run at once, one per GPU; none for a few cases, or without xdist."""
+    process (upstream-tests passes them on; a long file runs in parts, fidev.upstream_runs.parts),
+    and the environment of those processes: a process per CASES_PER_WORKER cases of the largest
+    part, up to MAX_WORKERS and half the cores shared by the processes that run at once, one per
+    GPU; none for a few cases, or without xdist. The cores are shared among their torch thread
+    pools too (THREADS), unless the user set it."""
     from fidev import upstream_runs
 
     gpus = len(upstream_runs.host_gpus())
     times = upstream_runs.load_times(upstream_runs.times_file(cache_dir() / pins().flashinfer))
     split = {f: upstream_runs.parts(times.get(f), gpus) for f in cases_per_file}
     at_once = max(1, min(sum(split.values()), gpus))
-    cores = max(1, (os.cpu_count() or 1) // (2 * at_once))
+    cpus = os.cpu_count() or 1
     largest = max((math.ceil(n / split[f]) for f, n in cases_per_file.items()), default=0)
-    workers = min(MAX_WORKERS, cores, math.ceil(largest / CASES_PER_WORKER))
-    return ["-n", str(workers)] if workers >= 2 and importlib.util.find_spec("xdist") is not None else []
+    workers = min(MAX_WORKERS, max(1, cpus // (2 * at_once)), math.ceil(largest / CASES_PER_WORKER))
+    if workers < 2 or importlib.util.find_spec("xdist") is None:
+        workers = 1
+    env = {} if THREADS in os.environ else {THREADS: str(max(1, cpus // (at_once * workers)))}
+    return (["-n", str(workers)] if workers > 1 else []), env
+
+
+def past_build(ended: float, last: float | None) -> str:
+    """The PAST_BUILD line: how long FlashInfer's tests ran after the gate opened, to their end and
+    to their last case's (the rest is their processes' exit and upstream-tests' own summary)."""
+    last_s = max(0.0, last if last is not None else ended)
+    return f"affected: FlashInfer's tests ended {max(0.0, ended):.1f} s after the build (their last case {last_s:.1f} s after it)"
 
 
 class FlashInferTests:
@@ -251,7 +269,7 @@ class FlashInferTests:
 
     def __init__(self, tests: list[str], cases_per_file: dict[str, int], deferred: bool = False):
         self.tests = tests
-        workers = xdist_workers(cases_per_file)
+        workers, threads = xdist_workers(cases_per_file)
         cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers]
         which = "of the modules the edit may change" if deferred else ""
         then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"
@@ -260,7 +278,7 @@ class FlashInferTests:
               f"{' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
         self.folder = Path(tempfile.mkdtemp(prefix="fidev-affected-"))
         self.gate = self.folder / "gate"
-        env = {**os.environ, upstream_plugin.GATE: str(self.gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
+        env = {**os.environ, **threads, upstream_plugin.GATE: str(self.gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
         try:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         except OSError:
@@ -279,6 +297,7 @@ class FlashInferTests:
     def open(self, selection: list[str] | None = None) -> None:
         """The modules are built: the tests may load them; all, or those `selection` names."""
         upstream_plugin.open_gate(self.gate, selection)
+        self.opened = time.time()
 
     def finish(self) -> tuple[int, set[str]]:
         """Its output, then (status, what failed or errored): the FAILED and ERROR lines it prints,
@@ -292,11 +311,17 @@ class FlashInferTests:
             elif m := re.search(r"JUnit XML and logs in (\S+)", line):
                 folder = Path(m.group(1))
         status = self.proc.wait()
+        ended = time.time()
         sys.stdout.flush()
         import upstream_tests
 
         if folder is not None and (folder / upstream_tests.FAILING_LIST).is_file():
             failed |= {line.split()[1] for line in (folder / upstream_tests.FAILING_LIST).read_text().splitlines() if len(line.split()) > 1}
+        if hasattr(self, "opened"):
+            from fidev import upstream_runs
+
+            last = upstream_runs.last_case_end(folder) if folder is not None else None
+            print(past_build(ended - self.opened, None if last is None else last - self.opened), flush=True)
         return status, failed
 
     def stop(self) -> None:

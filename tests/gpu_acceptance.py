@@ -229,6 +229,7 @@ def edit(run: Run, restore: bool) -> None:
 
 def affected_round(run: Run, name: str) -> None:
     """Plant the bug, `affected` must fail naming the module; restore with `cp -p`, it must pass."""
+    from affected import PAST_BUILD  # scripts/, on sys.path
     rel, line, bug, module = AFFECTED_EDITS[name]
     path, saved = run.tree / rel, run.work / f"{Path(rel).name}.orig"
     subprocess.run(["cp", "-p", str(path), str(saved)], check=True)
@@ -247,6 +248,8 @@ def affected_round(run: Run, name: str) -> None:
         rebuilt = re.search(r"affected: (\d+ module\(s\) rebuilt in ([\d.]+) s(?: \(slowest object [\d.]+ s\))?)", text)
         total = re.search(r"; ([\d.]+) s in all", text)
         beyond = f"; beyond the compile {float(total.group(1)) - float(rebuilt.group(2)):.1f} s" if rebuilt and total else ""
+        past = PAST_BUILD.search(text)  # FlashInfer's tests, after the build: to their end, to their last case
+        beyond += f" (FlashInfer's tests ended {past[1]} s after it, their last case at {past[2]} s)" if past else ""
         last = [ln for ln in text.splitlines() if ln.startswith("affected: ") and ("failed" in ln or "passed" in ln)]
         return f"{rebuilt.group(1) if rebuilt else 'nothing rebuilt'}{beyond}; {last[-1][10:160] if last else 'no result line'}"
 

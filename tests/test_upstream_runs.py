@@ -271,14 +271,19 @@ def test_the_header_names_the_gpus_the_workers_are_pinned_to(tmp_path, monkeypat
 def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, workers):
     """`affected` starts FlashInfer's tests while it builds their modules (fidev.upstream_plugin.GATE):
     each file's process (each xdist worker) imports and collects, then runs nothing until the gate
-    file says go. A gate whose owner is gone ends the run instead of leaving it waiting."""
+    file says go, having made its CUDA context while it waited. A gate whose owner is gone ends the
+    run instead of leaving it waiting."""
     from fidev import upstream_plugin
 
     if workers:
         require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
     root, _, env = ws
-    collected, ran, gate = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate"
-    write(root, "attention/test_rope.py", f"open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n")
+    collected, ran, gate, context = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate", tmp_path / "context"
+    # torch as the file's imports bring it, a stand-in for the two calls the plugin makes, which says when the context was made
+    torch = (f"import sys, types\ntorch = sys.modules['torch'] = types.ModuleType('torch')\n"
+             f"torch.cuda = types.SimpleNamespace(is_available=lambda: True)\n"
+             f"torch.empty = lambda *shape, device=None: open('{context}', 'w').write(str(device))\n")
+    write(root, "attention/test_rope.py", f"{torch}open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n")
     gated = {**os.environ, **env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
 
     def collecting() -> subprocess.Popen:
@@ -294,10 +299,15 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     proc = collecting()
     time.sleep(1)
     assert collected.exists() and not ran.exists() and proc.poll() is None, "the test ran before the gate opened"
+    assert context.is_file() and context.read_text() == "cuda", "the CUDA context was not made before the gate"
+    opened = time.time()
     gate.write_text(upstream_plugin.GO)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "upstream-tests: 1 passed" in out and ran.exists(), out
+    # when the last case ended, for affected's PAST_BUILD line: after the gate opened, before the run ended
+    assert opened <= upstream_runs.last_case_end(run_folder(out)) <= time.time(), out
     gate.unlink()
+    context.unlink()
     ran.unlink()
     collected.unlink()
     # the owner dies while they wait; unreaped, it is a zombie, which must not count as alive
@@ -367,15 +377,25 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
     assert done.returncode == 0, done.stdout + done.stderr
     generated = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/norm/s0.cpp"
     generated.write_text("int f0() { return 7; }\n")
+    threads = tmp_path / "threads"  # what the tests' process was given for torch's thread pool
+    with open(root / TESTS / "utils/test_norm.py", "a") as test_file:
+        test_file.write(f"import os\nopen('{threads}', 'w').write(os.environ.get('OMP_NUM_THREADS', 'unset'))\n")
     scratch = tmp_path / "scratch"  # where affected keeps its gate
     scratch.mkdir()
+    user = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     done = subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env, "TMPDIR": str(scratch)})
+                          env={**user, **env, "TMPDIR": str(scratch)})
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "affected: FlashInfer's tests (2 recorded case(s)) start now and run once the build is done" in out
     assert out.index("affected: FlashInfer's tests") < out.index("affected: 1 module(s) rebuilt") < out.index("upstream-tests: 2 passed")
     assert "affected: every selected test passed" in out
+    # one process for 2 cases: every core for its thread pool (affected.xdist_workers)
+    assert threads.read_text() == str(os.cpu_count())
+    import affected
+
+    past = affected.PAST_BUILD.search(out)
+    assert past and float(past[2]) <= float(past[1]), out
     assert list(scratch.iterdir()) == [], "the gate's folder was left behind"
     assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
                                                timeout=120, env={**os.environ, **env}).stdout
@@ -455,6 +475,9 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     assert out.index("start now") < out.index("affected: regenerated in")
     assert "gens.py -> s0.cpp" in out and "affected: 1 module(s) rebuilt" in out and "upstream-tests: 2 passed" in out, out
     assert "could not be regenerated" not in out and "dry run" not in out
+    import affected
+
+    assert affected.PAST_BUILD.search(out), out
     # flashinfer imported twice: affected itself, and the run of the tests; a dry run would be a third
     assert len(record.read_text().splitlines()) - imports == 2, record.read_text()
     assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,

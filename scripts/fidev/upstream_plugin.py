@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -104,6 +105,15 @@ def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> list[str] | Non
         time.sleep(0.05)
 
 
+def make_cuda_context() -> None:
+    """The process's CUDA context, made while it waits at the gate instead of in its first test
+    after it (1.3 to 2.2 s a process on the 2-GPU H200 host at 82eba6f, then all of it past the
+    build). Only where the tests' imports brought torch and it sees a GPU: fidev imports nothing."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.empty(1, device="cuda")
+
+
 def open_gate(path: Path, selection: list[str] | None = None) -> None:
     """Let the gated tests run: all of them, or those `selection` names (written whole, then renamed)."""
     tmp = path.with_name(path.name + ".tmp")
@@ -173,6 +183,7 @@ class FlashInferBuilds:
             config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % k != i - 1])
             items[:] = items[i - 1::k]
         if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build
+            make_cuda_context()
             selection = wait_for_gate(Path(os.environ[GATE]), os.environ.get(GATE_OWNER, ""), hasattr(config, "workerinput"))
             if selection is not None:
                 config.hook.pytest_deselected(items=[item for item in items if not selected(item.nodeid, selection)])
@@ -256,7 +267,7 @@ class Outcomes:
 
     def write(self, nodeid: str, outcome: str, message: str = "") -> None:
         with open(self.path, "a") as f:
-            f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message[:300]}) + "\n")
+            f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message[:300], "t": time.time()}) + "\n")
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.write(nodeid, "started")  # a process that dies in a test leaves it started, never finished

@@ -159,21 +159,29 @@ class FileResult:
         return not (self.ended == "exit 2" and collection_errors)
 
 
+def entries(path: Path) -> list[dict]:
+    """fidev.upstream_plugin's lines in a process's outcomes file, each a JSON object (none where
+    the file is missing; the last line of a process that died while writing it left out)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
+
+
 def read_outcomes(path: Path) -> dict[str, str]:
     """{node id: outcome} from fidev.upstream_plugin's lines; a test reported more than once (a
     pass, then an error in teardown) keeps the worst, and one started but never finished (its
     process died in it) is an error."""
     found: dict[str, str] = {}
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return found
     running: set[str] = set()
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # the last line of a process that died while writing it
+    for entry in entries(path):
         outcome = entry.get("outcome", "error")
         if outcome == COLLECTED:
             continue
@@ -192,19 +200,15 @@ def read_outcomes(path: Path) -> dict[str, str]:
 
 def read_collected(path: Path) -> set[str]:
     """The digests a part's processes wrote of the node ids they collected (fidev.upstream_plugin)."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return set()
-    found = set()
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("outcome") == COLLECTED:
-            found.add(entry.get("message", ""))
-    return found
+    return {entry.get("message", "") for entry in entries(path) if entry.get("outcome") == COLLECTED}
+
+
+def last_case_end(run_dir: Path) -> float | None:
+    """When the run's last test case finished (time.time()), by its processes' outcomes files; None
+    where none did. What follows it is the processes' exit and upstream-tests' summary."""
+    ends = [entry["t"] for f in run_dir.glob("*.jsonl") for entry in entries(f)
+            if entry.get("outcome") == "finished" and isinstance(entry.get("t"), (int, float))]
+    return max(ends, default=None)
 
 
 def mismatched(results: list[FileResult]) -> list[str]:
