@@ -64,9 +64,10 @@ BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then ed
 # FlashInfer's small cases run about 110 a second in one process on the H100 host (test_norm.py's
 # 2705 in 24 s): past this many a case, another pytest-xdist process on the GPU pays for its start
 # (torch's import and the file's collection, before the gate; its CUDA context and its exit, not).
-# On the 2-GPU H200 host at 82eba6f, test_activation.py's 630 silu cases in 2 parts took 10.6 s
-# past the gate with 8 processes a part and torch's default thread pool (a thread a core in each),
-# 9.2 s with 4 and OMP_NUM_THREADS 4 (docs: "The gate").
+# On the 2-GPU H200 host at 82eba6f, test_activation.py's 630 silu cases in 2 parts behind a gate
+# opened at 11.2 s ended at 23.6 s with 8 processes a part and torch's default thread pool (a
+# thread a core in each), at 19.0 s with 4, OMP_NUM_THREADS 4 and the CUDA context made before the
+# gate (docs/flashinfer-dev.md, "affected").
 CASES_PER_WORKER, MAX_WORKERS = 160, 8
 THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
 PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
