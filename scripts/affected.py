@@ -19,8 +19,8 @@
 What costs time besides the compile is paid during it: FlashInfer's tests start with the build
 (upstream-tests --no-plan), import and collect, and wait at a gate until the modules are built
 (fidev.upstream_plugin.GATE); for a Python edit they start before the regeneration, for every
-module it may change, and the gate names those it did; many cases spread over pytest-xdist
-processes on the GPU; this process imports flashinfer for smoke's tests meanwhile, and runs them
+module it may change, and the gate names those it did; many cases spread over several pytest
+processes on each GPU (upstream-tests --per-gpu); this process imports flashinfer for smoke's tests meanwhile, and runs them
 while FlashInfer's run.
 """
 
@@ -62,13 +62,11 @@ CACHE = Path(".cache") / "flashinfer"  # under FLASHINFER_WORKSPACE_BASE or HOME
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then edit and run affected"
 # FlashInfer's small cases run about 110 a second in one process on the H100 host (test_norm.py's
-# 2705 in 24 s): past this many a case, another pytest-xdist process on the GPU pays for its start
-# (torch's import and the file's collection, before the gate; its CUDA context and its exit, not).
-# On the 2-GPU H200 host at 82eba6f, test_activation.py's 630 silu cases in 2 parts behind a gate
-# opened at 11.2 s ended at 23.6 s with 8 processes a part and torch's default thread pool (a
-# thread a core in each), at 19.0 s with 4, OMP_NUM_THREADS 4 and the CUDA context made before the
-# gate (docs/flashinfer-dev.md, "affected").
-CASES_PER_WORKER, MAX_WORKERS = 160, 8
+# 2705 in 24 s): past this many a case, another pytest process on the GPU pays for its start
+# (torch's import and the file's collection, and its CUDA context: all before the gate). With 8
+# processes test_activation.py's 630 silu cases ran in 6.4 to 6.8 s on the H100 host, with 4 in 7.0
+# to 9.0 s (docs/flashinfer-dev.md, "affected").
+CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
 THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
 PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
 
@@ -230,13 +228,15 @@ def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
     return found
 
 
-def xdist_workers(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, str]]:
-    """pytest-xdist's options for FlashInfer's tests of an edit, the same for each test file's
-    process (upstream-tests passes them on; a long file runs in parts, fidev.upstream_runs.parts),
-    and the environment of those processes: a process per CASES_PER_WORKER cases of the largest
-    part, up to MAX_WORKERS and half the cores shared by the processes that run at once, one per
-    GPU; none for a few cases, or without xdist. The cores are shared among their torch thread
-    pools too (THREADS), unless the user set it."""
+def processes(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, str]]:
+    """upstream-tests' option for FlashInfer's tests of an edit, how many processes run each file
+    on each GPU at once (`--per-gpu`, fidev.upstream_runs: a part each; a long file is in a part
+    per GPU already, fidev.upstream_runs.parts), and the environment of those processes: a process
+    per CASES_PER_PROCESS cases of the largest part, up to MAX_PROCESSES and half the cores shared
+    by the GPUs in use; one for a few cases. The cores are shared among their torch thread pools
+    too (THREADS), unless the user set it. Separate processes, not pytest-xdist's workers: those
+    start only once xdist's controller has imported torch and flashinfer (FlashInfer's conftest
+    imports both), and on the H100 host the last of 8 was ready 1.0 to 1.4 s after the gate."""
     from fidev import upstream_runs
 
     gpus = len(upstream_runs.host_gpus())
@@ -245,11 +245,9 @@ def xdist_workers(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, 
     at_once = max(1, min(sum(split.values()), gpus))
     cpus = os.cpu_count() or 1
     largest = max((math.ceil(n / split[f]) for f, n in cases_per_file.items()), default=0)
-    workers = min(MAX_WORKERS, max(1, cpus // (2 * at_once)), math.ceil(largest / CASES_PER_WORKER))
-    if workers < 2 or importlib.util.find_spec("xdist") is None:
-        workers = 1
-    env = {} if THREADS in os.environ else {THREADS: str(max(1, cpus // (at_once * workers)))}
-    return (["-n", str(workers)] if workers > 1 else []), env
+    n = max(1, min(MAX_PROCESSES, cpus // (2 * at_once), math.ceil(largest / CASES_PER_PROCESS)))
+    env = {} if THREADS in os.environ else {THREADS: str(max(1, cpus // (at_once * n)))}
+    return (["--per-gpu", str(n)] if n > 1 else []), env
 
 
 def past_build(ended: float, last: float | None) -> str:
@@ -270,12 +268,12 @@ class FlashInferTests:
 
     def __init__(self, tests: list[str], cases_per_file: dict[str, int], deferred: bool = False):
         self.tests = tests
-        workers, threads = xdist_workers(cases_per_file)
+        workers, threads = processes(cases_per_file)
         cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers]
         which = "of the modules the edit may change" if deferred else ""
         then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"
         print(f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
-              f"{f', {workers[1]} processes a file or part' if workers else ''}) start now{then}: "
+              f"{f', {workers[1]} processes a GPU' if workers else ''}) start now{then}: "
               f"{' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
         self.folder = Path(tempfile.mkdtemp(prefix="fidev-affected-"))
         self.gate = self.folder / "gate"

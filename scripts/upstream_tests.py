@@ -18,7 +18,9 @@ shows each module's compile as it starts and ends instead.
 
 The run is FlashInfer CI's (fidev.upstream_runs): a pytest process per test file, the files over
 the host's GPUs (`--gpus N`: the first N) one worker per GPU, longest first, each file limited to
---file-timeout seconds (default 7200); a crash or a timeout is its file's alone. JUnit XML and
+--file-timeout seconds (default 7200); a crash or a timeout is its file's alone. `--per-gpu N`
+runs each file in N parts a GPU, N processes on each GPU at once (`affected` asks for it: its
+tests' processes all start at once, where pytest-xdist's start after its controller's imports). JUnit XML and
 logs go to a run folder beside FlashInfer's JIT dirs. Skips are counted by reason; out-of-memory
 skips and missing-JIT-module skips (FlashInfer's conftest turns both failures into skips) fail the
 run, as errors (collection, setup, teardown, a file that did not finish) do.
@@ -46,7 +48,8 @@ from fidev import build_records, kernel_source, module_choice, ninja_inputs, sou
 from fidev.failure import USAGE, Failure, report, run_main
 from fidev.manifest import ROOT, pins
 
-OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "-h": 0, "--help": 0}
+OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
+        "--help": 0}
 # A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
 # takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
 # as the tests first load them. The figures in docs/flashinfer-dev.md say how it held.
@@ -90,7 +93,7 @@ def minutes(text: str) -> float:
 
 
 def whole(name: str, text: str) -> int:
-    """--gpus, --file-timeout: a whole number, 1 or more."""
+    """--gpus, --file-timeout, --per-gpu: a whole number, 1 or more."""
     if not text.isdigit() or int(text) < 1:
         raise Failure(f"{name} {text!r} is not a whole number of 1 or more", f"give it as one: {name} 2")
     return int(text)
@@ -286,7 +289,7 @@ def main() -> int:
     try:  # usage errors: checked before anything runs, and status 2, as argparse's are
         ours, selection, pytest_args = split_argv(sys.argv[1:])
         budget_s = minutes(ours.get("--budget", "10")) * 60
-        for name in ("--gpus", "--file-timeout"):
+        for name in ("--gpus", "--file-timeout", "--per-gpu"):
             if name in ours:
                 ours[name] = whole(name, ours[name])
     except Failure as failure:
@@ -346,18 +349,21 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     gpu = upstream_runs.gpu_name(gpus)
     times_file = upstream_runs.times_file(cache)
     times = upstream_runs.load_times(times_file)
+    per_gpu = ours.get("--per-gpu", 1)
     in_parts = sum(k > 1 for k in upstream_runs.split(groups, len(gpus), tests.parent, times).values())
     in_parts = f" ({in_parts} long enough by their last run to go in parts over the GPUs, a process per part)" if in_parts else ""
-    print(f"upstream-tests: {len(groups)} file(s), a pytest process each{in_parts}, on {len(gpus) or 'no'} GPU(s) ({gpu}), "
+    each = f"in {per_gpu} parts a GPU, {per_gpu} processes on each GPU at once" if per_gpu > 1 else f"a pytest process each{in_parts}"
+    print(f"upstream-tests: {len(groups)} file(s), {each}, on {len(gpus) or 'no'} GPU(s) ({gpu}), "
           f"{limit_s:.0f} s per process at most; JUnit XML and logs in {run_dir}")
     started = time.perf_counter()
     try:
-        results = upstream_runs.run_files(groups, gpus, run_dir, tests.parent, [*pytest_options(tests), *pytest_args], limit_s, times)
+        results = upstream_runs.run_files(groups, gpus, run_dir, tests.parent, [*pytest_options(tests), *pytest_args], limit_s, times, per_gpu)
     except KeyboardInterrupt:
         raise Failure(f"interrupted: the running test files were stopped; what finished is in {run_dir}",
                       "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=130) from None
     refused(results, pytest_args)
-    if not os.environ.get(upstream_plugin.GATE):  # behind affected's gate a file's time includes the wait for the build
+    # behind affected's gate a file's time includes the wait for the build; with parts sharing a GPU, their sum is not its time
+    if not os.environ.get(upstream_plugin.GATE) and per_gpu == 1:
         upstream_runs.save_times(times_file, results)
     c, skips = upstream_runs.counts(results), upstream_runs.skip_summary(results)
     failed = upstream_runs.failing(results)

@@ -224,8 +224,7 @@ def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
     assert any("norm.cuh" in line and " norm " in f" {line} " for line in done.stdout.splitlines()), done.stdout
 
 
-def test_flashinfers_tests_take_a_process_per_160_cases_of_the_largest_file_with_the_cores_shared_per_gpu(monkeypatch, tmp_path):
-    require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
+def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(monkeypatch, tmp_path):
     import affected
 
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))  # no file's time kept: each file one process
@@ -233,23 +232,23 @@ def test_flashinfers_tests_take_a_process_per_160_cases_of_the_largest_file_with
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     # the cores shared among the processes' torch thread pools too
-    assert affected.xdist_workers({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}) == (["-n", "8"], {"OMP_NUM_THREADS": "2"})
-    assert affected.xdist_workers({"tests/utils/test_activation.py": 630}) == (["-n", "4"], {"OMP_NUM_THREADS": "4"})
+    assert affected.processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert affected.processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert affected.processes({"tests/utils/test_activation.py": 200}) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
     # one process: not worth a second's start
-    assert affected.xdist_workers({"tests/utils/test_quantization.py": 28}) == ([], {"OMP_NUM_THREADS": "16"})
+    assert affected.processes({"tests/utils/test_quantization.py": 28}) == ([], {"OMP_NUM_THREADS": "16"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two files at once, one per GPU: the cores shared
-    assert affected.xdist_workers({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}) == (["-n", "4"], {"OMP_NUM_THREADS": "2"})
-    assert affected.xdist_workers({"tests/utils/test_activation.py": 1890}) == (["-n", "8"], {"OMP_NUM_THREADS": "2"})
+    assert affected.processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert affected.processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
     # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the cases each
     times = upstream_runs.times_file(tmp_path / ".cache/flashinfer" / pins().flashinfer)
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/utils/test_activation.py": 99.0}')
-    assert affected.xdist_workers({"tests/utils/test_activation.py": 1890}) == (["-n", "4"], {"OMP_NUM_THREADS": "2"})
+    assert affected.processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
     monkeypatch.setattr(os, "cpu_count", lambda: 32)  # the 2-GPU H200 host
-    assert affected.xdist_workers({"tests/utils/test_activation.py": 630}) == (["-n", "2"], {"OMP_NUM_THREADS": "8"})
-    assert affected.xdist_workers({"tests/utils/test_norm.py": 2705}) == (["-n", "8"], {"OMP_NUM_THREADS": "4"})
+    assert affected.processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own: kept
-    assert affected.xdist_workers({"tests/utils/test_norm.py": 2705}) == (["-n", "8"], {})
+    assert affected.processes({"tests/utils/test_norm.py": 2705}) == (["--per-gpu", "8"], {})
 
 
 def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(ws, monkeypatch):

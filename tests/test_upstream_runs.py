@@ -325,8 +325,8 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     assert "is gone before they could run" in log if not workers else "did not finish: signal 9" in out, out + log
 
 
-@pytest.mark.parametrize(("workers", "in_parts"), [([], False), (["-n", "2"], False), (["-n", "2"], True)],
-                         ids=["one process", "xdist", "xdist, in parts"])
+@pytest.mark.parametrize(("workers", "in_parts"), [([], False), (["-n", "2"], False), (["-n", "2"], True), (["--per-gpu", "2"], False)],
+                         ids=["one process", "xdist", "xdist, in parts", "two processes a GPU"])
 def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts):
     """A Python edit: affected starts the tests of every module it may change, then names at the
     gate those of the modules it did (a function for all its cases, or a node id). The rest are
@@ -334,8 +334,8 @@ def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts
     A long file's parts (one per GPU) each take their share of the file first, then the gate's."""
     from fidev import upstream_plugin
 
-    if workers:
-        require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
+    if "-n" in workers:
+        require("xdist", why="upstream-tests passes -n on to pytest-xdist (pytest-xdist is in flashinfer-dev)")
     root, _, env = ws
     if in_parts:
         times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
@@ -352,7 +352,37 @@ def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts
     assert "upstream-tests: 3 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout + done.stderr
     assert "FAILED tests/attention/test_rope.py::test_b" in done.stdout and "test_other" not in done.stdout, done.stdout
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
-    assert ("(part 2 of 2)" in done.stdout) == in_parts, done.stdout
+    assert ("(part 2 of 2)" in done.stdout) == (in_parts or "--per-gpu" in workers), done.stdout
+
+
+def test_per_gpu_runs_each_file_in_as_many_parts_on_each_gpu_at_once(ws, tmp_path):
+    """`--per-gpu N` (affected's, for many cases): N processes on each GPU at once, each a part of
+    the file; a long file's part per GPU is split N ways again. Each case runs once, and no time is
+    kept (parts that share a GPU do not sum to the file's time)."""
+    root, _, env = ws
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    write(root, "attention/test_rope.py", "import os, time, pytest\n@pytest.mark.parametrize('i', range(8))\ndef test_case(i):\n"
+          "    t = time.time()\n    time.sleep(0.5)\n"
+          f"    open(f'{seen}/{{i}}', 'w').write(f\"{{os.environ['CUDA_VISIBLE_DEVICES']}} {{os.getpid()}} {{t}} {{time.time()}}\")\n")
+    times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+    times.parent.mkdir(parents=True)
+    times.write_text('{"tests/attention/test_rope.py": 25.0}')  # long: a part per GPU, then 2 a GPU
+    done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "--no-plan", "--per-gpu", "2")
+    assert done.returncode == 0 and "upstream-tests: 8 passed, 0 skipped, 0 failed, 0 errors" in done.stdout, done.stdout + done.stderr
+    assert "1 file(s), in 2 parts a GPU, 2 processes on each GPU at once, on 2 GPU(s)" in done.stdout, done.stdout
+    assert "(part 4 of 4)" in done.stdout
+    ran = [p.read_text().split() for p in seen.iterdir()]
+    assert len(ran) == 8 and len({pid for _, pid, _, _ in ran}) == 4
+    for gpu in ("3", "5"):
+        spans = {}
+        for g, pid, start, end in ran:
+            if g == gpu:
+                spans[pid] = (min(float(start), spans.get(pid, (9e99, 0))[0]), max(float(end), spans.get(pid, (0, 0))[1]))
+        (a0, a1), (b0, b1) = spans.values()  # two processes on this GPU, running at the same time
+        assert a0 < b1 and b0 < a1, spans
+    assert upstream_runs.load_times(times) == {"tests/attention/test_rope.py": 25.0}
+    two_line_failure(upstream(root, env, "rope", "--no-plan", "--per-gpu", "0"), "--per-gpu '0' is not a whole number of 1 or more", status=2)
 
 
 def test_a_file_over_xdist_processes_counts_each_test_once(ws):

@@ -245,9 +245,9 @@ def parts(seconds: float | None, gpus: int) -> int:
     return max(1, min(gpus, int((seconds or 0) // PART_MIN_S)))
 
 
-def split(groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, float]) -> dict[str, int]:
-    """{test file: its parts} for a run on `gpus` GPUs."""
-    return {f: parts(times.get(relative(f, tree)), gpus) for f in groups}
+def split(groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, float], per_gpu: int = 1) -> dict[str, int]:
+    """{test file: its parts} for a run on `gpus` GPUs, `per_gpu` processes on each at once."""
+    return {f: parts(times.get(relative(f, tree)), gpus) * per_gpu for f in groups}
 
 
 def times_file(cache: Path) -> Path:
@@ -326,12 +326,13 @@ def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int]
 
 
 def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree: Path, argv: list[str], limit_s: float,
-              times: dict[str, float]) -> list[FileResult]:
+              times: dict[str, float], per_gpu: int = 1) -> list[FileResult]:
     """Every file once, in parts() by its last time, a worker per GPU (one unpinned worker where
     none can be seen) taking the longest process left (by its file's last time over its parts,
-    else the file's size); a line per process as it ends. An interrupt (Ctrl-C, SIGTERM) kills the
-    running processes and raises KeyboardInterrupt."""
-    k = split(groups, len(gpus), tree, times)
+    else the file's size); a line per process as it ends. With `per_gpu` N, each file in N times
+    as many parts and N workers a GPU. An interrupt (Ctrl-C, SIGTERM) kills the running processes
+    and raises KeyboardInterrupt."""
+    k = split(groups, len(gpus), tree, times, per_gpu)
     order = sorted(((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
                    key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp))
     todo: queue.Queue = queue.Queue()
@@ -354,7 +355,7 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
                 say(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s"
                     + (f", {result.ended}" if result.crashed else ""))
 
-    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None])]
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None]) for _ in range(per_gpu)]
     main = threading.current_thread() is threading.main_thread()
     # SIGTERM and SIGHUP (a closed ssh session) stop the run as Ctrl-C does
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
