@@ -420,7 +420,7 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
     assert "affected: FlashInfer's tests (2 recorded case(s)) start now and run once the build is done" in out
     assert out.index("affected: FlashInfer's tests") < out.index("affected: 1 module(s) rebuilt") < out.index("upstream-tests: 2 passed")
     assert "affected: every selected test passed" in out
-    # one process for 2 cases: every core for its thread pool (affected.xdist_workers)
+    # one process for 2 cases: every core for its thread pool (affected.processes)
     assert threads.read_text() == str(os.cpu_count())
     import affected
 
