@@ -195,7 +195,7 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[st
         workers = dry_run_workers(nodes)
         if workers:
             env["OMP_NUM_THREADS"] = "1"
-        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", "-p", "fidev.upstream_plugin", *workers,
+        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", *upstream_runs.UNUSED_PLUGINS, "-p", "fidev.upstream_plugin", *workers,
                *pytest_options(tests), *pytest_args]
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -385,6 +385,23 @@ def test_per_gpu_runs_each_file_in_as_many_parts_on_each_gpu_at_once(ws, tmp_pat
     two_line_failure(upstream(root, env, "rope", "--no-plan", "--per-gpu", "0"), "--per-gpu '0' is not a whole number of 1 or more", status=2)
 
 
+def test_the_suites_processes_leave_out_hypothesiss_plugin(ws, tmp_path):
+    """FlashInfer's suite does not use hypothesis; its pytest plugin imports hypothesis at every
+    session's end where it is installed (upstream_runs.UNUSED_PLUGINS), so both the plan's dry run
+    and the run's processes block it."""
+    from fidev import upstream_plugin
+
+    root, _, env = ws
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    write(root, "attention/test_rope.py", "import os\ndef test_blocked(pytestconfig):\n"
+          f"    where = 'dry' if os.environ.get('{upstream_plugin.DRY_RUN_DIR}') else 'run'\n"
+          f"    open('{seen}/' + where, 'w').write(str(pytestconfig.pluginmanager.is_blocked('hypothesispytest')))\n")
+    done = upstream(root, env, "rope", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {p.name: p.read_text() for p in seen.iterdir()} == {"dry": "True", "run": "True"}
+
+
 def test_a_file_over_xdist_processes_counts_each_test_once(ws):
     """affected passes `-n N` for many cases: the file's tests spread over pytest-xdist processes and
     are still counted and named once each (the controller is told of each worker's tests,

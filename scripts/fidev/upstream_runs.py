@@ -41,6 +41,10 @@ from pathlib import Path
 from fidev.upstream_plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, owner_alive
 
 FILE_LIMIT_S = 7200
+# pytest plugins FlashInfer's suite does not use (no file of tests/ at v0.6.3 names hypothesis), blocked in
+# its processes: hypothesis's imports hypothesis at every session's end (_hypothesis_pytestplugin's
+# pytest_terminal_summary, hypothesis 6.x), 0.8 to 1.6 s of each process's end on the H100 host's Python.
+UNUSED_PLUGINS = ["-p", "no:hypothesispytest"]
 RUNS = "fidev-upstream-runs"  # the run folders' parent, beside FlashInfer's JIT dirs
 TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
@@ -293,7 +297,7 @@ def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int]
         env[PART] = f"{part[0]}/{part[1]}"
     else:
         env.pop(PART, None)
-    cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-rfE", "-p", "no:cacheprovider", "-p", "fidev.upstream_plugin",
+    cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-rfE", "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-p", "fidev.upstream_plugin",
            f"--junitxml={junit}", *argv]
     started = time.perf_counter()
     with open(log, "w") as out:
