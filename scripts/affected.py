@@ -20,8 +20,8 @@ What costs time besides the compile is paid during it: FlashInfer's tests start 
 (upstream-tests --no-plan), import and collect, and wait at a gate until the modules are built
 (fidev.upstream_plugin.GATE); for a Python edit they start before the regeneration, for every
 module it may change, and the gate names those it did; many cases spread over several pytest
-processes on each GPU (upstream-tests --per-gpu); this process imports flashinfer for smoke's tests meanwhile, and runs them
-while FlashInfer's run.
+processes on each GPU (upstream-tests --per-gpu); this process imports flashinfer for smoke's
+tests meanwhile, and runs them while FlashInfer's run.
 """
 
 from __future__ import annotations

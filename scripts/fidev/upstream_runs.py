@@ -42,7 +42,7 @@ from fidev.upstream_plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, o
 
 FILE_LIMIT_S = 7200
 # pytest plugins FlashInfer's suite does not use (no file of tests/ at v0.6.3 names hypothesis), blocked in
-# its processes: hypothesis's imports hypothesis at every session's end (_hypothesis_pytestplugin's
+# its processes: hypothesis's plugin imports hypothesis at every session's end (_hypothesis_pytestplugin's
 # pytest_terminal_summary, hypothesis 6.x), 0.8 to 1.6 s of each process's end on the H100 host's Python.
 UNUSED_PLUGINS = ["-p", "no:hypothesispytest"]
 RUNS = "fidev-upstream-runs"  # the run folders' parent, beside FlashInfer's JIT dirs
