@@ -77,14 +77,14 @@ STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "
          "auto-generator", "auto-restore"]
 NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus"]  # a 2-GPU host's: not part of the default run
 
-# What each step took on the H100 host (2026-11-23, 1b1d566), for --time-limit where WORK has no time
-# of its own for it yet; the affected rounds as they ran there, over their target (issue 18).
-STEP_S = {"setup": 10, "negative-control": 15, "preflight": 1, "build-cold": 140, "build-noop": 1, "import-check": 7, "smoke": 9,
-          "smoke-noise": 14, "build-abi": 345, "abi-smoke": 12, "upstream-norm": 80, "upstream-activation": 120, "build-after-upstream": 2,
-          "edit-build": 30, "edit-smoke": 9, "restore-build": 31, "restore-smoke": 9, "upstream-baseline": 25, "upstream-compare-bug": 85,
-          "upstream-compare-clean": 72, "affected-noop": 2, "affected-header": 135, "affected-source": 120, "affected-generator": 180,
-          "upstream-quantization": 46, "affected-upstream": 60, "prebuilt-set": 105, "auto-fresh": 12, "auto-header": 31,
-          "auto-generator": 17, "auto-restore": 11,
+# What each step took on the H100 host (2026-11-25, 8c448fe: 1579 s in all, within a lease's 30 minutes
+# only in 3 or 4 parts), for --time-limit where WORK has no time of its own for it yet.
+STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
+          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
+          "edit-build": 28, "edit-smoke": 10, "restore-build": 29, "restore-smoke": 8, "upstream-baseline": 26, "upstream-compare-bug": 100,
+          "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61,
+          "upstream-quantization": 46, "affected-upstream": 42, "prebuilt-set": 121, "auto-fresh": 13, "auto-header": 41,
+          "auto-generator": 20, "auto-restore": 14,
           # the warm-up on the 2-GPU H200 host at d4cba3e (317.4 s: norm 22, activation 99, sampling 317 s); the timed runs
           # not yet measured: on 1 GPU about the files' sum, on 2 about half of it, as long files run in parts
           "bench-warm-up": 320, "bench-1-gpu": 460, "bench-2-gpus": 260}
