@@ -268,6 +268,7 @@ class FlashInferTests:
 
     def __init__(self, tests: list[str], cases_per_file: dict[str, int], deferred: bool = False):
         self.tests = tests
+        self.opened: float | None = None  # when the gate opened (time.time())
         workers, threads = processes(cases_per_file)
         cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers]
         which = "of the modules the edit may change" if deferred else ""
@@ -316,7 +317,7 @@ class FlashInferTests:
 
         if folder is not None and (folder / upstream_tests.FAILING_LIST).is_file():
             failed |= {line.split()[1] for line in (folder / upstream_tests.FAILING_LIST).read_text().splitlines() if len(line.split()) > 1}
-        if hasattr(self, "opened"):
+        if self.opened is not None:
             from fidev import upstream_runs
 
             last = upstream_runs.last_case_end(folder) if folder is not None else None
