@@ -42,6 +42,15 @@ def deps(build_dir: Path, ninja_file: Path) -> dict[str, list[str]]:
     return found
 
 
+def inputs(build_dir: Path, ninja_file: Path) -> set[str]:
+    """Every input of the module's objects: as the last build recorded them (read without starting
+    ninja), else from ninja's deps log."""
+    stamp = _recorded(build_dir)
+    if stamp is not None:
+        return {path for recorded in stamp.values() for path in recorded}
+    return {path for paths in deps(build_dir, ninja_file).values() for path in paths}
+
+
 def _stat(path: str) -> list[int] | None:
     try:
         st = os.stat(path)
@@ -71,30 +80,43 @@ def record(build_dir: Path, ninja_file: Path) -> None:
     os.replace(tmp, build_dir / STAMP)
 
 
+_READ: dict[tuple, dict] = {}  # the records read, by file and stat: `affected` reads each one twice
+
+
 def _recorded(build_dir: Path) -> dict[str, dict[str, list | None]] | None:
     try:
-        return json.loads((build_dir / STAMP).read_text())
+        st = os.stat(build_dir / STAMP)
+        key = (str(build_dir), st.st_mtime_ns, st.st_size, st.st_ino)
+        if key not in _READ:
+            _READ[key] = json.loads((build_dir / STAMP).read_text())
+        return _READ[key]
     except (OSError, ValueError):
         return None
 
 
-def edited(build_dir: Path) -> dict[str, str] | None:
+def edited(build_dir: Path, stats: dict[str, list[int] | None] | None = None) -> dict[str, str] | None:
     """The inputs of a module whose content differs from the last build's: {path: "edited" or
     "deleted"}. A moved mtime with the same content is no edit. None when the build left no
-    record (a module FlashInfer's own loader built, or one built before records had hashes)."""
+    record (a module FlashInfer's own loader built, or one built before records had hashes).
+    `stats` keeps each input's stat for the next module's call (modules share most headers)."""
     stamp = _recorded(build_dir)
     if stamp is None:
         return None
+    stats = {} if stats is None else stats
     found: dict[str, str] = {}
-    for inputs in stamp.values():
-        for path, was in inputs.items():
-            if path in found or was is None:
+    seen = set()  # a header many objects include is checked once against each record of it
+    for recorded in stamp.values():
+        for path, was in recorded.items():
+            if path in found or was is None or (key := (path, *was)) in seen:
                 continue
-            if _stat(path) is None:
+            seen.add(key)
+            if path not in stats:
+                stats[path] = _stat(path)
+            if stats[path] is None:
                 found[path] = "deleted"
             elif len(was) >= 3 and was[2] is None:
                 found[path] = "edited"  # saved while its object compiled: what was compiled is not known
-            elif differs(path, was):
+            elif stats[path] != list(was[:2]) and differs(path, was):
                 found[path] = "edited"
     return found
 
