@@ -160,6 +160,22 @@ def test_failing_tests_are_named_as_pytest_names_them(ws):
     assert done.returncode == 1 and "\nFAILED tests/attention/test_rope.py::test_bad\n" in done.stdout, done.stdout
 
 
+def test_a_files_process_ends_without_the_interpreters_teardown_but_runs_its_exit_handlers(ws, tmp_path):
+    """fidev.upstream_runs.PYTEST: what was registered with atexit still runs, an object's finalizer
+    at the interpreter's teardown does not (the cost skipped), and the last lines still arrive."""
+    root, _, env = ws
+    handler, finalizer = tmp_path / "atexit-ran", tmp_path / "finalizer-ran"
+    write(root, "attention/test_rope.py", "import atexit\n"
+          f"atexit.register(lambda: open('{handler}', 'w').close())\n"
+          f"class Kept:\n    def __del__(self):\n        open('{finalizer}', 'w').close()\n"
+          "KEPT = Kept()\ndef test_bad():\n    assert False\n")
+    done = upstream(root, env, "rope", "--no-plan")
+    assert done.returncode == 1 and "\nFAILED tests/attention/test_rope.py::test_bad\n" in done.stdout, done.stdout
+    log = next(run_folder(done.stdout).glob("*test_rope*.log")).read_text()
+    assert "1 failed" in log.splitlines()[-1], log
+    assert handler.exists() and not finalizer.exists()
+
+
 def test_arguments_pytest_refuses_are_one_usage_error(ws):
     root, _, env = ws
     write(root, "attention/test_rope.py", "def test_fine():\n    pass\n")

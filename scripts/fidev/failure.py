@@ -4,6 +4,7 @@ never a traceback."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import signal
 import sys
@@ -24,6 +25,20 @@ class Failure(Exception):
 def report(failure: Failure) -> None:
     print(f"error: {failure.problem}", file=sys.stderr)
     print(f"  fix: {failure.fix}", file=sys.stderr)
+
+
+def exit_now(status: int):
+    """sys.exit(status) less the interpreter's teardown of every module, which a process that
+    imported torch pays once its work is done (0.7 s against 0.2 s on a CPU machine, measured from
+    its last line to its end): what was registered to run at exit still runs, and the standard
+    streams are flushed first. Daemon threads are left, as at any exit."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away, a stream closed
+            pass
+    os._exit(status)
 
 
 def _interrupt(signum, frame):

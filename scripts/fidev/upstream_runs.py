@@ -45,6 +45,10 @@ FILE_LIMIT_S = 7200
 # its processes: hypothesis's plugin imports hypothesis at every session's end (_hypothesis_pytestplugin's
 # pytest_terminal_summary, hypothesis 6.x), 0.8 to 1.6 s of each process's end on the H100 host's Python.
 UNUSED_PLUGINS = ["-p", "no:hypothesispytest"]
+# pytest as `python -m pytest` runs it (its console_main), then the process's end without the
+# interpreter's teardown of torch and flashinfer (fidev.failure.exit_now), which came after each
+# file's last case and before upstream-tests could count it.
+PYTEST = "import pytest\nfrom fidev.failure import exit_now\nexit_now(int(pytest.console_main()))"
 RUNS = "fidev-upstream-runs"  # the run folders' parent, beside FlashInfer's JIT dirs
 TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
@@ -297,7 +301,7 @@ def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int]
         env[PART] = f"{part[0]}/{part[1]}"
     else:
         env.pop(PART, None)
-    cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-rfE", "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-p", "fidev.upstream_plugin",
+    cmd = [sys.executable, "-c", PYTEST, *nodes, "-q", "-rfE", "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-p", "fidev.upstream_plugin",
            f"--junitxml={junit}", *argv]
     started = time.perf_counter()
     with open(log, "w") as out:
