@@ -23,10 +23,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from fidev import abi, source_tree
-from fidev.failure import ArgumentParser, Failure, run_main
-from fidev.jit_modules import matches
-from fidev.manifest import pins
+from fidev.bindings import signatures as abi
+from fidev.bindings.jit_modules import matches
+from fidev.core.failure import ArgumentParser, Failure, run_main
+from fidev.core.manifest import pins
+from fidev.tree import source_tree
 
 
 def version_of(location: Path) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fidev import gpu_suite
-from fidev.failure import ArgumentParser, run_main
+from fidev.core.failure import ArgumentParser, run_main
+from fidev.smoke import gpu_suite
 
 
 def main() -> int:

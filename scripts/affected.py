@@ -4,13 +4,13 @@
 
 1. What changed, since each built module of FlashInfer's JIT dir was built (smoke's and
    abi-smoke's, and any upstream-tests built): its sources and headers, by content against the
-   hashes `build` recorded (fidev.ninja_inputs: a touched file with the same content is no edit),
-   and the tree's Python files, which generate modules' sources (fidev.build_records). When a
+   hashes `build` recorded (fidev.records.ninja_inputs: a touched file with the same content is no edit),
+   and the tree's Python files, which generate modules' sources (fidev.records.build_records). When a
    Python file changed, the modules with generated sources are regenerated without compiling
-   (smoke's through fidev.smoke_modules; FlashInfer's tests' by the generator call their build
+   (smoke's through fidev.builds.smoke_modules; FlashInfer's tests' by the generator call their build
    recorded, else a dry run of a test recorded for them, FLASHINFER_DISABLE_JIT=1) and their
    generated sources compared by content.
-2. The modules' tests: smoke's and abi-smoke's from fidev.smoke_modules; FlashInfer's own from the
+2. The modules' tests: smoke's and abi-smoke's from fidev.builds.smoke_modules; FlashInfer's own from the
    record the upstream-tests plan keeps beside the JIT dir (which test asked for which module).
 3. It rebuilds just those modules and runs just those tests, then prints one table and a line
    naming what failed and the command that reruns it alone. --list stops after the table's first
@@ -18,7 +18,7 @@
 
 What costs time besides the compile is paid during it: FlashInfer's tests start with the build
 (upstream-tests --no-plan), import and collect, and wait at a gate until the modules are built
-(fidev.upstream_plugin.GATE); for a Python edit they start before the regeneration, for every
+(fidev.upstream.plugin.GATE); for a Python edit they start before the regeneration, for every
 module it may change, and the gate names those it did; many cases spread over several pytest
 processes on each GPU (upstream-tests --per-gpu); this process imports flashinfer for smoke's
 tests meanwhile, and runs them while FlashInfer's run.
@@ -41,24 +41,17 @@ import threading
 import time
 from pathlib import Path
 
-from fidev import (
-    build_records,
-    build_stamp,
-    gpu_suite,
-    kernel_source,
-    module_builds,
-    module_choice,
-    ninja_inputs,
-    smoke_modules,
-    source_tree,
-    upstream_plugin,
-    upstream_suites,
-    uris,
-)
-from fidev.failure import ArgumentParser, Failure, exit_now, run_main
-from fidev.manifest import ROOT, pins
+from fidev.builds import build_stamp, module_builds, smoke_modules
+from fidev.core import workspace
+from fidev.core.failure import ArgumentParser, Failure, exit_now, run_main
+from fidev.core.manifest import ROOT, pins
+from fidev.jit import kernel_source, module_choice, uris
+from fidev.records import build_records, ninja_inputs
+from fidev.smoke import gpu_suite
+from fidev.tree import families as upstream_suites
+from fidev.tree import source_tree
+from fidev.upstream import plugin as upstream_plugin
 
-CACHE = Path(".cache") / "flashinfer"  # under FLASHINFER_WORKSPACE_BASE or HOME (flashinfer/jit/env.py at v0.6.3)
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then edit and run affected"
 # FlashInfer's small cases run about 110 a second in one process on the H100 host (test_norm.py's
@@ -80,25 +73,20 @@ def build_fix() -> str:
     return BUILD_FIX
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / CACHE
-
-
-def jit_dirs(version: str) -> list[Path]:
-    """`<cache>/<version>/<arch>/cached_ops` (flashinfer/jit/env.py: FLASHINFER_JIT_DIR), each arch."""
-    cache = cache_dir()
-    found = sorted(p for p in (cache / version).glob("*/cached_ops") if p.is_dir())
+def jit_dirs(ws: workspace.Workspace) -> list[Path]:
+    """The JIT dirs of the pinned version, each arch set's (fidev.core.workspace)."""
+    found = ws.jit_dirs()
     if found:
         return found
-    others = sorted(p.parent.parent.name for p in cache.glob("*/*/cached_ops"))
+    others = ws.other_versions()
     if others:
-        raise Failure(f"the JIT dir {cache} holds builds of FlashInfer {', '.join(sorted(set(others)))}, none of {version}, the pinned one",
+        raise Failure(f"the JIT dir {ws.cache} holds builds of FlashInfer {', '.join(others)}, none of {ws.version}, the pinned one",
                       build_fix())
-    raise Failure(f"nothing is built yet: no JIT dir under {cache}", build_fix())
+    raise Failure(f"nothing is built yet: no JIT dir under {ws.cache}", build_fix())
 
 
 class Built:
-    """A module built in a JIT dir, in the shape fidev.module_builds builds."""
+    """A module built in a JIT dir, in the shape fidev.builds.module_builds builds."""
 
     def __init__(self, build_dir: Path):
         self.name, self.build_dir = build_dir.name, build_dir
@@ -107,7 +95,7 @@ class Built:
     @property
     def sources(self) -> list[str]:
         """Its sources, from the build.ninja FlashInfer wrote (`build <obj>: [cuda_]compile <source>`,
-        flashinfer/jit/cpp_ext.py, lines 281-290 at v0.6.3): fidev.module_builds shares the cores by them."""
+        flashinfer/jit/cpp_ext.py, lines 281-290 at v0.6.3): fidev.builds.module_builds shares the cores by them."""
         return re.findall(r"^build \S+: (?:cuda_)?compile (\S+)", self.ninja_path.read_text(), re.M)
 
     @property
@@ -163,7 +151,7 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
 def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str]) -> tuple[dict, bool, set[str]]:
     """Write the generated sources of the modules again, compiling nothing: smoke's by their
     generators, FlashInfer's tests' by the call that made each one's JitSpec where its build recorded
-    one (fidev.module_choice.call_again), both after one import of flashinfer, in a thread; the rest
+    one (fidev.jit.module_choice.call_again), both after one import of flashinfer, in a thread; the rest
     meanwhile by a dry run of their tests (a process of its own). Returns smoke's modules' new
     JitSpecs by name (a build of them rewrites build.ninja too), whether the dry run finished (a
     dropped or failed one regenerated nothing for sure), and the modules whose call did not make them."""
@@ -171,7 +159,7 @@ def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str
 
     def ours() -> None:
         try:
-            from fidev.flashinfer_import import import_flashinfer
+            from fidev.jit.flashinfer_import import import_flashinfer
 
             import_flashinfer()
             for key in tier:
@@ -202,7 +190,7 @@ def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str
 
 
 def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
-    """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.gpu_suite: no
+    """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.smoke.gpu_suite: no
     third-party plugin), so that a flashinfer the regeneration imported is not imported again:
     (status, the node ids that failed or errored). Our conftest redirects FlashInfer's variables
     for the session; the environment is restored after it, for FlashInfer's own tests."""
@@ -243,17 +231,17 @@ def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
 
 def processes(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, str]]:
     """upstream-tests' option for FlashInfer's tests of an edit, how many processes run each file
-    on each GPU at once (`--per-gpu`, fidev.upstream_runs: a part each; a long file is in a part
-    per GPU already, fidev.upstream_runs.parts), and the environment of those processes: a process
+    on each GPU at once (`--per-gpu`, fidev.upstream.runs: a part each; a long file is in a part
+    per GPU already, fidev.upstream.runs.parts), and the environment of those processes: a process
     per CASES_PER_PROCESS cases of the largest part, up to MAX_PROCESSES and half the cores shared
     by the GPUs in use; one for a few cases. The cores are shared among their torch thread pools
     too (THREADS), unless the user set it. Separate processes, not pytest-xdist's workers: those
     start only once xdist's controller has imported torch and flashinfer (FlashInfer's conftest
     imports both), and on the H100 host the last of 8 was ready 1.0 to 1.4 s after the gate."""
-    from fidev import upstream_runs
+    from fidev.upstream import runs as upstream_runs
 
     gpus = len(upstream_runs.host_gpus())
-    times = upstream_runs.load_times(upstream_runs.times_file(cache_dir() / pins().flashinfer))
+    times = upstream_runs.load_times(upstream_runs.times_file(workspace.read(pins().flashinfer).version_dir))
     split = {f: upstream_runs.parts(times.get(f), gpus) for f in cases_per_file}
     at_once = max(1, min(sum(split.values()), gpus))
     cpus = os.cpu_count() or 1
@@ -273,7 +261,7 @@ def past_build(ended: float, last: float | None) -> str:
 class FlashInferTests:
     """FlashInfer's tests of the edited modules, through upstream-tests in a process of its own,
     started before the build so that its processes import and collect while the modules compile;
-    they wait at a gate (fidev.upstream_plugin.GATE) until `open()`, which may name the ones to run
+    they wait at a gate (fidev.upstream.plugin.GATE) until `open()`, which may name the ones to run
     (`deferred`: started for every module a Python edit may change). Its output is held until
     `finish()`, so that it does not cut into smoke's tests, which run meanwhile in this process."""
 
@@ -289,7 +277,7 @@ class FlashInferTests:
         print(f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
               f"{f', {workers[1]} processes a GPU' if workers else ''}) start now{then}: "
               f"{' '.join(cmd[:5])}{' ...' if len(cmd) > 5 else ''}", flush=True)
-        self.folder = Path(tempfile.mkdtemp(prefix="fidev-affected-"))
+        self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate = self.folder / "gate"
         env = {**os.environ, **threads, upstream_plugin.GATE: str(self.gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
         try:
@@ -331,7 +319,7 @@ class FlashInferTests:
         if folder is not None and (folder / upstream_tests.FAILING_LIST).is_file():
             failed |= {line.split()[1] for line in (folder / upstream_tests.FAILING_LIST).read_text().splitlines() if len(line.split()) > 1}
         if self.opened is not None:
-            from fidev import upstream_runs
+            from fidev.upstream import runs as upstream_runs
 
             last = upstream_runs.last_case_end(folder) if folder is not None else None
             print(past_build(ended - self.opened, None if last is None else last - self.opened), flush=True)
@@ -404,7 +392,7 @@ def run_affected(args) -> int:
     started = time.perf_counter()
     p = pins()
     tree = p.source_dir
-    dirs = jit_dirs(p.flashinfer)
+    dirs = jit_dirs(workspace.read(p.flashinfer))
     modules = [m for d in dirs for m in built_modules(d)]
     if not modules:
         raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix())

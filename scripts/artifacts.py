@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
-from fidev import jit_modules
-from fidev.failure import ArgumentParser, Failure, run_main
+from fidev.bindings import jit_modules
+from fidev.core.failure import ArgumentParser, Failure, run_main
 
 
 def describe(source: jit_modules.Source) -> str:

@@ -5,7 +5,7 @@ flashinfer-jit-cache provides are reported and skipped where the kernel source m
 prebuilt: in `auto` (the default) where none of their inputs was edited, in `prebuilt` always, in
 `vendored` never. A repeated build is a no-op, and so is one after an edit of a
 header or csrc/ file as far as FlashInfer goes: while nothing that decides the modules' build
-files changed (fidev.build_stamp), ninja alone rebuilds what the edit touched, and neither torch
+files changed (fidev.builds.build_stamp), ninja alone rebuilds what the edit touched, and neither torch
 nor flashinfer is imported.
 """
 
@@ -15,11 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from fidev import build_stamp, kernel_source, module_choice, smoke_modules
-from fidev.failure import ArgumentParser, Failure, run_main
-from fidev.flashinfer_import import import_flashinfer
-from fidev.manifest import pins
-from fidev.module_builds import build_specs
+from fidev.builds import build_stamp, smoke_modules
+from fidev.builds.module_builds import build_specs
+from fidev.core.failure import ArgumentParser, Failure, run_main
+from fidev.core.manifest import pins
+from fidev.jit import kernel_source, module_choice
+from fidev.jit.flashinfer_import import import_flashinfer
 
 
 def target_archs(core):
@@ -58,7 +59,7 @@ def main() -> int:
     specs, compiled = [], []
     for module in chosen:
         spec = module.make()
-        if spec.is_aot:  # in `auto`, only where none of its inputs was edited (fidev.module_choice)
+        if spec.is_aot:  # in `auto`, only where none of its inputs was edited (fidev.jit.module_choice)
             state = "prebuilt"
         else:
             state = "built before" if spec.jit_library_path.exists() else "to compile"

@@ -2,7 +2,7 @@
 
 No network: it never calls `flashinfer show-config`, which offline retries a download for
 about 35 s and then crashes. The chain does not run this task: smoke (and abi-smoke) make the same
-check in their own process, on the import their tests need anyway (fidev.flashinfer_import).
+check in their own process, on the import their tests need anyway (fidev.jit.flashinfer_import).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 import time
 
-from fidev.failure import ArgumentParser, run_main
-from fidev.flashinfer_import import import_flashinfer, vendored_rows
-from fidev.manifest import pins
+from fidev.core.failure import ArgumentParser, run_main
+from fidev.core.manifest import pins
+from fidev.jit.flashinfer_import import import_flashinfer, vendored_rows
 
 
 def main() -> int:

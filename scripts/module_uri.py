@@ -11,8 +11,9 @@ import argparse
 import json
 import sys
 
-from fidev import jit_modules, uris
-from fidev.failure import USAGE, ArgumentParser, Failure, option, run_main
+from fidev.bindings import jit_modules
+from fidev.core.failure import USAGE, ArgumentParser, Failure, option, run_main
+from fidev.jit import uris
 
 # Everything module-uri refuses is the arguments it was given: a value (argparse names the option)
 # or a combination FlashInfer has no module for. Both are bad usage, status 2.

@@ -14,9 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from fidev import cargo_pins, package_index, wheel_cache
-from fidev.failure import ArgumentParser, Failure, option, run_main
-from fidev.manifest import cuda_release, cuda_tag, package_indexes, pins
+from fidev.bindings import cargo_pins, wheel_cache
+from fidev.core import package_index
+from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.manifest import cuda_release, cuda_tag, package_indexes, pins
 
 
 def main() -> int:

@@ -14,9 +14,9 @@ import platform
 import sys
 from pathlib import Path
 
-from fidev import cargo_pins, wheel_cache
-from fidev.failure import ArgumentParser, Failure, option, run_main
-from fidev.manifest import cuda_release, cuda_tag, tomllib
+from fidev.bindings import cargo_pins, wheel_cache
+from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.manifest import cuda_release, cuda_tag, tomllib
 
 
 def host_arch() -> str:

@@ -24,11 +24,14 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from fidev import activation, jit_toolchain, kernel_source, module_choice, smoke_modules, source_tree
-from fidev.failure import ArgumentParser, Failure, option, run_main
-from fidev.jit_toolchain import JitToolchain
-from fidev.manifest import Pins, cuda_release, cuda_tag, pins
-from fidev.versions import in_range, major_minor, version_key
+from fidev.builds import smoke_modules
+from fidev.core import workspace
+from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.manifest import Pins, cuda_release, cuda_tag, pins
+from fidev.core.versions import in_range, major_minor, version_key
+from fidev.jit import activation, jit_toolchain, kernel_source, module_choice
+from fidev.jit.jit_toolchain import JitToolchain
+from fidev.tree import source_tree
 
 SUBPROCESS_TIMEOUT_S = 5
 # Minimum Linux driver of each CUDA release (NVIDIA's CUDA release notes, table 3).
@@ -475,9 +478,8 @@ def check_ninja(ctx: Context) -> Result:
 
 
 def check_jit_dir(ctx: Context) -> Result:
-    base = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home())
-    cache = base / ".cache" / "flashinfer"  # where FlashInfer 0.6 keeps its JIT builds
-    fix = f"set FLASHINFER_WORKSPACE_BASE to a writable folder with >= {MIN_FREE_GIB} GiB free"
+    cache = workspace.cache_of(workspace.base())  # where FlashInfer keeps its JIT builds
+    fix = f"set {workspace.BASE_VARIABLE} to a writable folder with >= {MIN_FREE_GIB} GiB free"
     try:
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=cache):

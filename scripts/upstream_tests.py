@@ -10,13 +10,13 @@ anything imports flashinfer, and printed: in the default mode, `prebuilt`, the m
 flashinfer-jit-cache ships load, and an edit to csrc/ or include/ is not what the tests run.
 
 Before running it plans: a dry run with FLASHINFER_DISABLE_JIT=1 (FlashInfer then refuses to
-build, and fidev.upstream_plugin records which module each test asked for; spread over a
+build, and fidev.upstream.plugin records which module each test asked for; spread over a
 pytest-xdist process per core, up to 16, where xdist is installed) names the modules the selection
 needs, how many objects of them must compile, and estimates the time. Past --budget minutes
 (default 10) it stops, unless given --yes. A dry run that takes over 60 s is dropped, and the run
 shows each module's compile as it starts and ends instead.
 
-The run is FlashInfer CI's (fidev.upstream_runs): a pytest process per test file, the files over
+The run is FlashInfer CI's (fidev.upstream.runs): a pytest process per test file, the files over
 the host's GPUs (`--gpus N`: the first N) one worker per GPU, longest first, each file limited to
 --file-timeout seconds (default 7200); a crash or a timeout is its file's alone. `--per-gpu N`
 runs each file in N parts a GPU, N processes on each GPU at once (`affected` asks for it: its
@@ -44,9 +44,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from fidev import build_records, kernel_source, module_choice, ninja_inputs, source_tree, upstream_plugin, upstream_runs, upstream_suites
-from fidev.failure import USAGE, Failure, report, run_main
-from fidev.manifest import ROOT, pins
+from fidev.core import workspace
+from fidev.core.failure import USAGE, Failure, report, run_main
+from fidev.core.manifest import ROOT, pins
+from fidev.jit import kernel_source, module_choice
+from fidev.records import build_records, ninja_inputs
+from fidev.tree import families as upstream_suites
+from fidev.tree import source_tree
+from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import runs as upstream_runs
 
 OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
         "--help": 0}
@@ -161,7 +167,7 @@ def module_sources(entries: list[dict]) -> dict[str, list[str]]:
 
 def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
     """How many objects of a module a build would compile: every source when the module was never
-    built or ninja cannot tell, else fidev.ninja_inputs.dry_run's count (0 when it is current)."""
+    built or ninja cannot tell, else fidev.records.ninja_inputs.dry_run's count (0 when it is current)."""
     ninja_file = build_dir / "build.ninja"
     pending = ninja_inputs.dry_run(build_dir, ninja_file) if (build_dir / f"{build_dir.name}.so").exists() and ninja_file.exists() else None
     return (len(sources) or 1) if pending is None else len(pending[0])
@@ -187,7 +193,7 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[st
     run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without.
 
     The dry run is the selection under FLASHINFER_DISABLE_JIT=1: FlashInfer refuses to build, its
-    conftest turns each refusal into a skip, and fidev.upstream_plugin records what was asked for."""
+    conftest turns each refusal into a skip, and fidev.upstream.plugin records what was asked for."""
     with tempfile.TemporaryDirectory() as scratch:
         env = {**os.environ, "FLASHINFER_DISABLE_JIT": "1", upstream_plugin.DRY_RUN_DIR: scratch,
                "FLASHINFER_JIT_CACHE_REPORT_FILE": str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
@@ -195,7 +201,7 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[st
         workers = dry_run_workers(nodes)
         if workers:
             env["OMP_NUM_THREADS"] = "1"
-        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", *upstream_runs.UNUSED_PLUGINS, "-p", "fidev.upstream_plugin", *workers,
+        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", *upstream_runs.UNUSED_PLUGINS, "-p", "fidev.upstream.plugin", *workers,
                *pytest_options(tests), *pytest_args]
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -235,7 +241,7 @@ def suite_map(tests: Path) -> dict | None:
     # the suite as it is: each test file and pytest.ini, by size and mtime (an edited test recounts)
     files = sorted(f for f in [*tests.rglob("*.py"), tests.parent / "pytest.ini"] if f.is_file())
     commit = hashlib.sha256(json.dumps([(str(f.relative_to(tests.parent)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()).hexdigest()
-    cache = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / ".cache" / "flashinfer" / p.flashinfer / "fidev-suite-map.json"
+    cache = workspace.read(p.flashinfer).suite_map
     try:
         known = json.loads(cache.read_text())
         if isinstance(known, dict) and known.get("suite") == commit:
@@ -330,7 +336,7 @@ def main() -> int:
 
 
 def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: Path, ours: dict, mode: str) -> int:
-    """The selection a process per file over the host's GPUs (fidev.upstream_runs), then its counts,
+    """The selection a process per file over the host's GPUs (fidev.upstream.runs), then its counts,
     and with a baseline of the same selection, what changed since."""
     groups = upstream_runs.by_file(nodes)
     host = upstream_runs.host_gpus()
@@ -341,7 +347,7 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     gpus = host[:wanted] if wanted else host
     limit_s = ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S)
     p = pins()
-    cache = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE") or Path.home()) / ".cache" / "flashinfer" / p.flashinfer
+    cache = workspace.read(p.flashinfer).version_dir
     run_dir = upstream_runs.run_folder(cache / upstream_runs.RUNS)
     key = [*selection, *pytest_args]
     baseline_file = upstream_runs.baseline_path(cache, key)

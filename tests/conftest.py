@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fidev import flashinfer_import, kernel_source, upstream_runs
-from fidev.failure import Failure
+from fidev.core.failure import Failure
+from fidev.jit import flashinfer_import, kernel_source
+from fidev.upstream import runs as upstream_runs
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
 # (the integration test imports it) and the wheel-cache code; both go to a scratch folder instead,
@@ -239,7 +240,7 @@ def read_only_dir(tmp_path):
 
 @pytest.fixture(scope="session")
 def norm_so(tmp_path_factory):
-    """An ELF module exporting __tvm_ffi_rmsnorm and __tvm_ffi_gemma_rmsnorm (tests/module_fixtures.py)."""
+    """An ELF module exporting __tvm_ffi_rmsnorm and __tvm_ffi_gemma_rmsnorm (tests/support/module_fixtures.py)."""
     from module_fixtures import build_norm_so
 
     return build_norm_so(tmp_path_factory.mktemp("elf"))

@@ -11,7 +11,7 @@ import pytest
 from script_runs import require, run, two_line_failure
 
 require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter (a flashinfer-dev dependency)")
-from fidev import abi  # noqa: E402
+from fidev.bindings import signatures as abi  # noqa: E402
 
 BINDING = """\
 #include "tvm_ffi_utils.h"

@@ -5,11 +5,11 @@ The stand-ins follow FlashInfer's files at v0.6.3:
 - each module's build.ninja: flashinfer/jit/cpp_ext.py, lines 249-252 (rule `compile`:
   `$cxx -MMD -MF $out.d $cflags -c $in -o $out`, `depfile = $out.d`, `deps = gcc`), lines 276-279
   (rule `link`) and 281-297 (absolute object and .so paths under `<jit dir>/<name>/`, `default` the
-  .so); so ninja's deps log, which fidev.ninja_inputs reads, is the one a real build leaves;
+  .so); so ninja's deps log, which fidev.records.ninja_inputs reads, is the one a real build leaves;
 - the JIT dir's place: flashinfer/jit/env.py, `<base>/.cache/flashinfer/<version>/<arch>/cached_ops`;
 - the record of which test needs which module: the entries of FlashInfer's JIT report,
   tests/conftest.py lines 148-166 (test_name is the item's node id, module_name the spec's name,
-  spec_info the str() of a dict) as the upstream-tests plan stores them (fidev.build_records).
+  spec_info the str() of a dict) as the upstream-tests plan stores them (fidev.records.build_records).
 """
 
 import os
@@ -19,8 +19,10 @@ import sys
 
 import pytest
 
-from fidev import build_records, build_stamp, module_builds, ninja_inputs, upstream_runs
-from fidev.manifest import ROOT, pins
+from fidev.builds import build_stamp, module_builds
+from fidev.core.manifest import ROOT, pins
+from fidev.records import build_records, ninja_inputs
+from fidev.upstream import runs as upstream_runs
 from script_runs import require, two_line_failure
 
 pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
@@ -99,7 +101,7 @@ def test_a_header_edit_names_its_module_and_smoke_tests(ws):
     done = affected(root, env, "--list")
     assert done.returncode == 0, done.stdout + done.stderr
     row = next(line for line in done.stdout.splitlines() if "norm.cuh" in line)
-    tests = len(__import__("fidev.smoke_modules", fromlist=["BY_KEY"]).BY_KEY["norm"].tests)
+    tests = len(__import__("fidev.builds.smoke_modules", fromlist=["BY_KEY"]).BY_KEY["norm"].tests)
     assert row.split()[1] == "norm" and f"{tests} test(s)" in row, done.stdout
     assert "other" not in done.stdout
 
@@ -166,7 +168,7 @@ def test_modules_built_from_another_tree_are_refused(ws, tmp_path):
 
 
 def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
-    """Past --list: the edited module is rebuilt (fidev.module_builds), the other is not, and smoke's
+    """Past --list: the edited module is rebuilt (fidev.builds.module_builds), the other is not, and smoke's
     tests run; on a host without a GPU they skip, which is no pass."""
     require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     tree, root, jit_dir, env = ws
@@ -257,7 +259,7 @@ def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(w
     """The call that made a module's JitSpec is kept with its build for `affected` to make again; a
     rebuild from build.ninja alone (affected's own, after a header edit) keeps it; a build whose
     process made the JitSpec by no call that can be made again drops it."""
-    from fidev import module_choice
+    from fidev.jit import module_choice
 
     tree, _, jit_dir, _ = ws
     norm = jit_dir / "norm"

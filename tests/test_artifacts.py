@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from fidev.manifest import pins
+from fidev.core.manifest import pins
 from module_fixtures import JIT_CACHE_WHEEL, make_wheel
 from script_runs import require, run, two_line_failure
 

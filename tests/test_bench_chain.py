@@ -1,4 +1,4 @@
-"""scripts/bench_chain.py on the CPU: it runs the chain the manifest declares, in its order, with
+"""tools/bench_chain.py on the CPU: it runs the chain the manifest declares, in its order, with
 this interpreter for `python`, stops where pixi would (or times past a failure with --keep-going),
 and tables each step and the chain."""
 
@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from fidev.manifest import ROOT, task_chain
+from fidev.core.manifest import ROOT, task_chain
 
 STEP = "import sys, time; time.sleep(0.05); sys.exit({code})\n"
 
@@ -15,7 +15,8 @@ STEP = "import sys, time; time.sleep(0.05); sys.exit({code})\n"
 def workspace(tmp_path, failing=None):
     """A workspace copy whose chain's scripts are stand-ins that sleep briefly and exit 0 (or 1)."""
     root = tmp_path / "ws"
-    shutil.copytree(ROOT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in ("scripts", "tools"):
+        shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", root)
     for name, command in task_chain("smoke"):
         (root / command.split()[1]).write_text(STEP.format(code=int(name == failing)))
@@ -24,7 +25,7 @@ def workspace(tmp_path, failing=None):
 
 def bench(root, *args):
     env = {k: v for k, v in os.environ.items() if k != "PATH"} | {"PATH": "/usr/bin:/bin"}  # no pixi on PATH
-    return subprocess.run([sys.executable, str(root / "scripts/bench_chain.py"), *args], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([sys.executable, str(root / "tools/bench_chain.py"), *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_the_chain_is_timed_in_the_manifests_order(tmp_path):

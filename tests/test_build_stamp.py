@@ -1,5 +1,5 @@
 """A repeated `build` knows its modules are current without importing torch or FlashInfer
-(fidev.build_stamp), rebuilds an edited header's objects by ninja alone, and takes the full path
+(fidev.builds.build_stamp), rebuilds an edited header's objects by ninja alone, and takes the full path
 (with the import) whenever something that decides the modules' build files changed."""
 
 import os
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from fidev import build_stamp
-from fidev.manifest import ROOT, pins
+from fidev.builds import build_stamp
+from fidev.core.manifest import ROOT, pins
 from script_runs import require
 
 pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fidev.manifest import ROOT, pins
-from fidev.module_builds import job_budgets
+from fidev.builds.module_builds import job_budgets
+from fidev.core.manifest import ROOT, pins
 from script_runs import run, two_line_failure
 
 
@@ -24,7 +24,7 @@ def test_steps_fail_in_two_lines_without_flashinfer(script, problem):
 def test_vendored_mode_hides_the_jit_cache(tmp_path, mode, visible):
     (tmp_path / "flashinfer_jit_cache").mkdir()
     (tmp_path / "flashinfer_jit_cache" / "__init__.py").write_text("")
-    probe = ("import importlib.util; from fidev import kernel_source; kernel_source.apply();"
+    probe = ("import importlib.util; from fidev.jit import kernel_source; kernel_source.apply();"
              "print(importlib.util.find_spec('flashinfer_jit_cache') is not None)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}",

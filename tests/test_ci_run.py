@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from fidev.failure import Failure
-from fidev.manifest import FEATURE, MANIFEST, PYPI, _pip_version, default_python, feature, load_manifest, pypi_requirements, task_command
+from fidev.core.failure import Failure
+from fidev.core.manifest import FEATURE, MANIFEST, PYPI, _pip_version, default_python, feature, load_manifest, pypi_requirements, task_command
 
 M = load_manifest()
 NAME = re.compile(r"[A-Za-z0-9_.-]+")

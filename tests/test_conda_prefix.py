@@ -1,4 +1,4 @@
-"""The conda-layout replica (tests/conda_prefix.py) built from a host toolkit is self-consistent:
+"""The conda-layout replica (tests/support/conda_prefix.py) built from a host toolkit is self-consistent:
 whatever nvcc it carries finds the CCCL headers where the code it compiles looks for them."""
 
 import shutil
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import conda_prefix
-from fidev.jit_toolchain import CUDA_TARGET
+from fidev.jit.jit_toolchain import CUDA_TARGET
 
 # What CUTLASS does at FlashInfer v0.6.3 (3rdparty/cutlass/include/cutlass/cutlass.h, lines 40-44):
 # the CCCL path depends on the compiler's version.

@@ -23,10 +23,10 @@ import time
 
 import pytest
 
-from fidev import source_tree
-from fidev.manifest import ROOT, pins
+from fidev.core.manifest import ROOT, pins
+from fidev.tree import source_tree
 from module_fixtures import JIT_CACHE_WHEEL, make_wheel
-from script_runs import require, run
+from script_runs import require, run, task_path
 
 P = pins()
 DOC = ROOT / "docs" / "flashinfer-dev.md"
@@ -96,7 +96,8 @@ def test_every_row_has_a_test_and_every_test_a_row():
 def workspace(tmp_path):
     """A copy of the scripts and the manifest, to break the manifest without touching this one."""
     ws = tmp_path / "ws"
-    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    for d in ("scripts", "tools"):
+        shutil.copytree(ROOT / d, ws / d, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", ws)
     return ws
 
@@ -104,7 +105,7 @@ def workspace(tmp_path):
 def run_in(ws, script, *args, env=None):
     if script == ".ci/run":
         return run_ci(ws)
-    return subprocess.run([sys.executable, str(ws / "scripts" / script), *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(task_path(ws, script)), *map(str, args)], capture_output=True, text=True,
                           timeout=120, env={**os.environ, **(env or {})})
 
 
@@ -317,7 +318,8 @@ def test_another_tree_is_kept_unless_replace_is_asked_for(tmp_path):
     (dest / "csrc" / "mine.cu").write_text("// my edit")
     env_pins = dataclasses.replace(P, sdist_sha256=hashlib.sha256(body).hexdigest())
     from fetch_flashinfer_source import materialize
-    from fidev.failure import Failure
+
+    from fidev.core.failure import Failure
 
     with pytest.raises(Failure) as caught:
         materialize(dest, env_pins, archive)
@@ -608,7 +610,7 @@ def test_build_names_the_first_cause_of_a_failed_link(tmp_path):
     # A real ninja and linker failing the way a module's link fails, read by build's summary.
     if not (shutil.which("ninja") and shutil.which("c++")):
         pytest.skip("needs ninja and a C++ compiler")
-    from fidev import module_builds as build
+    from fidev.builds import module_builds as build
 
     (tmp_path / "m.cpp").write_text("int f() { return 1; }\n")
     (tmp_path / "build.ninja").write_text("rule cxx\n  command = c++ -fPIC -c $in -o $out\nrule link\n  command = c++ -shared $in -lcudart_not_here -o $out\n"

@@ -8,10 +8,10 @@ import tarfile
 
 import pytest
 
-from fetch_flashinfer_source import materialize
-from fidev.failure import Failure
-from fidev.manifest import pins
-from fidev.source_tree import MARKER
+from fidev.core.failure import Failure
+from fidev.core.manifest import pins
+from fidev.tree.source_release import materialize
+from fidev.tree.source_tree import MARKER
 from script_runs import run
 
 RELEASE = pins().flashinfer

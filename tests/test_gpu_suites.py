@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from fidev.manifest import ROOT, pins
+from fidev.core.manifest import ROOT, pins
 from script_runs import two_line_failure
 
 FAKE_TORCH = """\
@@ -61,7 +61,8 @@ def ws(tmp_path):
         shutil.copy(ROOT / "tests" / suite / "conftest.py", root / "tests" / suite)
         (root / "tests" / suite / "test_probe.py").write_text(PROBE)
     shutil.copy(ROOT / "tests" / "conftest.py", root / "tests")
-    shutil.copy(ROOT / "tests" / "gpu_checks.py", root / "tests")
+    (root / "tests" / "support").mkdir()
+    shutil.copy(ROOT / "tests" / "support" / "gpu_checks.py", root / "tests" / "support")
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
     (site / "torch/__init__.py").write_text(FAKE_TORCH)
@@ -136,12 +137,12 @@ def test_the_gpu_suites_prove_flashinfer_is_the_vendored_tree(ws, tmp_path, scri
 
 
 def test_each_modules_tests_are_what_pytest_collects_and_every_test_is_some_modules():
-    """fidev.smoke_modules names, per module, the smoke and abi-smoke tests `affected` runs for it: a
+    """fidev.builds.smoke_modules names, per module, the smoke and abi-smoke tests `affected` runs for it: a
     function, or one case of a function whose other cases load another module. Each must be a node
     id pytest collects (a stale name would run nothing), and every collected test must be some
     module's (or an edit of its module would not run it), and one module's only."""
     pytest.importorskip("torch", reason="collecting tests/abi_smoke needs torch (flashinfer-dev)")
-    from fidev import smoke_modules
+    from fidev.builds import smoke_modules
 
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/smoke", "tests/abi_smoke"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -167,7 +168,7 @@ def test_the_acceptance_run_starts_no_step_past_its_time_limit(tmp_path):
     import gpu_acceptance
 
     assert set(gpu_acceptance.STEP_S) == set(gpu_acceptance.STEPS + gpu_acceptance.NAMED_ONLY)
-    done = subprocess.run([sys.executable, str(ROOT / "tests/gpu_acceptance.py"), "--work", str(tmp_path / "work"), "--time-limit", "20",
+    done = subprocess.run([sys.executable, str(ROOT / "tools/gpu_acceptance.py"), "--work", str(tmp_path / "work"), "--time-limit", "20",
                            "--steps", "build-cold,smoke"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 20 s: --steps build-cold,smoke", done.stdout
@@ -180,7 +181,7 @@ def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_pa
     work = tmp_path / "work"
     work.mkdir()
     (work / "results.json").write_text(json.dumps({"build-cold": {"result": "pass", "seconds": 104.4, "note": "exit 0; 21 objects compiled"}}))
-    done = subprocess.run([sys.executable, str(ROOT / "tests/gpu_acceptance.py"), "--work", str(work), "--time-limit", "5", "--resume",
+    done = subprocess.run([sys.executable, str(ROOT / "tools/gpu_acceptance.py"), "--work", str(work), "--time-limit", "5", "--resume",
                            "--steps", "build-cold,smoke,bench-1-gpu"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "build-cold  pass    104.4 s  exit 0; 21 objects compiled" in done.stdout, done.stdout

@@ -1,52 +1,90 @@
-"""The workspace's house rules (scripts/fidev/__init__.py), as tests: a script holds its task;
-fidev holds what two users share and every fact two files must agree on; importing any fidev
-module needs only the standard library (third-party imports sit inside the functions that need
-them); nothing in fidev imports a script, and fidev's modules import each other without cycles;
-ruff's known-first-party names exactly the workspace's own modules that are imported."""
+"""The workspace's house rules (scripts/fidev/__init__.py), as tests:
+- a script (scripts/) or a maintainer tool (tools/) imports no script and no tool: shared steps live in fidev;
+- fidev's parts import in one direction (fidev.PARTS: a part imports itself and the parts before it), and
+  its modules import each other without cycles;
+- importing any fidev module needs only the standard library (third-party imports sit inside the functions
+  that need them), so preflight can diagnose a half-installed environment;
+- no function of the product (scripts/, fidev) runs past MAX_FUNCTION_LINES;
+- ruff's known-first-party names exactly the workspace's own top-level modules that are imported."""
 
 import ast
 import sys
 
-from fidev.manifest import ROOT, load_manifest
+import pytest
 
-SCRIPTS, TESTS, FIDEV = ROOT / "scripts", ROOT / "tests", ROOT / "scripts" / "fidev"
-OWN = {p.stem for p in SCRIPTS.glob("*.py")} | {p.stem for p in TESTS.glob("*.py")} | {"fidev"}
+import fidev
+from fidev.core.manifest import ROOT, load_manifest
+
+SCRIPTS, TESTS, TOOLS, FIDEV = ROOT / "scripts", ROOT / "tests", ROOT / "tools", ROOT / "scripts" / "fidev"
+SUPPORT = TESTS / "support"
+TASKS = {p.stem for folder in (SCRIPTS, TOOLS) for p in folder.glob("*.py")}
+MAX_FUNCTION_LINES = 60
+
+
+def library() -> list:
+    return sorted(FIDEV.rglob("*.py"))
+
+
+def module_name(path) -> str:
+    parts = path.relative_to(SCRIPTS).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imports(path, top_level_only=False):
-    """(module, line) of each import; with top_level_only, not those inside a function."""
+    """(module, line) of each absolute import; with top_level_only, not those inside a function.
+    `from fidev.x import y` counts as fidev.x.y where that is a module."""
     tree = ast.parse(path.read_text())
     nodes = tree.body if top_level_only else ast.walk(tree)
+    if top_level_only:  # `try: import tomllib except ...:` at the top
+        nodes = [inner for node in nodes for inner in (ast.walk(node) if isinstance(node, ast.Try) else [node])]
     found = []
     for node in nodes:
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.module, node.lineno))
-        elif isinstance(node, ast.Try) and top_level_only:  # `try: import tomllib except ...:` at the top
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.Import | ast.ImportFrom) and getattr(inner, "level", 0) == 0:
-                    found += [(a.name, inner.lineno) for a in inner.names] if isinstance(inner, ast.Import) else [(inner.module, inner.lineno)]
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                if sub.startswith("fidev.") and (SCRIPTS / (sub.replace(".", "/") + ".py")).is_file():
+                    found.append((sub, node.lineno))
     return found
 
 
-def test_importing_fidev_needs_only_the_standard_library():
-    allowed = set(sys.stdlib_module_names) | {"fidev", "__future__"}
-    outside = [(p.name, name, line) for p in FIDEV.glob("*.py") for name, line in imports(p, top_level_only=True)
-               if name.split(".")[0] not in allowed and not name.startswith(("tomli", "pip._vendor"))]
-    assert outside == [], outside
+def part_of(module: str) -> str | None:
+    pieces = module.split(".")
+    return pieces[1] if pieces[0] == "fidev" and len(pieces) > 1 else None
 
 
-def test_fidev_imports_no_script_and_has_no_cycles():
-    graph = {}
-    for path in FIDEV.glob("*.py"):
-        names = [name for name, _ in imports(path)]
-        upward = [n for n in names if n.split(".")[0] in OWN - {"fidev"}]
-        assert upward == [], f"{path.name} imports {upward}: shared code must not reach up into a task"
-        graph[path.stem] = {n.split(".")[1] for n in names if n.startswith("fidev.")}
-        tree = ast.parse(path.read_text())
-        graph[path.stem] |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "fidev"
-                             for alias in node.names}
+def test_the_parts_are_the_packages_of_fidev():
+    assert set(fidev.PARTS) == {p.name for p in FIDEV.iterdir() if (p / "__init__.py").is_file()}
+    assert [p.name for p in FIDEV.glob("*.py")] == ["__init__.py"], "every module of fidev lives in a part"
+
+
+def test_no_script_or_tool_imports_another():
+    found = task_imports([*SCRIPTS.glob("*.py"), *TOOLS.glob("*.py")])
+    assert found == [], f"a task imports a task: move the shared step into fidev: {found}"
+
+
+def test_no_test_imports_a_script_or_tool():
+    found = task_imports(TESTS.rglob("*.py"))
+    assert found == [], f"tests run scripts as a user does, and import fidev for their steps: {found}"
+
+
+def test_parts_import_in_one_direction():
+    order = {part: i for i, part in enumerate(fidev.PARTS)}
+    against = []
+    for path in library():
+        mine = part_of(module_name(path))
+        for name, line in imports(path):
+            theirs = part_of(name)
+            if mine and theirs and order[theirs] > order[mine]:
+                against.append(f"{path.relative_to(SCRIPTS)}:{line} ({mine}) imports {name} ({theirs})")
+            assert name.split(".")[0] not in TASKS, f"{path.relative_to(SCRIPTS)}:{line} imports the task {name}"
+    assert against == [], against
+
+
+def test_fidev_modules_have_no_import_cycles():
+    graph = {module_name(p): {n for n, _ in imports(p) if n.startswith("fidev.") and n != module_name(p)} for p in library()}
     seen, stack = set(), []
 
     def visit(module):
@@ -63,8 +101,49 @@ def test_fidev_imports_no_script_and_has_no_cycles():
         visit(module)
 
 
+def test_importing_fidev_needs_only_the_standard_library():
+    allowed = set(sys.stdlib_module_names) | {"fidev", "__future__"}
+    outside = [(p.relative_to(SCRIPTS).as_posix(), name, line) for p in library() for name, line in imports(p, top_level_only=True)
+               if name.split(".")[0] not in allowed and not name.startswith(("tomli", "pip._vendor"))]
+    assert outside == [], outside
+
+
+def long_functions(paths) -> list[str]:
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{path.name}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def task_imports(paths) -> list[tuple[str, str, int]]:
+    return [(p.name, name, line) for p in paths for name, line in imports(p) if name.split(".")[0] in TASKS]
+
+
+def test_no_product_function_runs_past_the_limit():
+    assert long_functions([*SCRIPTS.glob("*.py"), *library()]) == [], f"split into named steps (at most {MAX_FUNCTION_LINES} lines)"
+
+
+def test_the_length_rule_sees_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"class A:\n    def long(self):\n{body}\n")
+    (tmp_path / "short.py").write_text("def short():\n    return 1\n")
+    assert long_functions([tmp_path / "long.py", tmp_path / "short.py"]) == [f"long.py:2 long ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+@pytest.mark.parametrize("statement", ["import affected", "from upstream_tests import main", "import bench_upstream as bench",
+                                       "def f():\n    import gpu_acceptance"])
+def test_the_task_rule_sees_an_import_of_a_task(tmp_path, statement):
+    (tmp_path / "t.py").write_text(statement + "\n")
+    assert len(task_imports([tmp_path / "t.py"])) == 1
+
+
 def test_known_first_party_names_the_imported_own_modules():
-    imported = {name.split(".")[0] for folder in (SCRIPTS, TESTS, FIDEV, TESTS / "smoke", TESTS / "abi_smoke")
-                for path in folder.glob("*.py") for name, _ in imports(path)} & OWN
+    own = TASKS | {p.stem for p in SUPPORT.glob("*.py")} | {"fidev"}
+    files = [*SCRIPTS.glob("*.py"), *TOOLS.glob("*.py"), *library(), *TESTS.rglob("*.py")]
+    imported = {name.split(".")[0] for path in files for name, _ in imports(path)} & own
     declared = set(load_manifest()["tool"]["ruff"]["lint"]["isort"]["known-first-party"])
     assert declared == imported, f"declare {sorted(imported - declared)}, drop {sorted(declared - imported)}"

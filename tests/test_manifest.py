@@ -1,5 +1,5 @@
 """One test per design decision of the Pixi manifest. Claims about what Pixi does are asserted on
-Pixi's effective view of each environment, computed by tests/pixi_model.py the way Pixi's source
+Pixi's effective view of each environment, computed by tests/support/pixi_model.py the way Pixi's source
 computes it (each function there names the prefix-dev/pixi file and function it follows)."""
 
 import re
@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from fidev import activation
-from fidev.failure import Failure
-from fidev.manifest import FEATURE, MANIFEST, ROOT, load_manifest, pins
+from fidev.core.failure import Failure
+from fidev.core.manifest import FEATURE, MANIFEST, ROOT, load_manifest, pins
+from fidev.jit import activation
 from pixi_model import Workspace
 
 M = load_manifest()
@@ -209,7 +209,7 @@ def test_artifacts_tooling_is_in_flashinfer_dev():
 
 def test_activation_gives_flashinfer_dev_the_conda_layout_and_no_one_else():
     env = WS.activation_env(FEATURE)
-    assert env == activation.manifest_env()  # what fidev.activation applies outside Pixi
+    assert env == activation.manifest_env()  # what fidev.jit.activation applies outside Pixi
     expanded = activation.apply({}, "/p")
     assert expanded["CUDA_HOME"] == "/p"  # bin/nvcc beside its nvcc.profile, not targets/x86_64-linux/bin
     assert expanded["FLASHINFER_EXTRA_CFLAGS"].split() == ["-I/p/targets/x86_64-linux/include"]

@@ -1,4 +1,4 @@
-"""The kernel source modes, per module (fidev.module_choice): in `auto`, a module FlashInfer ships
+"""The kernel source modes, per module (fidev.jit.module_choice): in `auto`, a module FlashInfer ships
 prebuilt loads prebuilt until one of its inputs differs from the release (a header it includes, a
 csrc/ source, the Python generator of its sources), and then compiles from the tree, alone; in
 `vendored`, nothing loads prebuilt. Each case runs in its own process, as a task does: the mode
@@ -21,8 +21,8 @@ import sys
 
 import pytest
 
-from fidev import release_reference, source_tree
-from fidev.manifest import ROOT, pins
+from fidev.core.manifest import ROOT, pins
+from fidev.tree import release_reference, source_tree
 from script_runs import two_line_failure
 
 CORE = """\
@@ -94,8 +94,8 @@ def gen_norm_module():
 DRIVER = """\
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from fidev import kernel_source, module_choice
-from fidev.failure import run_main
+from fidev.jit import kernel_source, module_choice
+from fidev.core.failure import run_main
 def main():
     kernel_source.apply()
     from flashinfer.jit.activation import gen_act_and_mul_module

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fidev.uris import AttentionConfig, module_uri
+from fidev.jit.uris import AttentionConfig, module_uri
 from script_runs import run, two_line_failure
 
 TAIL = "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False"

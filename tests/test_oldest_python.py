@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fidev.manifest import ROOT, load_manifest
+from fidev.core.manifest import ROOT, load_manifest
 
 OLDEST = re.fullmatch(r">=\s*(\d+\.\d+)", load_manifest()["project"]["requires-python"]).group(1)
 
@@ -28,7 +28,7 @@ def oldest_python():
 
 def test_manifest_reader_and_preflight_run_on_the_oldest_python():
     python = oldest_python()
-    pins = subprocess.run([python, "-c", "from fidev.manifest import pins; print(pins().flashinfer)"], cwd=ROOT / "scripts",
+    pins = subprocess.run([python, "-c", "from fidev.core.manifest import pins; print(pins().flashinfer)"], cwd=ROOT / "scripts",
                           capture_output=True, text=True, timeout=60)
     assert pins.returncode == 0 and pins.stdout.strip(), pins.stderr
     done = subprocess.run([python, str(ROOT / "scripts/preflight.py"), "--json"], capture_output=True, text=True, timeout=60)

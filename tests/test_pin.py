@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from fidev.manifest import pins, tomllib
+from fidev.core.manifest import pins, tomllib
 from module_fixtures import JIT_CACHE_WHEEL, OTHER_CUDA, make_wheel
 from script_runs import run, two_line_failure
 

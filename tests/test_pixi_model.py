@@ -1,4 +1,4 @@
-"""The Pixi model (tests/pixi_model.py) must reach the outcomes Pixi's own unit tests assert, on
+"""The Pixi model (tests/support/pixi_model.py) must reach the outcomes Pixi's own unit tests assert, on
 manifests of the same shape: crates/pixi_core/src/workspace/environment.rs, `mod tests`, at
 prefix-dev/pixi v0.77.0. If Pixi's rules and the model part ways, these fail first."""
 

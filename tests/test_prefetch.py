@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from fidev.manifest import ROOT
+from fidev.core.manifest import ROOT
 from script_runs import run, two_line_failure
 
 TVM_WHEEL = "apache_tvm_ffi-0.1.7-cp312-abi3-manylinux_2_28_x86_64.whl"

@@ -1,5 +1,5 @@
 """preflight.py against hosts built on purpose: a prefix laid out like a Pixi environment's (conda's
-CUDA layout, tests/conda_prefix.py) with the manifest's activation applied, fake tools on PATH,
+CUDA layout, tests/support/conda_prefix.py) with the manifest's activation applied, fake tools on PATH,
 fake package metadata.
 
 Each test runs the real script in a copy of the workspace, with `python -S` so that only the
@@ -16,8 +16,9 @@ import textwrap
 import pytest
 
 import conda_prefix
-from fidev import smoke_modules, source_tree
-from fidev.manifest import ROOT, pins
+from fidev.builds import smoke_modules
+from fidev.core.manifest import ROOT, pins
+from fidev.tree import source_tree
 
 P = pins()
 

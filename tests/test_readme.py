@@ -4,8 +4,8 @@ command that runs the tests without pixi."""
 import os
 import re
 
-from fidev import kernel_source
-from fidev.manifest import ROOT
+from fidev.core.manifest import ROOT
+from fidev.jit import kernel_source
 
 README = (ROOT / "README.md").read_text()
 COMMANDS = README[README.index("## The two commands"):]

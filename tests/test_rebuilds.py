@@ -1,5 +1,5 @@
 """What makes a module rebuild: a real ninja and C++ compiler, a module shaped like FlashInfer's
-(an object from a source that includes a header, linked into a .so), and fidev.ninja_inputs,
+(an object from a source that includes a header, linked into a .so), and fidev.records.ninja_inputs,
 which catches the restored copy that ninja's mtime check misses."""
 
 import os
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from fidev import ninja_inputs
+from fidev.records import ninja_inputs
 
 pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
 
@@ -71,7 +71,7 @@ def test_a_combined_build_makes_the_modules_own_folder_compile_again(module):
 
 
 def test_dry_run_names_what_a_build_would_compile(module):
-    """fidev.ninja_inputs.dry_run, which build's no-op check (build_stamp.has_work) and the
+    """fidev.records.ninja_inputs.dry_run, which build's no-op check (build_stamp.has_work) and the
     upstream-tests plan's estimate share: the objects, and the edges with the link."""
     never = ninja_inputs.dry_run(module, module / "build.ninja")
     assert never == ({f"{module}/m.o"}, 2)  # compile and link

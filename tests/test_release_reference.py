@@ -1,4 +1,4 @@
-"""fidev.release_reference: which files of the vendored tree differ from the pinned release, for a
+"""fidev.tree.release_reference: which files of the vendored tree differ from the pinned release, for a
 git checkout (against the pinned commit) and for the source release (against the hashes recorded
 when it was unpacked), and two lines for a tree that matches neither."""
 
@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from fidev import release_reference, source_tree
-from fidev.failure import Failure
-from fidev.manifest import pins
+from fidev.core.failure import Failure
+from fidev.core.manifest import pins
+from fidev.tree import release_reference, source_tree
 
 
 def tree_files(tree):

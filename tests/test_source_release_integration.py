@@ -17,9 +17,9 @@ from dataclasses import asdict
 
 import pytest
 
-from fidev import source_tree
-from fidev.manifest import ROOT, pins
-from fidev.uris import KINDS, AttentionConfig, module_uri
+from fidev.core.manifest import ROOT, pins
+from fidev.jit.uris import KINDS, AttentionConfig, module_uri
+from fidev.tree import source_tree
 from script_runs import require
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,7 @@ def test_import_flashinfer_resolves_to_the_vendored_tree(installed, tmp_path):
 
 
 def test_module_uris_match_flashinfers_own(installed, tmp_path):
-    """fidev.uris restates FlashInfer's module naming; here the pinned release names a grid of
+    """fidev.jit.uris restates FlashInfer's module naming; here the pinned release names a grid of
     configurations itself, so a change of naming shows when the pin moves."""
     _, python, _ = installed
     configs = [AttentionConfig(kind, backend, dtype, "e4m3" if fp8_kv else dtype, dtype, "i32", qk, vo, posenc, swa, cap, f16qk)
@@ -130,7 +130,7 @@ def test_abi_reads_every_export_of_the_release(installed):
     export it found, each with the declaration it binds, and the functions abi-smoke calls have
     the argument order the bindings use (docs/flashinfer-dev.md, step 5)."""
     require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter")
-    from fidev import abi
+    from fidev.bindings import signatures as abi
 
     tree, _, _ = installed
     exports = abi.report(tree)
@@ -167,11 +167,11 @@ def test_the_guides_abi_samples_are_what_abi_prints(installed):
 
 
 def test_the_release_installed_and_imported_reads_as_unedited_and_an_edit_reads_as_one(installed):
-    """fidev.release_reference against the record written at unpacking, after the editable install
+    """fidev.tree.release_reference against the record written at unpacking, after the editable install
     and an import (its links, build metadata, bytecode are not edits)."""
     import dataclasses
 
-    from fidev import release_reference
+    from fidev.tree import release_reference
 
     tree, _, _ = installed
     p = dataclasses.replace(pins(), source_dir=tree)
@@ -186,7 +186,7 @@ def test_the_release_installed_and_imported_reads_as_unedited_and_an_edit_reads_
 
 
 def test_auto_compiles_only_the_modules_whose_release_inputs_were_edited(installed, tmp_path):
-    """The kernel source mode auto on the real release (fidev.module_choice patches FlashInfer's own
+    """The kernel source mode auto on the real release (fidev.jit.module_choice patches FlashInfer's own
     JitSpec.is_aot and registry): with norm and silu_and_mul "prebuilt" in the tree's data/aot (the
     AOT dir without a jit-cache package, flashinfer/jit/env.py `_get_aot_dir`), both load prebuilt;
     an edit of include/flashinfer/norm.cuh compiles norm alone; one of the silu generator,
@@ -198,7 +198,7 @@ def test_auto_compiles_only_the_modules_whose_release_inputs_were_edited(install
     probe = f"""
 import json, sys
 sys.path.insert(0, {str(ws / "scripts")!r})
-from fidev import kernel_source, module_choice
+from fidev.jit import kernel_source, module_choice
 kernel_source.apply()
 from flashinfer.jit.activation import gen_act_and_mul_module
 from flashinfer.jit.norm import gen_norm_module
@@ -237,7 +237,7 @@ print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, si
 
 def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tmp_path):
     """`affected` regenerates a module of FlashInfer's tests by the call that made its JitSpec
-    (fidev.module_choice.generator_call, noted at gen_jit_spec's registration, core.py line 482 at
+    (fidev.jit.module_choice.generator_call, noted at gen_jit_spec's registration, core.py line 482 at
     v0.6.3), instead of a dry run of a test. On the real release: the calls of four generators (one
     with torch dtypes) are recorded as plain values, the outermost generator's for single decode;
     made again in a fresh process with the generated files removed, they write the same files; an
@@ -248,7 +248,7 @@ def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tm
     head = f"""
 import json, sys
 sys.path.insert(0, {str(ws / "scripts")!r})
-from fidev import kernel_source, module_choice
+from fidev.jit import kernel_source, module_choice
 kernel_source.apply()
 import torch
 """

@@ -1,4 +1,4 @@
-"""Smoke's tolerances (tests/gpu_checks.py) catch a kernel bug of the size FlashInfer's own tests
+"""Smoke's tolerances (tests/support/gpu_checks.py) catch a kernel bug of the size FlashInfer's own tests
 catch: every fp16 bound is under 5e-3, and an fp16 output 0.5% off fails the check, while the
 output's own rounding passes it."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from script_runs import require
 
-require("torch", why="tests/gpu_checks.py is keyed by torch dtypes (torch is a flashinfer-dev package)")
+require("torch", why="tests/support/gpu_checks.py is keyed by torch dtypes (torch is a flashinfer-dev package)")
 import torch  # noqa: E402
 
 import gpu_checks  # noqa: E402

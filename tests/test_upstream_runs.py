@@ -1,8 +1,8 @@
-"""upstream-tests as FlashInfer's CI runs its suite (fidev.upstream_runs): a pytest process per test
+"""upstream-tests as FlashInfer's CI runs its suite (fidev.upstream.runs): a pytest process per test
 file, a crash or a timeout reported for its file alone, a JUnit XML per file, skips by reason, the
 files spread over the GPUs with CUDA_VISIBLE_DEVICES, and a baseline to compare a run against.
 
-The tree is tests/upstream_standin.py's stand-in of FlashInfer's suite at v0.6.3 (its conftest, its
+The tree is tests/support/upstream_standin.py's stand-in of FlashInfer's suite at v0.6.3 (its conftest, its
 pytest.ini), with test files added per case."""
 
 import os
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fidev import upstream_runs
-from fidev.manifest import pins
+from fidev.core.manifest import pins
+from fidev.upstream import runs as upstream_runs
 from script_runs import require, two_line_failure
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
@@ -118,7 +118,7 @@ def test_the_benchmark_times_one_and_two_gpus(ws):
     root, _, env = ws
     for rel in ("attention/test_rope.py", "attention/test_page.py"):
         write(root, rel, "import time\ndef test_slow():\n    time.sleep(2)\n")
-    done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "rope", "page"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "rope", "page"], capture_output=True, text=True,
                           timeout=300, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip() and line.split()[0] in ("1", "2")}
@@ -128,10 +128,10 @@ def test_the_benchmark_times_one_and_two_gpus(ws):
     files = r"\n    \[1/2\] GPU [01] tests/attention/test_\w+\.py: 1 passed.* in \d+ s\n    \[2/2\] GPU [01] "
     assert re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M), done.stdout
     # one count per command (a device call's 10 minutes), the modules built by an earlier one
-    done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "--no-warm-up", "--gpus", "2", "rope", "page"],
+    done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "--no-warm-up", "--gpus", "2", "rope", "page"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
     assert done.returncode == 0 and "warm-up" not in done.stdout and re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M), done.stdout
-    done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "--gpus", "1,4", "rope"], capture_output=True,
+    done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "--gpus", "1,4", "rope"], capture_output=True,
                           text=True, timeout=60, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
     assert done.returncode == 1 and "--gpus asks for 4 GPUs and this host shows 2" in done.stderr
 
@@ -161,7 +161,7 @@ def test_failing_tests_are_named_as_pytest_names_them(ws):
 
 
 def test_a_files_process_ends_without_the_interpreters_teardown_but_runs_its_exit_handlers(ws, tmp_path):
-    """fidev.upstream_runs.PYTEST: what was registered with atexit still runs, an object's finalizer
+    """fidev.upstream.runs.PYTEST: what was registered with atexit still runs, an object's finalizer
     at the interpreter's teardown does not (the cost skipped), and the last lines still arrive."""
     root, _, env = ws
     handler, finalizer = tmp_path / "atexit-ran", tmp_path / "finalizer-ran"
@@ -222,10 +222,10 @@ def test_an_interrupt_stops_the_running_files(ws, tmp_path):
 def test_the_benchmark_fails_when_its_runs_fail(ws):
     root, _, env = ws
     write(root, "attention/test_rope.py", "def test_bad():\n    assert False\n")
-    done = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
     two_line_failure(done, "runs failed (exit 1): the figures above time failing runs")
-    hidden = subprocess.run([sys.executable, str(root / "scripts/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=60,
+    hidden = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=60,
                             env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": ""})
     two_line_failure(hidden, "no GPU is visible here")
 
@@ -271,7 +271,7 @@ def test_a_compare_run_names_tests_no_longer_run(ws):
 
 def test_the_header_names_the_gpus_the_workers_are_pinned_to(tmp_path, monkeypatch):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from fidev import upstream_runs
+    from fidev.upstream import runs as upstream_runs
 
     # /proc/driver/nvidia/gpus/<PCI bus id>/information, a "Model:" line each, as the driver writes it
     for bus, model in [("0000:19:00.0", "NVIDIA H100 80GB HBM3"), ("0000:3b:00.0", "NVIDIA L40S")]:
@@ -285,11 +285,11 @@ def test_the_header_names_the_gpus_the_workers_are_pinned_to(tmp_path, monkeypat
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
 def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, workers):
-    """`affected` starts FlashInfer's tests while it builds their modules (fidev.upstream_plugin.GATE):
+    """`affected` starts FlashInfer's tests while it builds their modules (fidev.upstream.plugin.GATE):
     each file's process (each xdist worker) imports and collects, then runs nothing until the gate
     file says go, having made its CUDA context while it waited. A gate whose owner is gone ends the
     run instead of leaving it waiting."""
-    from fidev import upstream_plugin
+    from fidev.upstream import plugin as upstream_plugin
 
     if workers:
         require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
@@ -348,7 +348,7 @@ def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts
     gate those of the modules it did (a function for all its cases, or a node id). The rest are
     deselected; a file left with none ends "no tests ran", which counts as finished, not failed.
     A long file's parts (one per GPU) each take their share of the file first, then the gate's."""
-    from fidev import upstream_plugin
+    from fidev.upstream import plugin as upstream_plugin
 
     if "-n" in workers:
         require("xdist", why="upstream-tests passes -n on to pytest-xdist (pytest-xdist is in flashinfer-dev)")
@@ -405,7 +405,7 @@ def test_the_suites_processes_leave_out_hypothesiss_plugin(ws, tmp_path):
     """FlashInfer's suite does not use hypothesis; its pytest plugin imports hypothesis at every
     session's end where it is installed (upstream_runs.UNUSED_PLUGINS), so both the plan's dry run
     and the run's processes block it."""
-    from fidev import upstream_plugin
+    from fidev.upstream import plugin as upstream_plugin
 
     root, _, env = ws
     seen = tmp_path / "seen"
@@ -608,7 +608,7 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(
         "from filelock import FileLock, Timeout\n"
-        "from fidev import module_builds, upstream_plugin\n"
+        "from fidev.builds import module_builds; from fidev.upstream import plugin as upstream_plugin\n"
         "import flashinfer\n"
         "held, record = [], module_builds.record_build\n"
         "def recording(build_dir, *args, **kwargs):\n"

@@ -2,7 +2,7 @@
 kernel source mode applied before flashinfer is imported, the compile plan with its budget, and
 that neither the plan nor the run compiles what is already built.
 
-The tree is tests/upstream_standin.py's stand-in of FlashInfer's suite and JIT at v0.6.3."""
+The tree is tests/support/upstream_standin.py's stand-in of FlashInfer's suite and JIT at v0.6.3."""
 
 import json
 import os
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from fidev import source_tree, upstream_suites
-from fidev.failure import Failure
-from fidev.manifest import ROOT, pins
+from fidev.core.failure import Failure
+from fidev.core.manifest import ROOT, pins
+from fidev.tree import families as upstream_suites
+from fidev.tree import source_tree
 from script_runs import require, two_line_failure
 from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
@@ -105,7 +106,7 @@ def test_a_slow_plan_is_dropped_and_the_run_goes_ahead(ws):
     tests = root / "extern/tracked/flashinfer/tests"
     (tests / "utils/test_slow.py").write_text("import time\ndef test_slow():\n    time.sleep(float(__import__('os').environ.get('SLOW_S', 0)))\n")
     # PLAN_LIMIT_S lowered to 1 s in a process of its own: the dry run (SLOW_S=5) runs past it
-    code = ("import sys; sys.path.insert(0, 'scripts'); import upstream_tests; from fidev.failure import run_main; "
+    code = ("import sys; sys.path.insert(0, 'scripts'); import upstream_tests; from fidev.core.failure import run_main; "
             "upstream_tests.PLAN_LIMIT_S = 1; sys.argv[0] = 'upstream_tests.py'; sys.exit(run_main(upstream_tests.main))")
     done = subprocess.run([sys.executable, "-c", code, "utils/test_slow.py", "--budget", "0"], cwd=root, capture_output=True, text=True,
                           timeout=120, env={**os.environ, **env, "SLOW_S": "5"})

@@ -1,4 +1,4 @@
-"""fidev.versions (standard library only, for preflight) against `packaging`, which pip and uv
+"""fidev.core.versions (standard library only, for preflight) against `packaging`, which pip and uv
 follow, over a grid of versions and specifier sets: pre-, post-, dev- and local versions, every
 operator, and the wildcard forms."""
 
@@ -8,11 +8,11 @@ import pytest
 
 from script_runs import require
 
-require("packaging", why="the reference fidev.versions is held to")
+require("packaging", why="the reference fidev.core.versions is held to")
 from packaging.specifiers import InvalidSpecifier, SpecifierSet  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
-from fidev.versions import in_range, parse  # noqa: E402
+from fidev.core.versions import in_range, parse  # noqa: E402
 
 VERSIONS = ["0.1.5", "0.1.6", "0.1.7", "0.1.8", "0.1.8.post0", "0.1.8.post1", "0.1.9.post1", "0.2.0rc1", "0.2.0",
             "0.2.0.dev3", "0.2.0a1.dev2", "0.2.0b2", "0.2.0.post1.dev1", "0.2", "0.2.0+cu129", "0.2.0+local.7", "1!0.1",

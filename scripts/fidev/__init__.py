@@ -1,11 +1,26 @@
-"""Shared logic of the FlashInfer developer workspace's scripts.
+"""The library of the FlashInfer developer workspace's tasks, in parts by concern.
 
 Where code goes:
-- A script in scripts/ holds its task: its arguments, its output, its order of steps.
-- fidev holds what two users share (scripts, tests), and every fact two files must agree on
-  (a path, a file name, a rule of FlashInfer's or Pixi's), stated once.
+- A script in scripts/ is a task: it parses its arguments, calls library steps in order and prints.
+  No script imports another script; maintainer tools (tools/) follow the same rule.
+- fidev holds every step two users share and every fact two files must agree on (a path, a file
+  name, a rule of FlashInfer's or Pixi's), stated once, in one part:
+
+  core      failures and exit statuses, files, versions, the manifest, the package index, the workspace's paths
+  tree      the vendored FlashInfer tree: what it is, the release it came from, the kernel families and their sources
+  records   what a build recorded beside a module: its inputs, its generators, the tests that asked for it
+  jit       FlashInfer's JIT as we drive it: module names, the kernel-source mode, the per-module choice, the toolchain
+  builds    building modules: smoke's module set, the ninja builds, the build stamp
+  smoke     running the workspace's own GPU suites (smoke, abi-smoke) under pytest
+  upstream  FlashInfer's own test suite: the plan, the per-file runs, the pytest plugin, the run summary
+  affected  from an edit to its modules, their tests and a verdict
+  bindings  the Rust bindings' tools: exported signatures, ELF, module artifacts, Cargo pins, the wheel cache
+
+- A module imports from its own part and from the parts listed before it (PARTS), never after.
 - Importing any fidev module needs only the standard library, so preflight can diagnose a
   half-installed environment; a third-party package is imported inside the function that needs it,
   which fails in two lines when it is missing.
-- Nothing in fidev imports a script. tests/test_layout.py holds these rules.
+tests/test_layout.py holds these rules.
 """
+
+PARTS = ("core", "tree", "records", "jit", "builds", "smoke", "upstream", "affected", "bindings")

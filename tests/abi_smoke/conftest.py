@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fidev import elf, smoke_modules
+from fidev.bindings import elf
+from fidev.builds import smoke_modules
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import re
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (abi-smoke runs in flashinfer-dev)")
-from fidev import smoke_modules  # noqa: E402
-from fidev.uris import AttentionConfig, module_uri  # noqa: E402
+from fidev.builds import smoke_modules  # noqa: E402
+from fidev.jit.uris import AttentionConfig, module_uri  # noqa: E402
 from gpu_checks import EPS, add_result, assert_close, attention_ref, fresh_seed, gated_delta_rule_ref, gdn_inputs, poisoned, rms_ref  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -172,10 +172,10 @@ RUNTIME_SIGNATURE = re.compile(r"`(\w+)\((.*)\) -> ([^`]+)`")
 
 @pytest.fixture(scope="session")
 def source_abi():
-    """The exports fidev.abi reads from the vendored source (what `pixi run -e flashinfer-dev abi` prints)."""
+    """The exports fidev.bindings.signatures reads from the vendored source (what `pixi run -e flashinfer-dev abi` prints)."""
     pytest.importorskip("tree_sitter_cpp", reason="tree-sitter-cpp is not installed (a flashinfer-dev dependency)")
-    from fidev import abi
-    from fidev.manifest import pins
+    from fidev.bindings import signatures as abi
+    from fidev.core.manifest import pins
 
     return {e.key: e for e in abi.report(pins().source_dir)}
 
@@ -186,7 +186,7 @@ def test_runtime_signature_equals_the_source(abi_module, source_abi, request, ke
     parameter count and types abi parsed from the source, in the same order."""
     if smoke_modules.BY_KEY[key].sm90:
         request.getfixturevalue("sm90")
-    from fidev.abi import tvm_ffi_type
+    from fidev.bindings.signatures import tvm_ffi_type
 
     module, spec, _ = abi_module(key, [name])
     with pytest.raises(TypeError) as caught:

@@ -4,7 +4,7 @@ GPU, or without FlashInfer, every test skips and says why; the smoke task (scrip
 
 import pytest
 
-from fidev import smoke_modules
+from fidev.builds import smoke_modules
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from fidev.smoke_modules import BY_KEY
+from fidev.builds.smoke_modules import BY_KEY
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
 from gpu_checks import EPS, assert_close, attention_ref, fresh_seed, gpu_ms, max_rel_err, poison_allocator, poisoned, rms_ref  # noqa: E402

@@ -1,0 +1,1 @@
+"""The Rust bindings' tools: exported signatures, ELF, module artifacts, Cargo pins, the wheel cache."""

@@ -1,0 +1,140 @@
+"""Wheel pins in the shape the Rust bindings crate keeps in its Cargo.toml,
+`[package.metadata.flashinfer_rs.pinned_wheels.<name>.<cuda>.<arch>]` with filename, url and
+sha256: what a wheel's file name says about those keys, the pins of a local wheel (its URL from
+its package index), and the TOML's writer and reader."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from fidev.core import package_index
+from fidev.core.failure import Failure
+from fidev.core.files import sha256_file
+
+METADATA_PATH = ("package", "metadata", "flashinfer_rs", "pinned_wheels")
+ARCHES = ("x86_64", "aarch64")  # the crate's arch keys
+
+
+@dataclass(frozen=True)
+class WheelName:
+    filename: str
+    name: str  # the distribution as the wheel spells it (underscores): the crate's key
+    version: str
+    platforms: tuple[str, ...]
+
+    @property
+    def cuda(self) -> str | None:
+        """cu129 for a `+cu129` local version (flashinfer-jit-cache), else None."""
+        match = re.search(r"\+(cu\d+)", self.version)
+        return match.group(1) if match else None
+
+    @property
+    def arches(self) -> tuple[str, ...]:
+        """The crate arch keys this wheel serves: from its platform tags; a pure wheel serves all."""
+        if "any" in self.platforms:
+            return ARCHES
+        return tuple(a for a in ARCHES if any(tag.endswith(a) for tag in self.platforms))
+
+
+def parse_wheel_filename(filename: str) -> WheelName:
+    """The wheel's name, version and platforms, read by `packaging` (PEP 427)."""
+    try:
+        from packaging.utils import InvalidWheelFilename
+        from packaging.utils import parse_wheel_filename as parse
+    except ModuleNotFoundError as e:
+        raise Failure("packaging is not installed in this interpreter", "run it in the environment: `pixi run -e flashinfer-dev ...`") from e
+    try:
+        _, version, _, tags = parse(filename)
+    except InvalidWheelFilename as e:
+        raise Failure(f"{filename} is not a wheel file name: {e}", "pass the wheel as downloaded, without renaming it") from e
+    return WheelName(filename, filename.split("-")[0], str(version), tuple(sorted({t.platform for t in tags})))
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    cuda: str
+    arch: str
+    filename: str
+    url: str
+    sha256: str
+
+
+def pin_toml(pins_: list[Pin]) -> str:
+    """TOML tables for Cargo.toml. json.dumps writes a valid TOML basic string."""
+    blocks = []
+    for p in pins_:
+        header = ".".join((*METADATA_PATH, p.name, p.cuda, p.arch))
+        blocks.append(f"[{header}]\nfilename = {json.dumps(p.filename)}\nurl = {json.dumps(p.url)}\nsha256 = {json.dumps(p.sha256)}\n")
+    return "\n".join(blocks)
+
+
+def read_pins(toml: dict, source: str) -> list[Pin]:
+    """Every `<name>.<cuda>.<arch>` entry under [package.metadata.flashinfer_rs.pinned_wheels]."""
+    table = toml
+    for key in METADATA_PATH:
+        table = table.get(key) if isinstance(table, dict) else None
+    if not isinstance(table, dict):
+        raise Failure(f"{source} has no [{'.'.join(METADATA_PATH)}] table",
+                      "name the bindings crate's Cargo.toml, or a file holding the blocks the `pin` task prints")
+    found = []
+    for name, by_cuda in table.items():
+        for cuda, by_arch in (by_cuda or {}).items():
+            for arch, entry in (by_arch or {}).items():
+                where = f"{'.'.join(METADATA_PATH)}.{name}.{cuda}.{arch}"
+                if not isinstance(entry, dict):
+                    raise Failure(f"{source}: {where} is not a table", "each entry needs filename, url and sha256")
+                filename, url, sha = (str(entry.get(k, "")).strip() for k in ("filename", "url", "sha256"))
+                if not filename.endswith(".whl") or "/" in filename or not url.startswith(("https://", "http://", "file://")) \
+                        or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
+                    raise Failure(f"{source}: {where} needs a wheel filename, an http(s) or file url and a 64-hex-digit lowercase sha256",
+                                  "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`")
+                found.append(Pin(name, cuda, arch, filename, url, sha))
+    return found
+
+
+def index_for(wheel: WheelName, indexes: dict[str, str]) -> str:
+    """The index `indexes` (normalized distribution -> index URL, the manifest's per-package
+    `index`) names for this wheel, PyPI otherwise; a jit-cache wheel of another CUDA is looked up in
+    that CUDA's index."""
+    index = indexes.get(package_index.normalize(wheel.name))
+    if index is None:
+        return package_index.PYPI_SIMPLE
+    return re.sub(r"cu\d+", wheel.cuda, index) if wheel.cuda else index
+
+
+def find_in_index(index: str, wheel: WheelName, timeout: float = 30) -> tuple[str, str | None]:
+    """(download URL, the index's sha256 or None) of `wheel` on a PEP 691 / PEP 503 index page."""
+    page = f"{index.rstrip('/')}/{package_index.normalize(wheel.name)}/"
+    try:
+        base, files = package_index.listed_files(page, timeout=timeout)
+    except Failure as e:
+        fix = (f"{index} has no project {wheel.name}: check the wheel and --index, or give the download URL yourself: --url URL"
+               if isinstance(e, package_index.HttpStatus) and e.status == 404
+               else "run it where the index is reachable, or give the download URL yourself: --url URL")
+        raise Failure(f"cannot read the index page: {e.problem}", fix) from e
+    found = package_index.file_in(files, base, wheel.filename)
+    if found is None:
+        raise Failure(f"{page} does not list {wheel.filename}",
+                      "check the file name (and the CUDA tag in it), or give the download URL yourself: --url URL")
+    return found
+
+
+def pins_for(path: Path, filename: str, cuda: str, index: str | None = None, url: str | None = None) -> list[Pin]:
+    """The pins of one local wheel file, named `filename` where it was published: one per crate
+    arch it serves. `cuda` is the key (cu129) for a wheel whose version names none. The URL is
+    `url`, or looked up on `index`, whose published sha256 must then equal the file's."""
+    wheel = parse_wheel_filename(filename)
+    sha = sha256_file(path)
+    if url is None:
+        url, published = find_in_index(index or package_index.PYPI_SIMPLE, wheel)
+        if published and published.lower() != sha:
+            raise Failure(f"{filename}: the index publishes sha256 {published}, the file has {sha}",
+                          "the file is not the published wheel: download it again")
+    if not wheel.arches:
+        raise Failure(f"{filename}: platform {', '.join(wheel.platforms)} is none of the crate's arches ({', '.join(ARCHES)})",
+                      "pin a manylinux x86_64 or aarch64 wheel")
+    return [Pin(wheel.name, wheel.cuda or cuda, arch, filename, url, sha) for arch in wheel.arches]

@@ -1,0 +1,1 @@
+"""Building modules: smoke's module set, the ninja builds, the build stamp."""

@@ -1,0 +1,142 @@
+"""Building FlashInfer JIT modules the way FlashInfer's own loader does: each module with its own
+ninja in its own folder (`JitSpec.build` runs `ninja -C <jit dir>/<module>`, flashinfer/jit/core.py at
+v0.6.3), several side by side, with one progress line per object and the first compiler error.
+
+Why never one combined build: ninja keeps its build and deps logs per build folder. FlashInfer's
+`build_jit_specs` (core.py) runs one ninja over a `subninja` of every module from the JIT dir's root,
+so its logs sit there; the module's own folder keeps the old ones, and ninja finds their deps records
+older than the objects it just rebuilt ("stored deps info out of date"), so the next per-module
+build (the loader's, or `build`'s) compiles everything again. Both build.py and upstream-tests
+(for the `warmup_jit` fixtures of FlashInfer's tests) build through here instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fidev.core.failure import Failure
+from fidev.jit import module_choice
+from fidev.records import build_records, ninja_inputs
+
+SLOWEST_SHOWN = 5
+# A line of compiler or linker output that names a cause. ninja's `FAILED:` line, collect2's
+# summary and ninja's own epilogue only restate it.
+ERROR_LINE = re.compile(r"\berror\b|cannot find -l|undefined reference to|No such file or directory", re.IGNORECASE)
+NOT_THE_CAUSE = re.compile(r"(FAILED:|collect2:|ninja: build stopped)")
+BUILD_FAILED_FIX = "read the compiler output above; `pixi run -e flashinfer-dev preflight` checks the toolchain"
+
+
+def first_error(lines: list[str]) -> str:
+    """The first line of a failed build's output that names a cause, else its last line."""
+    return next((line.strip() for line in lines if ERROR_LINE.search(line) and not NOT_THE_CAUSE.match(line.strip())),
+                lines[-1].strip() if lines else "no output")
+
+
+def job_budgets(specs) -> list[int]:
+    """ninja -j for each module's build, run side by side (each in its own folder: see above). A
+    module gets a job per source until the sources outnumber twice the cores (MAX_JOBS when set),
+    then shares in proportion."""
+    max_jobs = os.environ.get("MAX_JOBS", "")
+    budget = int(max_jobs) if max_jobs.isdigit() else 2 * (os.cpu_count() or 1)
+    sources = [len(spec.sources) for spec in specs]
+    if sum(sources) <= budget:
+        return sources
+    return [max(1, budget * n // sum(sources)) for n in sources]
+
+
+def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = None, tree: Path | None = None) -> None:
+    """After a module built: what it was built from, for the restored-copy guard and `affected`
+    (fidev.records.ninja_inputs, fidev.records.build_records). `generators` shares one read of the tree's Python
+    files among the modules of one build; `tree` is the manifest's vendored tree unless given."""
+    from fidev.core.manifest import pins
+
+    tree = tree or pins().source_dir
+    ninja_inputs.record(build_dir, ninja_file)
+    build_records.record_generators(build_dir, tree, generators)
+    if build_dir.name in module_choice.GENERATORS:  # this process made its JitSpec (a rebuild of build.ninja alone keeps the record)
+        build_records.record_call(build_dir, module_choice.CALLS.get(build_dir.name))
+    build_records.record_tree(build_dir.parent, tree)
+
+
+def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
+    """One ninja per module, concurrently; one line per started object, with its module's
+    [done/total elapsed], handed to `say`."""
+    printing = threading.Lock()
+    failures = []
+    generators: dict = {}
+
+    def build(spec, jobs):
+        stale = ninja_inputs.restored(spec.build_dir)
+        for obj, inputs in stale.items():
+            with printing:
+                say(f"  {spec.name[:48]}/{Path(obj).name}: {Path(inputs[0]).name} changed but is not newer than it "
+                    f"(a restored copy?): rebuilding it")
+        ninja_inputs.invalidate(spec.build_dir, stale)
+        cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=dict(os.environ, NINJA_STATUS="[%f/%t %es] "))
+        output = []
+        for line in proc.stdout:
+            status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
+            with printing:
+                if status:
+                    say(f"  {status.group(1)} {spec.name[:48]}/{Path(status.group(2)).name}")
+                elif line.strip() and not line.startswith("ninja: Entering"):
+                    output.append(line.rstrip())
+                    say("  " + line.rstrip())
+        if proc.wait() != 0:
+            failures.append(f"{spec.name}: {first_error(output)}")
+        else:
+            with printing:  # one read of the tree's Python files, shared
+                record_build(spec.build_dir, spec.ninja_path, generators)
+
+    threads = [threading.Thread(target=build, args=pair) for pair in zip(specs, job_budgets(specs), strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
+
+
+def ninja_log_lines(spec) -> list[str]:
+    log = spec.build_dir / ".ninja_log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
+    """Compile times of this run's objects: the lines ninja appended to the modules' logs."""
+    rows = [line.split("\t") for line in new_lines if not line.startswith("#")]
+    return sorted(((int(r[1]) - int(r[0])) / 1000, r[3]) for r in rows if len(r) >= 4)[::-1][:SLOWEST_SHOWN]
+
+
+
+
+def build_specs(specs, say: Callable[[str], None] = lambda line: print(line, flush=True)) -> tuple[float, list[tuple[float, str]]]:
+    """Build `specs` (FlashInfer JitSpecs, none prebuilt, or fidev.builds.build_stamp's modules, whose build
+    files exist) each in its own folder, under the JIT dir's lock as FlashInfer's own builds are
+    (`<jit dir>/tmp/flashinfer_jit.lock`, flashinfer/jit/core.py: get_tmpdir, build_jit_specs).
+    Returns the wall time and this run's slowest objects."""
+    from filelock import FileLock  # what FlashInfer itself locks its JIT dir with
+
+    started = time.time()
+    logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in specs}
+    if specs:
+        for spec in specs:
+            if hasattr(spec, "write_ninja"):
+                spec.write_ninja()
+        lock_dir = specs[0].build_dir.parent / "tmp"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(lock_dir / "flashinfer_jit.lock", thread_local=False):
+            run_module_builds(specs, say)
+    seconds = time.time() - started
+    missing = [s.name for s in specs if not s.jit_library_path.exists()]
+    if missing:
+        raise Failure(f"the build finished without {', '.join(missing)}", "run it again with FLASHINFER_JIT_VERBOSE=1 and read ninja's output")
+    return seconds, slowest_objects([line for spec in specs for line in ninja_log_lines(spec)[logs_before[spec.name]:]])

@@ -1,0 +1,1 @@
+"""Failures and exit statuses, files, versions, the manifest, the package index, the workspace's paths."""

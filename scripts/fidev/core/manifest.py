@@ -1,0 +1,212 @@
+"""Read the workspace's pins from pyproject.toml, the one place they are stated."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: tomli, or the copy pip vendors, reads the same TOML
+    try:
+        import tomli as tomllib  # type: ignore[no-redef]
+    except ModuleNotFoundError:
+        try:
+            from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            tomllib = None  # load_manifest says so in two lines
+
+from fidev.core.failure import Failure
+
+ROOT = Path(__file__).resolve().parents[3]
+MANIFEST = ROOT / "pyproject.toml"
+FEATURE = "flashinfer-dev"
+
+
+@dataclass(frozen=True)
+class Pins:
+    cuda: str  # "12.9"
+    flashinfer: str  # "0.6.3", the source release every artifact must match
+    jit_cache: str  # "0.6.3+cu129"
+    tvm_ffi_range: str  # PEP 440 specifier set
+    source_dir: Path
+    source_commit: str
+    sdist_sha256: str
+
+    @property
+    def cuda_tag(self) -> str:
+        return cuda_tag(self.cuda)
+
+    @property
+    def sdist_name(self) -> str:
+        return f"flashinfer_python-{self.flashinfer}.tar.gz"
+
+
+def cuda_tag(cuda: str) -> str:
+    """The wheel tag of a CUDA release: 12.9 -> cu129."""
+    return "cu" + cuda.replace(".", "")
+
+
+def cuda_release(text: str) -> str:
+    """A CUDA release as every script's --cuda takes it, X.Y (12.9) or the wheel tag (cu129),
+    as X.Y. Anything else is refused, so that no script turns it into a broken key."""
+    match = re.fullmatch(r"(\d+)\.(\d)", text.strip()) or re.fullmatch(r"cu(\d{2,})(\d)", text.strip().lower())
+    if not match:
+        raise Failure(f"{text!r} is not a CUDA release", "write it as X.Y (12.9) or as its wheel tag (cu129)")
+    return f"{int(match.group(1))}.{match.group(2)}"
+
+
+def load_manifest(path: Path = MANIFEST) -> dict:
+    if tomllib is None:
+        raise Failure("this Python 3.10 has no TOML reader (no tomli, no pip) to read the manifest",
+                      "run it with Python >= 3.11 (the environments have 3.12), or with a Python 3.10 that has pip")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return tomllib.loads(data.decode("utf-8"))
+    except OSError as e:
+        raise Failure(f"cannot read the manifest {path}: {e.strerror or e}", "run it from a checkout of the workspace") from e
+    except UnicodeDecodeError as e:  # TOML is UTF-8; an editor that saved it as Latin-1, say
+        line = data[:e.start].count(b"\n") + 1
+        raise Failure(f"{path.name} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}",
+                      f"save it as UTF-8, which TOML requires (`git diff {path.name}` shows what changed)") from e
+    except tomllib.TOMLDecodeError as e:
+        raise Failure(f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)") from e
+
+
+def _table(manifest: dict, *keys: str) -> dict:
+    table = manifest
+    for key in keys:
+        table = table.get(key) if isinstance(table, dict) else None
+    if not isinstance(table, dict):
+        raise Failure(f"{MANIFEST.name} has no [{'.'.join(keys)}] table",
+                      f"restore it (`git diff {MANIFEST.name}` shows what changed)")
+    return table
+
+
+def feature(manifest: dict) -> dict:
+    return _table(manifest, "tool", "pixi", "feature", FEATURE)
+
+
+def _entry(table: dict, key: str, where: str):
+    if key not in table:
+        raise Failure(f"{MANIFEST.name}: [{where}] has no {key}", f"restore it (`git diff {MANIFEST.name}` shows what changed)")
+    return table[key]
+
+
+def _exact(spec: object, name: str) -> str:
+    """'==0.6.3' or {version = '==0.6.3+cu129'} -> the pinned version."""
+    version = spec.get("version") if isinstance(spec, dict) else spec
+    match = re.fullmatch(r"==\s*([^,*\s]+)", str(version))
+    if not match:
+        raise Failure(f"{MANIFEST.name}: {name} must be pinned exactly (==X), found {version!r}",
+                      f"pin it with == ({name} must match FlashInfer's release exactly)")
+    return match.group(1)
+
+
+@cache
+def pins(path: Path = MANIFEST) -> Pins:
+    manifest = load_manifest(path)
+    feat = feature(manifest)
+    where = f"tool.pixi.feature.{FEATURE}"
+    deps, pypi = _table(feat, "dependencies"), _table(feat, "pypi-dependencies")
+    cuda = re.fullmatch(r"(\d+\.\d+)\.\*", str(_entry(deps, "cuda-version", f"{where}.dependencies")))
+    if not cuda:
+        raise Failure(f"{path.name}: cuda-version must read 'X.Y.*', found {deps['cuda-version']!r}", "pin the CUDA release as X.Y.*")
+    tvm = _entry(pypi, "apache-tvm-ffi", f"{where}.pypi-dependencies")
+    facts = _table(manifest, "tool", FEATURE)
+    return Pins(
+        cuda=cuda.group(1),
+        flashinfer=_exact(_entry(pypi, "flashinfer-cubin", f"{where}.pypi-dependencies"), "flashinfer-cubin"),
+        jit_cache=_exact(_entry(pypi, "flashinfer-jit-cache", f"{where}.pypi-dependencies"), "flashinfer-jit-cache"),
+        tvm_ffi_range=tvm["version"] if isinstance(tvm, dict) else tvm,
+        source_dir=path.parent / _entry(facts, "source-dir", f"tool.{FEATURE}"),
+        source_commit=_entry(facts, "source-commit", f"tool.{FEATURE}"),
+        sdist_sha256=_entry(facts, "source-sdist-sha256", f"tool.{FEATURE}"),
+    )
+
+
+@cache
+def package_indexes(path: Path = MANIFEST) -> dict[str, str]:
+    """Normalized distribution name -> the `index` the manifest installs it from (torch, the jit-cache)."""
+    from fidev.core import package_index  # here, not at the top: preflight imports this module and needs no urllib/ssl
+
+    specs = _table(feature(load_manifest(path)), "pypi-dependencies")
+    return {package_index.normalize(name): spec["index"] for name, spec in specs.items() if isinstance(spec, dict) and "index" in spec}
+
+
+# How tooling outside Pixi (.ci/run, on CI's CPU machines) installs each package of the manifest
+# from PyPI: the PyPI name (the same as conda's for each of these), or None where it does not and
+# why. A package added to the manifest must be entered here, or .ci/run stops in two lines.
+PYPI = {
+    "python": None, "pip": None,  # they come with the venv
+    "pytest": "pytest", "ruff": "ruff", "ninja": "ninja", "nvidia-ml-py": "nvidia-ml-py", "pyelftools": "pyelftools",
+    "apache-tvm-ffi": "apache-tvm-ffi", "tree-sitter": "tree-sitter", "tree-sitter-cpp": "tree-sitter-cpp", "pytest-xdist": "pytest-xdist",
+    "cuda-version": None, "cuda-nvcc": None, "cuda-toolkit": None, "gxx_linux-64": None,  # conda's CUDA 12.9 and compiler
+    "torch": None,  # the manifest's is a CUDA build: .ci/requirements.txt names the CPU build
+    "flashinfer-python": None,  # the vendored tree: the integration test installs the source release
+    "flashinfer-cubin": None, "flashinfer-jit-cache": None,  # kernels for the GPU; no CPU test loads them
+}
+ENVIRONMENTS = ("default", FEATURE)
+
+
+def _pip_version(name: str, spec: object) -> str:
+    """A conda or PyPI version spec as pip reads it: '*' -> '', '3.12.*' -> '==3.12.*', comparisons as they are."""
+    version = str(spec.get("version", "*") if isinstance(spec, dict) else spec).strip()
+    if version == "*":
+        return ""
+    if re.fullmatch(r"\d+(\.\d+)*\.\*", version):
+        return f"=={version}"
+    if all(re.fullmatch(r"(==|!=|>=|<=|~=|<|>)\s*\d[\w.+*]*", part.strip()) for part in version.split(",")):
+        return version.replace(" ", "")
+    raise Failure(f"{MANIFEST.name}: {name} = {version!r} is not a range pip reads the same way",
+                  "write it as *, X.Y.* or comparisons (>=0.31, <0.2, !=0.1.8)")
+
+
+def pypi_requirements(environment: str, path: Path = MANIFEST) -> list[str]:
+    """`name<range>` for each package the environment declares that PyPI provides on a CPU
+    machine (see PYPI), in the manifest's ranges: what .ci/run installs into its replica of it."""
+    manifest = load_manifest(path)
+    if environment not in ENVIRONMENTS:
+        raise Failure(f"no environment {environment!r} to install from PyPI", f"one of {', '.join(ENVIRONMENTS)}")
+    tables = (_table(manifest, "tool", "pixi"),) if environment == "default" else (feature(manifest),)
+    specs = {name: spec for table in tables for kind in ("dependencies", "pypi-dependencies") for name, spec in table.get(kind, {}).items()}
+    found = []
+    for name, spec in specs.items():
+        if name not in PYPI:
+            raise Failure(f"{path.name}: {environment} declares {name}, and scripts/fidev/core/manifest.py does not say how PyPI provides it",
+                          "enter it in PYPI there: its PyPI name, or None with the reason .ci/run leaves it out")
+        if PYPI[name]:
+            found.append(PYPI[name] + _pip_version(name, spec))
+    return found
+
+
+def default_python(path: Path = MANIFEST) -> str:
+    """The Python release `default` pins ('3.12' for python = '3.12.*')."""
+    spec = str(_entry(_table(load_manifest(path), "tool", "pixi", "dependencies"), "python", "tool.pixi.dependencies"))
+    match = re.fullmatch(r"(\d+\.\d+)\.\*", spec.strip())
+    if not match:
+        raise Failure(f"{path.name}: default's python must read 'X.Y.*', found {spec!r}", "pin the Python release as X.Y.*")
+    return match.group(1)
+
+
+def task_command(name: str, path: Path = MANIFEST) -> str:
+    """The command of one of the default feature's tasks (test, lint), as `pixi run` runs it."""
+    task = _entry(_table(load_manifest(path), "tool", "pixi", "tasks"), name, "tool.pixi.tasks")
+    return task if isinstance(task, str) else _entry(task, "cmd", f"tool.pixi.tasks.{name}")
+
+
+def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:
+    """(task, command) in the order `pixi run -e flashinfer-dev last` runs them: each task's one
+    `depends-on` first (crates/pixi_task/src/task_graph.rs, `TaskGraph::from_root`, at pixi v0.77.0;
+    the workspace's chains are lines, one dependency each)."""
+    tasks = _table(feature(load_manifest(path)), "tasks")
+    steps, name = [], last
+    while name:
+        task = _entry(tasks, name, f"tool.pixi.feature.{FEATURE}.tasks")
+        steps.append((name, task["cmd"] if isinstance(task, dict) else task))
+        deps = task.get("depends-on", []) if isinstance(task, dict) else []
+        name = deps[0] if deps else None
+    return steps[::-1]

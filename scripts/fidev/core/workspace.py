@@ -1,0 +1,104 @@
+"""The workspace's run-time paths, each named once: FlashInfer's JIT workspace as FlashInfer
+computes it, and every state file and folder the tasks keep in it or beside it.
+
+FlashInfer 0.6.3 (flashinfer/jit/env.py, `FLASHINFER_BASE_DIR`, `FLASHINFER_CACHE_DIR` and
+`_get_workspace_dir_name`):
+    base  = Path(os.getenv("FLASHINFER_WORKSPACE_BASE", Path.home().as_posix()))
+    cache = base / ".cache" / "flashinfer"
+    JIT dir of one version and arch set = cache / <version> / <archs> / "cached_ops"
+`os.getenv` with a default: an empty FLASHINFER_WORKSPACE_BASE is the empty path, the current
+folder, not the home folder. `read` does the same, so that FlashInfer and the tasks agree.
+
+A task reads its Workspace once, at its start (`read`), and passes it down.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+BASE_VARIABLE = "FLASHINFER_WORKSPACE_BASE"
+JIT_DIR_NAME = "cached_ops"  # FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
+GENERATED_DIR_NAME = "generated"  # FLASHINFER_GEN_SRC_DIR = FLASHINFER_WORKSPACE_DIR / "generated"
+
+# The state files and folders, by where they live.
+# In the cache folder (<base>/.cache/flashinfer): one per set of build options (fidev.builds.build_stamp).
+BUILD_STAMP = "fidev-build.json"
+# In the version folder (<cache>/<version>):
+SUITE_MAP = "fidev-suite-map.json"  # the suite's test cases counted, while its files stay as they are
+RUNS = "fidev-upstream-runs"  # upstream-tests' run folders
+BASELINES = "fidev-upstream-baselines"  # upstream-tests' baselines, one per selection
+VERDICTS = "fidev-affected.json"  # affected's kept verdicts
+# In a JIT dir (<version>/<archs>/cached_ops):
+MODULE_TESTS = "fidev-module-tests.json"  # which of FlashInfer's tests asked for which module
+TREE = "fidev-tree.json"  # the tree's include/ and csrc/ files as last built
+# In a module's build folder:
+GENERATORS = ".fidev-generators.json"  # the tree's Python files that generated its sources
+CALL = ".fidev-generator-call.json"  # the call that made its JitSpec
+INPUTS = ".fidev-inputs.json"  # its inputs' contents as built
+# In the vendored tree:
+RELEASE_FILES = ".fidev-release-files.json"  # what each file of the source release held
+# A temporary folder's prefix: affected's gate for FlashInfer's tests.
+AFFECTED_SCRATCH = "fidev-affected-"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where FlashInfer's builds and the tasks' state live, for one FlashInfer version."""
+
+    base: Path
+    version: str
+
+    @property
+    def cache(self) -> Path:
+        return cache_of(self.base)
+
+    @property
+    def version_dir(self) -> Path:
+        return self.cache / self.version
+
+    @property
+    def runs(self) -> Path:
+        return self.version_dir / RUNS
+
+    @property
+    def baselines(self) -> Path:
+        return self.version_dir / BASELINES
+
+    @property
+    def suite_map(self) -> Path:
+        return self.version_dir / SUITE_MAP
+
+    @property
+    def verdicts(self) -> Path:
+        return self.version_dir / VERDICTS
+
+    def build_stamp(self, options: Mapping[str, bool]) -> Path:
+        """One stamp per set of build options, so that `build` and `build --abi` each keep theirs."""
+        tag = "".join(f"-{name}" for name, on in sorted(options.items()) if on)
+        return self.cache / BUILD_STAMP.replace(".json", f"{tag}.json")
+
+    def jit_dirs(self) -> list[Path]:
+        """This version's JIT dirs, one per arch set that has one."""
+        return sorted(p for p in self.version_dir.glob(f"*/{JIT_DIR_NAME}") if p.is_dir())
+
+    def other_versions(self) -> list[str]:
+        """The versions other than this one that have a JIT dir in the cache."""
+        return sorted({p.parent.parent.name for p in self.cache.glob(f"*/*/{JIT_DIR_NAME}")} - {self.version})
+
+
+def base(env: Mapping[str, str] = os.environ) -> Path:
+    """FlashInfer's FLASHINFER_BASE_DIR: the variable's value, even empty, else the home folder."""
+    return Path(env.get(BASE_VARIABLE, Path.home().as_posix()))
+
+
+def cache_of(base_dir: Path) -> Path:
+    """FlashInfer's FLASHINFER_CACHE_DIR under a base folder."""
+    return base_dir / ".cache" / "flashinfer"
+
+
+def read(version: str, env: Mapping[str, str] = os.environ) -> Workspace:
+    """The workspace of FlashInfer `version`, as the environment names it now."""
+    return Workspace(base(env), version)

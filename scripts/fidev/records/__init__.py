@@ -1,0 +1,1 @@
+"""What a build recorded beside a module: its inputs, its generators, the tests that asked for it."""

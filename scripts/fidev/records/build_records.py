@@ -1,0 +1,140 @@
+"""What the workspace records of its builds beside FlashInfer's JIT dir, for `affected`.
+
+- Per module, in its build folder (`.fidev-generators.json`): the content of the FlashInfer
+  tree's Python files when the module was last built. Those files generate a module's sources
+  (jinja templates rendered by flashinfer/jit/*.py), so an edit to one may change what the module
+  compiles. fidev.records.ninja_inputs keeps the module's other inputs (sources, headers).
+- Per JIT dir, in its parent (`<base>/.cache/flashinfer/<version>/<arch>/`): the content of the
+  tree's include/ and csrc/ at the last build there (`fidev-tree.json`), so that an edit no built
+  module compiles is still seen; and (`fidev-module-tests.json`,
+  so it goes stale with the FlashInfer version and the architecture): which of FlashInfer's own
+  tests need each module, from the upstream-tests plan's dry run, whose records follow FlashInfer's
+  JIT report (tests/conftest.py, lines 148-166 at v0.6.3: the test's node id, the module's name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+from fidev.core.files import differs, file_fact
+from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, TREE
+
+TREE_PARTS = ("include", "csrc")  # what FlashInfer's modules compile, besides 3rdparty/ and generated sources
+
+
+def python_sources(tree: Path) -> list[Path]:
+    """The Python files of the FlashInfer package in `tree`, without the editable install's
+    flashinfer/data links (to csrc/, include/, 3rdparty/)."""
+    package = tree / "flashinfer"
+    found = []
+    for root, dirs, files in os.walk(package):
+        if Path(root) == package:
+            dirs[:] = [d for d in dirs if d != "data"]
+        dirs.sort()
+        found += [Path(root, name) for name in sorted(files) if name.endswith(".py")]
+    return found
+
+
+def _write(path: Path, data) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _read(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def record_generators(build_dir: Path, tree: Path, cache: dict[Path, list | None] | None = None) -> None:
+    """After a module was built from `tree`: the tree's Python files as they were (`cache` spares
+    re-reading them for each module of one build)."""
+    cache = {} if cache is None else cache
+    if not cache:
+        cache.update((path, file_fact(path)) for path in python_sources(tree))
+    _write(build_dir / GENERATORS, {str(path): fact for path, fact in cache.items()})
+
+
+def changed_generators(build_dir: Path, tree: Path) -> list[str] | None:
+    """The tree's Python files whose content differs from when the module was built (added and
+    removed files too), or None when its build left no record."""
+    was = _read(build_dir / GENERATORS)
+    if not isinstance(was, dict):
+        return None
+    now = {str(p) for p in python_sources(tree)}
+    changed = sorted(set(was) ^ now)
+    changed += [path for path in sorted(now & set(was)) if differs(path, was[path])]
+    return sorted(changed)
+
+
+def record_call(build_dir: Path, call: dict | None) -> None:
+    """The call that made the module's JitSpec (fidev.jit.module_choice.generator_call), by a process
+    that made it: `affected` makes it again to regenerate the module's sources. None: it was made
+    by no call that can be made again."""
+    if call:
+        _write(build_dir / CALL, call)
+    else:  # an older record would name a call this build did not come from
+        (build_dir / CALL).unlink(missing_ok=True)
+
+
+def recorded_call(build_dir: Path) -> dict | None:
+    data = _read(build_dir / CALL)
+    return data if isinstance(data, dict) and {"module", "function", "kwargs"} <= set(data) else None
+
+
+def add_module_tests(jit_dir: Path, report_lines: list[dict]) -> None:
+    """Merge the records of a dry run (FlashInfer's JIT-report objects: test_name, module_name)
+    into the JIT dir's record of which tests need each module. A test the dry run saw is what it
+    says now, not what an earlier one said; a warmup's records (fidev.upstream.plugin marks them)
+    name the test that happened to come first, not one that needs the module, and are left out."""
+    target = jit_dir.parent / MODULE_TESTS
+    seen = {entry.get("test_name") for entry in report_lines}
+    known = {name: [t for t in tests if t not in seen] for name, tests in module_tests(jit_dir).items()}
+    for entry in report_lines:
+        name, test = entry.get("module_name"), entry.get("test_name")
+        if name and test and name != "unknown" and not entry.get("warmup"):
+            known.setdefault(name, [])
+            if test not in known[name]:
+                known[name].append(test)
+    known = {name: tests for name, tests in known.items() if tests}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _write(target, {name: sorted(tests) for name, tests in sorted(known.items())})
+
+
+def module_tests(jit_dir: Path) -> dict[str, list[str]]:
+    """{module name: FlashInfer test node ids (relative to the tree)} recorded for this JIT dir."""
+    data = _read(jit_dir.parent / MODULE_TESTS)
+    return data if isinstance(data, dict) else {}
+
+
+def _tree_files(tree: Path) -> list[Path]:
+    return sorted(p for part in TREE_PARTS for p in (tree / part).rglob("*") if p.is_file())
+
+
+def record_tree(jit_dir: Path, tree: Path) -> None:
+    """After a build in `jit_dir`: include/ and csrc/ as they were (a file whose stat did not move
+    keeps its recorded hash: about 600 files, 10 MB, at v0.6.3)."""
+    was = _read(jit_dir.parent / TREE) or {}
+    now = {}
+    for path in _tree_files(tree):
+        rel = str(path.relative_to(tree))
+        st = path.stat()
+        old = was.get(rel)
+        now[rel] = old if old and old[:2] == [st.st_mtime_ns, st.st_size] else file_fact(path)
+    _write(jit_dir.parent / TREE, now)
+
+
+def changed_tree_files(jit_dir: Path, tree: Path) -> list[str] | None:
+    """Files of include/ and csrc/ (relative to the tree) added, removed or of other content than
+    at the last build in `jit_dir`; None when no build there left a record."""
+    was = _read(jit_dir.parent / TREE)
+    if not isinstance(was, dict):
+        return None
+    now = {str(path.relative_to(tree)): path for path in _tree_files(tree)}
+    changed = [rel for rel, path in now.items() if differs(path, was.get(rel))]
+    return sorted(changed + [rel for rel in was if rel not in now])

@@ -1,0 +1,159 @@
+"""What each object of a JIT module was last built from, so that `build` catches what ninja's
+mtime check misses.
+
+ninja rebuilds an object when one of its inputs (the source and every header its depfile
+listed) is newer than the object. An edit makes the file newer, so it rebuilds. But restoring an
+older copy of a file (`mv`, `cp -p`, `rsync -a`, a `git stash` that keeps times) gives it an
+older mtime: ninja sees nothing newer than the object, and the module stays built from the edit.
+After every successful build this records the mtime, size and content hash of each object's
+inputs (ninja's own deps log, `ninja -t deps`); before the next build, an input whose mtime or size
+moved while staying older than its object means that object is removed, so ninja rebuilds it. The
+hashes tell `affected` which inputs truly changed since the build (content, not a touched mtime).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from fidev.core.files import differs, file_fact
+from fidev.core.workspace import INPUTS
+
+STAMP = INPUTS
+TIMEOUT_S = 60
+
+
+def deps(build_dir: Path, ninja_file: Path) -> dict[str, list[str]]:
+    """object -> its inputs, from ninja's deps log."""
+    try:
+        out = subprocess.run(["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-t", "deps"], capture_output=True, text=True,
+                             timeout=TIMEOUT_S).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found, current = {}, None
+    for line in out.splitlines():
+        if line and not line.startswith(" ") and ": #deps" in line:
+            current = line.split(": #deps")[0]
+            found[current] = []
+        elif line.strip() and current is not None:
+            found[current].append(line.strip())
+    return found
+
+
+def inputs(build_dir: Path, ninja_file: Path) -> set[str]:
+    """Every input of the module's objects: as the last build recorded them (read without starting
+    ninja), else from ninja's deps log."""
+    stamp = _recorded(build_dir)
+    if stamp is not None:
+        return {path for recorded in stamp.values() for path in recorded}
+    return {path for paths in deps(build_dir, ninja_file).values() for path in paths}
+
+
+def _stat(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
+def record(build_dir: Path, ninja_file: Path) -> None:
+    """After a successful build: [mtime, size, sha256] of every input of every object, written
+    atomically (an input many objects share is read once)."""
+    seen: dict[str, list] = {}
+
+    def fact(path: str) -> list | None:
+        if path not in seen:
+            seen[path] = file_fact(path)
+        return seen[path]
+
+    def facts(obj: str, inputs: list[str]) -> dict[str, list | None]:
+        built = _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
+        # an input newer than its object was saved while it compiled: its hash is not what was built
+        return {path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]}
+
+    stamp = {obj: facts(obj, inputs) for obj, inputs in deps(build_dir, ninja_file).items()}
+    tmp = build_dir / f"{STAMP}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(stamp))
+    os.replace(tmp, build_dir / STAMP)
+
+
+_READ: dict[tuple, dict] = {}  # the records read, by file and stat: `affected` reads each one twice
+
+
+def _recorded(build_dir: Path) -> dict[str, dict[str, list | None]] | None:
+    try:
+        st = os.stat(build_dir / STAMP)
+        key = (str(build_dir), st.st_mtime_ns, st.st_size, st.st_ino)
+        if key not in _READ:
+            _READ[key] = json.loads((build_dir / STAMP).read_text())
+        return _READ[key]
+    except (OSError, ValueError):
+        return None
+
+
+def edited(build_dir: Path, stats: dict[str, list[int] | None] | None = None) -> dict[str, str] | None:
+    """The inputs of a module whose content differs from the last build's: {path: "edited" or
+    "deleted"}. A moved mtime with the same content is no edit. None when the build left no
+    record (a module FlashInfer's own loader built, or one built before records had hashes).
+    `stats` keeps each input's stat for the next module's call (modules share most headers)."""
+    stamp = _recorded(build_dir)
+    if stamp is None:
+        return None
+    stats = {} if stats is None else stats
+    found: dict[str, str] = {}
+    seen = set()  # a header many objects include is checked once against each record of it
+    for recorded in stamp.values():
+        for path, was in recorded.items():
+            if path in found or was is None or (key := (path, *was)) in seen:
+                continue
+            seen.add(key)
+            if path not in stats:
+                stats[path] = _stat(path)
+            if stats[path] is None:
+                found[path] = "deleted"
+            elif len(was) >= 3 and was[2] is None:
+                found[path] = "edited"  # saved while its object compiled: what was compiled is not known
+            elif stats[path] != list(was[:2]) and differs(path, was):
+                found[path] = "edited"
+    return found
+
+
+def restored(build_dir: Path) -> dict[str, list[str]]:
+    """object -> the inputs that changed since the last build without becoming newer than it."""
+    stamp = _recorded(build_dir) or {}
+    found = {}
+    for obj, inputs in stamp.items():
+        built = _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
+        if built is None:
+            continue  # gone: ninja rebuilds it anyway
+        moved = [path for path, was in inputs.items() if was and (now := _stat(path)) is not None and now != was[:2] and now[0] <= built[0]]
+        if moved:
+            found[obj] = moved
+    return found
+
+
+def dry_run(build_dir: Path, ninja_file: Path) -> tuple[set[str], int] | None:
+    """What a build would do, from ninja's own dry run: the objects it would compile (those
+    `restored` finds included: the build removes them first) and how many edges ninja would run,
+    the link included. None when ninja cannot tell (no ninja, a broken build.ninja)."""
+    try:
+        done = subprocess.run(["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-n", "-v"], capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    edges = [line for line in done.stdout.splitlines() if line.startswith("[")]  # "[1/3] <command>" with -v
+    # FlashInfer's compile rules end `-c $in -o $out` (flashinfer/jit/cpp_ext.py at v0.6.3, lines 250 and 255)
+    compiled = {m.group(1) for line in edges if " -c " in line and (m := re.search(r"\s-o\s+(\S+)", line))}
+    objects = {obj if os.path.isabs(obj) else str(build_dir / obj) for obj in [*compiled, *restored(build_dir)]}
+    return objects, len(edges)
+
+
+def invalidate(build_dir: Path, stale: dict[str, list[str]]) -> None:
+    for obj in stale:
+        Path(obj if os.path.isabs(obj) else build_dir / obj).unlink(missing_ok=True)

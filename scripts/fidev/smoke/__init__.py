@@ -1,0 +1,1 @@
+"""Running the workspace's own GPU suites (smoke, abi-smoke) under pytest."""

@@ -1,0 +1,81 @@
+"""Run a GPU pytest suite (tests/smoke, tests/abi_smoke, FlashInfer's own) as a task: it fails unless
+something passed.
+
+pytest skips every GPU test on a host without a GPU, which keeps CPU CI green; run as a task,
+"nothing ran" is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from fidev.core.failure import Failure
+from fidev.core.manifest import ROOT, pins
+from fidev.jit import kernel_source, module_choice
+from fidev.smoke import pytest_usage
+
+NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest reads it when a session starts
+
+
+class Outcomes:
+    """A pytest plugin that counts what each test did: the call's outcome, a skip in setup, and as
+    errors a failed setup or teardown and a file that did not collect (pytest reports those apart
+    from failures, and a count that left them out read as nothing wrong)."""
+
+    def __init__(self):
+        self.counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call":
+            self.counts[report.outcome] += 1
+        elif report.skipped:
+            self.counts["skipped"] += 1
+        elif report.failed:
+            self.counts["errors"] += 1
+
+    def pytest_collectreport(self, report):
+        if report.skipped:  # a whole module skipped, e.g. no torch
+            self.counts["skipped"] += 1
+        elif report.failed:
+            self.counts["errors"] += 1
+
+
+def run(task: str, suite: str, pytest_args: list[str]) -> int:
+    """One of this workspace's suites, under tests/. They use no third-party pytest plugin, so none
+    is loaded: on a host with many installed, loading them costs the warm chain a second."""
+    autoload = os.environ.get(NO_AUTOLOAD)
+    os.environ[NO_AUTOLOAD] = "1"
+    try:
+        return run_paths(task, [str(ROOT / "tests" / suite)], pytest_args)
+    finally:
+        if autoload is None:
+            os.environ.pop(NO_AUTOLOAD)
+        else:
+            os.environ[NO_AUTOLOAD] = autoload
+
+
+def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tuple[str, ...] = (), plugins: tuple = ()) -> int:
+    """pytest on `paths` in this interpreter, in the kernel source mode in force (applied before
+    anything imports flashinfer), with a one-line count at the end; `plugins` join pytest's."""
+    import pytest
+
+    pins()  # pytest reads pyproject.toml too: a broken one is the manifest's two lines, not pytest's ERROR
+    mode = kernel_source.apply()
+    outcomes = Outcomes()
+    started = time.perf_counter()
+    code = pytest_usage.pytest_main(task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins])
+    c = outcomes.counts
+    for line in module_choice.report(task):
+        print(line)
+    print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['errors']} errors; kernel source {mode}; "
+          f"{time.perf_counter() - started:.1f} s")
+    if c["errors"] and code == pytest.ExitCode.OK:
+        code = pytest.ExitCode.TESTS_FAILED  # an error in a teardown leaves pytest's status 0
+    if code in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and c["passed"] == 0:
+        if not any(c.values()):
+            raise Failure(f"no {task} test was selected ({' '.join(pytest_args) or 'none collected'})",
+                          f"check the -k/-m expression; `{task} --collect-only -q` lists the tests")
+        raise Failure(f"no {task} test passed: every one was skipped (reasons above)",
+                      "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
+    return int(code)

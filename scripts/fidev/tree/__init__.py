@@ -1,0 +1,1 @@
+"""The vendored FlashInfer tree: what it is, the release it came from, the kernel families and their sources."""

@@ -1,0 +1,315 @@
+"""A pytest plugin for FlashInfer's own suite, run by upstream-tests: how its JIT modules get built,
+and, in the plan's dry run, the record of which test needs which module.
+
+Several of FlashInfer's test files build their modules up front in a `warmup_jit` fixture that
+calls `flashinfer.jit.build_jit_specs` (tests/utils/test_activation.py, lines 24-36 at v0.6.3).
+That function builds through one combined ninja at the JIT dir's root, which would recompile what
+`build` made and leave each module's own folder believing it must compile again
+(fidev.builds.module_builds says why), and it ignores FLASHINFER_DISABLE_JIT, so a dry run would compile.
+This plugin replaces it: in a run, with one ninja per module, as `build` and FlashInfer's loader
+build, and it says when a test starts compiling a module and how long that took, past pytest's
+capture; in the dry run, nothing is built and every module a test or a warmup asks for is
+recorded, one JSON object per line in the format FlashInfer's tests/conftest.py writes its JIT
+report in (lines 148-166 and 182-191 at v0.6.3), one file per process, since the dry run may
+spread over several pytest-xdist workers. A warmup's records carry one key FlashInfer's have not,
+"warmup": the fixture builds every module of the file inside whichever test comes first, so they
+say what the file needs (the plan), not what that test needs (`affected`'s map).
+
+Every process loads this module with `-p fidev.upstream.plugin`: the dry run's with DRY_RUN_DIR in
+the environment, a run's (one per test file, fidev.upstream.runs) with RUN_MODE. With GATE too,
+a run's processes import and collect, then wait for the gate file to say "go": `affected` starts
+FlashInfer's tests while it compiles their modules. The gate may name, on the lines after "go",
+the tests to run of those collected (node ids, or test functions for all their cases): `affected`
+starts the tests of every module a Python edit may change before it knows which ones it did.
+With PART ("i/k"), a process runs every k-th of the file's collected cases from the i-th: the
+parts of a long file run on several GPUs at once, and each collects the same list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from fidev.builds import module_builds
+from fidev.jit import kernel_source, module_choice
+from fidev.records import ninja_inputs
+
+DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
+JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
+GATE, GATE_OWNER = "FIDEV_UPSTREAM_GATE", "FIDEV_UPSTREAM_GATE_OWNER"  # the gate file, and process_identity() of who opens it
+GO = "go"
+PART = "FIDEV_UPSTREAM_PART"  # "i/k" in a part of a file's run (fidev.upstream.runs): its cases are every k-th from the i-th
+COLLECTED = "collected"  # a part's line in its outcomes: a digest of the node ids it collected, before taking its share
+
+
+def spec_record(test_name: str, spec, warmup: bool = False) -> str:
+    """One line of FlashInfer's JIT report (tests/conftest.py, lines 156-163 and 184-186 at v0.6.3),
+    marked when a warmup asked for the module."""
+    info = {"name": spec.name, "sources": [str(s) for s in spec.sources], "needs_device_linking": spec.needs_device_linking,
+            "aot_path": str(spec.aot_path)}
+    return json.dumps({"test_name": test_name, "module_name": spec.name, "spec_info": str(info), **({"warmup": True} if warmup else {})}) + "\n"
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (which may hold spaces and parentheses):
+    [0] is field 3, the state; [19] is field 22, the start time. None without /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields if len(fields) > 19 else None
+
+
+def process_identity(pid: int) -> str:
+    """A process as the gate names its owner: its pid and, where /proc has it, its start time (in
+    clock ticks since boot), so that a pid used again is not the owner."""
+    fields = stat_fields(pid)
+    return f"{pid}:{fields[19] if fields else ''}"
+
+
+def owner_alive(owner: str) -> bool:
+    """The gate's owner still runs: the same process (pid and start time), and not a zombie."""
+    pid, _, started = owner.partition(":")
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    except ValueError:
+        return False
+    fields = stat_fields(int(pid))
+    if fields is None:
+        return True  # no /proc: the pid alone
+    return fields[0] != "Z" and (not started or fields[19] == started)
+
+
+def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> list[str] | None:
+    """Until the gate file says go (the modules are built); then the tests it names, or None for
+    all. A gate whose owner is gone never opens: the file's process ends, and under pytest-xdist its
+    whole process group at once (the file's own session, fidev.upstream.runs), since a worker that
+    exits is replaced by another."""
+    import pytest  # in a pytest process: fidev itself imports only the standard library
+
+    while True:
+        lines = path.read_text().split("\n") if path.is_file() else []  # written whole, then renamed
+        if lines and lines[0] == GO:
+            return [line for line in lines[1:] if line] or None
+        if not owner_alive(owner):
+            if xdist_worker:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            pytest.exit(f"the process that started these tests ({owner}) is gone before they could run", returncode=pytest.ExitCode.INTERRUPTED)
+        time.sleep(0.05)
+
+
+def make_cuda_context() -> None:
+    """The process's CUDA context, made while it waits at the gate instead of in its first test
+    after it (1.3 to 2.2 s a process on the 2-GPU H200 host at 82eba6f, then all of it past the
+    build). Only where the tests' imports brought torch and it sees a GPU: fidev imports nothing."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.empty(1, device="cuda")
+
+
+def open_gate(path: Path, selection: list[str] | None = None) -> None:
+    """Let the gated tests run: all of them, or those `selection` names (written whole, then renamed)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join([GO, *(selection or [])]) + "\n")
+    os.replace(tmp, path)
+
+
+def in_part(value: str) -> tuple[int, int]:
+    """PART's (i, k), 1 <= i <= k."""
+    i, k = (int(v) for v in value.split("/"))
+    if not 1 <= i <= k:
+        raise ValueError(f"{PART}={value}: not a part i/k with 1 <= i <= k")
+    return i, k
+
+
+def selected(nodeid: str, selection: list[str]) -> bool:
+    """A node id the gate's selection names: itself, or a case of a named function."""
+    return any(nodeid == s or nodeid.startswith(s + "[") for s in selection)
+
+
+class FlashInferBuilds:
+    def __init__(self, dry_dir: str | None = None):
+        self.dry_dir = Path(dry_dir) if dry_dir else None
+        self.config = None
+        self.current = "unknown"
+
+    def pytest_configure(self, config):
+        self.config = config
+
+    def pytest_runtest_setup(self, item):
+        self.current = item.nodeid
+
+    def pytest_sessionfinish(self, session):
+        if self.dry_dir is None:  # a file's run: which of its modules ran from edited source
+            for line in module_choice.report("upstream-tests"):
+                self.say(line)
+            relayed = Path(f"{os.environ[RUN_MODE]}.said")
+            if relayed.is_file() and not hasattr(self.config, "workerinput"):  # the xdist workers', now that they are done
+                self.say("")  # xdist's progress line has no end of its own
+                for line in dict.fromkeys(relayed.read_text().splitlines()):
+                    self.say(line)
+
+    def say(self, line: str) -> None:
+        capture = self.config.pluginmanager.getplugin("capturemanager")
+        terminal = self.config.pluginmanager.getplugin("terminalreporter")
+        if hasattr(self.config, "workerinput"):  # an xdist worker's terminal goes nowhere: the controller says its lines at the end
+            if self.dry_dir is None and os.environ.get(RUN_MODE):
+                with open(f"{os.environ[RUN_MODE]}.said", "a") as relayed:
+                    relayed.write(line + "\n")
+            return
+        if terminal is None:
+            return
+        with capture.global_and_fixture_disabled():
+            terminal.write_line(line)
+
+    def record(self, specs, warmup: bool = False) -> None:
+        with open(self.dry_dir / f"report-{os.getpid()}.jsonl", "a") as report:
+            report.writelines(spec_record(self.current, spec, warmup) for spec in specs)
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        if self.dry_dir is None and os.environ.get(PART):  # deselected as -k does: a part left with none ends "no tests ran" (5)
+            i, k = in_part(os.environ[PART])
+            # what this part collected, for fidev.upstream.runs to check that every part split the same list
+            listed = hashlib.sha256("\n".join(item.nodeid for item in items).encode()).hexdigest()[:16]
+            with open(os.environ[RUN_MODE], "a") as f:
+                f.write(json.dumps({"nodeid": "", "outcome": COLLECTED, "message": listed}) + "\n")
+            config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % k != i - 1])
+            items[:] = items[i - 1::k]
+        if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build
+            make_cuda_context()
+            selection = wait_for_gate(Path(os.environ[GATE]), os.environ.get(GATE_OWNER, ""), hasattr(config, "workerinput"))
+            if selection is not None:
+                config.hook.pytest_deselected(items=[item for item in items if not selected(item.nodeid, selection)])
+                items[:] = [item for item in items if selected(item.nodeid, selection)]
+
+    def pytest_collection_finish(self, session):
+        import flashinfer.jit
+        from flashinfer.jit import core
+        from flashinfer.jit import env as jit_env
+
+        flashinfer.jit.build_jit_specs = core.build_jit_specs = self.build_jit_specs
+        original = core.JitSpec.build
+        if self.dry_dir is not None:
+            (self.dry_dir / JIT_DIR_FILE).write_text(str(jit_env.FLASHINFER_JIT_DIR))
+
+            def build(spec, verbose, need_lock=True):
+                self.record([spec])
+                original(spec, verbose, need_lock)  # raises MissingJITCacheError under FLASHINFER_DISABLE_JIT
+        else:
+            def build(spec, verbose, need_lock=True):
+                # Under the module's own lock (JitSpec.lock_path, flashinfer/jit/core.py lines 266-268 and 308-320 at
+                # v0.6.3; build_and_load holds it already and passes need_lock=False) from build's guard against a
+                # restored older copy (`cp -p`, which ninja's mtimes miss) to the record of what was built: another
+                # process (a part of the same file on another GPU) that took the lock between the build and its record
+                # would take the fresh objects for a restored copy and build them again under a loading process.
+                if need_lock:
+                    from filelock import FileLock
+
+                    with FileLock(spec.lock_path, thread_local=False):
+                        locked_build(spec, verbose)
+                else:
+                    locked_build(spec, verbose)
+
+            def locked_build(spec, verbose):
+                ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
+                fresh = not spec.jit_library_path.exists()
+                if fresh:
+                    self.say(f"upstream-tests: compiling {spec.name} ({len(spec.sources)} sources)")
+                started = time.perf_counter()
+                original(spec, verbose, need_lock=False)
+                took = time.perf_counter() - started
+                if fresh or took > 1:  # it compiled: keep what from, for `affected`
+                    module_builds.record_build(spec.build_dir, spec.ninja_path)
+                    self.say(f"upstream-tests: {spec.name} built in {took:.0f} s")
+
+        core.JitSpec.build = build
+
+    @staticmethod
+    def built_already(spec) -> bool:
+        """Built and recorded, with nothing for ninja to do and no restored copy among its inputs:
+        read without the JIT dir's lock, which every xdist worker of every part of a file would
+        otherwise take in turn to find nothing to do, after the gate (8 workers of test_activation.py
+        on the 2-GPU H200 host at d4cba3e said "warmup built in" 0, 1 and 2 s)."""
+        if hasattr(spec, "write_ninja"):
+            spec.write_ninja()  # as module_builds.build_specs does first (FlashInfer's write_if_different)
+        if not spec.jit_library_path.exists() or not (spec.build_dir / ninja_inputs.STAMP).is_file():
+            return False
+        pending = ninja_inputs.dry_run(spec.build_dir, spec.ninja_path)  # its objects include restored copies
+        return pending is not None and not pending[0] and pending[1] == 0
+
+    def build_jit_specs(self, specs, verbose=False, skip_prebuilt=True):
+        todo = [spec for spec in specs if not (skip_prebuilt and spec.is_aot)]
+        if self.dry_dir is not None:
+            self.record(todo, warmup=True)
+        elif todo := [spec for spec in todo if not self.built_already(spec)]:
+            self.say(f"upstream-tests: {self.current}: building {len(todo)} module(s) its warmup_jit fixture asks for")
+            seconds, _ = module_builds.build_specs(todo, self.say)
+            self.say(f"upstream-tests: warmup built in {seconds:.0f} s")
+
+
+RUN_MODE = "FIDEV_UPSTREAM_RUN"  # set by fidev.upstream.runs in each test file's process: where to write its outcomes
+
+
+class Outcomes:
+    """Each test's outcome by its real node id, one JSON object per line (the file's process may
+    die part way: what was written stays): the call's outcome, a skip with its message, and as
+    errors a failed setup or teardown and a file that did not collect."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def write(self, nodeid: str, outcome: str, message: str = "") -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message[:300], "t": time.time()}) + "\n")
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.write(nodeid, "started")  # a process that dies in a test leaves it started, never finished
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self.write(nodeid, "finished")
+
+    @staticmethod
+    def skip_message(report) -> str:
+        """A skip's reason: pytest keeps it as (path, line, message) in longrepr, for a test and for a
+        file skipped whole (`pytest.skip(..., allow_module_level=True)`, _pytest/reports.py)."""
+        return report.longrepr[2] if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3 else str(report.longrepr)
+
+    def pytest_runtest_logreport(self, report):
+        if report.skipped:
+            self.write(report.nodeid, "skipped", self.skip_message(report))
+        elif report.when == "call":
+            self.write(report.nodeid, report.outcome)
+        elif report.failed:
+            self.write(report.nodeid, "error")
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.write(report.nodeid, "error", str(report.longrepr)[-300:])
+        elif report.skipped:  # a file skipped whole: one skip, as pytest counts it
+            self.write(report.nodeid, "skipped", self.skip_message(report))
+
+
+def pytest_configure(config):
+    """`-p fidev.upstream.plugin` in a dry-run process (the controller and each xdist worker), or
+    in a test file's process of a run."""
+    if os.environ.get(DRY_RUN_DIR):
+        config.pluginmanager.register(FlashInferBuilds(os.environ[DRY_RUN_DIR]), "fidev-flashinfer-builds")
+    elif os.environ.get(RUN_MODE):
+        config.pluginmanager.register(FlashInferBuilds(), "fidev-flashinfer-builds")
+        if not hasattr(config, "workerinput"):  # under pytest-xdist, the controller writes what its workers report, once
+            config.pluginmanager.register(Outcomes(os.environ[RUN_MODE]), "fidev-outcomes")
+
+
+# Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the
+# kernel source mode must be in force by then, in every process of the dry run or the run.
+if os.environ.get(DRY_RUN_DIR) or os.environ.get(RUN_MODE):
+    kernel_source.apply()

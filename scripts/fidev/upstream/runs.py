@@ -1,0 +1,468 @@
+"""FlashInfer's own suite run the way its CI runs it: one pytest process per test file, "to isolate
+CUDA memory issues" (scripts/task_jit_run_tests_part1.sh at v0.6.3), the files spread over the
+host's GPUs one worker per GPU pinned with CUDA_VISIBLE_DEVICES (its one-file-per-GPU scheme,
+scripts/test_utils.sh with PARALLEL_TESTS=true at v0.6.17, which also limits a file to 7,200 s),
+longest files first, a JUnit XML and a log per file in a run folder.
+
+A run takes at least its longest file (test_sampling.py: 317 of the 438 s of norm, activation and
+sampling on the 2-GPU H200 host), so a file whose last run was long runs in parts, up to one per
+GPU and each of PART_MIN_S or more by that time, a process each on a GPU of its own: every part
+collects the whole file and runs every k-th case (fidev.upstream.plugin.PART). A part is a file's
+process as FlashInfer's CI has it, with its own JUnit XML, log and time limit; a file not run
+before runs whole.
+
+A file whose process crashes (a segfault, an illegal address) or runs past its limit is reported
+for that file and the others go on. Outcomes are read by node id from what fidev.upstream.plugin
+writes in each file's process (what a dying process wrote stays). Skips are split by reason, since
+FlashInfer's tests/conftest.py turns two failures into skips (lines 136-168 at v0.6.3): "Skipping
+due to OOM" and "Skipping due to missing JIT cache for module: ...". Those two fail the run; any
+other skip is the hardware or the build lacking a feature.
+
+A baseline (`--baseline`) keeps each test's outcome, the GPU and the tree's commit for a selection,
+outside git, beside FlashInfer's JIT dirs; a later run of the same selection prints only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fidev.core.workspace import BASELINES, RUNS
+from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, owner_alive
+
+FILE_LIMIT_S = 7200
+# pytest plugins FlashInfer's suite does not use (no file of tests/ at v0.6.3 names hypothesis), blocked in
+# its processes: hypothesis's plugin imports hypothesis at every session's end (_hypothesis_pytestplugin's
+# pytest_terminal_summary, hypothesis 6.x), 0.8 to 1.6 s of each process's end on the H100 host's Python.
+UNUSED_PLUGINS = ["-p", "no:hypothesispytest"]
+# pytest as `python -m pytest` runs it (its console_main), then the process's end without the
+# interpreter's teardown of torch and flashinfer (fidev.core.failure.exit_now), which came after each
+# file's last case and before upstream-tests could count it.
+PYTEST = "import pytest\nfrom fidev.core.failure import exit_now\nexit_now(int(pytest.console_main()))"
+TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
+PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
+GPUS = Path("/proc/driver/nvidia/gpus")
+FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")  # how run_files' line for each process as it ends begins (bench_upstream reads them)
+OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
+SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
+FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
+
+
+def skip_kind(message: str) -> str:
+    """Why a test skipped, from FlashInfer's conftest messages (tests/conftest.py, lines 147 and 165 at v0.6.3)."""
+    if "Skipping due to OOM" in message or "out of memory" in message:
+        return OOM
+    if "missing JIT cache" in message:
+        return MISSING_JIT
+    return FEATURE
+
+
+def host_gpus() -> list[str]:
+    """The GPUs to pin workers to: CUDA_VISIBLE_DEVICES's entries when set (none when it is empty:
+    the GPUs are hidden), else one per GPU the driver lists (/proc, no CUDA context), else
+    nvidia-smi's; [] when none can be seen."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    if GPUS.is_dir():
+        return [str(i) for i in range(len(list(GPUS.iterdir())))]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i in range(sum(1 for line in out.splitlines() if line.startswith("GPU ")))]
+
+
+def gpu_name(gpus: list[str]) -> str:
+    """The model of the GPUs the workers are pinned to ("2x NVIDIA H200"), from the driver's /proc
+    files in PCI order, as nvidia-smi numbers them (no CUDA context), else nvidia-smi."""
+    models = [line.split(":", 1)[1].strip() for info in (sorted(GPUS.glob("*/information")) if GPUS.is_dir() else [])
+              for line in info.read_text(errors="replace").splitlines() if line.startswith("Model:")]
+    if not models:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        models = [line.strip() for line in out.splitlines() if line.strip()]
+    # A UUID or MIG entry of CUDA_VISIBLE_DEVICES names no index: the first model stands for it.
+    pinned = sorted({models[int(g)] if g.isdigit() and int(g) < len(models) else models[0] for g in gpus}) if models else []
+    if not pinned:
+        return "no GPU seen"
+    return ", ".join(pinned) if len(pinned) > 1 else (f"{len(gpus)}x {pinned[0]}" if len(gpus) > 1 else pinned[0])
+
+
+def by_file(nodes: list[str]) -> dict[str, list[str]]:
+    """Node ids (absolute) grouped by their test file; a folder becomes its test_*.py files (not
+    under test_helpers, which FlashInfer's pytest.ini keeps out: norecursedirs)."""
+    groups: dict[str, list[str]] = {}
+    for node in nodes:
+        path = Path(node.split("::")[0])
+        if path.is_dir():
+            for f in sorted(path.rglob("test_*.py")):
+                if "test_helpers" not in f.relative_to(path).parts:
+                    groups.setdefault(str(f), []).append(str(f))
+        else:
+            groups.setdefault(str(path), []).append(node)
+    return groups
+
+
+def say(line: str) -> None:
+    """A line to the terminal that a closed one (`| head`) cannot turn into a dead worker thread."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
+def relative(file: str, tree: Path) -> str:
+    """A test file as the tree names it; either may come through a symlink (a linked vendored tree)."""
+    return str(Path(file).resolve().relative_to(tree.resolve()))
+
+
+def run_folder(parent: Path) -> Path:
+    """A new folder for one run's JUnit files and logs, named by its start time (unique)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=parent))
+
+
+@dataclass
+class FileResult:
+    file: str  # relative to the tree
+    gpu: str | None
+    seconds: float
+    ended: str  # "exit 0", "exit 1", "signal 11", "timed out after N s", "stopped"
+    outcomes: dict[str, str] = field(default_factory=dict)  # node id -> passed, failed, error or "skipped: <kind>"
+    junit: str = ""
+    part: tuple[int, int] = (1, 1)  # (i, k): every k-th case from the i-th; (1, 1) is the whole file
+    collected: set[str] = field(default_factory=set)  # a part's digests of the list it split (its xdist workers' too)
+
+    @property
+    def log(self) -> Path:
+        return Path(self.junit).with_suffix(".log")
+
+    @property
+    def name(self) -> str:
+        return self.file if self.part[1] == 1 else f"{self.file} (part {self.part[0]} of {self.part[1]})"
+
+    @property
+    def crashed(self) -> bool:
+        """The file did not run to its end: a signal, the time limit, an interrupt, pytest's
+        internal error (3), arguments it refused (4: a node id that no longer exists), or no report.
+        Statuses 0, 1 and 5 (nothing selected) finish; so does 2 where collection errors stopped it
+        (they are counted); a 2 from pytest.exit() or Ctrl-C in a test does not."""
+        if self.ended in ("exit 0", "exit 1", "exit 5"):
+            return False
+        collection_errors = any(o == "error" and "::" not in n for n, o in self.outcomes.items())  # a file that did not collect
+        return not (self.ended == "exit 2" and collection_errors)
+
+
+def entries(path: Path) -> list[dict]:
+    """fidev.upstream.plugin's lines in a process's outcomes file, each a JSON object (none where
+    the file is missing; the last line of a process that died while writing it left out)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
+
+
+def read_outcomes(path: Path) -> dict[str, str]:
+    """{node id: outcome} from fidev.upstream.plugin's lines; a test reported more than once (a
+    pass, then an error in teardown) keeps the worst, and one started but never finished (its
+    process died in it) is an error."""
+    found: dict[str, str] = {}
+    running: set[str] = set()
+    for entry in entries(path):
+        outcome = entry.get("outcome", "error")
+        if outcome == COLLECTED:
+            continue
+        if outcome in ("started", "finished"):
+            (running.add if outcome == "started" else running.discard)(entry.get("nodeid"))
+            continue
+        if outcome == "skipped":
+            outcome = f"skipped: {skip_kind(entry.get('message', ''))}"
+        node = entry.get("nodeid", "?")
+        if node not in found or SEVERITY.get(outcome, 4) >= SEVERITY.get(found[node], 0):
+            found[node] = outcome
+    for node in running:  # the test the process died in
+        found[node] = "error"
+    return found
+
+
+def read_collected(path: Path) -> set[str]:
+    """The digests a part's processes wrote of the node ids they collected (fidev.upstream.plugin)."""
+    return {entry.get("message", "") for entry in entries(path) if entry.get("outcome") == COLLECTED}
+
+
+def last_case_end(run_dir: Path) -> float | None:
+    """When the run's last test case finished (time.time()), by its processes' outcomes files; None
+    where none did. What follows it is the processes' exit and upstream-tests' summary."""
+    ends = [entry["t"] for f in run_dir.glob("*.jsonl") for entry in entries(f)
+            if entry.get("outcome") == "finished" and isinstance(entry.get("t"), (int, float))]
+    return max(ends, default=None)
+
+
+def mismatched(results: list[FileResult]) -> list[str]:
+    """The files whose parts collected different lists (a parametrization that changes from one
+    collection to the next): their shares need not cover the file, so the file is an error."""
+    digests: dict[str, set[str]] = {}
+    for r in results:
+        if r.part[1] > 1:
+            digests.setdefault(r.file, set()).update(r.collected)
+    return sorted(f for f, found in digests.items() if len(found) > 1)
+
+
+class Stop:
+    """The run's stop switch: the live processes, killed with their children on an interrupt."""
+
+    def __init__(self):
+        self.flag = threading.Event()
+        self.live: set = set()
+        self.lock = threading.Lock()
+
+    def kill_all(self) -> None:
+        self.flag.set()
+        with self.lock:
+            for proc in self.live:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def parts(seconds: float | None, gpus: int) -> int:
+    """How many processes a file runs in: one per GPU, as far as each gets PART_MIN_S of the file's
+    last time; one where that is not known."""
+    return max(1, min(gpus, int((seconds or 0) // PART_MIN_S)))
+
+
+def split(groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, float], per_gpu: int = 1) -> dict[str, int]:
+    """{test file: its parts} for a run on `gpus` GPUs, `per_gpu` processes on each at once."""
+    return {f: parts(times.get(relative(f, tree)), gpus) * per_gpu for f in groups}
+
+
+def times_file(cache: Path) -> Path:
+    """Where the files' last times are kept, in `cache`, FlashInfer's folder of the pinned version."""
+    return cache / RUNS / TIMES
+
+
+def load_times(path: Path) -> dict[str, float]:
+    """{test file (relative to the tree): seconds} of the files' last runs that finished."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {f: float(s) for f, s in data.items() if isinstance(s, (int, float))} if isinstance(data, dict) else {}
+
+
+def save_times(path: Path, results: list[FileResult]) -> None:
+    """Each file's time in this run, its parts summed, where none of them crashed (written whole, then renamed)."""
+    times, crashed, summed = load_times(path), {r.file for r in results if r.crashed}, {}
+    for r in results:
+        if r.file not in crashed:
+            summed[r.file] = summed.get(r.file, 0.0) + r.seconds
+    times.update({f: round(s, 1) for f, s in summed.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(times, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int], run_dir: Path, tree: Path, argv: list[str],
+             limit_s: float, stop: Stop) -> FileResult:
+    """One file's pytest process (or one part's), pinned to `gpu` (None: nothing to pin), its output in the run folder."""
+    from fidev.core.manifest import ROOT
+
+    rel = relative(file, tree)
+    stem = rel.replace("/", "__").removesuffix(".py") + (f".part{part[0]}of{part[1]}" if part[1] > 1 else "")
+    junit, log, outcomes = run_dir / f"{stem}.xml", run_dir / f"{stem}.log", run_dir / f"{stem}.jsonl"
+    env = {**os.environ, RUN_MODE: str(outcomes),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    if part[1] > 1:
+        env[PART] = f"{part[0]}/{part[1]}"
+    else:
+        env.pop(PART, None)
+    cmd = [sys.executable, "-c", PYTEST, *nodes, "-q", "-rfE", "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-p", "fidev.upstream.plugin",
+           f"--junitxml={junit}", *argv]
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
+                                start_new_session=True)
+        with stop.lock:
+            stop.live.add(proc)
+        if stop.flag.is_set():
+            os.killpg(proc.pid, signal.SIGKILL)
+
+        def pump() -> None:  # the whole output to the log; the plugin's compile lines to the terminal too
+            for line in proc.stdout:
+                out.write(line)
+                if line.startswith("upstream-tests: "):
+                    say(f"  GPU {gpu or '-'} {rel}: {line[16:].rstrip()}")
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            code = proc.wait(timeout=limit_s)
+            ended = "stopped" if stop.flag.is_set() else f"signal {-code}" if code < 0 else f"exit {code}"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            ended = f"timed out after {limit_s:.0f} s"
+        reader.join()
+        with stop.lock:
+            stop.live.discard(proc)
+    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes), str(junit), part, read_collected(outcomes))
+
+
+def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree: Path, argv: list[str], limit_s: float,
+              times: dict[str, float], per_gpu: int = 1) -> list[FileResult]:
+    """Every file once, in parts() by its last time, a worker per GPU (one unpinned worker where
+    none can be seen) taking the longest process left (by its file's last time over its parts,
+    else the file's size); a line per process as it ends. With `per_gpu` N, each file in N times
+    as many parts and N workers a GPU. An interrupt (Ctrl-C, SIGTERM) kills the running processes
+    and raises KeyboardInterrupt."""
+    k = split(groups, len(gpus), tree, times, per_gpu)
+    order = sorted(((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
+                   key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp))
+    todo: queue.Queue = queue.Queue()
+    for f in order:
+        todo.put(f)
+    results, lock, stop = [], threading.Lock(), Stop()
+
+    def worker(gpu: str | None) -> None:
+        while not stop.flag.is_set():
+            if os.environ.get(GATE) and not owner_alive(os.environ.get(GATE_OWNER, "")):
+                stop.flag.set()  # what started the run behind a gate is gone: the gate never opens
+                return
+            try:
+                f, part = todo.get_nowait()
+            except queue.Empty:
+                return
+            result = run_file(f, groups[f], gpu, part, run_dir, tree, argv, limit_s, stop)
+            with lock:
+                results.append(result)
+                say(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s"
+                    + (f", {result.ended}" if result.crashed else ""))
+
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None]) for _ in range(per_gpu)]
+    main = threading.current_thread() is threading.main_thread()
+    # SIGTERM and SIGHUP (a closed ssh session) stop the run as Ctrl-C does
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.5)
+    except KeyboardInterrupt:
+        stop.kill_all()
+        for t in threads:
+            t.join(timeout=10)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    results.sort(key=lambda r: (r.file, r.part))
+    for f in mismatched(results):
+        next(r for r in results if r.file == f).outcomes[f] = "error"
+    return results
+
+
+def outcomes(results: list[FileResult]) -> dict[str, str]:
+    """{node id: outcome} over the results, the worst where two parts report one node (a file that
+    does not collect is an error in each of its parts: counted once)."""
+    merged: dict[str, str] = {}
+    for r in results:
+        for node, outcome in r.outcomes.items():
+            if node not in merged or SEVERITY.get(outcome, 4) > SEVERITY.get(merged[node], 4):
+                merged[node] = outcome
+    return merged
+
+
+def counts(results: list[FileResult]) -> dict[str, int]:
+    c = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    for outcome in outcomes(results).values():
+        c["skipped" if outcome.startswith("skipped") else outcome] += 1
+    # a process that did not finish, where no test of it took the blame (the one it died in)
+    c["error"] += sum(1 for r in results if r.crashed and "error" not in r.outcomes.values())
+    return c
+
+
+def line_counts(result: FileResult) -> str:
+    c = counts([result])
+    return f"{c['passed']} passed, {c['failed']} failed, {c['error']} errors, {c['skipped']} skipped"
+
+
+def skip_summary(results: list[FileResult]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for outcome in outcomes(results).values():
+        if outcome.startswith("skipped: "):
+            kind = outcome.removeprefix("skipped: ")
+            total[kind] = total.get(kind, 0) + 1
+    return total
+
+
+def failing(results: list[FileResult]) -> list[tuple[str, str]]:
+    """("FAILED" or "ERROR", what) for each test that failed or errored (an out-of-memory or
+    missing-module skip fails), then each file that did not finish: the words of pytest's summary."""
+    tests = sorted((("ERROR" if o == "error" else "FAILED"), n) for n, o in outcomes(results).items() if o in FAILING)
+    return tests + [("ERROR", f"{r.name} ({r.ended})") for r in results if r.crashed]
+
+
+# The baseline: a file per selection, beside the JIT dirs of the FlashInfer version.
+def baseline_path(cache: Path, selection: list[str]) -> Path:
+    key = hashlib.sha256(json.dumps(sorted(selection)).encode()).hexdigest()[:16]
+    return cache / BASELINES / f"{key}.json"
+
+
+def save_baseline(path: Path, selection: list[str], commit: str, gpu: str, results: list[FileResult]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"selection": selection, "commit": commit, "gpu": gpu, "outcomes": outcomes(results),
+            "crashed": sorted({r.file for r in results if r.crashed})}
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def load_baseline(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("outcomes"), dict) else None
+
+
+def compare(baseline: dict, results: list[FileResult]) -> dict[str, list[str]]:
+    """What changed since the baseline: newly failing (failed now, or skipped for out of memory or a
+    missing JIT module, where it was not failing then), newly erroring, newly passing (was failing);
+    a file that does not finish now and did then counts as newly erroring."""
+    was = baseline["outcomes"]
+    now = outcomes(results)
+    changes = {
+        "newly failing": sorted(n for n, o in now.items() if o in FAILING - {"error"} and was.get(n) not in FAILING),
+        "newly erroring": sorted(n for n, o in now.items() if o == "error" and was.get(n) not in FAILING),
+        "newly passing": sorted(n for n, o in now.items() if o == "passed" and was.get(n) in FAILING),
+    }
+    changes["newly erroring"] += sorted(f"{r.name} ({r.ended})" for r in results if r.crashed and r.file not in baseline.get("crashed", []))
+    ran = {r.file for r in results} - {r.file for r in results if r.crashed}
+    changes["not run since"] = sorted(n for n in was if n.split("::")[0] in ran and n not in now)  # renamed or removed: say so
+    return changes

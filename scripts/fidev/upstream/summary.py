@@ -1,0 +1,104 @@
+"""upstream-tests' summary of a run, the file its readers take its result from (affected, the
+acceptance run, the benchmarks): `summary.json` in the run folder, and a copy where the caller
+asked (`upstream-tests --summary FILE`). Written whole or not at all (a temporary file renamed
+into place); a reader refuses a file it cannot read, or of another schema, in two lines.
+
+The fields (SCHEMA, version 1):
+  schema        "fidev-upstream-summary/1"
+  selection     the families and paths named, then pytest's arguments
+  kernel_source the kernel-source mode the run was under
+  run_dir       the run folder (each process's JUnit XML, log and outcomes)
+  gpus          the GPUs used, by index; gpu_name their model
+  started, ended  time.time() at the run's start and end
+  status        the exit status upstream-tests returned
+  counts        {"passed", "skipped", "failed", "error"}: the run's tests, each counted once
+  skips         {kind: how many}: the skipped tests by reason
+  failing       node ids that failed (an out-of-memory or missing-module skip fails too)
+  erroring      node ids that errored, and "<file> (<how it ended>)" for each process that did not finish
+  processes     one per pytest process: {"file", "part": [i, k], "gpu", "seconds", "ended", "counts"}
+  last_case_end time.time() when the last test case finished; null where none did
+  compared      against a baseline: {"newly failing": [...], ...}; null without one
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from fidev.core.failure import Failure
+
+SCHEMA = "fidev-upstream-summary/1"
+NAME = "summary.json"
+COUNTS = ("passed", "skipped", "failed", "error")
+
+
+@dataclass
+class Process:
+    file: str
+    part: list[int]
+    gpu: str | None
+    seconds: float
+    ended: str
+    counts: dict[str, int]
+
+
+@dataclass
+class Summary:
+    selection: list[str]
+    kernel_source: str
+    run_dir: str
+    gpus: list[str]
+    gpu_name: str
+    started: float
+    ended: float
+    status: int
+    counts: dict[str, int]
+    skips: dict[str, int] = field(default_factory=dict)
+    failing: list[str] = field(default_factory=list)
+    erroring: list[str] = field(default_factory=list)
+    processes: list[Process] = field(default_factory=list)
+    last_case_end: float | None = None
+    compared: dict[str, list[str]] | None = None
+
+    @property
+    def failed_ids(self) -> set[str]:
+        """What failed or errored: the ids a rerun names."""
+        return set(self.failing) | set(self.erroring)
+
+
+def write(summary: Summary, *paths: Path) -> None:
+    """The summary into each path, whole or not at all."""
+    text = json.dumps({"schema": SCHEMA, **asdict(summary)}, indent=1)
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def read(path: Path) -> Summary:
+    """The summary at `path`; two lines where it is missing, truncated or of another schema."""
+    fix = "run upstream-tests again: it writes the summary whole at its end (a run stopped before then has none)"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise Failure(f"upstream-tests left no summary at {path}", fix) from None
+    except (OSError, ValueError) as e:
+        raise Failure(f"upstream-tests' summary {path} cannot be read ({e})", fix) from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise Failure(f"{path} is not an upstream-tests summary of schema {SCHEMA} (it says {found!r})", fix)
+    try:
+        data.pop("schema")
+        data["processes"] = [Process(**p) for p in data.get("processes", [])]
+        summary = Summary(**data)
+    except (TypeError, AttributeError) as e:
+        raise Failure(f"upstream-tests' summary {path} lacks a field or has an unknown one ({e})", fix) from None
+    if set(summary.counts) != set(COUNTS):
+        raise Failure(f"upstream-tests' summary {path} counts {sorted(summary.counts)}, not {list(COUNTS)}", fix)
+    return summary

@@ -1,0 +1,168 @@
+"""What the GPU suites (tests/smoke, tests/abi_smoke) share: poisoning, float64 references, error
+measures, timing, and the result tables printed at the end of a run."""
+
+import os
+
+import torch
+
+EPS = 1e-6  # the rmsnorm epsilon the tests use
+RESULTS: dict[str, list[tuple[str, ...]]] = {}  # table title -> rows; the first row is the header
+MEASURED: list[tuple[str, str, float]] = []  # (kernel, dtype, max rel err) of every check, for tools/smoke_noise.py
+
+F16, BF16 = torch.float16, torch.bfloat16
+# Largest accepted max-relative error, by kernel and the dtype its output is judged at. Each bound
+# keeps a margin of at least 3x over the worst error seen in 20 fresh-seed runs of smoke and of
+# abi-smoke on the H100 (tools/smoke_noise.py; the figures are in docs/flashinfer-dev.md, "Smoke's
+# tolerances"), and every fp16 bound is under 5e-3, so that an fp16 kernel bug of that size fails
+# (FlashInfer's own tests hold these kernels to 1e-3). The floor is the output's rounding: half an
+# ulp is up to 2^-11 (4.9e-4) of a value in fp16 and 2^-8 (3.9e-3) in bf16; worst seen: fp16
+# 4.1e-4 (norm, silu), 5.0e-4 (attention), 8.7e-4 (gdn); bf16 3.4e-3 (norm, silu), 7.9e-3 (gdn).
+TOLERANCE = {
+    "rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
+    "gemma_rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
+    "fused_add_rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
+    "residual_sum": {F16: 2e-3, BF16: 1.2e-2},
+    "silu_and_mul": {F16: 2e-3, BF16: 1.2e-2},
+    "single_decode": {F16: 2e-3},
+    "single_prefill": {F16: 2e-3},
+    "batch_decode": {F16: 2e-3},
+    "batch_prefill": {F16: 2e-3},
+    "gdn_prefill": {F16: 3e-3, BF16: 2.5e-2},
+    "gdn_state": {F16: 3e-3, BF16: 2.5e-2},  # float32, but accumulated from fp16/bf16 inputs
+}
+
+
+def fresh_seed() -> int:
+    """A new seed each run (fresh inputs); the failure message prints it to reproduce."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    return seed
+
+
+def poisoned(shape, dtype) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+
+
+def poison_allocator(*shapes_dtypes) -> None:
+    """For APIs that allocate their own output: hand PyTorch's caching allocator NaN-filled
+    blocks of the output's size, so that the output's torch.empty gets one of them back and an
+    element the kernel never writes stays NaN."""
+    blocks = [poisoned(shape, dtype) for shape, dtype in shapes_dtypes]
+    torch.cuda.synchronize()
+    del blocks
+
+
+def max_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max|out - ref| / max|ref|, after checking every element was written and is finite."""
+    assert out.shape == ref.shape, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    bad = (~torch.isfinite(out)).sum().item()
+    assert bad == 0, f"{bad} of {out.numel()} output elements are NaN/inf (not written, or overflow)"
+    ref = ref.double()
+    return ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def assert_close(out, ref, kernel: str, dtype, seed) -> float:
+    """max_rel_err(out, ref), held to the bound of `kernel` at `dtype` (and kept in MEASURED)."""
+    err = max_rel_err(out, ref)
+    MEASURED.append((kernel, str(dtype).removeprefix("torch."), err))
+    bound = TOLERANCE[kernel][dtype]
+    assert err < bound, f"{kernel}: max relative error {err:.3e} >= {bound:.0e} for {dtype} (seed {seed})"
+    return err
+
+
+def gpu_ms(fn, reps: int = 20) -> float:
+    """Median time of a warm call, by CUDA events."""
+    fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def attention_ref(q, k, v, causal: bool) -> torch.Tensor:
+    """Float64 softmax(q k^T / sqrt(d)) v, NHD layout, GQA by repeating kv heads.
+    q: [qo_len, Hq, D], k/v: [kv_len, Hkv, D]. Causal aligns the last query with the last key."""
+    qo_len, heads, dim = q.shape
+    kv_len = k.shape[0]
+    group = heads // k.shape[1]
+    q64 = q.double().transpose(0, 1)
+    k64 = k.double().repeat_interleave(group, dim=1).transpose(0, 1)
+    v64 = v.double().repeat_interleave(group, dim=1).transpose(0, 1)
+    scores = q64 @ k64.transpose(1, 2) / dim**0.5
+    if causal:
+        rows = torch.arange(qo_len, device=q.device)[:, None] + (kv_len - qo_len)
+        scores = scores.masked_fill(torch.arange(kv_len, device=q.device)[None, :] > rows, float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v64).transpose(0, 1)
+
+
+def paged_kv(kv_lens, page_size, kv_heads, dim, dtype):
+    """A paged KV cache (NHD, [pages, 2, page_size, H, D]) holding random sequences of the given
+    lengths on shuffled pages. Returns the cache, the page table (indptr, indices, last_page_len)
+    and each sequence's contiguous (k, v) for the reference."""
+    pages_per_seq = [(n + page_size - 1) // page_size for n in kv_lens]
+    total = sum(pages_per_seq)
+    cache = torch.randn(total, 2, page_size, kv_heads, dim, dtype=dtype, device="cuda")
+    order = torch.randperm(total, device="cuda").to(torch.int32)
+    indptr = torch.tensor([0, *torch.tensor(pages_per_seq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    last = torch.tensor([n - (p - 1) * page_size for n, p in zip(kv_lens, pages_per_seq, strict=True)], dtype=torch.int32, device="cuda")
+    seqs = []
+    for i, n in enumerate(kv_lens):
+        pages = cache[order[indptr[i]:indptr[i + 1]].long()]  # [p, 2, page, H, D]
+        kv = pages.transpose(0, 1).reshape(2, -1, kv_heads, dim)[:, :n]
+        seqs.append((kv[0], kv[1]))
+    return cache, indptr, order, last, seqs
+
+
+def rms_ref(x, w, gemma=False):
+    """Float64 RMSNorm; Gemma's variant scales by (1 + w)."""
+    x64 = x.double()
+    scale = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS)
+    return x64 * scale * ((1.0 + w.double()) if gemma else w.double())
+
+
+def gated_delta_rule_ref(q, k, v, g, beta, cu_seqlens, scale):
+    """Float64 recurrence, per sequence and head, state S as [K, V]:
+    S <- g S;  S <- S + beta k (v - k^T S)^T;  o = scale q^T S.  Returns o and the final
+    states in FlashInfer's k-last layout [N, H, V, K]."""
+    q, k, v, g, beta = (t.double() for t in (q, k, v, g, beta))
+    out = torch.empty_like(v)
+    states = []
+    for start, end in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
+        state = torch.zeros(q.shape[1], q.shape[2], v.shape[2], dtype=torch.float64, device=q.device)
+        for t in range(start, end):
+            state = g[t][:, None, None] * state
+            error = v[t] - torch.einsum("hk,hkv->hv", k[t], state)
+            state = state + beta[t][:, None, None] * torch.einsum("hk,hv->hkv", k[t], error)
+            out[t] = scale * torch.einsum("hk,hkv->hv", q[t], state)
+        states.append(state.transpose(-1, -2))
+    return out, torch.stack(states)
+
+
+def gdn_inputs(dtype, heads=4, dim=128, seq_lens=(37, 130)):
+    """Random q, k, v, gates and cu_seqlens (int64) for chunk_gated_delta_rule; unit-norm keys and
+    forget gates in [0.8, 1) keep the recurrence bounded."""
+    cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64, device="cuda")
+    total = sum(seq_lens)
+    q = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
+    k = torch.nn.functional.normalize(torch.randn(total, heads, dim, device="cuda"), dim=-1).to(dtype)
+    v = torch.randn(total, heads, dim, dtype=dtype, device="cuda")
+    g = torch.rand(total, heads, device="cuda") * 0.2 + 0.8
+    beta = torch.rand(total, heads, device="cuda")
+    return q, k, v, g, beta, cu
+
+
+def add_result(title, header, row):
+    RESULTS.setdefault(title, [tuple(header)]).append(tuple(row))
+
+
+def write_results(reporter):
+    for title, rows in RESULTS.items():
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        reporter.section(title)
+        for row in rows:
+            reporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))

@@ -1,0 +1,44 @@
+"""Run the workspace's scripts as users do (a fresh interpreter) and check how they fail."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fidev.core.manifest import ROOT
+
+
+def task_path(root, script):
+    """A task's script (scripts/) or a maintainer tool (tools/) of the workspace at `root`."""
+    return next((root / folder / script for folder in ("scripts", "tools") if (root / folder / script).is_file()), root / "scripts" / script)
+
+
+def run(script, *args, flags=(), env=None, timeout=120):
+    return subprocess.run([sys.executable, *flags, str(task_path(ROOT, script)), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def two_line_failure(done, problem, status=1):
+    """Exit status 1 (2 for bad usage), and the last two lines of stderr: the problem, then the
+    fix; no traceback."""
+    assert done.returncode == status, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-2].startswith("error: ") and problem in lines[-2], lines
+    assert lines[-1].lstrip().startswith("fix: ")
+
+
+CI_VENV = "FIDEV_CI_VENV"  # set by .ci/run in its flashinfer-dev venv, which must have everything
+
+
+def require(*modules, why):
+    """Skip where a module is missing (e.g. pyelftools in pixi's `default` environment, and in
+    .ci/run's replica of it), except in .ci/run's flashinfer-dev venv, which must provide them all."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        if os.environ.get(CI_VENV):
+            pytest.fail(f"the CI's flashinfer-dev venv lacks {missing} (flashinfer-dev's packages in the manifest, "
+                        f"and .ci/requirements.txt): {why}", pytrace=False)
+        pytest.skip(f"{', '.join(missing)} not installed here: {why}", allow_module_level=True)

@@ -1,0 +1,215 @@
+"""A stand-in of FlashInfer's test suite and JIT for upstream-tests' CPU tests (test_upstream_tests,
+test_upstream_runs), written after FlashInfer's files at v0.6.3:
+- its tests/conftest.py turns a CUDA out-of-memory RuntimeError into a skip, "Skipping due to
+  OOM" (tests/conftest.py, lines 136-147; torch.cuda.OutOfMemoryError is one), and records missing
+  JIT modules as FlashInfer's does (lines 140-166: pytest_runtest_call turns MissingJITCacheError into a skip and keeps
+  (nodeid, module, str(spec_info)); lines 170-191: with FLASHINFER_JIT_CACHE_REPORT_FILE set, it
+  appends one JSON object per line. FlashInfer holds a filelock while appending; one process
+  writes here, so the stand-in does not);
+- its pytest.ini is the repository root's (norecursedirs = test_helpers, addopts = --import-mode=importlib);
+- tests/utils/test_activation.py has a module-scoped `warmup_jit` fixture that calls
+  flashinfer.jit.build_jit_specs (tests/utils/test_activation.py, lines 24-36);
+- the stand-in `flashinfer` builds each module with a real ninja and c++ in its own folder, as
+  JitSpec.build does (flashinfer/jit/core.py: FLASHINFER_DISABLE_JIT raises MissingJITCacheError,
+  the ninja file is written when missing, then `ninja -C <jit dir>/<name>`), loads prebuilt modules
+  when `aot_path` exists and otherwise builds under the module's lock, `<jit dir>/tmp/<name>.lock`,
+  with need_lock=False (JitSpec.build_and_load and lock_path, lines 308-320 and 266-268), and its combined `build_jit_specs` only records
+  that it was called. Every object compiled is logged, to count recompiles.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fidev.core.manifest import ROOT, pins
+from fidev.tree import families as upstream_suites
+from fidev.tree import release_reference, source_tree
+
+FAKE_FLASHINFER = """\
+import importlib.util, json, os
+from flashinfer.jit import core
+with open(os.environ["FAKE_RECORD"], "a") as f:  # what the jit-cache looked like when flashinfer was imported
+    f.write(json.dumps({"jit_cache_visible": importlib.util.find_spec("flashinfer_jit_cache") is not None}) + "\\n")
+def gen(name, n):
+    return core.gen_jit_spec(name, n)
+def load(name, n):
+    return gen(name, n).build_and_load()
+"""
+FAKE_JIT_INIT = "from flashinfer.jit.core import JitSpec, MissingJITCacheError, build_jit_specs\n"
+FAKE_JIT_ENV = """\
+import os, pathlib
+FLASHINFER_BASE_DIR = pathlib.Path(os.getenv("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home().as_posix()))
+FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "{version}" / "90"
+FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
+FLASHINFER_AOT_DIR = pathlib.Path(os.environ["FAKE_AOT_DIR"])
+"""
+FAKE_JIT_CORE = """\
+import contextlib, json, os, subprocess
+try:
+    from filelock import FileLock
+except ImportError:  # the default environment's replica has no filelock: one process takes no lock
+    FileLock = lambda path: contextlib.nullcontext()
+from flashinfer.jit import env as jit_env
+class MissingJITCacheError(RuntimeError):
+    def __init__(self, message, spec=None):
+        self.spec = spec
+        super().__init__(message)
+def get_tmpdir():
+    (jit_env.FLASHINFER_JIT_DIR / "tmp").mkdir(parents=True, exist_ok=True)
+    return jit_env.FLASHINFER_JIT_DIR / "tmp"
+class JitSpec:
+    def __init__(self, name, n, plain=False):
+        self.name, self.needs_device_linking = name, False
+        self.extra_include_dirs = None  # a field of FlashInfer's JitSpec (core.py line 223)
+        # generated sources, or (plain) the tree's csrc/ files, as tests/utils/test_norm.py's gen_jit_spec call names them (lines 354-361)
+        gen = jit_env.FLASHINFER_CSRC_DIR / name if plain else jit_env.FLASHINFER_WORKSPACE_DIR / "generated" / name
+        gen.mkdir(parents=True, exist_ok=True)
+        self.sources = [gen / f"s{i}.cpp" for i in range(n)]
+        for i, src in enumerate(self.sources):
+            if not src.exists():
+                src.write_text(f"int f{i}() {{ return {i}; }}\\n")
+    build_dir = property(lambda self: jit_env.FLASHINFER_JIT_DIR / self.name)
+    ninja_path = property(lambda self: self.build_dir / "build.ninja")
+    jit_library_path = property(lambda self: self.build_dir / f"{self.name}.so")
+    aot_path = property(lambda self: jit_env.FLASHINFER_AOT_DIR / self.name / f"{self.name}.so")
+    is_aot = property(lambda self: self.aot_path.exists())
+    def write_ninja(self):  # FlashInfer's rule names and resolved sources (flashinfer/jit/cpp_ext.py, lines 249, 288-292)
+        log = os.environ["FAKE_COMPILES"]
+        rules = ("rule compile\\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out && echo $out >> " + log + "\\n  depfile = $out.d\\n  deps = gcc\\n"
+                 "rule link\\n  command = c++ -shared $in -o $out\\n")
+        objs = [self.build_dir / (s.stem + ".o") for s in self.sources]
+        body = "".join(f"build {o}: compile {s.resolve()}\\n" for o, s in zip(objs, self.sources))
+        text = rules + body + f"build {self.jit_library_path}: link {' '.join(map(str, objs))}\\ndefault {self.jit_library_path}\\n"
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        if not self.ninja_path.exists() or self.ninja_path.read_text() != text:
+            self.ninja_path.write_text(text)
+    def build(self, verbose, need_lock=True):
+        if os.environ.get("FLASHINFER_DISABLE_JIT"):
+            raise MissingJITCacheError("JIT compilation is disabled", spec=self)
+        if not self.ninja_path.exists():
+            self.write_ninja()
+        subprocess.run(["ninja", "-C", str(self.build_dir), "-f", str(self.ninja_path)], check=True, capture_output=True)
+    lock_path = property(lambda self: get_tmpdir() / f"{self.name}.lock")
+    def build_and_load(self):
+        if self.is_aot:
+            return "aot"
+        with FileLock(self.lock_path):
+            self.build(False, need_lock=False)
+        return "jit"
+class JitSpecRegistry:  # core.py lines 159-170: gen_jit_spec registers every spec it makes (line 482)
+    def __init__(self):
+        self._specs = {}
+    def register(self, spec):
+        self._specs.setdefault(spec.name, spec)
+jit_spec_registry = JitSpecRegistry()
+def gen_jit_spec(name, n, plain=False):
+    spec = JitSpec(name, n, plain)
+    jit_spec_registry.register(spec)
+    return spec
+def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
+    with open(os.environ["FAKE_RECORD"], "a") as f:  # the combined build must never run
+        f.write(json.dumps({"combined_build": [s.name for s in specs]}) + "\\n")
+"""
+CONFTEST = """\
+import json, os
+import pytest
+import flashinfer
+from flashinfer.jit import MissingJITCacheError
+_MISSING_JIT_CACHE_MODULES = set()
+_JIT_CACHE_REPORT_FILE = os.environ.get("FLASHINFER_JIT_CACHE_REPORT_FILE", None)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        yield
+    except RuntimeError as e:
+        if "CUDA" in str(e) and "out of memory" in str(e):  # is_cuda_oom_error_str, lines 136-147
+            pytest.skip("Skipping due to OOM")
+        elif isinstance(e, MissingJITCacheError):
+            spec = e.spec
+            module_name = spec.name if spec else "unknown"
+            spec_info = None
+            if spec:
+                spec_info = {"name": spec.name, "sources": [str(s) for s in spec.sources],
+                             "needs_device_linking": spec.needs_device_linking, "aot_path": str(spec.aot_path)}
+            _MISSING_JIT_CACHE_MODULES.add((item.nodeid, module_name, str(spec_info)))
+            pytest.skip(f"Skipping due to missing JIT cache for module: {module_name}")
+        else:
+            raise
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _MISSING_JIT_CACHE_MODULES:
+        return
+    if _JIT_CACHE_REPORT_FILE:
+        data = [{"test_name": t, "module_name": m, "spec_info": s} for t, m, s in _MISSING_JIT_CACHE_MODULES]
+        with open(_JIT_CACHE_REPORT_FILE, "a") as f:
+            for entry in data:
+                f.write(json.dumps(entry) + "\\n")
+"""
+TEST_NORM = """\
+import flashinfer
+def test_norm():
+    assert flashinfer.load("norm", 3) == "jit"
+def test_gemma_norm():
+    assert flashinfer.load("norm", 3) == "jit"
+"""
+TEST_ACTIVATION = """\
+import pytest
+import flashinfer
+@pytest.fixture(autouse=True, scope="module")
+def warmup_jit():
+    flashinfer.jit.build_jit_specs([flashinfer.gen("silu_and_mul", 1), flashinfer.gen("gelu_and_mul", 1)], verbose=False)
+    yield
+def test_silu():
+    flashinfer.load("silu_and_mul", 1)
+"""
+PYTEST_INI = "[pytest]\nnorecursedirs = test_helpers\naddopts = --import-mode=importlib\n"
+
+
+@pytest.fixture(name="ws")
+def standin_ws(tmp_path):
+    """A workspace copy whose source tree has FlashInfer's test layout for every family, and the
+    environment that puts the stand-in flashinfer first."""
+    root = tmp_path / "ws"
+    for d in ("scripts", "tools"):
+        shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root)
+    tests = root / "extern/tracked/flashinfer/tests"
+    for family in upstream_suites.FAMILIES:
+        for node in family.nodes:
+            path = tests / node.split("::")[0]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("def test_placeholder():\n    pass\n")
+    (tests / "utils/test_norm.py").write_text(TEST_NORM)
+    (tests / "utils/test_activation.py").write_text(TEST_ACTIVATION)
+    (tests / "conftest.py").write_text(CONFTEST)
+    (tests.parent / "pytest.ini").write_text(PYTEST_INI)
+    # the pinned source release as fetch_flashinfer_source.py leaves it: its marker and its files'
+    # record, the reference the default kernel source mode (auto) tells edits by
+    (tests.parent / source_tree.MARKER).write_text(source_tree.marker_text(pins()))
+    release_reference.record_release(tests.parent)
+    site = tmp_path / "site"
+    (site / "flashinfer/jit").mkdir(parents=True)
+    (site / "flashinfer/__init__.py").write_text(FAKE_FLASHINFER)
+    (site / "flashinfer/jit/__init__.py").write_text(FAKE_JIT_INIT)
+    (site / "flashinfer/jit/env.py").write_text(FAKE_JIT_ENV.replace("{version}", pins().flashinfer))
+    (site / "flashinfer/jit/core.py").write_text(FAKE_JIT_CORE)
+    (site / "flashinfer_jit_cache").mkdir()
+    (site / "flashinfer_jit_cache/__init__.py").write_text("")
+    env = {"PYTHONPATH": str(site), "FAKE_RECORD": str(tmp_path / "record.jsonl"), "FAKE_COMPILES": str(tmp_path / "compiles.log"),
+           "FAKE_AOT_DIR": str(tmp_path / "aot"), "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
+    return root, tmp_path / "record.jsonl", env
+
+
+def upstream(root, env, *args):
+    return subprocess.run([sys.executable, str(root / "scripts/upstream_tests.py"), *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+
+
+def compiles(env):
+    log = env["FAKE_COMPILES"]
+    return open(log).read().splitlines() if os.path.exists(log) else []
+
+
+needs_a_build = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")

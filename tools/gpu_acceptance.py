@@ -1,0 +1,433 @@
+"""The GPU acceptance run: the chain as a user's flashinfer-dev environment runs it, on a GPU host
+without pixi, in a conda-layout replica of that environment; one table at the end.
+
+  python3 tools/gpu_acceptance.py [--staged DIR] [--work DIR] [--toolkit DIR] [--steps NAME,...] [--fresh]
+                                  [--time-limit SECONDS] [--resume]
+
+Every GPU-facing change passes this before it is resolved (docs/flashinfer-dev.md, "Tests and CI").
+It works in a copy of the checkout under WORK (default /tmp/fidev-acceptance), so builds and the
+editable install survive between runs, and runs each task as a user would (`python scripts/<task>.py`)
+with the host toolkit hidden, the manifest's activation applied (tests/support/conda_prefix.py) and the JIT
+dir in WORK. It installs into the host's Python (a throwaway GPU host: this is not the workflow):
+the wheels of --staged DIR (tools/stage_gpu_host.py makes it), then FlashInfer editable.
+
+The steps, in order: setup, negative-control, preflight, build-cold, build-noop, import-check, smoke,
+smoke-noise, build-abi, abi-smoke, upstream-norm, upstream-activation, build-after-upstream,
+edit-build, edit-smoke, restore-build, restore-smoke, upstream-baseline, upstream-compare-bug,
+upstream-compare-clean, affected-noop, affected-header, affected-source, affected-generator,
+upstream-quantization, affected-upstream, prebuilt-set, auto-fresh, auto-header, auto-generator,
+auto-restore. A result is `pass` when the step did what it must (the negative control and
+edit-smoke must fail). Results accumulate in WORK/results.json, so
+a host that limits a command's time runs it in parts: `--steps setup,negative-control,...`, then
+the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
+part starts no step that would not end in time (by the step's last time here, else STEP_S), and
+names the steps it left for the next part; `--resume` leaves out the steps WORK has a result for, so
+every part after the first can be the same command.
+
+Three steps run only when named, on a host with two GPUs: bench-warm-up, bench-1-gpu and
+bench-2-gpus, tools/bench_upstream.py's warm-up (norm, activation, sampling: it builds what they
+need), then its timed run on 1 GPU and on 2 (issue 22), each short enough for one device call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+import conda_prefix  # noqa: E402
+from fidev.core.failure import ArgumentParser, Failure, run_main  # noqa: E402
+from fidev.core.manifest import pins  # noqa: E402
+from fidev.jit import kernel_source  # noqa: E402
+from fidev.upstream import runs as upstream_runs  # noqa: E402
+
+TESTS_ARCHIVE = "flashinfer-tests.tar"  # tools/stage_gpu_host.py writes it
+# The planted bug of the edit loop: RMSNormKernel's output 0.5% too large, the size of bug an
+# fp16 tolerance must catch (tests/support/gpu_checks.py). include/flashinfer/norm.cuh, line 101 at v0.6.3.
+NORM_HEADER = "include/flashinfer/norm.cuh"
+NORM_LINE = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j]));"
+NORM_BUG = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j])) * 1.005f;"
+# The affected round: a one-line bug planted in each kind of input, then `affected`, which must
+# name the module and fail; the file restored with `cp -p`, then `affected`, which must rebuild and
+# pass. file, the line (v0.6.3), the bug, the module that must be named.
+AFFECTED_EDITS = {
+    "affected-header": (NORM_HEADER, NORM_LINE, NORM_BUG, "norm"),  # a header smoke covers
+    "affected-source": ("csrc/norm.cu", "output.stride(0), eps, enable_pdl, stream);",  # csrc/norm.cu line 46, in rmsnorm
+                        "output.stride(0), eps + 0.05, enable_pdl, stream);", "norm"),
+    "affected-generator": ("flashinfer/jit/activation.py", "return val / (1.0f + __expf(-val));",  # line 79, silu_def_cu_str
+                           "return 1.01f * val / (1.0f + __expf(-val));", "silu_and_mul"),
+    # a header only FlashInfer's tests cover (test_quantization.py), after upstream-quantization
+    # recorded which test needs the module: include/flashinfer/quantization.cuh line 56, big-endian packbits
+    "affected-upstream": ("include/flashinfer/quantization.cuh", "(input_vec[0] << 7) | (input_vec[1] << 6)",
+                          "(input_vec[0] << 6) | (input_vec[1] << 6)", "quantization"),
+}
+STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi",
+         "abi-smoke", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-build", "edit-smoke", "restore-build",
+         "restore-smoke", "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header",
+         "affected-source", "affected-generator", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header",
+         "auto-generator", "auto-restore"]
+NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus"]  # a 2-GPU host's: not part of the default run
+
+# What each step took on the H100 host (2026-11-25, 8c448fe: 1579 s in all, within a lease's 30 minutes
+# only in 3 or 4 parts), for --time-limit where WORK has no time of its own for it yet.
+STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
+          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
+          "edit-build": 28, "edit-smoke": 10, "restore-build": 29, "restore-smoke": 8, "upstream-baseline": 26, "upstream-compare-bug": 100,
+          "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61,
+          "upstream-quantization": 46, "affected-upstream": 42, "prebuilt-set": 121, "auto-fresh": 13, "auto-header": 41,
+          "auto-generator": 20, "auto-restore": 14,
+          # the warm-up on the 2-GPU H200 host at d4cba3e (317.4 s: norm 22, activation 99, sampling 317 s); the timed runs
+          # not yet measured: on 1 GPU about the files' sum, on 2 about half of it, as long files run in parts
+          "bench-warm-up": 320, "bench-1-gpu": 460, "bench-2-gpus": 260}
+
+
+class Run:
+    def __init__(self, work: Path, staged: Path | None, toolkit: Path):
+        self.work, self.staged, self.toolkit = work, staged, toolkit
+        self.ws, self.prefix, self.base = work / "ws", work / "prefix", work / "jit-base"
+        self.logs = work / "logs"
+        self.results_file = work / "results.json"
+        self.results = json.loads(self.results_file.read_text()) if self.results_file.is_file() else {}
+
+    @property
+    def tree(self) -> Path:
+        return self.ws / pins().source_dir.relative_to(ROOT)
+
+    def env(self, cuda_home_only: bool = False, **extra: str) -> dict[str, str]:
+        env = conda_prefix.environment(self.prefix, dict(os.environ), cuda_home_only)
+        return {**env, "FLASHINFER_WORKSPACE_BASE": str(self.base), "PYTHONUNBUFFERED": "1", **extra}
+
+    def sh(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, float]:
+        """Run, teeing to the terminal and to logs/<name>.log; (status, output, seconds)."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        print(f"\n=== {name}: {' '.join(argv)}", flush=True)
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=self.ws, env=env or self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        with open(self.logs / f"{name}.log", "a") as log:
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+                lines.append(line)
+        return proc.wait(), "".join(lines), time.perf_counter() - started
+
+    def objects(self) -> dict[str, int]:
+        return {str(p): p.stat().st_mtime_ns for p in self.base.rglob("*.o")} if self.base.exists() else {}
+
+    def record(self, name: str, ok: bool, seconds: float, note: str) -> None:
+        self.results[name] = {"result": "pass" if ok else "FAIL", "seconds": round(seconds, 1), "note": note}
+        tmp = self.results_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.results, indent=1))
+        tmp.replace(self.results_file)
+
+    def task(self, name: str, argv: list[str], expect_ok: bool = True, **env: str) -> tuple[str, float]:
+        """A task or script as a user runs it; records pass when its status is what it must be.
+        The note says how many objects the step compiled and pytest's or the task's last count line."""
+        before = self.objects()
+        status, out, seconds = self.sh(name, [sys.executable, *argv], self.env(**env))
+        after = self.objects()
+        compiled = sum(1 for path, mtime in after.items() if before.get(path) != mtime)
+        counts = re.findall(r"^(?:smoke|abi-smoke|upstream-tests|smoke-noise)[^\n]*?: .*(?:passed|failed|runs).*$", out, re.M)
+        note = f"exit {status}; {compiled} objects compiled" + (f"; {counts[-1].strip()[:150]}" if counts else "")
+        self.record(name, (status == 0) == expect_ok, seconds, note)
+        return out, seconds
+
+
+def checked(cmd: list[str], cwd: Path | None = None) -> None:
+    """A setup command that must succeed; its own output says why when it does not."""
+    done = subprocess.run(cmd, cwd=cwd)
+    if done.returncode != 0:
+        raise Failure(f"setup failed (exit status {done.returncode}): {' '.join(cmd)[:200]}", "read its output above")
+
+
+def setup(run: Run) -> None:
+    started = time.perf_counter()
+    notes = []
+    if not run.ws.exists():
+        shutil.copytree(ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(".git", ".stage", "__pycache__", ".pixi", ".ci"))
+        notes.append("workspace copied")
+    if not (run.tree / "csrc").is_dir():
+        archive = run.staged / pins().sdist_name if run.staged else None
+        if not archive or not archive.is_file():
+            raise Failure(f"{run.tree} is empty and no source release was staged", "python3 tools/stage_gpu_host.py DIR, then --staged DIR")
+        checked([sys.executable, "scripts/fetch_flashinfer_source.py", "--archive", str(archive)], cwd=run.ws)
+        notes.append("source release materialized")
+    if not (run.tree / "pytest.ini").is_file() and run.staged and (run.staged / TESTS_ARCHIVE).is_file():
+        with tarfile.open(run.staged / TESTS_ARCHIVE) as tar:
+            tar.extractall(run.tree, filter="data")
+        notes.append("FlashInfer's tests/ and pytest.ini added")
+    wheels = sorted(str(w) for w in (run.staged.glob("*.whl") if run.staged else []))
+    if wheels and not (run.work / ".wheels-installed").exists():
+        checked([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", *wheels])
+        (run.work / ".wheels-installed").write_text("\n".join(wheels))
+        notes.append(f"{len(wheels)} wheels installed")
+    if not (run.tree / "flashinfer/data/csrc").is_dir():
+        checked([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", "-e", str(run.tree)])
+        notes.append("FlashInfer installed editable")
+    conda_prefix.build(run.prefix, run.toolkit)
+    run.record("setup", True, time.perf_counter() - started, ", ".join(notes) or "kept from an earlier run")
+
+
+def negative_control(run: Run) -> None:
+    """CUDA_HOME=$CONDA_PREFIX alone: preflight must fail the layout checks, and a JIT module's link must fail."""
+    env = run.env(cuda_home_only=True, FLASHINFER_WORKSPACE_BASE=str(run.work / "negative-base"))
+    status, out, s1 = run.sh("negative-control", [sys.executable, "scripts/preflight.py", "--cuda", host_cuda()], env)
+    preflight_fails = status == 1 and re.search(r"FAIL\s+cuda-headers", out) and re.search(r"FAIL\s+cuda-libs", out)
+    code = "from flashinfer.jit import gen_act_and_mul_module as g; g('silu').build(False)"
+    status, out, s2 = run.sh("negative-control", [sys.executable, "-c", code], env)
+    link_fails = status != 0 and "cannot find -lcudart" in out
+    run.record("negative-control", bool(preflight_fails and link_fails), s1 + s2,
+               f"CUDA_HOME only: preflight cuda-headers/cuda-libs {'FAIL' if preflight_fails else 'not failed'}; "
+               f"silu link {'cannot find -lcudart' if link_fails else 'did not fail as expected'}")
+
+
+# Checks a GPU host without network may fail: the packages it cannot be given (the jit-cache's
+# index and the cubin wheel's size are out of reach of a carried folder). Named in the table.
+HOST_LACKS = {"cubin": "flashinfer-cubin", "jit-cache": "flashinfer-jit-cache"}
+
+
+def preflight(run: Run) -> None:
+    """preflight --json in the replica: every check passes (or warns), except those of HOST_LACKS
+    whose package is truly not installed."""
+    status, out, seconds = run.sh("preflight", [sys.executable, "scripts/preflight.py", "--json", "--cuda", host_cuda()])
+    checks = json.loads(out[out.index("{"):])["checks"]
+    failed = {c["id"]: c["finding"] for c in checks if c["status"] == "fail"}
+    excused = {i: f for i, f in failed.items() if i in HOST_LACKS and "is not installed" in f}
+    others = {i: f for i, f in failed.items() if i not in excused}
+    note = f"{len(checks) - len(failed)} of {len(checks)} pass or warn; " + (f"FAIL {others}" if others else "no other FAIL")
+    if excused:
+        note += f"; the host lacks {', '.join(HOST_LACKS[i] for i in excused)}"
+    run.record("preflight", not others, seconds, note)
+
+
+def host_cuda() -> str:
+    """The host toolkit's release (X.Y), for preflight's --cuda: the host is not the pinned 12.9."""
+    out = subprocess.run([str(ARGS.toolkit / "bin/nvcc"), "--version"], capture_output=True, text=True).stdout
+    return re.search(r"release (\d+\.\d+)", out).group(1)
+
+
+def edit(run: Run, restore: bool) -> None:
+    header, saved = run.tree / NORM_HEADER, run.work / "norm.cuh.orig"
+    if restore:
+        subprocess.run(["cp", "-p", str(saved), str(header)], check=True)  # the older copy, its mtime kept
+        return
+    if not saved.exists():
+        subprocess.run(["cp", "-p", str(header), str(saved)], check=True)
+    text = header.read_text()
+    assert NORM_LINE in text, f"{NORM_HEADER} no longer has the line the edit loop plants its bug in"
+    header.write_text(text.replace(NORM_LINE, NORM_BUG, 1))
+
+
+def affected_round(run: Run, name: str) -> None:
+    """Plant the bug, `affected` must fail naming the module; restore with `cp -p`, it must pass."""
+    from affected import PAST_BUILD  # scripts/, on sys.path
+    rel, line, bug, module = AFFECTED_EDITS[name]
+    path, saved = run.tree / rel, run.work / f"{Path(rel).name}.orig"
+    subprocess.run(["cp", "-p", str(path), str(saved)], check=True)
+    text = path.read_text()
+    assert line in text, f"{rel} no longer has the line the affected round plants its bug in"
+    path.write_text(text.replace(line, bug, 1))
+    try:
+        status, out, s1 = run.sh(name, [sys.executable, "scripts/affected.py"])
+    finally:
+        subprocess.run(["cp", "-p", str(saved), str(path)], check=True)
+    status2, out2, s2 = run.sh(name, [sys.executable, "scripts/affected.py"])
+
+    def said(text: str, seconds: float) -> str:
+        """What was rebuilt, the result line, and the figure issue 18 sets a target for: the time
+        beyond the rebuild (the command's wall time, from its start to its exit, as a user waits
+        for it, less its compile; target: 15 s at most)."""
+        rebuilt = re.search(r"affected: (\d+ module\(s\) rebuilt in ([\d.]+) s(?: \(slowest object [\d.]+ s\))?)", text)
+        beyond = f"; beyond the compile {seconds - float(rebuilt.group(2)):.1f} s" if rebuilt else ""
+        past = PAST_BUILD.search(text)  # FlashInfer's tests, after the build: to their end, to their last case
+        beyond += f" (FlashInfer's tests ended {past[1]} s after it, their last case at {past[2]} s)" if past else ""
+        last = [ln for ln in text.splitlines() if ln.startswith("affected: ") and ("failed" in ln or "passed" in ln)]
+        return f"{rebuilt.group(1) if rebuilt else 'nothing rebuilt'}{beyond}; {last[-1][10:160] if last else 'no result line'}"
+
+    named = bool(re.search(rf"^\S.*\b{re.escape(module)}\b", out, re.M))
+    ok = status == 1 and named and status2 == 0
+    run.record(name, ok, s1 + s2, f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(out, s1)} | "
+                                 f"restore: exit {status2}, {s2:.1f} s, {said(out2, s2)}")
+
+
+def upstream_compare(run: Run, name: str, bug: bool) -> None:
+    """A run of `upstream-tests norm` against its baseline: with the edit loop's bug planted it must
+    list newly failing tests and nothing newly erroring, and exit 1; restored with `cp -p`, none, exit 0."""
+    if bug:
+        edit(run, restore=False)
+    try:
+        status, out, seconds = run.sh(name, [sys.executable, "scripts/upstream_tests.py", "norm", "--no-plan"])
+    finally:
+        if bug:
+            edit(run, restore=True)
+    failing = re.search(r"newly failing: (\d+)((?:\n    \S+)*)", out)
+    erroring = re.search(r"newly erroring: (\d+)", out)
+    n, e = int(failing.group(1)) if failing else -1, int(erroring.group(1)) if erroring else -1
+    ok = (status == 1 and n > 0 and e == 0) if bug else (status == 0 and n == 0 and e == 0)
+    first = failing.group(2).split()[:2] if failing and failing.group(2) else []
+    run.record(name, ok, seconds, f"exit {status}; newly failing {n}, newly erroring {e}" + (f"; e.g. {', '.join(first)}" if first else ""))
+
+
+def affected_noop(run: Run) -> None:
+    status, out, seconds = run.sh("affected-noop", [sys.executable, "scripts/affected.py"])
+    run.record("affected-noop", status == 0 and "nothing changed" in out, seconds, (out.strip().splitlines() or ["no output"])[-1][:150])
+
+
+# The kernel source mode auto, with a prebuilt set in the tree's flashinfer/data/aot (tools/prebuilt_set.py,
+# FlashInfer's own AOT build of smoke's default modules): each round is the chain's build then smoke, in
+# a JIT dir of its own, with the modules that compiled and smoke's status it must show.
+AUTO_ROUNDS = {
+    "auto-fresh": (set(), True),  # an unedited tree from an empty JIT dir: everything prebuilt
+    "auto-header": ({"norm"}, False),  # the edit loop's norm.cuh bug
+    "auto-generator": ({"silu_and_mul"}, False),  # the silu generator's bug, norm.cuh restored with `cp -p`
+    "auto-restore": (set(), True),  # both restored with `cp -p`: prebuilt again
+}
+
+
+def prebuilt_set(run: Run) -> None:
+    aot = run.tree / "flashinfer/data/aot"
+    status, out, seconds = run.sh("prebuilt-set", [sys.executable, "tools/prebuilt_set.py", str(run.work / "prebuilt-build"), str(aot)])
+    said = [line for line in out.splitlines() if line.startswith("prebuilt-set: ")]
+    run.record("prebuilt-set", status == 0, seconds, said[-1][14:160] if said else f"exit {status}")
+
+
+def auto_round(run: Run, name: str) -> None:
+    base = run.work / "auto-base"
+    generator, gen_line, gen_bug, _ = AFFECTED_EDITS["affected-generator"]
+    gen_path, gen_saved = run.tree / generator, run.work / "activation.py.orig"
+    if name == "auto-fresh":
+        shutil.rmtree(base, ignore_errors=True)
+    elif name == "auto-header":
+        edit(run, restore=False)
+    elif name == "auto-generator":
+        edit(run, restore=True)
+        subprocess.run(["cp", "-p", str(gen_path), str(gen_saved)], check=True)
+        gen_path.write_text(gen_path.read_text().replace(gen_line, gen_bug, 1))
+    else:
+        subprocess.run(["cp", "-p", str(gen_saved), str(gen_path)], check=True)
+
+    def objects() -> dict[str, int]:
+        return {str(p): p.stat().st_mtime_ns for p in base.rglob("*.o")} if base.exists() else {}
+
+    env = run.env(FLASHINFER_WORKSPACE_BASE=str(base))
+    env.pop(kernel_source.ENV, None)  # the default mode
+    before = objects()
+    s1, out1, t1 = run.sh(name, [sys.executable, "scripts/build.py"], env)
+    s2, out2, t2 = run.sh(name, [sys.executable, "scripts/smoke.py"], env)
+    compiled = sorted({Path(p).parent.name for p, mtime in objects().items() if before.get(p) != mtime})
+    want, smoke_passes = AUTO_ROUNDS[name]
+    ok = s1 == 0 and set(compiled) == want and (s2 == 0) == smoke_passes
+    counts = re.findall(r"^smoke: \d+ passed.*$", out2, re.M)
+    edited = [line.split(": ", 1)[1] for line in (out1 + out2).splitlines() if line.startswith(("build: from edited source", "smoke: from edited source"))]
+    run.record(name, ok, t1 + t2, f"modules compiled: {', '.join(compiled) or 'none'}; smoke exit {s2}"
+                                  f"{'; ' + counts[-1][7:90] if counts else ''}; build {t1:.1f} s + smoke {t2:.1f} s"
+                                  + (f"; {edited[0]}" if edited else ""))
+    if name == "auto-restore":  # the other steps run without a prebuilt set, as on a host without the jit-cache
+        shutil.rmtree(run.tree / "flashinfer/data/aot", ignore_errors=True)
+
+
+def bench_upstream(run: Run, name: str) -> None:
+    """bench_upstream.py's warm-up alone (upstream-tests on its default families), or one GPU count;
+    the note keeps the count lines and each file's line (the speedup is the two counts' ratio)."""
+    import bench_upstream as bench  # scripts/, on sys.path
+
+    argv = ["scripts/upstream_tests.py", *bench.DEFAULT, "--no-plan"] if name == "bench-warm-up" else \
+        ["tools/bench_upstream.py", "--no-warm-up", "--gpus", "1" if name == "bench-1-gpu" else "2"]
+    status, out, seconds = run.sh(name, [sys.executable, *argv])
+    said = [" ".join(line.split()) for line in out.splitlines()
+            if upstream_runs.FILE_LINE.match(line) or re.match(r"\s*(\d+ GPU\(s\): |upstream-tests: \d+ passed)", line)]
+    run.record(name, status == 0, seconds, f"exit {status}; " + " | ".join(said))
+
+
+def steps(run: Run) -> dict:
+    return {
+        "setup": lambda: setup(run),
+        "negative-control": lambda: negative_control(run),
+        "preflight": lambda: preflight(run),
+        "build-cold": lambda: (shutil.rmtree(run.base, ignore_errors=True), run.task("build-cold", ["scripts/build.py"])),
+        "build-noop": lambda: run.task("build-noop", ["scripts/build.py"]),
+        "import-check": lambda: run.task("import-check", ["scripts/import_check.py"]),
+        "smoke": lambda: run.task("smoke", ["scripts/smoke.py"]),
+        "smoke-noise": lambda: run.task("smoke-noise", ["tools/smoke_noise.py", "--runs", "20"]),
+        "build-abi": lambda: run.task("build-abi", ["scripts/build.py", "--abi"]),
+        "abi-smoke": lambda: run.task("abi-smoke", ["scripts/abi_smoke.py"]),
+        "upstream-norm": lambda: run.task("upstream-norm", ["scripts/upstream_tests.py", "norm"]),
+        "upstream-activation": lambda: run.task("upstream-activation", ["scripts/upstream_tests.py", "activation"]),
+        "upstream-quantization": lambda: run.task("upstream-quantization", ["scripts/upstream_tests.py", "quantization"]),
+        # The tiers built before: with --abi only where build-abi ran, or it would compile gdn_prefill (342 s) here.
+        "build-after-upstream": lambda: run.task("build-after-upstream", ["scripts/build.py", *(["--abi"] if "build-abi" in run.results else [])]),
+        "edit-build": lambda: (edit(run, restore=False), run.task("edit-build", ["scripts/build.py"])),
+        "edit-smoke": lambda: run.task("edit-smoke", ["scripts/smoke.py"], expect_ok=False),
+        "restore-build": lambda: (edit(run, restore=True), run.task("restore-build", ["scripts/build.py"])),
+        "restore-smoke": lambda: run.task("restore-smoke", ["scripts/smoke.py"]),
+        "upstream-baseline": lambda: run.task("upstream-baseline", ["scripts/upstream_tests.py", "norm", "--no-plan", "--baseline"]),
+        "upstream-compare-bug": lambda: upstream_compare(run, "upstream-compare-bug", bug=True),
+        "upstream-compare-clean": lambda: upstream_compare(run, "upstream-compare-clean", bug=False),
+        "affected-noop": lambda: affected_noop(run),
+        **{name: (lambda name=name: affected_round(run, name)) for name in AFFECTED_EDITS},
+        "prebuilt-set": lambda: prebuilt_set(run),
+        **{name: (lambda name=name: auto_round(run, name)) for name in AUTO_ROUNDS},
+        **{name: (lambda name=name: bench_upstream(run, name)) for name in NAMED_ONLY},
+    }
+
+
+def table(run: Run) -> str:
+    rows = [("step", "result", "wall", "note")]
+    rows += [(name, r["result"], f"{r['seconds']:.1f} s", r["note"]) for name in STEPS + NAMED_ONLY if (r := run.results.get(name))]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)), row[3]]) for row in rows)
+
+
+ARGS = argparse.Namespace()
+
+
+def main() -> int:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--staged", type=Path, help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/fidev-acceptance"))
+    parser.add_argument("--toolkit", type=Path, default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
+    parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
+    parser.add_argument("--fresh", action="store_true", help="forget WORK's earlier results and builds first")
+    parser.add_argument("--time-limit", type=float, help="seconds this part may take: no step starts that would not end in time")
+    parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
+    global ARGS
+    ARGS = parser.parse_args()
+    chosen = ARGS.steps.split(",") if ARGS.steps else STEPS
+    unknown = [s for s in chosen if s not in STEPS + NAMED_ONLY]
+    if unknown:
+        parser.error(f"unknown step(s) {unknown}\nname them from: {', '.join(STEPS + NAMED_ONLY)}")
+    if ARGS.fresh:
+        shutil.rmtree(ARGS.work, ignore_errors=True)
+    ARGS.work.mkdir(parents=True, exist_ok=True)
+    run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
+    if ARGS.resume:
+        chosen = [name for name in chosen if name not in run.results]
+    todo = steps(run)
+    started, left = time.perf_counter(), []
+    for i, name in enumerate(chosen):
+        expected = run.results.get(name, {}).get("seconds") or STEP_S[name]
+        if ARGS.time_limit is not None and time.perf_counter() - started + expected > ARGS.time_limit:
+            left = chosen[i:]
+            break
+        if name != "setup" and not run.ws.exists():
+            setup(run)
+        todo[name]()
+    print("\n" + table(run))
+    if left:  # said last, after the table: what the next part runs
+        print(f"\nnot started, past --time-limit {ARGS.time_limit:.0f} s: --steps {','.join(left)}")
+        return 3
+    return 0 if all(run.results[name]["result"] == "pass" for name in chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

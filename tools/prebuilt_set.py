@@ -1,0 +1,57 @@
+"""Build a prebuilt module set with FlashInfer's own AOT tooling, for the acceptance run's `auto`
+round on a GPU host that cannot reach the jit-cache's index.
+
+  python3 tools/prebuilt_set.py BUILD_DIR OUT_DIR
+
+What flashinfer/aot.py's `compile_and_package_modules` does at v0.6.3 (lines 602-705), restricted to
+the smoke modules of the default tier for this GPU: point FlashInfer's JIT dirs at BUILD_DIR (lines
+641-646), make the modules' JitSpecs, compile them with `build_jit_specs(..., skip_prebuilt=False)`
+(flashinfer/jit/core.py, lines 495-520), and copy each `<name>/<name>.so` into OUT_DIR with
+`copy_built_kernels` (aot.py, lines 588-599). OUT_DIR is then where FlashInfer looks for prebuilt
+modules: the jit-cache package's jit_cache/, or, with no such package, the tree's
+flashinfer/data/aot (flashinfer/jit/env.py, `_get_aot_dir`). It runs in the `vendored` mode, so
+that nothing prebuilt stands in for what it compiles.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
+from fidev.builds import smoke_modules  # noqa: E402
+from fidev.core.failure import ArgumentParser, run_main  # noqa: E402
+from fidev.jit import kernel_source
+
+
+def main() -> int:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("build_dir", type=Path)
+    parser.add_argument("out_dir", type=Path)
+    args = parser.parse_args()
+    os.environ[kernel_source.ENV] = kernel_source.VENDORED
+    kernel_source.apply()
+    from flashinfer.aot import copy_built_kernels
+    from flashinfer.jit import core
+    from flashinfer.jit import env as jit_env
+
+    build_dir = args.build_dir.resolve()
+    jit_env.FLASHINFER_WORKSPACE_DIR = build_dir
+    jit_env.FLASHINFER_JIT_DIR = build_dir / "cached_ops"
+    jit_env.FLASHINFER_GEN_SRC_DIR = build_dir / "generated"
+    jit_env.FLASHINFER_JIT_DIR.mkdir(parents=True, exist_ok=True)
+    jit_env.FLASHINFER_GEN_SRC_DIR.mkdir(parents=True, exist_ok=True)
+    sm90 = any(major == 9 for major, _ in core.current_compilation_context.TARGET_CUDA_ARCHS)
+    specs = [m.make() for m in smoke_modules.select(False, sm90)]
+    started = time.perf_counter()
+    core.build_jit_specs(specs, verbose=False, skip_prebuilt=False)
+    copy_built_kernels(specs, args.out_dir.resolve())
+    print(f"prebuilt-set: {len(specs)} modules ({', '.join(s.name for s in specs)}) built in {time.perf_counter() - started:.1f} s "
+          f"and copied to {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,101 @@
+"""Stage what a GPU host without network needs for tools/gpu_acceptance.py, into one folder to
+carry there (an ignored folder of the checkout, e.g. `.stage`: `echo /.stage/ >> .git/info/exclude`).
+
+  python3 tools/stage_gpu_host.py DEST [--flashinfer-git DIR]
+
+Run it where PyPI is reachable. DEST gets:
+- wheels for the host's Python (3.12, x86_64) of flashinfer-dev's PyPI packages that a stock
+  CUDA/torch image lacks, in the manifest's ranges: apache-tvm-ffi, tree-sitter, tree-sitter-cpp,
+  pyelftools (a conda dependency of flashinfer-dev, on PyPI too);
+- the pinned FlashInfer source release (the sdist, hash-checked by scripts/fetch_flashinfer_source.py's
+  own download, so nothing in it runs here);
+- flashinfer-tests.tar: tests/ and the repository root's pytest.ini at the pinned commit, which
+  the source release lacks (upstream-tests needs both), by `git archive` from a FlashInfer git
+  checkout: the submodule when it is one, else --flashinfer-git DIR;
+- with --bench-before REV: bench-before.tar, this workspace at REV (`git archive`), for
+  `tools/bench_chain.py --workspace` to time the chain before a change on the same host
+  (extract it, then link its extern/tracked/flashinfer to the tree the acceptance run made).
+Wheels are downloaded with `pip download --only-binary=:all:`, which runs no code from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
+from fidev.core.failure import ArgumentParser, Failure, run_main  # noqa: E402
+from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
+from fidev.tree import source_release  # noqa: E402
+
+WHEELS = ("apache-tvm-ffi", "tree-sitter", "tree-sitter-cpp", "pyelftools")
+HOST_PYTHON = "3.12"
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34)] + ["manylinux2014_x86_64"]
+TESTS_ARCHIVE = "flashinfer-tests.tar"
+BEFORE_ARCHIVE = "bench-before.tar"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stage_wheels(dest: Path) -> None:
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    ranges = {re.match(r"[\w.-]+", r).group(0): r for r in pypi_requirements(FEATURE)}
+    for name in WHEELS:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:",
+               "--python-version", HOST_PYTHON, "--implementation", "cp", *platforms, "-d", str(dest), ranges[name]]
+        if subprocess.run(cmd).returncode != 0:
+            raise Failure(f"pip could not download a wheel for {ranges[name]}", "check the network and `pip config list`")
+
+
+def stage_tests(dest: Path, checkout: Path | None) -> None:
+    p = pins()
+    git_dir = checkout or p.source_dir
+    has_commit = subprocess.run(["git", "-C", str(git_dir), "cat-file", "-e", f"{p.source_commit}^{{commit}}"], capture_output=True)
+    if has_commit.returncode != 0:
+        raise Failure(f"{git_dir} is not a FlashInfer git checkout holding the pinned commit {p.source_commit}",
+                      "git submodule update --init --recursive, or pass --flashinfer-git DIR (a clone of flashinfer-ai/flashinfer)")
+    git_archive(git_dir, [p.source_commit, "tests", "pytest.ini"], dest / TESTS_ARCHIVE,
+                f"git archive of tests/ and pytest.ini at {p.source_commit}", "read git's message above; the checkout must hold the pinned commit whole")
+
+
+def stage_before(dest: Path, rev: str) -> None:
+    git_archive(ROOT, ["--prefix", "before/", rev], dest / BEFORE_ARCHIVE, f"git archive of this workspace at {rev!r}",
+                "name a commit of this checkout: git log --oneline")
+
+
+def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: str) -> None:
+    """`git archive ARGS` into `target`, through a temporary file: nothing half-written."""
+    tmp = target.with_name(f"{target.name}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            done = subprocess.run(["git", "-C", str(git_dir), "archive", *args], stdout=out)
+        if done.returncode != 0:
+            raise Failure(f"{what} failed (exit status {done.returncode})", fix)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def main() -> int:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dest", type=Path)
+    parser.add_argument("--flashinfer-git", type=Path, help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
+    parser.add_argument("--bench-before", metavar="REV", help="also stage this workspace at REV, to time its chain (bench-before.tar)")
+    args = parser.parse_args()
+    args.dest.mkdir(parents=True, exist_ok=True)
+    if args.bench_before:
+        stage_before(args.dest, args.bench_before)
+    stage_tests(args.dest, args.flashinfer_git)
+    stage_wheels(args.dest)
+    sdist = args.dest / pins().sdist_name
+    if not sdist.is_file():
+        source_release.download(pins(), args.dest)
+    size = sum(f.stat().st_size for f in args.dest.iterdir()) / 2**20
+    print(f"staged {len(list(args.dest.iterdir()))} files, {size:.1f} MiB, into {args.dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
