@@ -27,6 +27,11 @@ run, as errors (collection, setup, teardown, a file that did not finish) do.
 
   upstream_tests.py FAMILY ... --baseline    record each test's outcome on this GPU at this tree
   upstream_tests.py FAMILY ...               then: only what changed since (exit 1 on new failures)
+
+Every run that ran test files writes its result to summary.json in its run folder
+(fidev.upstream.summary), and with --summary FILE to FILE as well: counts, failing and erroring
+ids, each process's file, GPU and time, and when the last case ended. Other tools read that file,
+not this output.
 """
 
 from __future__ import annotations
@@ -53,8 +58,9 @@ from fidev.tree import families as upstream_suites
 from fidev.tree import source_tree
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
+from fidev.upstream import summary as upstream_summary
 
-OURS = {"--list": 0, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
+OURS = {"--list": 0, "--summary": 1, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
         "--help": 0}
 # A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
 # takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
@@ -337,7 +343,36 @@ def main() -> int:
 
 def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: Path, ours: dict, mode: str) -> int:
     """The selection a process per file over the host's GPUs (fidev.upstream.runs), then its counts,
-    and with a baseline of the same selection, what changed since."""
+    and with a baseline of the same selection, what changed since; its summary written at its end,
+    whatever the end."""
+    record: dict = {}
+    status = 1  # where it raises: what its Failure says, else not a pass
+    try:
+        status = run_selection(selection, nodes, pytest_args, tests, ours, mode, record)
+        return status
+    except Failure as failure:
+        status = failure.exit_status
+        raise
+    finally:
+        if "results" in record:  # the files ran: their result is kept, whatever came after
+            write_summary(record, status, ours.get("--summary"))
+
+
+def write_summary(record: dict, status: int, extra: str | None) -> None:
+    """summary.json in the run folder, and at --summary FILE where asked (fidev.upstream.summary)."""
+    results = record["results"]
+    failed = upstream_runs.failing(results)
+    processes = [upstream_summary.Process(r.file, list(r.part), r.gpu, round(r.seconds, 3), r.ended, upstream_runs.counts([r])) for r in results]
+    done = upstream_summary.Summary(
+        selection=record["key"], kernel_source=record["mode"], run_dir=str(record["run_dir"]), gpus=record["gpus"], gpu_name=record["gpu"],
+        started=record["started"], ended=time.time(), status=status, counts=upstream_runs.counts(results),
+        skips=upstream_runs.skip_summary(results), failing=[what for word, what in failed if word == "FAILED"],
+        erroring=[what for word, what in failed if word == "ERROR"], processes=processes,
+        last_case_end=upstream_runs.last_case_end(record["run_dir"]), compared=record.get("compared"))
+    upstream_summary.write(done, record["run_dir"] / upstream_summary.NAME, *([Path(extra)] if extra else []))
+
+
+def run_selection(selection: list[str], nodes: list[str], pytest_args: list[str], tests: Path, ours: dict, mode: str, record: dict) -> int:
     groups = upstream_runs.by_file(nodes)
     host = upstream_runs.host_gpus()
     wanted = ours.get("--gpus")
@@ -362,11 +397,13 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
     print(f"upstream-tests: {len(groups)} file(s), {each}, on {len(gpus) or 'no'} GPU(s) ({gpu}), "
           f"{limit_s:.0f} s per process at most; JUnit XML and logs in {run_dir}")
     started = time.perf_counter()
+    record.update(key=key, mode=mode, run_dir=run_dir, gpus=gpus, gpu=gpu, started=time.time())
     try:
         results = upstream_runs.run_files(groups, gpus, run_dir, tests.parent, [*pytest_options(tests), *pytest_args], limit_s, times, per_gpu)
     except KeyboardInterrupt:
         raise Failure(f"interrupted: the running test files were stopped; what finished is in {run_dir}",
                       "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=130) from None
+    record["results"] = results
     refused(results, pytest_args)
     # behind affected's gate a file's time includes the wait for the build; with parts sharing a GPU, their sum is not its time
     if not os.environ.get(upstream_plugin.GATE) and per_gpu == 1:
@@ -404,6 +441,7 @@ def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: P
         return 0
     if baseline is not None:
         changes = upstream_runs.compare(baseline, results)
+        record["compared"] = changes
         listed = run_dir / COMPARED_LIST
         listed.write_text("".join(f"{what}: {i}\n" for what, ids in changes.items() for i in ids))
         print(f"upstream-tests: against the baseline of tree {tree_name(baseline['commit'])} on {baseline['gpu']} ({baseline_file}):")
