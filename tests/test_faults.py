@@ -1,4 +1,4 @@
-"""The fault table of docs/flashinfer-dev.md ("When a step fails: the fault table"), row by row.
+"""The fault table of docs/faults.md ("When a step fails: the fault table"), row by row.
 
 Each test carries its row's id (`@fault("...")`), runs the script as a user would (a fresh
 interpreter, or a copy of the workspace with a broken manifest), and checks the row's `error:` and
@@ -29,8 +29,8 @@ from module_fixtures import JIT_CACHE_WHEEL, make_wheel
 from script_runs import require, run, task_path
 
 P = pins()
-DOC = ROOT / "docs" / "flashinfer-dev.md"
-SECTION = "### When a step fails: the fault table"
+DOC = ROOT / "docs" / "faults.md"
+SECTION = "## When a step fails: the fault table"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,7 +128,7 @@ print(json.dumps(out))
 def test_abi_reads_every_export_of_the_release(installed):
     """abi on the real source release: every `TVM_FFI_DLL_EXPORT_TYPED_FUNC(` line of code is an
     export it found, each with the declaration it binds, and the functions abi-smoke calls have
-    the argument order the bindings use (docs/flashinfer-dev.md, step 5)."""
+    the argument order the bindings use (docs/bindings.md, step 5)."""
     require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter")
     from fidev.bindings import signatures as abi
 
@@ -152,12 +152,12 @@ def test_abi_reads_every_export_of_the_release(installed):
 
 
 def test_the_guides_abi_samples_are_what_abi_prints(installed):
-    """Each sample output of `abi` in docs/flashinfer-dev.md (a block that opens with the command,
+    """Each sample output of `abi` in docs/bindings.md (a block that opens with the command,
     `$ pixi run -e flashinfer-dev abi ...`) is what that command prints on the pinned release."""
     require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter")
     tree, _, _ = installed
-    samples = re.findall(r"```\n\$ pixi run -e flashinfer-dev abi ([^\n]*)\n(.*?)```", (ROOT / "docs/flashinfer-dev.md").read_text(), re.S)
-    assert samples, "the guide shows no abi sample any more: drop this test with them"
+    samples = re.findall(r"```\n\$ pixi run -e flashinfer-dev abi ([^\n]*)\n(.*?)```", (ROOT / "docs/bindings.md").read_text(), re.S)
+    assert samples, "docs/bindings.md shows no abi sample any more: drop this test with them"
     for args, shown in samples:
         done = subprocess.run([sys.executable, str(ROOT / "scripts/abi.py"), str(tree), *args.split()], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr

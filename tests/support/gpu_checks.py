@@ -12,7 +12,7 @@ MEASURED: list[tuple[str, str, float]] = []  # (kernel, dtype, max rel err) of e
 F16, BF16 = torch.float16, torch.bfloat16
 # Largest accepted max-relative error, by kernel and the dtype its output is judged at. Each bound
 # keeps a margin of at least 3x over the worst error seen in 20 fresh-seed runs of smoke and of
-# abi-smoke on the H100 (tools/smoke_noise.py; the figures are in docs/flashinfer-dev.md, "Smoke's
+# abi-smoke on the H100 (tools/smoke_noise.py; the figures are in docs/measurements.md, "Smoke's
 # tolerances"), and every fp16 bound is under 5e-3, so that an fp16 kernel bug of that size fails
 # (FlashInfer's own tests hold these kernels to 1e-3). The floor is the output's rounding: half an
 # ulp is up to 2^-11 (4.9e-4) of a value in fp16 and 2^-8 (3.9e-3) in bf16; worst seen: fp16
