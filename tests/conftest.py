@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.failure import Failure
-from fidev.jit import flashinfer_import, kernel_source
+from fidev.jit import flashinfer_import, module_choice
 from fidev.upstream import runs as upstream_runs
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
@@ -124,7 +124,7 @@ def gpu():
 def fi(gpu):
     """The flashinfer package, imported in the workspace's kernel source mode, and proved to be the
     vendored tree at the pin (import-check's proof, made here so that the chain imports once)."""
-    mode = kernel_source.apply()
+    mode = module_choice.apply()
     with _users_flashinfer_settings():
         try:
             import flashinfer

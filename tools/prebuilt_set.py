@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.builds import smoke_modules  # noqa: E402
 from fidev.core.failure import ArgumentParser, run_main  # noqa: E402
-from fidev.jit import kernel_source
+from fidev.jit import kernel_source, module_choice
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("out_dir", type=Path)
     args = parser.parse_args()
     os.environ[kernel_source.ENV] = kernel_source.VENDORED
-    kernel_source.apply()
+    module_choice.apply()
     from flashinfer.aot import copy_built_kernels
     from flashinfer.jit import core
     from flashinfer.jit import env as jit_env

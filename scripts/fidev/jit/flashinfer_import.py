@@ -29,8 +29,9 @@ class Imported:
     seconds: float
 
 
-def import_flashinfer() -> Imported:
-    mode = kernel_source.apply()
+def import_flashinfer(mode: str | None = None) -> Imported:
+    """flashinfer imported in `mode` (the task's, read at its start; None: the one in force now)."""
+    mode = module_choice.apply(mode)
     started = time.perf_counter()
     try:
         import flashinfer

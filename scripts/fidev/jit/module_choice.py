@@ -1,5 +1,5 @@
 """Per module, prebuilt kernels or the vendored tree: what the kernel source modes `auto` and
-`vendored` change in FlashInfer (fidev.jit.kernel_source names the modes).
+`vendored` change in FlashInfer (fidev.jit.kernel_source names the modes; `apply` here applies one).
 
 FlashInfer 0.6.3 loads `<AOT dir>/<name>/<name>.so` instead of compiling whenever that file exists:
 `JitSpec.is_aot` is `aot_path.exists()`, and `build_and_load` loads `aot_path` when it is true
@@ -30,13 +30,12 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.manifest import pins
-from fidev.jit import uris
+from fidev.jit import kernel_source, uris
 from fidev.records import build_records
 from fidev.tree import families as upstream_suites
 from fidev.tree import release_reference, source_tree
 
 CORE = "flashinfer.jit.core"
-AUTO, VENDORED = "auto", "vendored"  # fidev.jit.kernel_source's names
 _STATE: dict = {"mode": None, "edited": None, "hooked": False}
 INPUTS: dict[str, list[str]] = {}  # module name -> its edited inputs ([]: none), for each module asked about
 PREBUILT: dict[str, bool] = {}  # module name -> whether it loaded prebuilt
@@ -76,12 +75,27 @@ def edited() -> list[str]:
 def check(mode: str) -> None:
     """Before anything imports flashinfer: in `auto` with prebuilt modules to choose from, the
     release reference must be there (two lines where it is not), and is read now, once."""
-    if mode == AUTO and prebuilt_available():
+    if mode == kernel_source.AUTO and prebuilt_available():
         edited()
 
 
+def apply(mode: str | None = None) -> str:
+    """Call before importing flashinfer, with the mode the task read at its start (None: read it
+    now). Returns the mode in force; in `auto`, reads the tree's edits now (two lines where there is
+    no release to tell them by)."""
+    current = kernel_source.mode() if mode is None else mode
+    if current == kernel_source.VENDORED:
+        # importlib.util.find_spec() answers None for a name mapped to None in sys.modules,
+        # which is how FlashInfer asks whether the jit-cache is there; imports of it fail.
+        sys.modules[uris.JIT_CACHE_PACKAGE] = None
+    if current != kernel_source.PREBUILT:
+        check(current)
+        install(current)
+    return current
+
+
 def install(mode: str) -> None:
-    """Make FlashInfer choose per `mode` (AUTO or VENDORED), now or when flashinfer.jit.core is imported."""
+    """Make FlashInfer choose per `mode` (kernel_source.AUTO or VENDORED), now or when flashinfer.jit.core is imported."""
     _STATE["mode"] = mode
     if _STATE["hooked"]:
         return
@@ -127,7 +141,7 @@ def patch(core) -> None:
     shipped = core.JitSpec.is_aot.fget
 
     def is_aot(spec) -> bool:
-        if _STATE["mode"] != AUTO:
+        if _STATE["mode"] != kernel_source.AUTO:
             return False  # vendored: every module from the tree
         shipped_here = shipped(spec)
         # a module FlashInfer does not ship compiles from the tree anyway: its edited inputs are
@@ -290,7 +304,7 @@ def report(task: str) -> list[str]:
     """What a task prints after its modules loaded: the modules from edited source, and the two
     lines for edits that none of them compiles (the families whose tests would)."""
     lines = []
-    if _STATE["mode"] == AUTO and PREBUILT:
+    if _STATE["mode"] == kernel_source.AUTO and PREBUILT:
         prebuilt = sorted(name for name, chosen in PREBUILT.items() if chosen)
         lines.append(f"{task}: kernel source auto: {len(prebuilt)} module(s) prebuilt, {len(PREBUILT) - len(prebuilt)} compiled from the tree")
     for name, inputs in from_edits().items():
