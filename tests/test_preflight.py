@@ -17,6 +17,7 @@ import pytest
 
 import conda_prefix
 from fidev.builds import smoke_modules
+from fidev.core import workspace
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import source_tree
 
@@ -420,8 +421,9 @@ def test_a_checkout_with_commits_on_top_of_the_pin_is_a_warning(tmp_path):
     subprocess.run(git + ["commit", "-qm", "the pinned release"], check=True)
     pinned = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "a contributor's commit"], check=True)
-    ctx = preflight.Context("12.9", dataclasses.replace(P, source_dir=tree, source_commit=pinned))
+    ws = workspace.read(P.flashinfer)
+    ctx = preflight.Context("12.9", dataclasses.replace(P, source_dir=tree, source_commit=pinned), ws, "auto")
     result = preflight.check_source(ctx)
     assert result.status == "warn" and "your commits on top of the pinned" in result.finding, result
-    ctx = preflight.Context("12.9", dataclasses.replace(P, source_dir=tree, source_commit="1" * 40))
+    ctx = preflight.Context("12.9", dataclasses.replace(P, source_dir=tree, source_commit="1" * 40), ws, "auto")
     assert preflight.check_source(ctx).status == "fail"
