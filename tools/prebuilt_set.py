@@ -15,6 +15,7 @@ that nothing prebuilt stands in for what it compiles.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -27,9 +28,10 @@ from fidev.jit import kernel_source, module_choice
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("build_dir", type=Path)
-    parser.add_argument("out_dir", type=Path)
+    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("build_dir", type=Path, help="where FlashInfer's JIT dirs point while the modules compile")
+    parser.add_argument("out_dir", type=Path, help="where each module's <name>/<name>.so is copied: the prebuilt module set")
     args = parser.parse_args()
     os.environ[kernel_source.ENV] = kernel_source.VENDORED
     module_choice.apply()
