@@ -62,8 +62,8 @@ def pytest_sessionfinish(session, exitstatus):
 @contextlib.contextmanager
 def _users_flashinfer_settings():
     """The user's FLASHINFER_WORKSPACE_BASE while FlashInfer is imported, then the scratch again.
-    FlashInfer reads it once, at import, into its JIT dir (flashinfer/jit/env.py at v0.6.3, lines 50-53
-    and 143-145), so the GPU suites share the JIT dir `build` compiled into, and what the CPU tests
+    FlashInfer reads it once, at import, into its JIT dir (flashinfer/jit/env.py at v0.6.3,
+    FLASHINFER_BASE_DIR and FLASHINFER_JIT_DIR), so the GPU suites share the JIT dir `build` compiled into, and what the CPU tests
     start still goes to the scratch folder."""
     name = "FLASHINFER_WORKSPACE_BASE"
     if name not in _USERS:  # no redirect in this session

@@ -51,7 +51,7 @@ def test_job_budgets_honour_max_jobs(monkeypatch):
 
 def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):
     """FlashInfer refuses to import next to a jit-cache of another version: flashinfer/jit/env.py,
-    _get_aot_dir, lines 111-119 at v0.6.3, whose message the stand-in raises as the real one does."""
+    _get_aot_dir's RuntimeError at v0.6.3, whose message the stand-in raises as the real one does."""
     pkg = tmp_path / "flashinfer"
     pkg.mkdir()
     pin = pins().flashinfer

@@ -237,12 +237,13 @@ print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, si
 
 def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tmp_path):
     """`affected` regenerates a module of FlashInfer's tests by the call that made its JitSpec
-    (fidev.jit.module_choice.generator_call, noted at gen_jit_spec's registration, core.py line 482 at
-    v0.6.3), instead of a dry run of a test. On the real release: the calls of four generators (one
+    (fidev.jit.module_choice.generator_call, noted at gen_jit_spec's registration,
+    `jit_spec_registry.register` in flashinfer/jit/core.py at v0.6.3), instead of a dry run of a test. On the real release: the calls of four generators (one
     with torch dtypes) are recorded as plain values, the outermost generator's for single decode;
     made again in a fresh process with the generated files removed, they write the same files; an
     edit of gelu's source string changes gelu's files alone, and one of the string that
-    gen_single_decode_module hands the inner generator (modules.py line 481) the decode module's."""
+    gen_single_decode_module hands the inner generator (its `variant_decl` in flashinfer/jit/attention/modules.py)
+    the decode module's."""
     tree, python, _ = installed
     ws = workspace_on(tree, tmp_path)
     head = f"""
@@ -288,7 +289,7 @@ print(json.dumps({name: module_choice.call_again(name, call) for name, call in c
     assert run(again, json.dumps(calls)) == {name: True for name in calls}
     assert files() == before
     for rel, old, new, module in (
-            ("flashinfer/jit/activation.py", b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));",  # gelu_def_cu_str, line 86
+            ("flashinfer/jit/activation.py", b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));",  # activation.py's gelu_def_cu_str
              b"return val * 0.51f * (1.0f + ::erf(val * kAlpha));", "gelu_and_mul"),
             ("flashinfer/jit/attention/modules.py", b'"#include<flashinfer/attention/variants.cuh>",  # variant_decl',
              b'"#include<flashinfer/attention/variants.cuh>\\n// edited",  # variant_decl', decode)):

@@ -3,11 +3,11 @@ round on a GPU host that cannot reach the jit-cache's index.
 
   python3 tools/prebuilt_set.py BUILD_DIR OUT_DIR
 
-What flashinfer/aot.py's `compile_and_package_modules` does at v0.6.3 (lines 602-705), restricted to
-the smoke modules of the default tier for this GPU: point FlashInfer's JIT dirs at BUILD_DIR (lines
-641-646), make the modules' JitSpecs, compile them with `build_jit_specs(..., skip_prebuilt=False)`
-(flashinfer/jit/core.py, lines 495-520), and copy each `<name>/<name>.so` into OUT_DIR with
-`copy_built_kernels` (aot.py, lines 588-599). OUT_DIR is then where FlashInfer looks for prebuilt
+What flashinfer/aot.py's `compile_and_package_modules` does at v0.6.3, restricted to the smoke
+modules of the default tier for this GPU: point FlashInfer's JIT dirs at BUILD_DIR (its "Update
+workdir" step), make the modules' JitSpecs, compile them with `build_jit_specs(...,
+skip_prebuilt=False)` (flashinfer/jit/core.py), and copy each `<name>/<name>.so` into OUT_DIR with
+`copy_built_kernels` (aot.py). OUT_DIR is then where FlashInfer looks for prebuilt
 modules: the jit-cache package's jit_cache/, or, with no such package, the tree's
 flashinfer/data/aot (flashinfer/jit/env.py, `_get_aot_dir`). It runs in the `vendored` mode, so
 that nothing prebuilt stands in for what it compiles.
