@@ -52,7 +52,8 @@ def pytest_sessionfinish(session, exitstatus):
     if before is None:
         return
     still = {path: mtime for path, mtime in before.items() if any(Path(path).is_relative_to(c) for c in _GUARDED)}
-    changed = sorted(set(_snapshot(_GUARDED).items()) ^ set(still.items()))
+    # by path alone: a path made or removed pairs an mtime with None, which do not compare
+    changed = sorted(set(_snapshot(_GUARDED).items()) ^ set(still.items()), key=lambda item: item[0])
     shutil.rmtree(os.environ.pop("FIDEV_TEST_SCRATCH"), ignore_errors=True)
     if changed:
         print(f"\nerror: the test suite wrote into the real HOME: {changed[0][0]} (and {len(changed) - 1} more)", file=sys.stderr)

@@ -304,3 +304,58 @@ print(json.dumps({name: module_choice.call_again(name, call) for name, call in c
             assert changed and all(f.split("/")[0].removesuffix(".cu") == module for f in changed), (rel, changed)
         finally:
             path.write_bytes(saved)
+
+
+# What the workspace cites of FlashInfer v0.6.3 by file and symbol, instead of line numbers: (file,
+# symbol, text the symbol's source holds). A symbol is a module-level name, or Class.method; for a
+# file that is not Python, the symbol is text the file holds.
+CITED = [
+    ("flashinfer/jit/core.py", "JitSpec.is_aot", "self.aot_path.exists()"),  # fidev.jit.module_choice
+    ("flashinfer/jit/core.py", "JitSpec.aot_path", "FLASHINFER_AOT_DIR"),
+    ("flashinfer/jit/core.py", "JitSpec.build_and_load", "self.load(self.aot_path)"),
+    ("flashinfer/jit/core.py", "JitSpec.lock_path", ".lock"),  # tests/support/upstream_standin.py
+    ("flashinfer/jit/core.py", "JitSpec", "extra_include_dirs"),
+    ("flashinfer/jit/core.py", "JitSpecRegistry.register", "self._specs[spec.name] = spec"),
+    ("flashinfer/jit/core.py", "gen_jit_spec", "jit_spec_registry.register(spec)"),
+    ("flashinfer/jit/core.py", "build_jit_specs", "spec.aot_path.exists()"),
+    ("flashinfer/jit/env.py", "_get_aot_dir", "flashinfer-jit-cache version ("),  # fidev.jit.flashinfer_import
+    ("flashinfer/jit/env.py", "FLASHINFER_BASE_DIR", "FLASHINFER_WORKSPACE_BASE"),  # tests/conftest.py
+    ("flashinfer/jit/env.py", "FLASHINFER_JIT_DIR", "cached_ops"),
+    ("flashinfer/jit/cpp_ext.py", "generate_ninja_build_for_op", "-c $in -o $out"),  # fidev.records.ninja_inputs
+    ("flashinfer/jit/activation.py", "activation_templ", "#include <flashinfer/activation.cuh>"),  # fidev.tree.families
+    ("flashinfer/jit/activation.py", "silu_def_cu_str", "__expf(-val)"),
+    ("flashinfer/jit/activation.py", "gelu_def_cu_str", "::erf(val * kAlpha)"),
+    ("flashinfer/jit/attention/modules.py", "gen_single_decode_module", "gen_customize_single_decode_module("),
+    ("flashinfer/jit/attention/modules.py", "gen_customize_batch_decode_module", '"batch_decode.cu"'),
+    ("flashinfer/jit/norm.py", "gen_norm_module", "norm.cu"),
+    *[(f"flashinfer/jit/{name}.py", f"gen_{name}_module", "gen_jit_spec(") for name in ("sampling", "topk", "page", "rope", "cascade", "quantization")],
+    ("flashinfer/aot.py", "compile_and_package_modules", "# Update workdir"),  # tools/prebuilt_set.py
+    ("flashinfer/aot.py", "copy_built_kernels", ".so"),
+    ("include/flashinfer/norm.cuh", "FusedAddRMSNormKernel", "FusedAddRMSNormKernel"),  # tests/smoke/test_kernels.py
+]
+
+
+def cited_source(root, rel: str, symbol: str) -> str | None:
+    """The source of `symbol` in the file `rel` under `root` (a Python file's function, class,
+    Class.method or assigned name), the whole file where it is not Python; None where it is not there."""
+    import ast
+
+    text = (root / rel).read_text()
+    if not rel.endswith(".py"):
+        return text if symbol in text else None
+    nodes = ast.parse(text).body
+    for part in symbol.split("."):
+        found = [n for n in nodes if getattr(n, "name", None) == part
+                 or any(getattr(t, "id", None) == part for t in getattr(n, "targets", [getattr(n, "target", None)]))]
+        if not found:
+            return None
+        nodes = getattr(found[0], "body", [found[0]])
+    return ast.get_source_segment(text, found[0])
+
+
+def test_the_cited_symbols_are_in_the_release(installed):
+    """Each symbol the workspace cites is in the pinned release, where it says, holding what it says."""
+    tree = installed[0]
+    missing = [f"{rel} {symbol}" for rel, symbol, holds in CITED
+               if holds not in (cited_source(tree, rel, symbol) or "")]
+    assert missing == [], f"cited, but not in FlashInfer {pins().flashinfer} as cited: {missing}"
