@@ -1,8 +1,10 @@
 """Call FlashInfer's exported TVM-FFI functions directly, with the argument order the Rust
 bindings use, against float64 references (tests/abi_smoke); fail unless it really ran.
 
-It loads the modules `build --abi` compiled, or those flashinfer-jit-cache ships (kernel source
-mode `prebuilt`). Arguments it does not know go to pytest, e.g. `abi_smoke.py -k gemma`.
+It loads the modules `build --abi` compiled, and those flashinfer-jit-cache ships where the kernel
+source mode loads them prebuilt (fidev.jit.kernel_source): in `auto`, the default, a module none of
+whose inputs differ from the pinned release; in `prebuilt`, every one it ships; in `vendored`, none.
+Arguments it does not know go to pytest, e.g. `abi_smoke.py -k gemma`.
 """
 
 from __future__ import annotations

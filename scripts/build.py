@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fidev.builds import build_stamp, smoke_modules
 from fidev.builds.module_builds import build_specs
+from fidev.core import workspace
 from fidev.core.failure import ArgumentParser, Failure, run_main
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
@@ -37,16 +38,18 @@ def main() -> int:
     parser.add_argument("--abi", action="store_true", help="also build what abi-smoke calls (adds gdn_prefill on sm_90)")
     args = parser.parse_args()
     started = time.perf_counter()
+    p = pins()
+    ws, mode = workspace.read(p.flashinfer), kernel_source.mode()  # read once, here, and passed down
     options = {"wide": args.wide, "abi": args.abi}
-    stamp = build_stamp.fingerprint(options, pins().source_dir)
-    kept = build_stamp.load(options, stamp)
+    stamp = build_stamp.fingerprint(options, p.source_dir, mode)
+    kept = build_stamp.load(ws, options, stamp)
     if kept is not None:
-        return rebuild_kept(kept, started)
+        return rebuild_kept(kept, started, mode)
 
-    imported = import_flashinfer()
+    imported = import_flashinfer(mode)
     from flashinfer.jit import core
 
-    mode, env, import_s = imported.mode, imported.jit_env, imported.seconds
+    env, import_s = imported.jit_env, imported.seconds
     archs = target_archs(core)
     sm90 = any(major == 9 for major, _ in archs)
     chosen = smoke_modules.select(args.wide, sm90, args.abi)
@@ -72,15 +75,14 @@ def main() -> int:
     for line in module_choice.report("build"):
         print(line)
     if stamp is not None:
-        build_stamp.write(options, stamp, compiled)
+        build_stamp.write(ws, options, stamp, compiled)
     print(f"build: {len(chosen)} modules ready, {len(specs)} checked or compiled in {build_s:.2f} s")
     return 0
 
 
-def rebuild_kept(kept: list[build_stamp.Module], started: float) -> int:
+def rebuild_kept(kept: list[build_stamp.Module], started: float, mode: str) -> int:
     """The stamp's modules, by ninja alone: nothing that decides their build files changed."""
     stale = [m for m in kept if build_stamp.has_work(m)]
-    mode = kernel_source.mode()
     if not stale:
         print(f"build: {len(kept)} modules current, kernel source {mode} (checked in {time.perf_counter() - started:.2f} s: "
               f"nothing that decides them changed since the last build, so flashinfer was not imported)")

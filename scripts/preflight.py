@@ -428,8 +428,10 @@ def check_cubin(ctx: Context) -> Result:
 
 
 def check_kernel_source(ctx: Context) -> Result:
+    mode = ctx.mode
+    if isinstance(mode, Failure):  # a bogus mode: this check says so, the others run on
+        return fail(mode.problem, mode.fix)
     try:
-        mode = kernel_source.mode()
         if mode == kernel_source.AUTO:
             module_choice.check(mode)  # reads the tree's edits where prebuilt modules could load instead
     except Failure as e:
@@ -451,7 +453,7 @@ def check_jit_cache(ctx: Context) -> Result:
     if local != tag:
         return fail(f"flashinfer-jit-cache {dist.version} is built for {local or 'no CUDA tag'}, the toolkit is {tag}",
                     f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
-    mode = os.environ.get(kernel_source.ENV) or kernel_source.AUTO
+    mode = ctx.mode  # a bogus one is the kernel-source check's FAIL; here it counts as neither vendored nor prebuilt
     if mode == kernel_source.VENDORED:
         return ok(f"flashinfer-jit-cache {dist.version}, hidden: kernels compile from the vendored source")
     if mode == kernel_source.PREBUILT:
@@ -478,7 +480,7 @@ def check_ninja(ctx: Context) -> Result:
 
 
 def check_jit_dir(ctx: Context) -> Result:
-    cache = workspace.cache_of(workspace.base())  # where FlashInfer keeps its JIT builds
+    cache = ctx.workspace.cache  # where FlashInfer keeps its JIT builds
     fix = f"set {workspace.BASE_VARIABLE} to a writable folder with >= {MIN_FREE_GIB} GiB free"
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -503,10 +505,13 @@ def check_host(ctx: Context) -> Result:
 @dataclass
 class Context:
     """What the checks share, each read once: the CUDA release checked against, the pins, the
-    driver, and the toolchain FlashInfer's JIT would use."""
+    workspace and the kernel source mode (read at the start: the mode, or the Failure that names a
+    bogus one), the driver, and the toolchain FlashInfer's JIT would use."""
 
     target: str
     pins: Pins
+    workspace: workspace.Workspace
+    mode: str | Failure
 
     @cached_property
     def driver(self) -> tuple[Driver | None, str | None]:
@@ -540,6 +545,14 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
 ]
 
 
+def read_mode() -> str | Failure:
+    """The kernel source mode in force, or the Failure that names a bogus one (the kernel-source check's FAIL)."""
+    try:
+        return kernel_source.mode()
+    except Failure as e:
+        return e
+
+
 def run_checks(ctx: Context) -> list[Check]:
     """Every check, each behind the one crash guard: a check that raises is a FAIL carrying the
     exception, and the others still run."""
@@ -569,7 +582,7 @@ def main() -> int:
         raise
 
     started = time.perf_counter()
-    checks = run_checks(Context(target, p))
+    checks = run_checks(Context(target, p, workspace.read(p.flashinfer), read_mode()))
     counts = {s: sum(c.status == s for c in checks) for s in ("pass", "warn", "fail")}
     elapsed = time.perf_counter() - started
     if args.json:

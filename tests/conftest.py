@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.failure import Failure
-from fidev.jit import flashinfer_import, kernel_source
+from fidev.jit import flashinfer_import, module_choice
 from fidev.upstream import runs as upstream_runs
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
@@ -52,7 +52,8 @@ def pytest_sessionfinish(session, exitstatus):
     if before is None:
         return
     still = {path: mtime for path, mtime in before.items() if any(Path(path).is_relative_to(c) for c in _GUARDED)}
-    changed = sorted(set(_snapshot(_GUARDED).items()) ^ set(still.items()))
+    # by path alone: a path made or removed pairs an mtime with None, which do not compare
+    changed = sorted(set(_snapshot(_GUARDED).items()) ^ set(still.items()), key=lambda item: item[0])
     shutil.rmtree(os.environ.pop("FIDEV_TEST_SCRATCH"), ignore_errors=True)
     if changed:
         print(f"\nerror: the test suite wrote into the real HOME: {changed[0][0]} (and {len(changed) - 1} more)", file=sys.stderr)
@@ -62,8 +63,8 @@ def pytest_sessionfinish(session, exitstatus):
 @contextlib.contextmanager
 def _users_flashinfer_settings():
     """The user's FLASHINFER_WORKSPACE_BASE while FlashInfer is imported, then the scratch again.
-    FlashInfer reads it once, at import, into its JIT dir (flashinfer/jit/env.py at v0.6.3, lines 50-53
-    and 143-145), so the GPU suites share the JIT dir `build` compiled into, and what the CPU tests
+    FlashInfer reads it once, at import, into its JIT dir (flashinfer/jit/env.py at v0.6.3,
+    FLASHINFER_BASE_DIR and FLASHINFER_JIT_DIR), so the GPU suites share the JIT dir `build` compiled into, and what the CPU tests
     start still goes to the scratch folder."""
     name = "FLASHINFER_WORKSPACE_BASE"
     if name not in _USERS:  # no redirect in this session
@@ -124,7 +125,7 @@ def gpu():
 def fi(gpu):
     """The flashinfer package, imported in the workspace's kernel source mode, and proved to be the
     vendored tree at the pin (import-check's proof, made here so that the chain imports once)."""
-    mode = kernel_source.apply()
+    mode = module_choice.apply()
     with _users_flashinfer_settings():
         try:
             import flashinfer

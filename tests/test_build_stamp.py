@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from fidev.builds import build_stamp
+from fidev.core import workspace
 from fidev.core.manifest import ROOT, pins
+from fidev.jit import kernel_source
 from script_runs import require
 
 pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
@@ -44,7 +46,8 @@ def ws(tmp_path, monkeypatch):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     options = {"wide": False, "abi": False}
-    build_stamp.write(options, build_stamp.fingerprint(options, tree), [build_stamp.Module("norm", "norm", jit, [jit / "norm.cpp"])])
+    stamp = build_stamp.fingerprint(options, tree, kernel_source.mode())
+    build_stamp.write(workspace.read(pins().flashinfer), options, stamp, [build_stamp.Module("norm", "norm", jit, [jit / "norm.cpp"])])
     return tree, jit, env
 
 

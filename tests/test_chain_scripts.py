@@ -24,7 +24,7 @@ def test_steps_fail_in_two_lines_without_flashinfer(script, problem):
 def test_vendored_mode_hides_the_jit_cache(tmp_path, mode, visible):
     (tmp_path / "flashinfer_jit_cache").mkdir()
     (tmp_path / "flashinfer_jit_cache" / "__init__.py").write_text("")
-    probe = ("import importlib.util; from fidev.jit import kernel_source; kernel_source.apply();"
+    probe = ("import importlib.util; from fidev.jit import module_choice; module_choice.apply();"
              "print(importlib.util.find_spec('flashinfer_jit_cache') is not None)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}",
@@ -51,7 +51,7 @@ def test_job_budgets_honour_max_jobs(monkeypatch):
 
 def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):
     """FlashInfer refuses to import next to a jit-cache of another version: flashinfer/jit/env.py,
-    _get_aot_dir, lines 111-119 at v0.6.3, whose message the stand-in raises as the real one does."""
+    _get_aot_dir's RuntimeError at v0.6.3, whose message the stand-in raises as the real one does."""
     pkg = tmp_path / "flashinfer"
     pkg.mkdir()
     pin = pins().flashinfer

@@ -10,7 +10,7 @@ import pytest
 import conda_prefix
 from fidev.jit.jit_toolchain import CUDA_TARGET
 
-# What CUTLASS does at FlashInfer v0.6.3 (3rdparty/cutlass/include/cutlass/cutlass.h, lines 40-44):
+# What CUTLASS does at FlashInfer v0.6.3 (3rdparty/cutlass/include/cutlass/cutlass.h, its CCCL include choice):
 # the CCCL path depends on the compiler's version.
 CUTLASS_STYLE = """\
 #if (__CUDACC_VER_MAJOR__ >= 13)

@@ -317,9 +317,8 @@ def test_another_tree_is_kept_unless_replace_is_asked_for(tmp_path):
     (dest / "csrc").mkdir(parents=True)
     (dest / "csrc" / "mine.cu").write_text("// my edit")
     env_pins = dataclasses.replace(P, sdist_sha256=hashlib.sha256(body).hexdigest())
-    from fetch_flashinfer_source import materialize
-
     from fidev.core.failure import Failure
+    from fidev.tree.source_release import materialize
 
     with pytest.raises(Failure) as caught:
         materialize(dest, env_pins, archive)

@@ -6,12 +6,12 @@ applied, then flashinfer imported.
 
 The stand-in FlashInfer is the tree itself (installed editable), written after flashinfer/jit/core.py
 at v0.6.3: `JitSpec.aot_path` is `FLASHINFER_AOT_DIR / name / f"{name}.so"` and `is_aot` is
-`aot_path.exists()` (lines 254-260); `gen_jit_spec` makes the spec and registers it in the module's
-`jit_spec_registry` (lines 159-170, 213 and 482); with no jit-cache package the AOT dir is the
-package's data/aot (flashinfer/jit/env.py, `_get_aot_dir`, lines 97-127); the activation generator
-renders its source into the JIT dir's generated/ from a string of flashinfer/jit/activation.py
-(`silu_def_cu_str`, line 79), and the editable install links flashinfer/data/csrc and include to
-the tree's."""
+`aot_path.exists()` (`JitSpec.aot_path`, `JitSpec.is_aot`); `gen_jit_spec` makes the spec and
+registers it in the module's `jit_spec_registry` (`JitSpecRegistry.register`); with no jit-cache
+package the AOT dir is the package's data/aot (flashinfer/jit/env.py, `_get_aot_dir`); the
+activation generator renders its source into the JIT dir's generated/ from a string of
+flashinfer/jit/activation.py (`silu_def_cu_str`), and the editable install links
+flashinfer/data/csrc and include to the tree's."""
 
 import json
 import os
@@ -45,7 +45,7 @@ class JitSpecRegistry:
             self._specs[spec.name] = spec
 jit_spec_registry = JitSpecRegistry()
 BUILT = []
-def build_jit_specs(specs, verbose=False, skip_prebuilt=True):  # lines 495-520: one ninja for the specs not prebuilt
+def build_jit_specs(specs, verbose=False, skip_prebuilt=True):  # core.py's build_jit_specs: one ninja for the specs not prebuilt
     BUILT.extend(spec.name for spec in specs if not (skip_prebuilt and spec.aot_path.exists()))
 def gen_jit_spec(name, sources, extra_include_paths=None):
     spec = JitSpec(name=name, sources=[pathlib.Path(x) for x in sources],
@@ -94,10 +94,10 @@ def gen_norm_module():
 DRIVER = """\
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from fidev.jit import kernel_source, module_choice
+from fidev.jit import module_choice
 from fidev.core.failure import run_main
 def main():
-    kernel_source.apply()
+    module_choice.apply()
     from flashinfer.jit.activation import gen_act_and_mul_module
     from flashinfer.jit.quantization import gen_quantization_module
     from flashinfer.norm import get_norm_module

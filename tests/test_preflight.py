@@ -401,27 +401,25 @@ def test_bad_usage_exits_2(host, args):
     assert host.run(*args).returncode == 2
 
 
-def test_a_checkout_with_commits_on_top_of_the_pin_is_a_warning(tmp_path):
+def test_a_checkout_with_commits_on_top_of_the_pin_is_a_warning(host):
     """A contributor's own commits on the pinned one: preflight warns (the kernel source mode auto
     compiles what they reach) where a checkout at an unrelated commit fails."""
-    import dataclasses
-
-    import preflight
-
-    if shutil.which("git") is None:
+    git_path = shutil.which("git")
+    if git_path is None:
         pytest.skip("git is not installed on this host")
-    tree = tmp_path / "flashinfer"
-    for part in ("csrc", "include", "3rdparty/cutlass/include"):
-        (tree / part).mkdir(parents=True)
-        (tree / part / "f.h").write_text("\n")
+    (host.bin / "git").symlink_to(git_path)  # PATH holds just the fakes, and the checkout's git
+    tree = host.src
+    (tree / source_tree.MARKER).unlink()  # a git checkout, not the source release
     git = ["git", "-C", str(tree), "-c", "user.email=t@t", "-c", "user.name=t"]
     subprocess.run(git + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "."], check=True)
     subprocess.run(git + ["commit", "-qm", "the pinned release"], check=True)
     pinned = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "a contributor's commit"], check=True)
-    ctx = preflight.Context("12.9", dataclasses.replace(P, source_dir=tree, source_commit=pinned))
-    result = preflight.check_source(ctx)
-    assert result.status == "warn" and "your commits on top of the pinned" in result.finding, result
-    ctx = preflight.Context("12.9", dataclasses.replace(P, source_dir=tree, source_commit="1" * 40))
-    assert preflight.check_source(ctx).status == "fail"
+    manifest = host.ws / "pyproject.toml"
+    pinned_manifest = manifest.read_text().replace(P.source_commit, pinned)
+    manifest.write_text(pinned_manifest)
+    source = host.checks()[1]["flashinfer-source"]
+    assert source["status"] == "warn" and "your commits on top of the pinned" in source["finding"], source
+    manifest.write_text(pinned_manifest.replace(pinned, "1" * 40))
+    assert host.checks()[1]["flashinfer-source"]["status"] == "fail"

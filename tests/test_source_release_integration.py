@@ -198,8 +198,8 @@ def test_auto_compiles_only_the_modules_whose_release_inputs_were_edited(install
     probe = f"""
 import json, sys
 sys.path.insert(0, {str(ws / "scripts")!r})
-from fidev.jit import kernel_source, module_choice
-kernel_source.apply()
+from fidev.jit import module_choice
+module_choice.apply()
 from flashinfer.jit.activation import gen_act_and_mul_module
 from flashinfer.jit.norm import gen_norm_module
 norm, silu = gen_norm_module(), gen_act_and_mul_module("silu")
@@ -237,19 +237,20 @@ print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, si
 
 def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tmp_path):
     """`affected` regenerates a module of FlashInfer's tests by the call that made its JitSpec
-    (fidev.jit.module_choice.generator_call, noted at gen_jit_spec's registration, core.py line 482 at
-    v0.6.3), instead of a dry run of a test. On the real release: the calls of four generators (one
+    (fidev.jit.module_choice.generator_call, noted at gen_jit_spec's registration,
+    `jit_spec_registry.register` in flashinfer/jit/core.py at v0.6.3), instead of a dry run of a test. On the real release: the calls of four generators (one
     with torch dtypes) are recorded as plain values, the outermost generator's for single decode;
     made again in a fresh process with the generated files removed, they write the same files; an
     edit of gelu's source string changes gelu's files alone, and one of the string that
-    gen_single_decode_module hands the inner generator (modules.py line 481) the decode module's."""
+    gen_single_decode_module hands the inner generator (its `variant_decl` in flashinfer/jit/attention/modules.py)
+    the decode module's."""
     tree, python, _ = installed
     ws = workspace_on(tree, tmp_path)
     head = f"""
 import json, sys
 sys.path.insert(0, {str(ws / "scripts")!r})
-from fidev.jit import kernel_source, module_choice
-kernel_source.apply()
+from fidev.jit import module_choice
+module_choice.apply()
 import torch
 """
     record = head + """
@@ -288,7 +289,7 @@ print(json.dumps({name: module_choice.call_again(name, call) for name, call in c
     assert run(again, json.dumps(calls)) == {name: True for name in calls}
     assert files() == before
     for rel, old, new, module in (
-            ("flashinfer/jit/activation.py", b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));",  # gelu_def_cu_str, line 86
+            ("flashinfer/jit/activation.py", b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));",  # activation.py's gelu_def_cu_str
              b"return val * 0.51f * (1.0f + ::erf(val * kAlpha));", "gelu_and_mul"),
             ("flashinfer/jit/attention/modules.py", b'"#include<flashinfer/attention/variants.cuh>",  # variant_decl',
              b'"#include<flashinfer/attention/variants.cuh>\\n// edited",  # variant_decl', decode)):
@@ -303,3 +304,58 @@ print(json.dumps({name: module_choice.call_again(name, call) for name, call in c
             assert changed and all(f.split("/")[0].removesuffix(".cu") == module for f in changed), (rel, changed)
         finally:
             path.write_bytes(saved)
+
+
+# What the workspace cites of FlashInfer v0.6.3 by file and symbol, instead of line numbers: (file,
+# symbol, text the symbol's source holds). A symbol is a module-level name, or Class.method; for a
+# file that is not Python, the symbol is text the file holds.
+CITED = [
+    ("flashinfer/jit/core.py", "JitSpec.is_aot", "self.aot_path.exists()"),  # fidev.jit.module_choice
+    ("flashinfer/jit/core.py", "JitSpec.aot_path", "FLASHINFER_AOT_DIR"),
+    ("flashinfer/jit/core.py", "JitSpec.build_and_load", "self.load(self.aot_path)"),
+    ("flashinfer/jit/core.py", "JitSpec.lock_path", ".lock"),  # tests/support/upstream_standin.py
+    ("flashinfer/jit/core.py", "JitSpec", "extra_include_dirs"),
+    ("flashinfer/jit/core.py", "JitSpecRegistry.register", "self._specs[spec.name] = spec"),
+    ("flashinfer/jit/core.py", "gen_jit_spec", "jit_spec_registry.register(spec)"),
+    ("flashinfer/jit/core.py", "build_jit_specs", "spec.aot_path.exists()"),
+    ("flashinfer/jit/env.py", "_get_aot_dir", "flashinfer-jit-cache version ("),  # fidev.jit.flashinfer_import
+    ("flashinfer/jit/env.py", "FLASHINFER_BASE_DIR", "FLASHINFER_WORKSPACE_BASE"),  # tests/conftest.py
+    ("flashinfer/jit/env.py", "FLASHINFER_JIT_DIR", "cached_ops"),
+    ("flashinfer/jit/cpp_ext.py", "generate_ninja_build_for_op", "-c $in -o $out"),  # fidev.records.ninja_inputs
+    ("flashinfer/jit/activation.py", "activation_templ", "#include <flashinfer/activation.cuh>"),  # fidev.tree.families
+    ("flashinfer/jit/activation.py", "silu_def_cu_str", "__expf(-val)"),
+    ("flashinfer/jit/activation.py", "gelu_def_cu_str", "::erf(val * kAlpha)"),
+    ("flashinfer/jit/attention/modules.py", "gen_single_decode_module", "gen_customize_single_decode_module("),
+    ("flashinfer/jit/attention/modules.py", "gen_customize_batch_decode_module", '"batch_decode.cu"'),
+    ("flashinfer/jit/norm.py", "gen_norm_module", "norm.cu"),
+    *[(f"flashinfer/jit/{name}.py", f"gen_{name}_module", "gen_jit_spec(") for name in ("sampling", "topk", "page", "rope", "cascade", "quantization")],
+    ("flashinfer/aot.py", "compile_and_package_modules", "# Update workdir"),  # tools/prebuilt_set.py
+    ("flashinfer/aot.py", "copy_built_kernels", ".so"),
+    ("include/flashinfer/norm.cuh", "FusedAddRMSNormKernel", "FusedAddRMSNormKernel"),  # tests/smoke/test_kernels.py
+]
+
+
+def cited_source(root, rel: str, symbol: str) -> str | None:
+    """The source of `symbol` in the file `rel` under `root` (a Python file's function, class,
+    Class.method or assigned name), the whole file where it is not Python; None where it is not there."""
+    import ast
+
+    text = (root / rel).read_text()
+    if not rel.endswith(".py"):
+        return text if symbol in text else None
+    nodes = ast.parse(text).body
+    for part in symbol.split("."):
+        found = [n for n in nodes if getattr(n, "name", None) == part
+                 or any(getattr(t, "id", None) == part for t in getattr(n, "targets", [getattr(n, "target", None)]))]
+        if not found:
+            return None
+        nodes = getattr(found[0], "body", [found[0]])
+    return ast.get_source_segment(text, found[0])
+
+
+def test_the_cited_symbols_are_in_the_release(installed):
+    """Each symbol the workspace cites is in the pinned release, where it says, holding what it says."""
+    tree = installed[0]
+    missing = [f"{rel} {symbol}" for rel, symbol, holds in CITED
+               if holds not in (cited_source(tree, rel, symbol) or "")]
+    assert missing == [], f"cited, but not in FlashInfer {pins().flashinfer} as cited: {missing}"

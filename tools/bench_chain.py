@@ -15,6 +15,7 @@ not asserted in a test.
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 import shutil
@@ -109,7 +110,8 @@ def edit_round(chain, keep_going: bool) -> list[str]:
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1])
+    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=option(positive), default=5, help="warm chains to time (default 5)")
     parser.add_argument("--task", default="smoke", help="the chain's last task (default smoke)")
     parser.add_argument("--keep-going", action="store_true", help="time every step even after one fails")

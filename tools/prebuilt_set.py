@@ -3,11 +3,11 @@ round on a GPU host that cannot reach the jit-cache's index.
 
   python3 tools/prebuilt_set.py BUILD_DIR OUT_DIR
 
-What flashinfer/aot.py's `compile_and_package_modules` does at v0.6.3 (lines 602-705), restricted to
-the smoke modules of the default tier for this GPU: point FlashInfer's JIT dirs at BUILD_DIR (lines
-641-646), make the modules' JitSpecs, compile them with `build_jit_specs(..., skip_prebuilt=False)`
-(flashinfer/jit/core.py, lines 495-520), and copy each `<name>/<name>.so` into OUT_DIR with
-`copy_built_kernels` (aot.py, lines 588-599). OUT_DIR is then where FlashInfer looks for prebuilt
+What flashinfer/aot.py's `compile_and_package_modules` does at v0.6.3, restricted to the smoke
+modules of the default tier for this GPU: point FlashInfer's JIT dirs at BUILD_DIR (its "Update
+workdir" step), make the modules' JitSpecs, compile them with `build_jit_specs(...,
+skip_prebuilt=False)` (flashinfer/jit/core.py), and copy each `<name>/<name>.so` into OUT_DIR with
+`copy_built_kernels` (aot.py). OUT_DIR is then where FlashInfer looks for prebuilt
 modules: the jit-cache package's jit_cache/, or, with no such package, the tree's
 flashinfer/data/aot (flashinfer/jit/env.py, `_get_aot_dir`). It runs in the `vendored` mode, so
 that nothing prebuilt stands in for what it compiles.
@@ -15,6 +15,7 @@ that nothing prebuilt stands in for what it compiles.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -23,16 +24,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.builds import smoke_modules  # noqa: E402
 from fidev.core.failure import ArgumentParser, run_main  # noqa: E402
-from fidev.jit import kernel_source
+from fidev.jit import kernel_source, module_choice
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("build_dir", type=Path)
-    parser.add_argument("out_dir", type=Path)
+    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("build_dir", type=Path, help="where FlashInfer's JIT dirs point while the modules compile")
+    parser.add_argument("out_dir", type=Path, help="where each module's <name>/<name>.so is copied: the prebuilt module set")
     args = parser.parse_args()
     os.environ[kernel_source.ENV] = kernel_source.VENDORED
-    kernel_source.apply()
+    module_choice.apply()
     from flashinfer.aot import copy_built_kernels
     from flashinfer.jit import core
     from flashinfer.jit import env as jit_env

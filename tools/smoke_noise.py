@@ -22,9 +22,10 @@ MIN_MARGIN = 3.0
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--suite", choices=["smoke", "abi_smoke"], default="smoke")
+    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20, help="runs of the suite, each with fresh random inputs (default 20)")
+    parser.add_argument("--suite", choices=["smoke", "abi_smoke"], default="smoke", help="the suite to run: %(choices)s (default smoke)")
     args, pytest_args = parser.parse_known_args()
     failed_runs = 0
     for _ in range(args.runs):

@@ -79,8 +79,9 @@ def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: st
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dest", type=Path)
+    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dest", type=Path, help="the folder to stage into (created where missing)")
     parser.add_argument("--flashinfer-git", type=Path, help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
     parser.add_argument("--bench-before", metavar="REV", help="also stage this workspace at REV, to time its chain (bench-before.tar)")
     args = parser.parse_args()

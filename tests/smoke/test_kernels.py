@@ -36,7 +36,7 @@ def test_fused_add_rmsnorm(fi, record, dtype):
     w = torch.randn(4096, dtype=dtype, device="cuda")
     summed = x.double() + residual.double()
     # The kernel normalizes the float sum, not the rounded one it stores in `residual`
-    # (include/flashinfer/norm.cuh, FusedAddRMSNormKernel, lines 420-429 at v0.6.3).
+    # (include/flashinfer/norm.cuh, FusedAddRMSNormKernel at v0.6.3).
     expected = rms_ref(summed, w)
     fi.fused_add_rmsnorm(x, residual, w, EPS)  # in place: x <- norm(x + residual), residual <- x + residual
     assert_close(residual, summed, "residual_sum", dtype, seed)

@@ -102,8 +102,8 @@ def _fill_from_toolkit(prefix: Path, root: Path) -> None:
             # CUDA 13 nests CCCL in include/cccl; 12.x (conda's cuda-cccl 12.9) puts cub/, thrust/
             # and cuda/ at the top: flattened there, as our users have it. But the compiler here is
             # the host's, and CUTLASS picks CCCL's path by the compiler's version: with nvcc >= 13
-            # it includes <cccl/cuda/std/...> (3rdparty/cutlass/include/cutlass/cutlass.h, lines 40-44,
-            # at FlashInfer v0.6.3), so the nested folder must be there too, or the fa3 and
+            # it includes <cccl/cuda/std/...> (3rdparty/cutlass/include/cutlass/cutlass.h, its
+            # CCCL include choice, at FlashInfer v0.6.3), so the nested folder must be there too, or the fa3 and
             # gdn_prefill modules fail with `cccl/cuda/std/utility: No such file or directory`.
             _overlay(entry.resolve(), targets / "include")
             _link(entry, targets / "include" / "cccl")

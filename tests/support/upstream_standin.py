@@ -1,19 +1,20 @@
 """A stand-in of FlashInfer's test suite and JIT for upstream-tests' CPU tests (test_upstream_tests,
 test_upstream_runs), written after FlashInfer's files at v0.6.3:
 - its tests/conftest.py turns a CUDA out-of-memory RuntimeError into a skip, "Skipping due to
-  OOM" (tests/conftest.py, lines 136-147; torch.cuda.OutOfMemoryError is one), and records missing
-  JIT modules as FlashInfer's does (lines 140-166: pytest_runtest_call turns MissingJITCacheError into a skip and keeps
-  (nodeid, module, str(spec_info)); lines 170-191: with FLASHINFER_JIT_CACHE_REPORT_FILE set, it
+  OOM" (tests/conftest.py, `pytest_runtest_call` and `is_cuda_oom_error_str`; torch.cuda.OutOfMemoryError
+  is one), and records missing JIT modules as FlashInfer's does (`pytest_runtest_call` turns
+  MissingJITCacheError into a skip and keeps (nodeid, module, str(spec_info));
+  `pytest_terminal_summary`: with FLASHINFER_JIT_CACHE_REPORT_FILE set, it
   appends one JSON object per line. FlashInfer holds a filelock while appending; one process
   writes here, so the stand-in does not);
 - its pytest.ini is the repository root's (norecursedirs = test_helpers, addopts = --import-mode=importlib);
 - tests/utils/test_activation.py has a module-scoped `warmup_jit` fixture that calls
-  flashinfer.jit.build_jit_specs (tests/utils/test_activation.py, lines 24-36);
+  flashinfer.jit.build_jit_specs;
 - the stand-in `flashinfer` builds each module with a real ninja and c++ in its own folder, as
   JitSpec.build does (flashinfer/jit/core.py: FLASHINFER_DISABLE_JIT raises MissingJITCacheError,
   the ninja file is written when missing, then `ninja -C <jit dir>/<name>`), loads prebuilt modules
   when `aot_path` exists and otherwise builds under the module's lock, `<jit dir>/tmp/<name>.lock`,
-  with need_lock=False (JitSpec.build_and_load and lock_path, lines 308-320 and 266-268), and its combined `build_jit_specs` only records
+  with need_lock=False (`JitSpec.build_and_load` and `JitSpec.lock_path`), and its combined `build_jit_specs` only records
   that it was called. Every object compiled is logged, to count recompiles.
 """
 
@@ -63,8 +64,9 @@ def get_tmpdir():
 class JitSpec:
     def __init__(self, name, n, plain=False):
         self.name, self.needs_device_linking = name, False
-        self.extra_include_dirs = None  # a field of FlashInfer's JitSpec (core.py line 223)
-        # generated sources, or (plain) the tree's csrc/ files, as tests/utils/test_norm.py's gen_jit_spec call names them (lines 354-361)
+        self.extra_include_dirs = None  # a field of FlashInfer's JitSpec (flashinfer/jit/core.py)
+        # generated sources, or (plain) the tree's csrc/ files, as the gen_jit_spec call of tests/utils/test_norm.py's
+        # test_norm_compilation_without_fp8 names them
         gen = jit_env.FLASHINFER_CSRC_DIR / name if plain else jit_env.FLASHINFER_WORKSPACE_DIR / "generated" / name
         gen.mkdir(parents=True, exist_ok=True)
         self.sources = [gen / f"s{i}.cpp" for i in range(n)]
@@ -76,7 +78,7 @@ class JitSpec:
     jit_library_path = property(lambda self: self.build_dir / f"{self.name}.so")
     aot_path = property(lambda self: jit_env.FLASHINFER_AOT_DIR / self.name / f"{self.name}.so")
     is_aot = property(lambda self: self.aot_path.exists())
-    def write_ninja(self):  # FlashInfer's rule names and resolved sources (flashinfer/jit/cpp_ext.py, lines 249, 288-292)
+    def write_ninja(self):  # FlashInfer's rule names and resolved sources (flashinfer/jit/cpp_ext.py, generate_ninja_build_for_op)
         log = os.environ["FAKE_COMPILES"]
         rules = ("rule compile\\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out && echo $out >> " + log + "\\n  depfile = $out.d\\n  deps = gcc\\n"
                  "rule link\\n  command = c++ -shared $in -o $out\\n")
@@ -99,7 +101,7 @@ class JitSpec:
         with FileLock(self.lock_path):
             self.build(False, need_lock=False)
         return "jit"
-class JitSpecRegistry:  # core.py lines 159-170: gen_jit_spec registers every spec it makes (line 482)
+class JitSpecRegistry:  # core.py's JitSpecRegistry: gen_jit_spec registers every spec it makes
     def __init__(self):
         self._specs = {}
     def register(self, spec):
@@ -125,7 +127,7 @@ def pytest_runtest_call(item):
     try:
         yield
     except RuntimeError as e:
-        if "CUDA" in str(e) and "out of memory" in str(e):  # is_cuda_oom_error_str, lines 136-147
+        if "CUDA" in str(e) and "out of memory" in str(e):  # conftest.py's is_cuda_oom_error_str
             pytest.skip("Skipping due to OOM")
         elif isinstance(e, MissingJITCacheError):
             spec = e.spec

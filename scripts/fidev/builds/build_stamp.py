@@ -25,7 +25,6 @@ from importlib import metadata, util
 from pathlib import Path
 
 from fidev.core import workspace
-from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice, uris
 from fidev.records import build_records, ninja_inputs
 
@@ -53,10 +52,11 @@ class Module:
         return self.build_dir / f"{self.name}.so"
 
 
-def path(options: dict) -> Path:
+def path(ws: workspace.Workspace, options: dict) -> Path:
     """Beside FlashInfer's per-version caches (flashinfer/jit/env.py: <base>/.cache/flashinfer), one
-    per set of build options, so that `build` and `build --abi` each keep theirs."""
-    return workspace.read(pins().flashinfer).build_stamp(options)
+    per set of build options, so that `build` and `build --abi` each keep theirs; `ws` is the task's
+    workspace, read at its start."""
+    return ws.build_stamp(options)
 
 
 def _gpu_uuids() -> list[str] | None:
@@ -93,9 +93,10 @@ def _nvcc() -> tuple | None:
     return str(nvcc), st.st_mtime_ns, st.st_size
 
 
-def fingerprint(options: dict, tree: Path) -> str | None:
-    """The hash of what decides the modules' specs; None where it cannot be known without CUDA
-    (no driver files), so that the build takes the full path."""
+def fingerprint(options: dict, tree: Path, mode: str) -> str | None:
+    """The hash of what decides the modules' specs, in kernel source `mode` (the task's, read at its
+    start); None where it cannot be known without CUDA (no driver files), so that the build takes
+    the full path."""
     gpus = _gpu_uuids()
     if gpus is None and "FLASHINFER_CUDA_ARCH_LIST" not in os.environ:
         return None
@@ -103,9 +104,9 @@ def fingerprint(options: dict, tree: Path) -> str | None:
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("FLASHINFER_") or k in JIT_VARIABLES)
     facts = {
         "options": options,
-        "mode": kernel_source.mode(),
+        "mode": mode,
         # in `auto`, which modules load prebuilt follows the tree's edits to include/ and csrc/ too
-        "edited": module_choice.edited() if kernel_source.mode() == kernel_source.AUTO and module_choice.prebuilt_available() else None,
+        "edited": module_choice.edited() if mode == kernel_source.AUTO and module_choice.prebuilt_available() else None,
         "jit_cache": (util.find_spec(uris.JIT_CACHE_PACKAGE) is not None, _version("flashinfer-jit-cache")),
         "tree": str(tree.resolve()),
         "python_files": sorted(python_files),
@@ -117,8 +118,8 @@ def fingerprint(options: dict, tree: Path) -> str | None:
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def write(options: dict, stamp: str, modules: list[Module]) -> None:
-    target = path(options)
+def write(ws: workspace.Workspace, options: dict, stamp: str, modules: list[Module]) -> None:
+    target = path(ws, options)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps({"fingerprint": stamp, "modules": [
@@ -126,13 +127,13 @@ def write(options: dict, stamp: str, modules: list[Module]) -> None:
     os.replace(tmp, target)
 
 
-def load(options: dict, stamp: str | None) -> list[Module] | None:
+def load(ws: workspace.Workspace, options: dict, stamp: str | None) -> list[Module] | None:
     """The modules the last build made, when its fingerprint is `stamp` and their build files and
     generated sources are all still there; else None."""
     if stamp is None:
         return None
     try:
-        data = json.loads(path(options).read_text())
+        data = json.loads(path(ws, options).read_text())
     except (OSError, ValueError):
         return None
     if data.get("fingerprint") != stamp:
@@ -156,10 +157,10 @@ def _modules(data: dict) -> list[Module]:
     return [Module(m["key"], m["name"], Path(m["build_dir"]), [Path(s) for s in m["sources"]]) for m in data.get("modules", [])]
 
 
-def stamped_modules() -> list[Module]:
-    """The modules every stamp names (each option set's last build), whatever their fingerprint."""
+def stamped_modules(ws: workspace.Workspace) -> list[Module]:
+    """The modules every stamp of `ws` names (each option set's last build), whatever their fingerprint."""
     found = []
-    for stamp in path({}).parent.glob(workspace.BUILD_STAMP.replace(".json", "*.json")):
+    for stamp in path(ws, {}).parent.glob(workspace.BUILD_STAMP.replace(".json", "*.json")):
         try:
             found += _modules(json.loads(stamp.read_text()))
         except (OSError, ValueError, KeyError, TypeError):

@@ -2,7 +2,7 @@
 
 Each entry makes the same JitSpec that the FlashInfer API call in tests/smoke makes (same
 dtypes, head dim and flags), so `build` compiles exactly what `smoke` loads; tests/abi_smoke loads the
-`abi` ones directly through TVM-FFI. Import flashinfer only after fidev.jit.kernel_source.apply().
+`abi` ones directly through TVM-FFI. Import flashinfer only after fidev.jit.module_choice.apply().
 """
 
 from __future__ import annotations

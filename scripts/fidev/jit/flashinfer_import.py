@@ -29,8 +29,9 @@ class Imported:
     seconds: float
 
 
-def import_flashinfer() -> Imported:
-    mode = kernel_source.apply()
+def import_flashinfer(mode: str | None = None) -> Imported:
+    """flashinfer imported in `mode` (the task's, read at its start; None: the one in force now)."""
+    mode = module_choice.apply(mode)
     started = time.perf_counter()
     try:
         import flashinfer
@@ -39,7 +40,7 @@ def import_flashinfer() -> Imported:
         raise Failure(str(e), f"{kernel_source.ENV}={kernel_source.PREBUILT} leaves FlashInfer's own choice alone") from e
     except Exception as e:  # ImportError, or FlashInfer refusing a cubin/jit-cache of another version
         first = str(e).splitlines()[0] if str(e) else ""
-        other = re.match(r"flashinfer-jit-cache version \(([^)]*)\)", first)  # flashinfer/jit/env.py, _get_aot_dir (line 114 at v0.6.3)
+        other = re.match(r"flashinfer-jit-cache version \(([^)]*)\)", first)  # flashinfer/jit/env.py, _get_aot_dir's RuntimeError at v0.6.3
         if other:
             raise Failure(f"flashinfer-jit-cache {other.group(1)} does not match FlashInfer {pins().flashinfer}: "
                           "FlashInfer refuses to import", f"pixi install -e flashinfer-dev (the manifest pins both), or "

@@ -8,18 +8,18 @@ compiling extern/tracked/flashinfer, so left alone, an edit to csrc/ or include/
 - `prebuilt`: FlashInfer's own behaviour: whatever the jit-cache ships loads, edited or not.
 - `vendored`: every module compiles from the tree: the jit-cache is hidden from this interpreter,
   and the tree's flashinfer/data/aot is not used either.
+
+This module names the modes and reads the one in force; fidev.jit.module_choice.apply applies it.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 from fidev.core.failure import Failure
-from fidev.jit import module_choice, uris
 
 ENV = "FLASHINFER_DEV_KERNEL_SOURCE"
-AUTO, PREBUILT, VENDORED = module_choice.AUTO, "prebuilt", module_choice.VENDORED
+AUTO, PREBUILT, VENDORED = "auto", "prebuilt", "vendored"
 MODES = (AUTO, PREBUILT, VENDORED)
 SAID = {
     AUTO: "prebuilt where a module's inputs match the release, compiled from the tree where you edited them",
@@ -36,16 +36,3 @@ def mode() -> str:
                       f"set {ENV} to '{AUTO}' (the default), '{PREBUILT}' or '{VENDORED}'")
     return value
 
-
-def apply() -> str:
-    """Call before importing flashinfer. Returns the mode in force; in `auto`, reads the tree's
-    edits now (two lines where there is no release to tell them by)."""
-    current = mode()
-    if current == VENDORED:
-        # importlib.util.find_spec() answers None for a name mapped to None in sys.modules,
-        # which is how FlashInfer asks whether the jit-cache is there; imports of it fail.
-        sys.modules[uris.JIT_CACHE_PACKAGE] = None
-    if current != PREBUILT:
-        module_choice.check(current)
-        module_choice.install(current)
-    return current

@@ -1,11 +1,10 @@
 """Per module, prebuilt kernels or the vendored tree: what the kernel source modes `auto` and
-`vendored` change in FlashInfer (fidev.jit.kernel_source names the modes).
+`vendored` change in FlashInfer (fidev.jit.kernel_source names the modes; `apply` here applies one).
 
 FlashInfer 0.6.3 loads `<AOT dir>/<name>/<name>.so` instead of compiling whenever that file exists:
-`JitSpec.is_aot` is `aot_path.exists()`, and `build_and_load` loads `aot_path` when it is true
-(flashinfer/jit/core.py, lines 254-260 and 308-310 at v0.6.3). The AOT dir is the jit-cache
-package's, else the tree's `flashinfer/data/aot` (flashinfer/jit/env.py, `_get_aot_dir`, lines
-97-127). `install` replaces `is_aot` as soon as flashinfer.jit.core is imported:
+`JitSpec.is_aot` is `aot_path.exists()`, and `JitSpec.build_and_load` loads `aot_path` when it is
+true (flashinfer/jit/core.py at v0.6.3). The AOT dir is the jit-cache package's, else the tree's
+`flashinfer/data/aot` (flashinfer/jit/env.py, `_get_aot_dir`). `install` replaces `is_aot` as soon as flashinfer.jit.core is imported:
 
 - auto: prebuilt where FlashInfer has the module and none of its inputs differ from the pinned
   release (fidev.tree.release_reference); else compiled from the tree, as FlashInfer does for a module
@@ -30,13 +29,12 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.manifest import pins
-from fidev.jit import uris
+from fidev.jit import kernel_source, uris
 from fidev.records import build_records
 from fidev.tree import families as upstream_suites
 from fidev.tree import release_reference, source_tree
 
 CORE = "flashinfer.jit.core"
-AUTO, VENDORED = "auto", "vendored"  # fidev.jit.kernel_source's names
 _STATE: dict = {"mode": None, "edited": None, "hooked": False}
 INPUTS: dict[str, list[str]] = {}  # module name -> its edited inputs ([]: none), for each module asked about
 PREBUILT: dict[str, bool] = {}  # module name -> whether it loaded prebuilt
@@ -76,12 +74,27 @@ def edited() -> list[str]:
 def check(mode: str) -> None:
     """Before anything imports flashinfer: in `auto` with prebuilt modules to choose from, the
     release reference must be there (two lines where it is not), and is read now, once."""
-    if mode == AUTO and prebuilt_available():
+    if mode == kernel_source.AUTO and prebuilt_available():
         edited()
 
 
+def apply(mode: str | None = None) -> str:
+    """Call before importing flashinfer, with the mode the task read at its start (None: read it
+    now). Returns the mode in force; in `auto`, reads the tree's edits now (two lines where there is
+    no release to tell them by)."""
+    current = kernel_source.mode() if mode is None else mode
+    if current == kernel_source.VENDORED:
+        # importlib.util.find_spec() answers None for a name mapped to None in sys.modules,
+        # which is how FlashInfer asks whether the jit-cache is there; imports of it fail.
+        sys.modules[uris.JIT_CACHE_PACKAGE] = None
+    if current != kernel_source.PREBUILT:
+        check(current)
+        install(current)
+    return current
+
+
 def install(mode: str) -> None:
-    """Make FlashInfer choose per `mode` (AUTO or VENDORED), now or when flashinfer.jit.core is imported."""
+    """Make FlashInfer choose per `mode` (kernel_source.AUTO or VENDORED), now or when flashinfer.jit.core is imported."""
     _STATE["mode"] = mode
     if _STATE["hooked"]:
         return
@@ -116,8 +129,9 @@ class _CoreFinder(importlib.abc.MetaPathFinder):
 
 
 def patch(core) -> None:
-    """JitSpec.is_aot per the mode; the registry's `register` (gen_jit_spec calls it, core.py line 482
-    at v0.6.3) notes the generator's files on the stack."""
+    """JitSpec.is_aot per the mode; the registry's `register` (`gen_jit_spec` calls
+    `jit_spec_registry.register` on every spec it makes, flashinfer/jit/core.py at v0.6.3) notes the
+    generator's files on the stack."""
     spec_class = getattr(core, "JitSpec", None)
     if spec_class is None or getattr(spec_class, "_fidev_choice", False):
         return  # a stand-in without modules (tests/test_faults.py), or patched already
@@ -127,7 +141,7 @@ def patch(core) -> None:
     shipped = core.JitSpec.is_aot.fget
 
     def is_aot(spec) -> bool:
-        if _STATE["mode"] != AUTO:
+        if _STATE["mode"] != kernel_source.AUTO:
             return False  # vendored: every module from the tree
         shipped_here = shipped(spec)
         # a module FlashInfer does not ship compiles from the tree anyway: its edited inputs are
@@ -139,7 +153,7 @@ def patch(core) -> None:
 
     core.JitSpec.is_aot = property(is_aot)
     core.JitSpec._fidev_choice = True
-    combined = core.build_jit_specs  # skips by aot_path.exists() itself (core.py lines 495-503): by the mode's choice instead
+    combined = core.build_jit_specs  # skips by aot_path.exists() itself (core.py, build_jit_specs): by the mode's choice instead
 
     def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
         return combined([s for s in specs if not (skip_prebuilt and s.is_aot)], verbose=verbose, skip_prebuilt=False)
@@ -202,7 +216,7 @@ def generator_call(frame) -> dict | None:
     """The generator's call that `frame` (gen_jit_spec's caller) is in, as one that can be made again:
     the outermost of its callers still in flashinfer.jit, since an outer generator works out what the
     inner one is given (gen_single_decode_module writes the variant that gen_customize_single_decode_module
-    renders, flashinfer/jit/attention/modules.py lines 444-486 at v0.6.3): a module-level function of
+    renders, flashinfer/jit/attention/modules.py at v0.6.3): a module-level function of
     flashinfer with its arguments as plain values (flashinfer/jit/activation.py's
     gen_act_and_mul_module("silu")). None when that call is anything else (a test file's own
     gen_jit_spec call, a nested function, an argument of another kind): its module then
@@ -252,7 +266,7 @@ def edited_inputs(spec) -> list[str]:
         sources = [Path(_real(str(s))) for s in spec.sources]
         generated = [s for s in sources if not s.is_relative_to(root)]
         # a generated source is rendered from csrc/'s templates, or copied from the csrc/ file of its
-        # name (batch_decode.cu: flashinfer/jit/attention/modules.py, lines 1492-1501 at v0.6.3)
+        # name (batch_decode.cu: flashinfer/jit/attention/modules.py, gen_customize_batch_decode_module at v0.6.3)
         copied = [root / "csrc" / s.name for s in generated if (root / "csrc" / s.name).is_file()]
         dirs = [Path(_real(str(d))) for d in spec.extra_include_dirs or []]
         for path in upstream_suites.closure(sources + copied, root, dirs):
@@ -290,7 +304,7 @@ def report(task: str) -> list[str]:
     """What a task prints after its modules loaded: the modules from edited source, and the two
     lines for edits that none of them compiles (the families whose tests would)."""
     lines = []
-    if _STATE["mode"] == AUTO and PREBUILT:
+    if _STATE["mode"] == kernel_source.AUTO and PREBUILT:
         prebuilt = sorted(name for name, chosen in PREBUILT.items() if chosen)
         lines.append(f"{task}: kernel source auto: {len(prebuilt)} module(s) prebuilt, {len(PREBUILT) - len(prebuilt)} compiled from the tree")
     for name, inputs in from_edits().items():

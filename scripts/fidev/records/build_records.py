@@ -9,7 +9,7 @@
   module compiles is still seen; and (`fidev-module-tests.json`,
   so it goes stale with the FlashInfer version and the architecture): which of FlashInfer's own
   tests need each module, from the upstream-tests plan's dry run, whose records follow FlashInfer's
-  JIT report (tests/conftest.py, lines 148-166 at v0.6.3: the test's node id, the module's name).
+  JIT report (tests/conftest.py at v0.6.3, `pytest_runtest_call`: the test's node id, the module's name).
 """
 
 from __future__ import annotations

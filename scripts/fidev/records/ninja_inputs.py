@@ -148,7 +148,8 @@ def dry_run(build_dir: Path, ninja_file: Path) -> tuple[set[str], int] | None:
     if done.returncode != 0:
         return None
     edges = [line for line in done.stdout.splitlines() if line.startswith("[")]  # "[1/3] <command>" with -v
-    # FlashInfer's compile rules end `-c $in -o $out` (flashinfer/jit/cpp_ext.py at v0.6.3, lines 250 and 255)
+    # FlashInfer's compile rules end `-c $in -o $out` (flashinfer/jit/cpp_ext.py at v0.6.3,
+    # generate_ninja_build_for_op: the rules `compile` and `cuda_compile`)
     compiled = {m.group(1) for line in edges if " -c " in line and (m := re.search(r"\s-o\s+(\S+)", line))}
     objects = {obj if os.path.isabs(obj) else str(build_dir / obj) for obj in [*compiled, *restored(build_dir)]}
     return objects, len(edges)

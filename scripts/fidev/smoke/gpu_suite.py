@@ -12,7 +12,7 @@ import time
 
 from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
-from fidev.jit import kernel_source, module_choice
+from fidev.jit import module_choice
 from fidev.smoke import pytest_usage
 
 NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest reads it when a session starts
@@ -61,7 +61,7 @@ def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tupl
     import pytest
 
     pins()  # pytest reads pyproject.toml too: a broken one is the manifest's two lines, not pytest's ERROR
-    mode = kernel_source.apply()
+    mode = module_choice.apply()
     outcomes = Outcomes()
     started = time.perf_counter()
     code = pytest_usage.pytest_main(task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins])

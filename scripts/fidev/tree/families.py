@@ -3,11 +3,12 @@ contributor need not know their layout. The node ids are those of the pinned rel
 upstream-tests checks they exist before it runs anything.
 
 Each family also names what its modules compile, relative to the tree (`sources`, globs): the
-csrc/ files and templates its generators list at v0.6.3 (flashinfer/jit/norm.py lines 29-30,
-sampling.py 25-27, topk.py 25-26, page.py 25-26, rope.py 25-26, cascade.py 25-26, quantization.py
-25-26; the attention and gdn generators in jit/attention/modules.py and jit/gdn.py render
+csrc/ files and templates its generators list at v0.6.3 (flashinfer/jit/norm.py's gen_norm_module,
+sampling.py's gen_sampling_module, topk.py's gen_topk_module, page.py's gen_page_module, rope.py's
+gen_rope_module, cascade.py's gen_cascade_module, quantization.py's gen_quantization_module; the
+attention and gdn generators in jit/attention/modules.py and jit/gdn.py render
 csrc/*_kernel_inst.jinja and compile csrc/<kind>*.cu; the activation template includes
-<flashinfer/activation.cuh>, jit/activation.py line 26). `affected` follows their #include lines
+<flashinfer/activation.cuh>, jit/activation.py's `activation_templ`). `affected` follows their #include lines
 to name the families whose tests would compile a file that no built module does.
 """
 
