@@ -36,7 +36,6 @@ not this output.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
@@ -45,7 +44,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -53,12 +51,13 @@ from fidev.core import workspace
 from fidev.core.failure import USAGE, Failure, report, run_main
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import kernel_source, module_choice
-from fidev.records import build_records, ninja_inputs
 from fidev.tree import families as upstream_suites
 from fidev.tree import source_tree
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import summary as upstream_summary
+from fidev.upstream.plan import DRY_RUN_WORKERS, PLAN_LIMIT_S, dry_run_workers, plan  # noqa: F401 (DRY_RUN_WORKERS, dry_run_workers: read here by tests/test_upstream_tests.py)
+from fidev.upstream.suite import pytest_options, resolve, tests_dir
 
 OURS = {"--list": 0, "--summary": 1, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
         "--help": 0}
@@ -66,12 +65,9 @@ OURS = {"--list": 0, "--summary": 1, "--yes": 0, "--budget": 1, "--no-plan": 0, 
 # takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
 # as the tests first load them. The figures in docs/flashinfer-dev.md say how it held.
 SECONDS_PER_OBJECT = 25
-# The plan must cost little next to the run it plans; past this it is dropped.
-PLAN_LIMIT_S = 60
 SHOWN = 200  # failing tests named after a run; the run folder's FAILING_LIST has all
 FAILING_LIST = "failing.txt"
 COMPARED_SHOWN, COMPARED_LIST = 50, "compared.txt"  # a compare run's ids of each kind named; the run folder's file has all
-DRY_RUN_WORKERS = 16
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -109,129 +105,6 @@ def whole(name: str, text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise Failure(f"{name} {text!r} is not a whole number of 1 or more", f"give it as one: {name} 2")
     return int(text)
-
-
-def tests_dir() -> Path:
-    """The tree's tests/, when the tree has FlashInfer's runnable suite: tests/conftest.py and the
-    repository root's pytest.ini (`norecursedirs = test_helpers`, `addopts = --import-mode=importlib`
-    at v0.6.3; without the importlib mode, tests/gdn/test_prefill_delta_rule.py's relative import fails)."""
-    p = pins()
-    tests = p.source_dir / "tests"
-    missing = [name for name, path in (("tests/conftest.py", tests / "conftest.py"), ("pytest.ini", p.source_dir / "pytest.ini"))
-               if not path.is_file()]
-    if missing:
-        tree = source_tree.inspect(p.source_dir, p)
-        why = ("the PyPI source release ships neither (its tests/ holds one file)" if tree.kind == "release"
-               else "the submodule is not initialized" if tree.kind in ("missing", "empty") else "it is not a FlashInfer checkout")
-        raise Failure(f"{source_tree.shown(p.source_dir)} has no runnable FlashInfer test suite: no {' and no '.join(missing)} ({why})",
-                      "get the git checkout, which has both: git submodule update --init --recursive (a host without GitHub: copy "
-                      "tests/ and pytest.ini of the pinned tag from a checkout, `git archive <commit> tests pytest.ini`)")
-    return tests
-
-
-def resolve(selection: list[str], tests: Path) -> list[str]:
-    """Families and paths -> node ids under `tests`, each checked to exist."""
-    nodes = []
-    for item in selection:
-        if item in upstream_suites.BY_NAME:
-            nodes += [str(tests / node) for node in upstream_suites.BY_NAME[item].nodes]
-            continue
-        path = Path(item.split("::")[0])
-        for base in (Path.cwd(), tests, tests.parent):
-            if (base / path).exists():
-                nodes.append(str((base / path).resolve()) + item[len(item.split("::")[0]):])
-                break
-        else:
-            raise Failure(f"{item!r} is neither a kernel family nor a path under {source_tree.shown(tests)}",
-                          "`upstream-tests --list` names the families; paths are relative to the tree's tests/")
-    for node in nodes:
-        if not Path(node.split("::")[0]).exists():
-            raise Failure(f"{node.split('::')[0]} does not exist in this tree", "the family table is the pinned release's; update it with the pin")
-    return nodes
-
-
-def pytest_options(tests: Path) -> tuple[str, ...]:
-    """FlashInfer's own pytest.ini (importlib imports, test_helpers not collected)."""
-    return ("--rootdir", str(tests.parent), "-c", str(tests.parent / "pytest.ini"))
-
-
-def read_jit_report(path: Path) -> list[dict]:
-    """The entries of a JIT report: one JSON object per line, as FlashInfer's tests/conftest.py
-    appends them (lines 182-191 at v0.6.3): test_name, module_name, and spec_info, the str() of a
-    dict (lines 156-163), or "None" when the error carried no spec."""
-    return [json.loads(line) for line in (path.read_text().splitlines() if path.is_file() else []) if line.strip()]
-
-
-def module_sources(entries: list[dict]) -> dict[str, list[str]]:
-    """{module: its sources} from JIT-report entries."""
-    needed = {}
-    for entry in entries:
-        info = ast.literal_eval(entry["spec_info"]) if entry.get("spec_info") not in (None, "None") else {}
-        needed[entry["module_name"]] = info.get("sources", [])
-    return needed
-
-
-def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
-    """How many objects of a module a build would compile: every source when the module was never
-    built or ninja cannot tell, else fidev.records.ninja_inputs.dry_run's count (0 when it is current)."""
-    ninja_file = build_dir / "build.ninja"
-    pending = ninja_inputs.dry_run(build_dir, ninja_file) if (build_dir / f"{build_dir.name}.so").exists() and ninja_file.exists() else None
-    return (len(sources) or 1) if pending is None else len(pending[0])
-
-
-def dry_run_workers(nodes: list[str]) -> list[str]:
-    """pytest-xdist's options for the dry run, where it is installed: the dry run costs each test's
-    setup, which spreads over processes, a worker per core (on one GPU: it launches no kernel that
-    matters). Each worker keeps torch to one CPU thread (OMP_NUM_THREADS in `plan`), not a core
-    count per worker: drawing CPU inputs is most of a dry run."""
-    import importlib.util
-
-    workers = min(DRY_RUN_WORKERS, os.cpu_count() or 1)
-    if all("[" in node for node in nodes):  # single cases (affected asks for a few): a worker each at most
-        workers = min(workers, len(nodes))
-    if importlib.util.find_spec("xdist") is None or workers < 2:
-        return []
-    return ["-n", str(workers)]
-
-
-def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[str, int], float] | None:
-    """{module the selection needs: objects to compile}, and the dry run's time; None when the dry
-    run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without.
-
-    The dry run is the selection under FLASHINFER_DISABLE_JIT=1: FlashInfer refuses to build, its
-    conftest turns each refusal into a skip, and fidev.upstream.plugin records what was asked for."""
-    with tempfile.TemporaryDirectory() as scratch:
-        env = {**os.environ, "FLASHINFER_DISABLE_JIT": "1", upstream_plugin.DRY_RUN_DIR: scratch,
-               "FLASHINFER_JIT_CACHE_REPORT_FILE": str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
-               "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        workers = dry_run_workers(nodes)
-        if workers:
-            env["OMP_NUM_THREADS"] = "1"
-        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", *upstream_runs.UNUSED_PLUGINS, "-p", "fidev.upstream.plugin", *workers,
-               *pytest_options(tests), *pytest_args]
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=PLAN_LIMIT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the xdist workers too
-            proc.communicate()
-            print(f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each module's compile shows as it runs")
-            return None
-        except BaseException:  # Ctrl-C, SIGTERM: its own session would outlive us
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        seconds = time.perf_counter() - started
-        jit_dir_file = Path(scratch) / upstream_plugin.JIT_DIR_FILE
-        if not jit_dir_file.is_file():
-            said = out.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-            print(f"upstream-tests: the plan's dry run did not finish ({said[0][:200]}): going ahead without it")
-            return None
-        entries = [entry for report in sorted(Path(scratch).glob("*.jsonl")) for entry in read_jit_report(report)]
-        needed = module_sources(entries)
-        jit_dir = Path(jit_dir_file.read_text())
-        build_records.add_module_tests(jit_dir, entries)  # which test needs which module, for `affected`
-    return {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()}, seconds
 
 
 def estimate_s(needed: dict[str, int]) -> float:
@@ -323,7 +196,7 @@ def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop as Ctrl-C does: the dry run's and the files' processes are killed
         signal.signal(sig, signal.default_int_handler)
     try:
-        planned = None if "--no-plan" in ours else plan(nodes, pytest_args, tests)
+        planned = None if "--no-plan" in ours else plan(nodes, pytest_args, tests, PLAN_LIMIT_S)
     except KeyboardInterrupt:
         raise Failure("interrupted during the plan's dry run (its processes were stopped)", "run it again, or skip the plan: --no-plan",
                       exit_status=130) from None

@@ -19,7 +19,9 @@ import sys
 
 import pytest
 
+from fidev.affected import summary as affected_summary
 from fidev.builds import build_stamp, module_builds
+from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from fidev.records import build_records, ninja_inputs
 from fidev.upstream import runs as upstream_runs
@@ -81,11 +83,13 @@ def affected(root, env, *args):
                           env={**os.environ, **env})
 
 
-def test_nothing_changed_is_said_without_importing_flashinfer(ws):
+def test_nothing_changed_is_said_without_importing_flashinfer(ws, tmp_path):
     _, root, _, env = ws
-    done = affected(root, env)
+    done = affected(root, env, "--summary", str(tmp_path / "affected.json"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing changed since the 2 built modules were built" in done.stdout
+    record = affected_summary.read(tmp_path / "affected.json")
+    assert (record.verdict, record.status, record.changed, record.past_build) == ("nothing changed", 0, {}, None)
 
 
 def test_a_touched_header_with_the_same_content_is_no_edit(ws):
@@ -95,15 +99,34 @@ def test_a_touched_header_with_the_same_content_is_no_edit(ws):
     assert "nothing changed" in affected(root, env).stdout
 
 
-def test_a_header_edit_names_its_module_and_smoke_tests(ws):
+def test_a_header_edit_names_its_module_and_smoke_tests(ws, tmp_path):
     tree, root, _, env = ws
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
-    done = affected(root, env, "--list")
+    done = affected(root, env, "--list", "--summary", str(tmp_path / "affected.json"))
     assert done.returncode == 0, done.stdout + done.stderr
     row = next(line for line in done.stdout.splitlines() if "norm.cuh" in line)
     tests = len(__import__("fidev.builds.smoke_modules", fromlist=["BY_KEY"]).BY_KEY["norm"].tests)
     assert row.split()[1] == "norm" and f"{tests} test(s)" in row, done.stdout
     assert "other" not in done.stdout
+    record = affected_summary.read(tmp_path / "affected.json")  # the same modules and tests, from the file
+    assert record.verdict == "listed" and record.changed == {row.split()[0]: ["norm"]} and len(record.tests) == tests, record
+
+
+def test_the_summary_is_read_back_whole_and_a_foreign_or_truncated_one_is_refused(tmp_path):
+    path = tmp_path / "affected.json"
+    record = affected_summary.Summary("failed", 1, {"include/flashinfer/norm.cuh": ["norm"]}, ["tests/smoke/test_norm.py::test_rmsnorm"],
+                                      ["tests/smoke/test_norm.py::test_rmsnorm"], ["norm"], 12.3, {"ended_s": 4.0, "last_case_s": 3.5}, 20.1)
+    affected_summary.write(record, path)
+    assert affected_summary.read(path) == record and record.modules == {"norm"}
+    assert [p.name for p in tmp_path.iterdir()] == ["affected.json"], "the temporary file was left behind"
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(Failure, match="cannot be read"):
+        affected_summary.read(path)
+    path.write_text('{"schema": "fidev-upstream-summary/1"}')
+    with pytest.raises(Failure, match="not an affected summary"):
+        affected_summary.read(path)
+    with pytest.raises(Failure, match="left no summary"):
+        affected_summary.read(tmp_path / "none.json")
 
 
 def test_a_source_edit_reaches_the_module_flashinfers_tests_built(ws):
@@ -229,30 +252,30 @@ def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
 
 
 def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(monkeypatch, tmp_path):
-    import affected
+    from fidev.affected.tests import processes
 
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))  # no file's time kept: each file one process
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     # the cores shared among the processes' torch thread pools too
-    assert affected.processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert affected.processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert affected.processes({"tests/utils/test_activation.py": 200}) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 200}) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
     # one process: not worth a second's start
-    assert affected.processes({"tests/utils/test_quantization.py": 28}) == ([], {"OMP_NUM_THREADS": "16"})
+    assert processes({"tests/utils/test_quantization.py": 28}) == ([], {"OMP_NUM_THREADS": "16"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two files at once, one per GPU: the cores shared
-    assert affected.processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
-    assert affected.processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
     # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the cases each
     times = upstream_runs.times_file(tmp_path / ".cache/flashinfer" / pins().flashinfer)
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/utils/test_activation.py": 99.0}')
-    assert affected.processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
     monkeypatch.setattr(os, "cpu_count", lambda: 32)  # the 2-GPU H200 host
-    assert affected.processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
+    assert processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own: kept
-    assert affected.processes({"tests/utils/test_norm.py": 2705}) == (["--per-gpu", "8"], {})
+    assert processes({"tests/utils/test_norm.py": 2705}) == (["--per-gpu", "8"], {})
 
 
 def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(ws, monkeypatch):
@@ -275,3 +298,33 @@ def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(w
     monkeypatch.setitem(module_choice.GENERATORS, "norm", set())
     module_builds.record_build(norm, norm / "build.ninja", tree=tree)
     assert build_records.recorded_call(norm) is None
+
+
+def test_flashinfers_tests_are_judged_by_their_summary_and_an_unreadable_one_is_no_pass(tmp_path, capsys):
+    """affected reads upstream-tests' result from the summary it asked for (fidev.upstream.summary),
+    not from its output: the failing and erroring ids (a file that did not finish, by its path), and
+    where it left none, the two lines of why and status 1, although upstream-tests exited 0."""
+    import queue
+
+    from fidev.affected import tests as affected_tests
+    from fidev.upstream import summary as upstream_summary
+
+    def finished(said: str, summary_path):
+        run = affected_tests.FlashInferTests.__new__(affected_tests.FlashInferTests)
+        run.lines, run.proc, run.summary = queue.Queue(), subprocess.Popen([sys.executable, "-c", ""]), summary_path
+        run.opened, run.past, run.unread = None, None, None
+        for line in (said, None):
+            run.lines.put(line)
+        return run, run.finish()
+
+    done = upstream_summary.Summary(["norm"], "vendored", str(tmp_path), ["0"], "H100", 1.0, 2.0, 1, dict.fromkeys(upstream_summary.COUNTS, 1),
+                                    failing=["tests/utils/test_norm.py::test_norm[1]"], erroring=["tests/utils/test_page.py (exit -11)"])
+    upstream_summary.write(done, tmp_path / "summary.json")
+    run, (status, failed) = finished("FAILED not/read/from/here.py::x\n", tmp_path / "summary.json")
+    assert (status, failed, run.unread) == (0, {"tests/utils/test_norm.py::test_norm[1]", "tests/utils/test_page.py"}, None)
+    assert "FAILED not/read/from/here.py::x" in capsys.readouterr().out  # its output still shown
+    run, (status, failed) = finished("upstream-tests: 2 passed\n", tmp_path / "none.json")
+    assert (status, failed) == (1, set()) and "left no summary" in capsys.readouterr().err
+    outcome = affected_tests.Outcome("1 module(s) rebuilt in 1.0 s", 1.0, ["norm"])
+    affected_tests.theirs_step(status, failed, run.unread, outcome)
+    assert outcome.broken == ["upstream-tests exited 1, and its summary could not be read (the error above says why)"]

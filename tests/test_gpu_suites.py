@@ -3,10 +3,11 @@ JIT dir (so they load what `build` compiled), while the CPU suite keeps what it 
 and they make import-check's proof in their own process (the chain does not run import-check).
 
 The stand-in `flashinfer` computes its JIT dir the way FlashInfer 0.6.3 does, once, at import
-(flashinfer/jit/env.py at v0.6.3, lines 50-53: FLASHINFER_WORKSPACE_BASE, else HOME; lines 143-145:
+(flashinfer/jit/env.py at v0.6.3: FLASHINFER_BASE_DIR, FLASHINFER_WORKSPACE_BASE else HOME; FLASHINFER_JIT_DIR,
 `<base>/.cache/flashinfer/<version>/<arch>/cached_ops`), and records it. The stand-in `torch`
 says a GPU is there, which is all the `gpu` fixture asks of it."""
 
+import ast
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ class cuda:
 """
 FAKE_FLASHINFER_ENV = """\
 import json, os, pathlib
-# flashinfer/jit/env.py at v0.6.3, lines 50-53 and 143-145 (version and arch folders as there)
+# flashinfer/jit/env.py at v0.6.3: FLASHINFER_BASE_DIR, FLASHINFER_WORKSPACE_DIR, FLASHINFER_JIT_DIR (version and arch folders as there)
 FLASHINFER_BASE_DIR = pathlib.Path(os.getenv("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home().as_posix()))
 FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "{version}" / "90"
 FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
@@ -161,18 +162,31 @@ def test_each_modules_tests_are_what_pytest_collects_and_every_test_is_some_modu
 
 
 def test_the_acceptance_run_starts_no_step_past_its_time_limit(tmp_path):
-    """The device tool ends a command at its limit, mid-step (the H100's third part lost
-    affected-source that way): with --time-limit a part stops before a step that would not end in
-    time, says which steps are left, and exits 3. Every step has a time to go by."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import gpu_acceptance
-
-    assert set(gpu_acceptance.STEP_S) == set(gpu_acceptance.STEPS + gpu_acceptance.NAMED_ONLY)
+    """A GPU host that limits each command to 10 minutes ends a command at its limit, mid-step (the
+    H100's third part lost affected-source that way): with --time-limit a part stops before a step
+    that would not end in time, says which steps are left, and exits 3. Every step has a time to go
+    by (--list-steps), and no time is kept for a step that is not one."""
+    listed = subprocess.run([sys.executable, str(ROOT / "tools/gpu_acceptance.py"), "--list-steps"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    steps = json.loads(listed.stdout)
+    assert [s["name"] for s in steps["steps"] if s["seconds"] is None] == [] and steps["times_of_no_step"] == [], steps
+    assert {"affected-header", "bench-2-gpus"} <= {s["name"] for s in steps["steps"]}
     done = subprocess.run([sys.executable, str(ROOT / "tools/gpu_acceptance.py"), "--work", str(tmp_path / "work"), "--time-limit", "20",
                            "--steps", "build-cold,smoke"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 20 s: --steps build-cold,smoke", done.stdout
     assert not (tmp_path / "work/ws").exists(), "it set up a workspace for steps it did not start"
+
+
+def test_the_benchmark_and_the_acceptance_run_time_the_same_families():
+    """tools/bench_upstream.py's default selection is fidev.upstream.bench's, which the acceptance
+    run's bench-warm-up builds (read from the tool's source, not imported: no test imports a tool)."""
+    from fidev.upstream import bench
+
+    tree = ast.parse((ROOT / "tools/bench_upstream.py").read_text())
+    default = next(node.value for node in tree.body if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DEFAULT" for t in node.targets))
+    if isinstance(default, ast.List | ast.Tuple):  # its own list, until it names fidev.upstream.bench.FAMILIES
+        assert tuple(ast.literal_eval(default)) == bench.FAMILIES
 
 
 def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_path):

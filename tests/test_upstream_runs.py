@@ -446,19 +446,24 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
     scratch = tmp_path / "scratch"  # where affected keeps its gate
     scratch.mkdir()
     user = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    done = subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True, timeout=300,
-                          env={**user, **env, "TMPDIR": str(scratch)})
+    record = tmp_path / "affected.json"
+    done = subprocess.run([sys.executable, str(root / "scripts/affected.py"), "--summary", str(record)], capture_output=True, text=True,
+                          timeout=300, env={**user, **env, "TMPDIR": str(scratch)})
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "affected: FlashInfer's tests (2 recorded case(s)) start now and run once the build is done" in out
     assert out.index("affected: FlashInfer's tests") < out.index("affected: 1 module(s) rebuilt") < out.index("upstream-tests: 2 passed")
     assert "affected: every selected test passed" in out
-    # one process for 2 cases: every core for its thread pool (affected.processes)
+    # one process for 2 cases: every core for its thread pool (fidev.affected.tests.processes)
     assert threads.read_text() == str(os.cpu_count())
-    import affected
+    from fidev.affected import summary as affected_summary
+    from fidev.affected.tests import PAST_BUILD
 
-    past = affected.PAST_BUILD.search(out)
+    past = PAST_BUILD.search(out)
     assert past and float(past[2]) <= float(past[1]), out
+    done = affected_summary.read(record)  # the same result, from the file the acceptance run reads
+    assert (done.verdict, done.status, done.modules, done.rebuilt, done.failed) == ("passed", 0, {"norm"}, ["norm"], []), done
+    assert done.past_build == {"ended_s": float(past[1]), "last_case_s": float(past[2])}, done
     assert list(scratch.iterdir()) == [], "the gate's folder was left behind"
     assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
                                                timeout=120, env={**os.environ, **env}).stdout
@@ -538,9 +543,9 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     assert out.index("start now") < out.index("affected: regenerated in")
     assert "gens.py -> s0.cpp" in out and "affected: 1 module(s) rebuilt" in out and "upstream-tests: 2 passed" in out, out
     assert "could not be regenerated" not in out and "dry run" not in out
-    import affected
+    from fidev.affected.tests import PAST_BUILD
 
-    assert affected.PAST_BUILD.search(out), out
+    assert PAST_BUILD.search(out), out
     # flashinfer imported twice: affected itself, and the run of the tests; a dry run would be a third
     assert len(record.read_text().splitlines()) - imports == 2, record.read_text()
     assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,

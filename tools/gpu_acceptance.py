@@ -3,6 +3,7 @@ without pixi, in a conda-layout replica of that environment; one table at the en
 
   python3 tools/gpu_acceptance.py [--staged DIR] [--work DIR] [--toolkit DIR] [--steps NAME,...] [--fresh]
                                   [--time-limit SECONDS] [--resume]
+  python3 tools/gpu_acceptance.py --list-steps
 
 Every GPU-facing change passes this before it is resolved (docs/flashinfer-dev.md, "Tests and CI").
 It works in a copy of the checkout under WORK (default /tmp/fidev-acceptance), so builds and the
@@ -22,11 +23,16 @@ a host that limits a command's time runs it in parts: `--steps setup,negative-co
 the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
 part starts no step that would not end in time (by the step's last time here, else STEP_S), and
 names the steps it left for the next part; `--resume` leaves out the steps WORK has a result for, so
-every part after the first can be the same command.
+every part after the first can be the same command. `--list-steps` prints each step with the
+seconds it is expected to take, as JSON, and runs nothing.
+
+The affected rounds read affected's result from the summary it writes (`affected --summary FILE`,
+fidev.affected.summary: its verdict, the modules named, its times), not from its output.
 
 Three steps run only when named, on a host with two GPUs: bench-warm-up, bench-1-gpu and
-bench-2-gpus, tools/bench_upstream.py's warm-up (norm, activation, sampling: it builds what they
-need), then its timed run on 1 GPU and on 2 (issue 22), each short enough for one device call.
+bench-2-gpus, tools/bench_upstream.py's warm-up (fidev.upstream.bench's families: norm, activation,
+sampling; it builds what they need), then its timed run on 1 GPU and on 2, each short enough for a
+GPU host that limits each command to 10 minutes.
 """
 
 from __future__ import annotations
@@ -46,14 +52,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 import conda_prefix  # noqa: E402
+from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, run_main  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
+from fidev.upstream import bench as upstream_bench  # noqa: E402
 from fidev.upstream import runs as upstream_runs  # noqa: E402
 
 TESTS_ARCHIVE = "flashinfer-tests.tar"  # tools/stage_gpu_host.py writes it
 # The planted bug of the edit loop: RMSNormKernel's output 0.5% too large, the size of bug an
-# fp16 tolerance must catch (tests/support/gpu_checks.py). include/flashinfer/norm.cuh, line 101 at v0.6.3.
+# fp16 tolerance must catch (tests/support/gpu_checks.py). include/flashinfer/norm.cuh, RMSNormKernel, at v0.6.3.
 NORM_HEADER = "include/flashinfer/norm.cuh"
 NORM_LINE = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j]));"
 NORM_BUG = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j])) * 1.005f;"
@@ -62,12 +70,12 @@ NORM_BUG = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float
 # pass. file, the line (v0.6.3), the bug, the module that must be named.
 AFFECTED_EDITS = {
     "affected-header": (NORM_HEADER, NORM_LINE, NORM_BUG, "norm"),  # a header smoke covers
-    "affected-source": ("csrc/norm.cu", "output.stride(0), eps, enable_pdl, stream);",  # csrc/norm.cu line 46, in rmsnorm
+    "affected-source": ("csrc/norm.cu", "output.stride(0), eps, enable_pdl, stream);",  # csrc/norm.cu, in rmsnorm
                         "output.stride(0), eps + 0.05, enable_pdl, stream);", "norm"),
-    "affected-generator": ("flashinfer/jit/activation.py", "return val / (1.0f + __expf(-val));",  # line 79, silu_def_cu_str
+    "affected-generator": ("flashinfer/jit/activation.py", "return val / (1.0f + __expf(-val));",  # silu_def_cu_str
                            "return 1.01f * val / (1.0f + __expf(-val));", "silu_and_mul"),
     # a header only FlashInfer's tests cover (test_quantization.py), after upstream-quantization
-    # recorded which test needs the module: include/flashinfer/quantization.cuh line 56, big-endian packbits
+    # recorded which test needs the module: include/flashinfer/quantization.cuh, PackBitsKernel, big-endian
     "affected-upstream": ("include/flashinfer/quantization.cuh", "(input_vec[0] << 7) | (input_vec[1] << 6)",
                           "(input_vec[0] << 6) | (input_vec[1] << 6)", "quantization"),
 }
@@ -78,8 +86,8 @@ STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "
          "auto-generator", "auto-restore"]
 NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus"]  # a 2-GPU host's: not part of the default run
 
-# What each step took on the H100 host (2026-11-25, 8c448fe: 1579 s in all, within a lease's 30 minutes
-# only in 3 or 4 parts), for --time-limit where WORK has no time of its own for it yet.
+# What each step took on the H100 host (2026-11-25, 8c448fe: 1579 s in all: on a GPU host that limits
+# each command to 10 minutes, 3 or 4 parts), for --time-limit where WORK has no time of its own for it yet.
 STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
           "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
           "edit-build": 28, "edit-smoke": 10, "restore-build": 29, "restore-smoke": 8, "upstream-baseline": 26, "upstream-compare-bug": 100,
@@ -228,9 +236,35 @@ def edit(run: Run, restore: bool) -> None:
     header.write_text(text.replace(NORM_LINE, NORM_BUG, 1))
 
 
+def affected(run: Run, name: str) -> tuple[int, affected_summary.Summary | None, float]:
+    """`affected --summary` as a user runs it: (its status, its summary, or None where it left
+    none it could read (said), its seconds)."""
+    record = run.logs / f"{name}.affected.json"
+    record.unlink(missing_ok=True)
+    status, _, seconds = run.sh(name, [sys.executable, "scripts/affected.py", "--summary", str(record)])
+    try:
+        return status, affected_summary.read(record), seconds
+    except Failure as failure:
+        print(f"{name}: {failure.problem}", flush=True)
+        return status, None, seconds
+
+
+def said(done: affected_summary.Summary | None, seconds: float) -> str:
+    """What was rebuilt, the verdict, and the time beyond the rebuild (the command's wall time, from
+    its start to its exit, as a user waits for it, less its compile; target: 15 s at most), with
+    FlashInfer's tests' time after the build: to their end, to their last case."""
+    if done is None:
+        return "no summary"
+    rebuilt = f"{len(done.rebuilt)} module(s) rebuilt in {done.build_s:.1f} s" if done.build_s is not None else "nothing rebuilt"
+    beyond = f"; beyond the compile {seconds - done.build_s:.1f} s" if done.build_s is not None else ""
+    past = done.past_build
+    beyond += f" (FlashInfer's tests ended {past['ended_s']:.1f} s after it, their last case at {past['last_case_s']:.1f} s)" if past else ""
+    failed = f", {len(done.failed)} failed" if done.failed else ""
+    return f"{rebuilt}{beyond}; {done.verdict}{failed}"
+
+
 def affected_round(run: Run, name: str) -> None:
     """Plant the bug, `affected` must fail naming the module; restore with `cp -p`, it must pass."""
-    from affected import PAST_BUILD  # scripts/, on sys.path
     rel, line, bug, module = AFFECTED_EDITS[name]
     path, saved = run.tree / rel, run.work / f"{Path(rel).name}.orig"
     subprocess.run(["cp", "-p", str(path), str(saved)], check=True)
@@ -238,26 +272,14 @@ def affected_round(run: Run, name: str) -> None:
     assert line in text, f"{rel} no longer has the line the affected round plants its bug in"
     path.write_text(text.replace(line, bug, 1))
     try:
-        status, out, s1 = run.sh(name, [sys.executable, "scripts/affected.py"])
+        status, done, s1 = affected(run, name)
     finally:
         subprocess.run(["cp", "-p", str(saved), str(path)], check=True)
-    status2, out2, s2 = run.sh(name, [sys.executable, "scripts/affected.py"])
-
-    def said(text: str, seconds: float) -> str:
-        """What was rebuilt, the result line, and the figure issue 18 sets a target for: the time
-        beyond the rebuild (the command's wall time, from its start to its exit, as a user waits
-        for it, less its compile; target: 15 s at most)."""
-        rebuilt = re.search(r"affected: (\d+ module\(s\) rebuilt in ([\d.]+) s(?: \(slowest object [\d.]+ s\))?)", text)
-        beyond = f"; beyond the compile {seconds - float(rebuilt.group(2)):.1f} s" if rebuilt else ""
-        past = PAST_BUILD.search(text)  # FlashInfer's tests, after the build: to their end, to their last case
-        beyond += f" (FlashInfer's tests ended {past[1]} s after it, their last case at {past[2]} s)" if past else ""
-        last = [ln for ln in text.splitlines() if ln.startswith("affected: ") and ("failed" in ln or "passed" in ln)]
-        return f"{rebuilt.group(1) if rebuilt else 'nothing rebuilt'}{beyond}; {last[-1][10:160] if last else 'no result line'}"
-
-    named = bool(re.search(rf"^\S.*\b{re.escape(module)}\b", out, re.M))
-    ok = status == 1 and named and status2 == 0
-    run.record(name, ok, s1 + s2, f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(out, s1)} | "
-                                 f"restore: exit {status2}, {s2:.1f} s, {said(out2, s2)}")
+    status2, done2, s2 = affected(run, name)
+    named = done is not None and module in done.modules
+    ok = status == 1 and named and done.verdict == "failed" and status2 == 0 and done2 is not None and done2.verdict == "passed"
+    run.record(name, ok, s1 + s2, f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(done, s1)} | "
+                                 f"restore: exit {status2}, {s2:.1f} s, {said(done2, s2)}")
 
 
 def upstream_compare(run: Run, name: str, bug: bool) -> None:
@@ -279,8 +301,9 @@ def upstream_compare(run: Run, name: str, bug: bool) -> None:
 
 
 def affected_noop(run: Run) -> None:
-    status, out, seconds = run.sh("affected-noop", [sys.executable, "scripts/affected.py"])
-    run.record("affected-noop", status == 0 and "nothing changed" in out, seconds, (out.strip().splitlines() or ["no output"])[-1][:150])
+    status, done, seconds = affected(run, "affected-noop")
+    run.record("affected-noop", status == 0 and done is not None and done.verdict == "nothing changed", seconds,
+               f"exit {status}; {done.verdict if done else 'no summary'}; {seconds:.1f} s")
 
 
 # The kernel source mode auto, with a prebuilt set in the tree's flashinfer/data/aot (tools/prebuilt_set.py,
@@ -339,9 +362,7 @@ def auto_round(run: Run, name: str) -> None:
 def bench_upstream(run: Run, name: str) -> None:
     """bench_upstream.py's warm-up alone (upstream-tests on its default families), or one GPU count;
     the note keeps the count lines and each file's line (the speedup is the two counts' ratio)."""
-    import bench_upstream as bench  # scripts/, on sys.path
-
-    argv = ["scripts/upstream_tests.py", *bench.DEFAULT, "--no-plan"] if name == "bench-warm-up" else \
+    argv = ["scripts/upstream_tests.py", *upstream_bench.FAMILIES, "--no-plan"] if name == "bench-warm-up" else \
         ["tools/bench_upstream.py", "--no-warm-up", "--gpus", "1" if name == "bench-1-gpu" else "2"]
     status, out, seconds = run.sh(name, [sys.executable, *argv])
     said = [" ".join(line.split()) for line in out.splitlines()
@@ -388,20 +409,32 @@ def table(run: Run) -> str:
     return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)), row[3]]) for row in rows)
 
 
+def list_steps() -> str:
+    """--list-steps: every step in order, with its expected seconds (STEP_S; null where it has none)
+    and whether a run without --steps runs it, and the times STEP_S keeps for no step."""
+    steps = [{"name": name, "seconds": STEP_S.get(name), "default": name in STEPS} for name in STEPS + NAMED_ONLY]
+    return json.dumps({"steps": steps, "times_of_no_step": sorted(set(STEP_S) - set(STEPS + NAMED_ONLY))}, indent=1)
+
+
 ARGS = argparse.Namespace()
 
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--staged", type=Path, help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/fidev-acceptance"))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/fidev-acceptance"),
+                        help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)")
     parser.add_argument("--toolkit", type=Path, default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
     parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
     parser.add_argument("--fresh", action="store_true", help="forget WORK's earlier results and builds first")
     parser.add_argument("--time-limit", type=float, help="seconds this part may take: no step starts that would not end in time")
     parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
+    parser.add_argument("--list-steps", action="store_true", help="print each step and the seconds it is expected to take, as JSON; run nothing")
     global ARGS
     ARGS = parser.parse_args()
+    if ARGS.list_steps:
+        print(list_steps())
+        return 0
     chosen = ARGS.steps.split(",") if ARGS.steps else STEPS
     unknown = [s for s in chosen if s not in STEPS + NAMED_ONLY]
     if unknown:

@@ -1,0 +1,181 @@
+"""What changed since each built module was built: its sources and headers by content against the
+hashes `build` recorded (fidev.records.ninja_inputs), and the tree's Python files, which generate
+modules' sources (fidev.records.build_records); for a Python edit, the modules with generated
+sources regenerated without compiling, so that their sources show what changed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fidev.affected.built import Found
+from fidev.affected.report import short
+from fidev.affected.tests import FlashInferTests, cases_by_file
+from fidev.builds import smoke_modules
+from fidev.core.failure import Failure
+from fidev.jit import module_choice
+from fidev.records import build_records, ninja_inputs
+
+
+@dataclass
+class Changes:
+    """The Python files edited since the builds (python_edits), each module's changed generators,
+    smoke's modules' new JitSpecs by name (specs), the modules whose regeneration was not done here
+    (unregenerated), FlashInfer's tests started before the regeneration (early), {module: {changed
+    file: how}} (changed), and {changed file as shown: its modules} (by_file)."""
+    python_edits: list[str]
+    generators: dict[str, list[str]]
+    specs: dict = field(default_factory=dict)
+    unregenerated: set[str] = field(default_factory=set)
+    early: FlashInferTests | None = None
+    changed: dict[str, dict[str, str]] = field(default_factory=dict)
+    by_file: dict[str, set[str]] = field(default_factory=dict)
+
+
+def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str]) -> tuple[dict, bool, set[str]]:
+    """Write the generated sources of the modules again, compiling nothing: smoke's by their
+    generators, FlashInfer's tests' by the call that made each one's JitSpec where its build recorded
+    one (fidev.jit.module_choice.call_again), both after one import of flashinfer, in a thread; the rest
+    meanwhile by a dry run of their tests (a process of its own: fidev.upstream.plan). Returns smoke's
+    modules' new JitSpecs by name (a build of them rewrites build.ninja too), whether the dry run
+    finished (a dropped or failed one regenerated nothing for sure), and the modules whose call did
+    not make them."""
+    specs, dry_run_done, raised, missed = {}, True, [], set()
+
+    def ours() -> None:
+        try:
+            from fidev.jit.flashinfer_import import import_flashinfer
+
+            import_flashinfer()
+            for key in tier:
+                spec = smoke_modules.BY_KEY[key].make()  # the generator writes its sources (write_if_different)
+                specs[spec.name] = spec
+            missed.update(name for name, call in calls.items() if not module_choice.call_again(name, call))
+        except BaseException as error:  # noqa: BLE001 (raised again in the main thread)
+            raised.append(error)
+
+    thread = threading.Thread(target=ours, daemon=True)
+    if tier or calls:
+        thread.start()
+    dry_run_failure = None
+    if upstream_nodes:
+        from fidev.upstream import plan as upstream_plan
+        from fidev.upstream import suite as upstream_suite
+
+        try:
+            tests = upstream_suite.tests_dir()
+            dry_run_done = upstream_plan.plan(upstream_suite.resolve(upstream_nodes, tests), [], tests) is not None
+        except Failure as failure:  # said after the import's own failure, which comes first
+            dry_run_failure = failure
+    if tier or calls:
+        thread.join()
+    for failure in [*raised, dry_run_failure]:
+        if failure is not None:
+            raise failure
+    return specs, dry_run_done, missed
+
+
+def edited(modules) -> dict[str, dict[str, str]]:
+    """{module name: {changed file: how}} by content, sources and headers."""
+    found, stats = {}, {}
+    for m in modules:
+        edits = ninja_inputs.edited(m.build_dir, stats)
+        if edits is None:  # built without a content record: ninja's mtimes decide
+            pending = ninja_inputs.dry_run(m.build_dir, m.ninja_path)
+            edits = {f"{m.name} (no record: ninja finds newer inputs)": "edited"} if pending is None or pending[0] else {}
+        if edits:
+            found[m.name] = edits
+    return found
+
+
+def regenerated_line(seconds: float, by_smoke: int, calls: int, dry: int, plain: int) -> str:
+    return f"affected: regenerated in {seconds:.1f} s (" + ", ".join(
+        f"{n} {how}" for n, how in ((by_smoke, "by smoke's generators"), (calls, "by recorded call"),
+                                    (dry, "by a dry run of a recorded test"), (plain, "of csrc/ files alone, as built")) if n) + ")"
+
+
+def regenerate_edits(found: Found, ch: Changes, listing: bool) -> None:
+    """After a Python edit: regenerate, compiling nothing, so that generated sources show what
+    changed; FlashInfer's tests of every module it may change start first (unless listing)."""
+    tier, recorded = found.tier, found.recorded
+    stale = [m for m in found.modules if ch.generators[m.name]]
+    # a module of csrc/ files alone is as built (smoke's are made again all the same: cheaply, and build needs their JitSpecs)
+    plain = [m.name for m in stale if m.name not in tier and not m.generated]
+    stale = [m for m in stale if m.name not in plain]
+    lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
+    print(f"affected: {short(Path(f).name for f in ch.python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
+          f"module(s), compiling nothing" + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else ""))
+    theirs_stale = [m for m in stale if m.name not in tier and recorded.get(m.name)]
+    calls = {m.name: call for m in theirs_stale if (call := build_records.recorded_call(m.build_dir))}
+    # the rest, by one recorded test per module: any test that asks for a module makes all of its JitSpec
+    dry = [m.name for m in theirs_stale if m.name not in calls]
+    may_change = [m.name for m in stale if m.generated]  # what the regeneration may show changed
+    if not listing and (early_tests := sorted({t.split("[")[0] for n in may_change for t in recorded.get(n, [])})):
+        ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), deferred=True)
+    regenerating = time.perf_counter()
+    ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}))
+    print(regenerated_line(time.perf_counter() - regenerating, sum(m.name in tier for m in stale), len(calls), len(dry), len(plain)), flush=True)
+    # their tests regenerate them when they run: run those, and keep the edit unrecorded
+    ch.unregenerated = missed | (set(dry) if not dry_run_done else set())
+    if ch.unregenerated:
+        why = "; ".join(w for w, applies in (("the dry run did not finish", not dry_run_done),
+                                              ("its recorded call made no such module", missed)) if applies)
+        print(f"affected: {short(ch.unregenerated)} could not be regenerated here ({why}), so it may hold the edit: its tests run, and regenerate it")
+
+
+def changed_modules(found: Found, ch: Changes) -> None:
+    """The modules whose inputs changed; a deleted input is refused. A module regenerated to the
+    same sources, or with none to regenerate, is current as built, for the next run too."""
+    ch.changed = edited(found.modules)
+    for name in ch.unregenerated:
+        ch.changed.setdefault(name, {})["(not regenerated)"] = "edited"
+    for name, edits in ch.changed.items():
+        gone = [f for f, how in edits.items() if how == "deleted"]
+        if gone:
+            raise Failure(f"{gone[0]}, an input of {name}, is gone (deleted since the build)",
+                          "restore it (git checkout -- FILE in the tree), or regenerate it: pixi run -e flashinfer-dev build "
+                          "(smoke's modules), upstream-tests FAMILY (FlashInfer's tests' modules)")
+    for m in found.modules:
+        if ch.generators[m.name] and m.name not in ch.changed and (m.name in found.tier or not m.generated
+                                                                   or found.recorded.get(m.name) and m.name not in ch.unregenerated):
+            build_records.record_generators(m.build_dir, found.tree)
+
+
+def files_changed(found: Found, ch: Changes) -> None:
+    """{changed file, as the user knows it: modules}: a generated source as the Python edit that
+    changed it; include/ and csrc/ files no built module compiles, with no module."""
+    real = found.tree.resolve()
+
+    def in_tree(f: str) -> str:
+        """A changed input relative to the tree (ninja's deps may name it through the editable
+        install's flashinfer/data links), else as given."""
+        resolved = Path(f).resolve()
+        return str(resolved.relative_to(real)) if resolved.is_relative_to(real) else f
+
+    by_file: dict[str, set[str]] = {}
+    for name, edits in ch.changed.items():
+        for f in edits:
+            via_generator = ch.python_edits and ("/generated/" in f or f == "(not regenerated)")
+            shown = f"{short(Path(g).name for g in ch.python_edits)} -> {Path(f).name}" if via_generator else in_tree(f)
+            by_file.setdefault(shown, set()).add(name)
+    if ch.python_edits and not any(" -> " in k for k in by_file):  # regenerated, and no module's sources changed
+        for f in ch.python_edits:
+            by_file.setdefault(in_tree(f), set())
+    # include/ and csrc/ files no built module compiles: named with the families that would
+    unreached = sorted({f for d in found.dirs for f in build_records.changed_tree_files(d, found.tree) or []} - set(by_file))
+    for f in unreached:
+        by_file[f] = set()
+    ch.by_file = by_file
+
+
+def find(found: Found, listing: bool) -> Changes:
+    """What changed since the builds, each changed file with its modules."""
+    generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
+    ch = Changes(sorted({f for files in generators.values() for f in files}), generators)
+    if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
+        regenerate_edits(found, ch, listing)
+    changed_modules(found, ch)
+    files_changed(found, ch)
+    return ch

@@ -1,0 +1,110 @@
+"""What affected prints: the table of changed files, modules, tests and results, the hints under
+it, and the final lines (what failed, the command that reruns it alone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fidev.builds import smoke_modules
+from fidev.tree import families as upstream_suites
+from fidev.tree import source_tree
+
+HEADER = ("changed file", "modules", "tests", "result")
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [min(60, max(len(r[i]) for r in rows)) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]) for r in rows)
+
+
+def short(items, n: int = 3) -> str:
+    items = sorted(items)
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else "-"
+
+
+@dataclass
+class Selection:
+    """The changed files with their modules (by_file), and the tests of those modules: smoke's and
+    abi-smoke's (ours) and FlashInfer's own, by test function, each with all its cases (theirs:
+    the record names each case, thousands for a family)."""
+    by_file: dict[str, set[str]]
+    changed: dict[str, dict[str, str]]
+    tier: dict[str, str]
+    recorded: dict[str, list[str]]
+    reaching: dict[str, list[str]] = field(default_factory=dict)
+
+    def selectors(self, names) -> set[str]:
+        """What a module's tests are, as node ids or function prefixes of pytest's failure lines."""
+        return {f"tests/{t}" for n in names if n in self.tier for t in smoke_modules.BY_KEY[self.tier[n]].tests} | \
+            {t.split("[")[0] for n in names for t in self.recorded.get(n, [])}
+
+    @property
+    def ours(self) -> list[str]:
+        return sorted({t for name in self.changed if name in self.tier for t in smoke_modules.BY_KEY[self.tier[name]].tests})
+
+    @property
+    def theirs(self) -> list[str]:
+        return sorted({t.split("[")[0] for name in self.changed for t in self.recorded.get(name, [])})
+
+    @property
+    def unmapped(self) -> list[str]:
+        return sorted(name for name in self.changed if name not in self.tier and not self.recorded.get(name))
+
+    def files(self) -> list[tuple[str, set[str]]]:
+        return sorted(self.by_file.items())
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """The table's rows, its result column empty."""
+        rows = [HEADER]
+        for f, names in self.files():
+            tests = self.selectors(names)
+            rows.append((source_tree.shown(Path(f)) if f.startswith("/") else f, short(names, 2) if names else "no built module",
+                         f"{len(tests)} test(s)" if tests else "-", ""))
+        return rows
+
+    def changed_files(self) -> dict[str, list[str]]:
+        """{changed file, as the table shows it: its modules}, for the summary."""
+        return {row[0]: sorted(names) for row, (_, names) in zip(self.rows()[1:], self.files(), strict=True)}
+
+
+def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], tier: dict[str, str], recorded: dict[str, list[str]],
+              tree: Path) -> Selection:
+    """The selection, with the kernel families that compile each file no built module does."""
+    reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith("/")])
+    return Selection(by_file, changed, tier, recorded, reaching)
+
+
+def hints(sel: Selection) -> None:
+    if sel.unmapped:
+        print(f"affected: no test is recorded for {short(sel.unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
+    for f, families in sorted(sel.reaching.items()):
+        print(f"affected: {f} reaches no built module; " + (
+            f"the tests of {', '.join(families)} would build one: pixi run -e flashinfer-dev upstream-tests {families[0]}" if families
+            else "no kernel family's sources include it"))
+
+
+def build_failed(sel: Selection) -> str:
+    rows = sel.rows()
+    return table([rows[0], *[(*r[:3], "build failed") for r in rows[1:]]])
+
+
+def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
+    """The table with each file's result: how many of its tests failed, or passed."""
+    result = []
+    for row, (_, names) in zip(sel.rows()[1:], sel.files(), strict=True):
+        chosen = sel.selectors(names)
+        # a test id (a case of a selected function), or a file that did not collect or finish
+        mine = [f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0] for x in chosen)]
+        result.append((*row[:3], f"{len(mine)} failed" if mine else "passed" if chosen and not broken else "-" if not chosen else "unknown"))
+    return table([HEADER, *result])
+
+
+def final(failed: set[str], broken: list[str], reruns: list[str], built: str, total: float) -> int:
+    """The last lines: what failed and how to rerun it, or that every selected test passed."""
+    if failed or broken:
+        print(f"affected: {len(failed)} failed ({short(failed, 4)}){'; ' + '; '.join(broken) if broken else ''}; {built}; {total:.1f} s "
+              f"in all\naffected: rerun alone: " + ("; ".join(reruns) or "see the output above"))
+        return 1
+    print(f"affected: every selected test passed; {built}; {total:.1f} s in all")
+    return 0

@@ -1,0 +1,88 @@
+"""affected's summary of a run, the file its readers take its result from (the acceptance run,
+tools/gpu_acceptance.py): written where the caller asked (`affected --summary FILE`), whole or not
+at all (a temporary file renamed into place), whatever the run's end; a reader refuses a file it
+cannot read, or of another schema, in two lines.
+
+The fields (SCHEMA, version 1):
+  schema      "fidev-affected-summary/1"
+  verdict     one of VERDICTS: passed, failed, nothing changed, no module changed (the changed files
+              reach no built module), listed (--list), build failed, error (a refusal: problem
+              says it), interrupted
+  status      the exit status affected returned
+  changed     {changed file, as the table shows it: the modules it reaches}
+  tests       the tests selected: smoke's and abi-smoke's node ids, then FlashInfer's test functions
+  failed      the ids that failed or errored
+  rebuilt     the modules rebuilt; build_s the rebuild's seconds (null where nothing was built)
+  past_build  {"ended_s", "last_case_s"}: FlashInfer's tests after the build, to their end and to
+              their last case (the PAST_BUILD line); null where none ran behind the gate
+  seconds     the run's time in all
+  problem     the error's first line, where the run ended in one; else null
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from fidev.core.failure import Failure
+
+SCHEMA = "fidev-affected-summary/1"
+VERDICTS = ("passed", "failed", "nothing changed", "no module changed", "listed", "build failed", "error", "interrupted")
+
+
+@dataclass
+class Summary:
+    verdict: str = "error"
+    status: int = 1
+    changed: dict[str, list[str]] = field(default_factory=dict)
+    tests: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)
+    build_s: float | None = None
+    past_build: dict[str, float] | None = None
+    seconds: float = 0.0
+    problem: str | None = None
+
+    @property
+    def modules(self) -> set[str]:
+        """Every module a changed file reaches."""
+        return {name for names in self.changed.values() for name in names}
+
+
+def write(summary: Summary, path: Path) -> None:
+    """The summary into `path`, whole or not at all."""
+    text = json.dumps({"schema": SCHEMA, **asdict(summary)}, indent=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read(path: Path) -> Summary:
+    """The summary at `path`; two lines where it is missing, truncated or of another schema."""
+    fix = "run affected again with --summary FILE: it writes the summary whole at its end"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise Failure(f"affected left no summary at {path}", fix) from None
+    except (OSError, ValueError) as e:
+        raise Failure(f"affected's summary {path} cannot be read ({e})", fix) from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise Failure(f"{path} is not an affected summary of schema {SCHEMA} (it says {found!r})", fix)
+    data.pop("schema")
+    missing = [f.name for f in fields(Summary) if f.name not in data]
+    if missing:
+        raise Failure(f"affected's summary {path} lacks {', '.join(missing)}", fix)
+    try:
+        summary = Summary(**data)
+    except TypeError as e:
+        raise Failure(f"affected's summary {path} lacks a field or has an unknown one ({e})", fix) from None
+    if summary.verdict not in VERDICTS:
+        raise Failure(f"affected's summary {path} has the verdict {summary.verdict!r}, not one of {', '.join(VERDICTS)}", fix)
+    return summary

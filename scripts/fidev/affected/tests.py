@@ -1,0 +1,308 @@
+"""Running the tests of the changed modules: smoke's and abi-smoke's in this process, FlashInfer's
+own through upstream-tests in a process of its own, started before the build and held at a gate
+(fidev.upstream.plugin.GATE) until the modules are built; its result read from the summary it
+writes (fidev.upstream.summary), not from its output."""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fidev.affected.report import short
+from fidev.builds import module_builds
+from fidev.core import workspace
+from fidev.core.failure import Failure, report
+from fidev.core.manifest import ROOT, pins
+from fidev.smoke import gpu_suite
+from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import summary as upstream_summary
+
+NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
+# FlashInfer's small cases run about 110 a second in one process on the H100 host (test_norm.py's
+# 2705 in 24 s): past this many a case, another pytest process on the GPU pays for its start
+# (torch's import and the file's collection, and its CUDA context: all before the gate). With 8
+# processes test_activation.py's 630 silu cases ran in 6.4 to 6.8 s on the H100 host, with 4 in 7.0
+# to 9.0 s (docs/flashinfer-dev.md, "affected").
+CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
+THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
+PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
+
+
+def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
+    """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.smoke.gpu_suite: no
+    third-party plugin), so that a flashinfer the regeneration imported is not imported again:
+    (status, the node ids that failed or errored). Our conftest redirects FlashInfer's variables
+    for the session; the environment is restored after it, for FlashInfer's own tests."""
+    class Failed:
+        def __init__(self):
+            self.ids, self.interrupted = set(), False
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.ids.add(report.nodeid)
+
+        def pytest_keyboard_interrupt(self, excinfo):  # pytest.main keeps Ctrl-C (SIGTERM, here) to itself: status 2
+            self.interrupted = True
+
+    print(f"affected: smoke and abi-smoke tests: {short(tests, 4)}", flush=True)
+    collector, saved = Failed(), dict(os.environ)
+    os.environ[gpu_suite.NO_AUTOLOAD] = "1"
+    try:
+        status = gpu_suite.run_paths("affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *wide], plugins=(collector,))
+    except Failure as failure:  # nothing passed: every test skipped, or none selected
+        print(f"affected: {failure.problem}")
+        status = NOTHING_PASSED
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    if collector.interrupted:
+        raise KeyboardInterrupt  # so that what runs beside them is stopped too
+    return status, collector.ids
+
+
+def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
+    """{test file: how many recorded cases of these modules it has}."""
+    found: dict[str, int] = {}
+    for case in {t for name in modules for t in recorded.get(name, [])}:
+        found[case.split("::")[0]] = found.get(case.split("::")[0], 0) + 1
+    return found
+
+
+def processes(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, str]]:
+    """upstream-tests' option for FlashInfer's tests of an edit, how many processes run each file
+    on each GPU at once (`--per-gpu`, fidev.upstream.runs: a part each; a long file is in a part
+    per GPU already, fidev.upstream.runs.parts), and the environment of those processes: a process
+    per CASES_PER_PROCESS cases of the largest part, up to MAX_PROCESSES and half the cores shared
+    by the GPUs in use; one for a few cases. The cores are shared among their torch thread pools
+    too (THREADS), unless the user set it. Separate processes, not pytest-xdist's workers: those
+    start only once xdist's controller has imported torch and flashinfer (FlashInfer's conftest
+    imports both), and on the H100 host the last of 8 was ready 1.0 to 1.4 s after the gate."""
+    from fidev.upstream import runs as upstream_runs
+
+    gpus = len(upstream_runs.host_gpus())
+    times = upstream_runs.load_times(upstream_runs.times_file(workspace.read(pins().flashinfer).version_dir))
+    split = {f: upstream_runs.parts(times.get(f), gpus) for f in cases_per_file}
+    at_once = max(1, min(sum(split.values()), gpus))
+    cpus = os.cpu_count() or 1
+    largest = max((math.ceil(n / split[f]) for f, n in cases_per_file.items()), default=0)
+    n = max(1, min(MAX_PROCESSES, cpus // (2 * at_once), math.ceil(largest / CASES_PER_PROCESS)))
+    env = {} if THREADS in os.environ else {THREADS: str(max(1, cpus // (at_once * n)))}
+    return (["--per-gpu", str(n)] if n > 1 else []), env
+
+
+def past_figures(ended: float, last: float | None) -> dict[str, float]:
+    """How long FlashInfer's tests ran after the gate opened, to their end and to their last case's
+    (the rest is their processes' exit and upstream-tests' own summary), as the PAST_BUILD line says them."""
+    last_s = max(0.0, last if last is not None else ended)
+    return {"ended_s": round(max(0.0, ended), 1), "last_case_s": round(last_s, 1)}
+
+
+def past_build(past: dict[str, float]) -> str:
+    """The PAST_BUILD line."""
+    return f"affected: FlashInfer's tests ended {past['ended_s']:.1f} s after the build (their last case {past['last_case_s']:.1f} s after it)"
+
+
+class FlashInferTests:
+    """FlashInfer's tests of the edited modules, through upstream-tests in a process of its own,
+    started before the build so that its processes import and collect while the modules compile;
+    they wait at a gate (fidev.upstream.plugin.GATE) until `open()`, which may name the ones to run
+    (`deferred`: started for every module a Python edit may change). Its output is held until
+    `finish()`, so that it does not cut into smoke's tests, which run meanwhile in this process."""
+
+    started: set[FlashInferTests] = set()  # stopped by run() however it ends
+
+    def __init__(self, tests: list[str], cases_per_file: dict[str, int], deferred: bool = False):
+        self.tests = tests
+        self.opened: float | None = None  # when the gate opened (time.time())
+        self.past: dict[str, float] | None = None  # the PAST_BUILD line's figures, once finished
+        self.unread: Failure | None = None  # why its summary could not be read, once finished
+        workers, threads = processes(cases_per_file)
+        self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
+        self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
+        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, "--summary", str(self.summary)]
+        said = [c for c in cmd if c not in ("--summary", str(self.summary))]  # as before: the command less where its summary goes
+        which = "of the modules the edit may change" if deferred else ""
+        then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"
+        print(f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
+              f"{f', {workers[1]} processes a GPU' if workers else ''}) start now{then}: "
+              f"{' '.join(said[:5])}{' ...' if len(said) > 5 else ''}", flush=True)
+        env = {**os.environ, **threads, upstream_plugin.GATE: str(self.gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
+        try:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        except OSError:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+        FlashInferTests.started.add(self)
+        self.lines: queue.Queue = queue.Queue()
+        self.reader = threading.Thread(target=self.pump, daemon=True)
+        self.reader.start()
+
+    def pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def open(self, selection: list[str] | None = None) -> None:
+        """The modules are built: the tests may load them; all, or those `selection` names."""
+        upstream_plugin.open_gate(self.gate, selection)
+        self.opened = time.time()
+
+    def finish(self) -> tuple[int, set[str]]:
+        """Its output, then (status, what failed or errored), from the summary it wrote
+        (fidev.upstream.summary). A summary it could not read is no pass: its two lines are said,
+        and the status is 1 where upstream-tests' was 0."""
+        while (line := self.lines.get()) is not None:
+            sys.stdout.write(line)
+        status = self.proc.wait()
+        ended = time.time()
+        sys.stdout.flush()
+        try:
+            done = upstream_summary.read(self.summary)
+        except Failure as failure:
+            self.unread, done = failure, None
+            report(failure)
+            status = status or 1
+        # each id as upstream-tests' FAILED and ERROR lines name it (a file that did not finish: its path alone)
+        failed = {what.split()[0] for what in done.failed_ids if what.split()} if done else set()
+        if self.opened is not None:
+            last = done.last_case_end if done else None
+            self.past = past_figures(ended - self.opened, None if last is None else last - self.opened)
+            print(past_build(self.past), flush=True)
+        return status, failed
+
+    def stop(self) -> None:
+        """Stop it, if it runs (a failed build, Ctrl-C): upstream-tests stops its test files'
+        processes on SIGTERM. Then the gate's folder goes."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        FlashInferTests.started.discard(self)
+
+
+def import_meanwhile() -> threading.Thread | None:
+    """flashinfer imported in a thread while the build runs, since smoke's tests run in this
+    process and would pay for it after. Only a head start: where it fails, the tests' own import
+    fails again and says why, as smoke does (a host without torch: they skip)."""
+    if "flashinfer" in sys.modules:
+        return None
+
+    def work() -> None:
+        try:
+            import flashinfer  # noqa: F401
+        except BaseException:  # noqa: BLE001, S110 (said by the tests' own import)
+            pass
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+class BuildFailed(Failure):
+    """The build of the changed modules failed: the verdict `build failed`."""
+
+
+@dataclass
+class Outcome:
+    """What the rebuild and the tests did: the rebuild's line and time, what failed, what broke
+    without a failed test named, the commands that rerun the failures alone, and the PAST_BUILD figures."""
+    built: str
+    build_s: float
+    rebuilt: list[str]
+    failed: set[str] = field(default_factory=set)
+    broken: list[str] = field(default_factory=list)
+    reruns: list[str] = field(default_factory=list)
+    past: dict[str, float] | None = None
+
+
+def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed) -> tuple:
+    """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
+    regeneration where it has them all (the gate names these), else one that starts now, and
+    imports and collects while the modules compile."""
+    if early and theirs and set(theirs) <= set(early.tests):
+        return early, theirs
+    if early:
+        early.stop()
+    return (FlashInferTests(theirs, cases_by_file(recorded, changed)) if theirs else None), None
+
+
+def rebuild(to_build: list, failed_table) -> Outcome:
+    """The changed modules built again (fidev.builds.module_builds); a failure shows the table
+    with `build failed` (failed_table()) and is BuildFailed. The rebuild's line is said once the
+    gate is open."""
+    names = [m.name for m in to_build]
+    try:
+        build_s, slowest = module_builds.build_specs(to_build)
+    except Failure as failure:
+        print(failed_table())
+        raise BuildFailed(f"the build of {short(names)} failed: {failure.problem}", failure.fix) from None
+    built = f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s" + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
+    return Outcome(built, build_s, sorted(names))
+
+
+def ours_step(ours: list[str], importing: threading.Thread | None, outcome: Outcome) -> None:
+    if importing:
+        importing.join()
+    wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
+    status, bad = run_ours(ours, wide)
+    outcome.failed |= bad
+    if bad:
+        outcome.reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(map(shlex.quote, sorted(bad)))
+                              + "".join(f" {w}" for w in wide))
+    elif status != 0:
+        outcome.broken.append("no smoke or abi-smoke test passed (skipped: reasons above)" if status == NOTHING_PASSED
+                              else f"tests/ exited {status} with no failed test named")
+
+
+def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Outcome) -> None:
+    outcome.failed |= bad
+    if bad:
+        first = " ".join(map(shlex.quote, sorted(bad)[:5]))
+        outcome.reruns.append(f"pixi run -e flashinfer-dev upstream-tests --no-plan {first}"
+                              + (f" (the first 5 of {len(bad)})" if len(bad) > 5 else ""))
+    elif unread is not None:
+        outcome.broken.append(f"upstream-tests exited {status}, and its summary could not be read (the error above says why)")
+    elif status != 0:
+        outcome.broken.append(f"upstream-tests exited {status} with no failed test named (its last lines above say why)")
+
+
+def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str], theirs: list[str], recorded: dict[str, list[str]],
+                   changed, failed_table) -> Outcome:
+    """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
+    tests here and let FlashInfer's through their gate; each stopped however it ends."""
+    run, selection = their_run(early, theirs, recorded, changed)
+    importing = None
+    try:
+        importing = import_meanwhile() if ours else None
+        outcome = rebuild(to_build, failed_table)
+        if run:
+            run.open(selection)
+        print(f"affected: {outcome.built}")
+        if ours:
+            ours_step(ours, importing, outcome)
+        if run:
+            their_status, their_failed = run.finish()
+    finally:
+        if run:
+            run.stop()
+        if importing:  # not left importing torch while the interpreter exits (a failed build)
+            importing.join(timeout=60)
+    if theirs:
+        theirs_step(their_status, their_failed, run.unread, outcome)
+        outcome.past = run.past
+    return outcome
