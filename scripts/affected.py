@@ -39,7 +39,10 @@ from pathlib import Path
 
 from fidev.affected import built, changes, report, tests
 from fidev.affected import summary as affected_summary
+from fidev.core import workspace
 from fidev.core.failure import ArgumentParser, Failure, exit_now, run_main
+from fidev.core.manifest import pins
+from fidev.jit import kernel_source
 
 
 def main() -> int:
@@ -80,7 +83,7 @@ def run(args, record: affected_summary.Summary) -> int:
 def run_affected(args, record: affected_summary.Summary) -> int:
     """What changed, its modules and their tests; then rebuild them, run the tests and say the result."""
     started = time.perf_counter()
-    found = built.find()
+    found = built.find(workspace.read(pins().flashinfer), kernel_source.mode())  # read once, here
     changed = changes.find(found, args.list)
     if not changed.by_file:
         print(f"affected: nothing changed since the {len(found.modules)} built modules were built "

@@ -129,7 +129,7 @@ def suite_map(tests: Path) -> dict | None:
         pass
     print(f"upstream-tests: counting the suite's test cases (pytest --collect-only of {source_tree.shown(tests)}, once until it changes) ...", flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    kernel_source.apply()
+    module_choice.apply()
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", str(tests), "--collect-only", "-q", "--continue-on-collection-errors",
                                "-p", "no:cacheprovider", *pytest_options(tests)], capture_output=True, text=True, timeout=1200, env=env)
@@ -190,7 +190,7 @@ def main() -> int:
         raise Failure("no family or path was named (the whole suite takes hours to compile)",
                       "name one: `upstream-tests norm`, or a path under tests/; `upstream-tests --list` names the families")
     nodes = resolve(selection, tests)
-    mode = kernel_source.apply()  # in `auto`, the tree's edits read now: two lines where nothing tells them
+    mode = module_choice.apply()  # in `auto`, the tree's edits read now: two lines where nothing tells them
     edits = f"; edited vs the release: {module_choice.edited_summary()}" if mode == kernel_source.AUTO else ""
     print(f"upstream-tests: kernel source {mode}: {kernel_source.SAID[mode]}{edits}")
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop as Ctrl-C does: the dry run's and the files' processes are killed

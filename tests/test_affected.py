@@ -21,6 +21,7 @@ import pytest
 
 from fidev.affected import summary as affected_summary
 from fidev.builds import build_stamp, module_builds
+from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from fidev.records import build_records, ninja_inputs
@@ -72,7 +73,8 @@ def ws(tmp_path, monkeypatch):
     jit_dir = tmp_path / "base/.cache/flashinfer" / pins().flashinfer / "90a/cached_ops"
     norm = build_module(jit_dir, "norm", [tree / "csrc/norm.cu.cc"], tree)
     build_module(jit_dir, "norm_upstream", [tree / "csrc/other.cc"], tree)
-    build_stamp.write({"wide": False, "abi": False}, "stamp", [build_stamp.Module("norm", "norm", norm, [tree / "csrc/norm.cu.cc"])])
+    build_stamp.write(workspace.read(pins().flashinfer), {"wide": False, "abi": False}, "stamp",
+                      [build_stamp.Module("norm", "norm", norm, [tree / "csrc/norm.cu.cc"])])
     node = "tests/utils/test_norm.py::test_norm[dtype0-4096]"
     build_records.add_module_tests(jit_dir, [{"test_name": node, "module_name": "norm_upstream", "spec_info": str({"name": "norm_upstream"})}])
     return tree, root, jit_dir, env

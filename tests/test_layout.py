@@ -128,7 +128,7 @@ def test_no_product_function_runs_past_the_limit():
 
 
 def test_the_length_rule_sees_a_long_function(tmp_path):
-    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    body = "\n".join(f"        x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     (tmp_path / "long.py").write_text(f"class A:\n    def long(self):\n{body}\n")
     (tmp_path / "short.py").write_text("def short():\n    return 1\n")
     assert long_functions([tmp_path / "long.py", tmp_path / "short.py"]) == [f"long.py:2 long ({MAX_FUNCTION_LINES + 1} lines)"]

@@ -70,9 +70,9 @@ def built_modules(jit_dir: Path) -> list[Built]:
     return [Built(d) for d in sorted(jit_dir.iterdir()) if (d / "build.ninja").is_file() and (d / f"{d.name}.so").is_file()]
 
 
-def tier_keys(jit_dir: Path) -> dict[str, str]:
+def tier_keys(ws: workspace.Workspace, jit_dir: Path) -> dict[str, str]:
     """{module name: smoke module key} for the modules `build` made, from its stamps (no import)."""
-    return {m.name: m.key for m in build_stamp.stamped_modules() if m.build_dir.parent == jit_dir}
+    return {m.name: m.key for m in build_stamp.stamped_modules(ws) if m.build_dir.parent == jit_dir}
 
 
 class Resolver:
@@ -122,20 +122,20 @@ class Found:
     recorded: dict[str, list[str]]
 
 
-def find() -> Found:
+def find(ws: workspace.Workspace, mode: str) -> Found:
     """The built modules, checked against the tree, with the kernel source mode applied."""
     p = pins()
     tree = p.source_dir
-    dirs = jit_dirs(workspace.read(p.flashinfer))
+    dirs = jit_dirs(ws)
     modules = [m for d in dirs for m in built_modules(d)]
     if not modules:
         raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix())
     check_tree(tree, modules)
-    mode = kernel_source.apply()
+    module_choice.apply(mode)
     if mode == kernel_source.PREBUILT and importlib.util.find_spec(uris.JIT_CACHE_PACKAGE) is not None:
         # FlashInfer would load the jit-cache's copy of any module it ships, whatever was rebuilt here
         raise Failure(f"kernel source {mode}: flashinfer-jit-cache is installed, so the tests would run its prebuilt kernels, not your edits",
                       f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev affected")
-    tier = {name: key for d in dirs for name, key in tier_keys(d).items()}
+    tier = {name: key for d in dirs for name, key in tier_keys(ws, d).items()}
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
     return Found(tree, dirs, modules, tier, recorded)

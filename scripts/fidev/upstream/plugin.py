@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from fidev.builds import module_builds
-from fidev.jit import kernel_source, module_choice
+from fidev.jit import module_choice
 from fidev.records import ninja_inputs
 
 DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
@@ -312,4 +312,4 @@ def pytest_configure(config):
 # Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the
 # kernel source mode must be in force by then, in every process of the dry run or the run.
 if os.environ.get(DRY_RUN_DIR) or os.environ.get(RUN_MODE):
-    kernel_source.apply()
+    module_choice.apply()
