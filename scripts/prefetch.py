@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from fidev.bindings import cargo_pins, wheel_cache
+from fidev.core import numbers
 from fidev.core.failure import ArgumentParser, Failure, option, run_main
 from fidev.core.manifest import cuda_release, cuda_tag, tomllib
 
@@ -27,16 +28,6 @@ def host_arch() -> str:
 def cuda_key(text: str) -> str:
     """'all', or a CUDA release in either spelling (12.9, cu129) as the crate's key, cu129."""
     return text if text == "all" else cuda_tag(cuda_release(text))
-
-
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise Failure(f"{text!r} is not a positive number of seconds", "e.g. --timeout 60")
-    return value
 
 
 class Lines:
@@ -67,7 +58,7 @@ def main() -> int:
     parser.add_argument("--arch", default=host_arch(), choices=[*cargo_pins.ARCHES, "all"], help="arch key to fetch (default: this host's)")
     parser.add_argument("--cuda", default="all", type=option(cuda_key), help="CUDA key to fetch: 12.9 or cu129 (default: all)")
     parser.add_argument("--from", dest="seed", metavar="DIR", type=Path, help="copy the wheels from DIR (an offline host) instead of downloading them")
-    parser.add_argument("--timeout", type=option(seconds), default=60, help="give up on a download that sends nothing for this long (default 60 s)")
+    parser.add_argument("--timeout", type=option(numbers.decimal_number(example="60")), default=60, help="give up on a download that sends nothing for this long (default 60 s)")
     args = parser.parse_args()
 
     path = args.pins.expanduser()

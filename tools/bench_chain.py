@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
+from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.manifest import FEATURE, MANIFEST, ROOT, pins, task_chain  # noqa: E402
 
@@ -35,12 +36,6 @@ EDITED = "include/flashinfer/norm.cuh"
 SLOWEST = re.compile(r"build: slowest objects: \S+ ([\d.]+) s")
 NINJA = re.compile(r"build: \d+ modules ready, \d+ (?:rebuilt|checked or compiled) in ([\d.]+) s")  # scripts/build.py
 WORKSPACE = ROOT  # --workspace: another checkout's chain (e.g. an older commit's), run in that checkout
-
-
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise Failure(f"{text!r} is not a positive whole number", "time at least one run: --runs 1")
-    return int(text)
 
 
 def argv(command: str) -> list[str]:
@@ -112,7 +107,7 @@ def edit_round(chain, keep_going: bool) -> list[str]:
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=option(positive), default=5, help="warm chains to time (default 5)")
+    parser.add_argument("--runs", type=option(numbers.whole_number(example="1")), default=5, help="warm chains to time (default 5)")
     parser.add_argument("--task", default="smoke", help="the chain's last task (default smoke)")
     parser.add_argument("--keep-going", action="store_true", help="time every step even after one fails")
     parser.add_argument("--edit-loop", action="store_true", help="also time one edit of include/flashinfer/norm.cuh and its restore")

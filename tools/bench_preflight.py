@@ -16,16 +16,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
+from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 
 PREFLIGHT = Path(__file__).resolve().parents[1] / "scripts" / "preflight.py"
 TIMEOUT_S = 300
-
-
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise Failure(f"{text!r} is not a positive whole number", "time at least one run: --runs 1")
-    return int(text)
 
 
 def timed(cmd: list[str], runs: int) -> tuple[float, int]:
@@ -40,7 +35,7 @@ def timed(cmd: list[str], runs: int) -> tuple[float, int]:
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--runs", type=option(positive), default=11, help="runs of preflight to take the median of (default 11)")
+    parser.add_argument("--runs", type=option(numbers.whole_number(example="1")), default=11, help="runs of preflight to take the median of (default 11)")
     parser.add_argument("preflight_args", nargs="*", help="passed to preflight.py (e.g. -- --cuda 13.0)")
     args = parser.parse_args()
     preflight = [sys.executable, str(PREFLIGHT), "--json", *args.preflight_args]
