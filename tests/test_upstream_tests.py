@@ -17,19 +17,19 @@ from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import families as upstream_suites
 from fidev.tree import source_tree
+from fidev.upstream import plan as upstream_plan
+from fidev.upstream import suite
 from script_runs import require, two_line_failure
 from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 
 def test_every_family_names_existing_node_ids(ws):
-    import upstream_tests
-
     root, _, _ = ws
-    nodes = upstream_tests.resolve(["single_decode", "norm"], root / "extern/tracked/flashinfer/tests")
+    nodes = suite.resolve(["single_decode", "norm"], root / "extern/tracked/flashinfer/tests")
     assert nodes[0].endswith("tests/attention/test_logits_cap.py::test_single_decode_logits_soft_cap")
     assert nodes[-1].endswith("tests/utils/test_norm.py")
     with pytest.raises(Failure, match="neither a kernel family nor a path"):
-        upstream_tests.resolve(["nrom"], root / "extern/tracked/flashinfer/tests")
+        suite.resolve(["nrom"], root / "extern/tracked/flashinfer/tests")
 
 
 def test_the_list_names_every_family():
@@ -106,8 +106,9 @@ def test_a_slow_plan_is_dropped_and_the_run_goes_ahead(ws):
     tests = root / "extern/tracked/flashinfer/tests"
     (tests / "utils/test_slow.py").write_text("import time\ndef test_slow():\n    time.sleep(float(__import__('os').environ.get('SLOW_S', 0)))\n")
     # PLAN_LIMIT_S lowered to 1 s in a process of its own: the dry run (SLOW_S=5) runs past it
-    code = ("import sys; sys.path.insert(0, 'scripts'); import upstream_tests; from fidev.core.failure import run_main; "
-            "upstream_tests.PLAN_LIMIT_S = 1; sys.argv[0] = 'upstream_tests.py'; sys.exit(run_main(upstream_tests.main))")
+    # the script run as a user runs it (runpy), its library's limit lowered first
+    code = ("import runpy, sys; sys.path.insert(0, 'scripts'); from fidev.upstream import plan; plan.PLAN_LIMIT_S = 1; "
+            "sys.argv[0] = 'scripts/upstream_tests.py'; runpy.run_path('scripts/upstream_tests.py', run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code, "utils/test_slow.py", "--budget", "0"], cwd=root, capture_output=True, text=True,
                           timeout=120, env={**os.environ, **env, "SLOW_S": "5"})
     assert done.returncode == 0, done.stdout + done.stderr
@@ -135,14 +136,12 @@ def test_the_dry_run_takes_a_worker_per_case_asked_for_and_a_worker_per_core_for
     """affected regenerates FlashInfer's tests' modules by a dry run of one recorded case each: a
     process per case at most (each worker imports torch and flashinfer), while a family's files
     spread over a worker per core."""
-    import upstream_tests
-
     pytest.importorskip("xdist", reason="the dry run's workers are pytest-xdist's")
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert upstream_tests.dry_run_workers(["tests/utils/test_norm.py::test_norm[dtype0-4096]"]) == []
+    assert upstream_plan.dry_run_workers(["tests/utils/test_norm.py::test_norm[dtype0-4096]"]) == []
     cases = ["tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/utils/test_quantization.py::test_packbits[big-128]"]
-    assert upstream_tests.dry_run_workers(cases) == ["-n", "2"]
-    assert upstream_tests.dry_run_workers(["tests/utils/test_norm.py"]) == ["-n", str(min(16, upstream_tests.DRY_RUN_WORKERS))]
+    assert upstream_plan.dry_run_workers(cases) == ["-n", "2"]
+    assert upstream_plan.dry_run_workers(["tests/utils/test_norm.py"]) == ["-n", str(min(16, upstream_plan.DRY_RUN_WORKERS))]
 
 
 def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(ws):
@@ -163,3 +162,4 @@ def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(
     assert "needs 2 module(s)" in done.stdout, done.stdout + done.stderr  # the plan still counts what the warmup builds
     assert json.loads(record.read_text()) == {"gelu_and_mul": ["tests/utils/test_activation.py::test_gelu"],
                                               "silu_and_mul": ["tests/utils/test_activation.py::test_silu"]}
+

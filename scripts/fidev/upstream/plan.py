@@ -1,0 +1,140 @@
+"""upstream-tests' plan: before a run, which JIT modules the selection needs and how many of their
+objects must compile, from a dry run of the selection under FLASHINFER_DISABLE_JIT=1 (FlashInfer
+then refuses to build, its conftest turns each refusal into a skip, and fidev.upstream.plugin
+records what was asked for), and a rough estimate of the time, held against a budget."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fidev.core.failure import Failure
+from fidev.records import build_records, ninja_inputs
+from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import runs as upstream_runs
+from fidev.upstream.suite import pytest_options, scripts_path
+
+# A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
+# takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
+# as the tests first load them. The figures in docs/flashinfer-dev.md say how it held.
+SECONDS_PER_OBJECT = 25
+# The plan must cost little next to the run it plans; past this it is dropped.
+PLAN_LIMIT_S = 60
+DRY_RUN_WORKERS = 16
+
+
+def read_jit_report(path: Path) -> list[dict]:
+    """The entries of a JIT report: one JSON object per line, as FlashInfer's tests/conftest.py
+    appends them in `pytest_terminal_summary` at v0.6.3: test_name, module_name, and spec_info, the
+    str() of the dict `pytest_runtest_call` makes of a MissingJITCacheError's spec, or "None" when
+    the error carried no spec."""
+    return [json.loads(line) for line in (path.read_text().splitlines() if path.is_file() else []) if line.strip()]
+
+
+def module_sources(entries: list[dict]) -> dict[str, list[str]]:
+    """{module: its sources} from JIT-report entries."""
+    needed = {}
+    for entry in entries:
+        info = ast.literal_eval(entry["spec_info"]) if entry.get("spec_info") not in (None, "None") else {}
+        needed[entry["module_name"]] = info.get("sources", [])
+    return needed
+
+
+def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
+    """How many objects of a module a build would compile: every source when the module was never
+    built or ninja cannot tell, else fidev.records.ninja_inputs.dry_run's count (0 when it is current)."""
+    ninja_file = build_dir / "build.ninja"
+    pending = ninja_inputs.dry_run(build_dir, ninja_file) if (build_dir / f"{build_dir.name}.so").exists() and ninja_file.exists() else None
+    return (len(sources) or 1) if pending is None else len(pending[0])
+
+
+def dry_run_workers(nodes: list[str]) -> list[str]:
+    """pytest-xdist's options for the dry run, where it is installed: the dry run costs each test's
+    setup, which spreads over processes, a worker per core (on one GPU: it launches no kernel that
+    matters). Each worker keeps torch to one CPU thread (OMP_NUM_THREADS in `plan`), not a core
+    count per worker: drawing CPU inputs is most of a dry run."""
+    import importlib.util
+
+    workers = min(DRY_RUN_WORKERS, os.cpu_count() or 1)
+    if all("[" in node for node in nodes):  # single cases (affected asks for a few): a worker each at most
+        workers = min(workers, len(nodes))
+    if importlib.util.find_spec("xdist") is None or workers < 2:
+        return []
+    return ["-n", str(workers)]
+
+
+def dry_run(nodes: list[str], pytest_args: list[str], tests: Path, scratch: str) -> tuple[subprocess.Popen, str, float] | None:
+    """The dry run's pytest, its records in `scratch`: (the process, its output, its time); None when
+    it took longer than PLAN_LIMIT_S (its processes killed)."""
+    env = {**os.environ, "FLASHINFER_DISABLE_JIT": "1", upstream_plugin.DRY_RUN_DIR: scratch,
+           "FLASHINFER_JIT_CACHE_REPORT_FILE": str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
+           "PYTHONPATH": scripts_path()}
+    workers = dry_run_workers(nodes)
+    if workers:
+        env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", *upstream_runs.UNUSED_PLUGINS, "-p", "fidev.upstream.plugin", *workers,
+           *pytest_options(tests), *pytest_args]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=PLAN_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the xdist workers too
+        proc.communicate()
+        print(f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each module's compile shows as it runs")
+        return None
+    except BaseException:  # Ctrl-C, SIGTERM: its own session would outlive us
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc, out, time.perf_counter() - started
+
+
+def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[str, int], float] | None:
+    """{module the selection needs: objects to compile}, and the dry run's time; None when the dry
+    run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without.
+
+    The dry run is the selection under FLASHINFER_DISABLE_JIT=1: FlashInfer refuses to build, its
+    conftest turns each refusal into a skip, and fidev.upstream.plugin records what was asked for."""
+    with tempfile.TemporaryDirectory() as scratch:
+        ran = dry_run(nodes, pytest_args, tests, scratch)
+        if ran is None:
+            return None
+        proc, out, seconds = ran
+        jit_dir_file = Path(scratch) / upstream_plugin.JIT_DIR_FILE
+        if not jit_dir_file.is_file():
+            said = out.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+            print(f"upstream-tests: the plan's dry run did not finish ({said[0][:200]}): going ahead without it")
+            return None
+        entries = [entry for report in sorted(Path(scratch).glob("*.jsonl")) for entry in read_jit_report(report)]
+        needed = module_sources(entries)
+        jit_dir = Path(jit_dir_file.read_text())
+        build_records.add_module_tests(jit_dir, entries)  # which test needs which module, for `affected`
+    return {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()}, seconds
+
+
+def estimate_s(needed: dict[str, int]) -> float:
+    cores = os.cpu_count() or 1
+    return sum(math.ceil(objects / cores) * SECONDS_PER_OBJECT for objects in needed.values())
+
+
+def hold_budget(planned: tuple[dict[str, int], float], budget_s: float, yes: bool) -> None:
+    """The plan said: the modules to compile and the time they may take; past `budget_s`, unless
+    `yes`, a Failure."""
+    needed, seconds = planned
+    todo = {name: objects for name, objects in needed.items() if objects}
+    guess = estimate_s(todo)
+    print(f"upstream-tests: the selection needs {len(needed)} module(s); {len(todo)} to compile, {sum(todo.values())} object(s), "
+          f"about {guess / 60:.0f} min on {os.cpu_count()} cores (plan {seconds:.0f} s)")
+    for name, objects in sorted(todo.items()):
+        print(f"  {name}  ({objects} object{'s' * (objects != 1)})")
+    if guess > budget_s and not yes:
+        raise Failure(f"compiling them would take about {guess / 60:.0f} min, past the {budget_s / 60:.0f} min budget",
+                      "narrow the selection (-k, a node id), or start it anyway with --yes (or a larger --budget MINUTES)")
