@@ -5,9 +5,12 @@
 
 A FAMILY is a kernel family (--list names them and their files); a PATH is a file or node id
 under the tree's tests/. From the first argument that starts with '-', the rest go to pytest
-(e.g. `norm -k gemma -x`). The kernel source mode (FLASHINFER_DEV_KERNEL_SOURCE) is applied before
-anything imports flashinfer, and printed: in the default mode, `prebuilt`, the modules
-flashinfer-jit-cache ships load, and an edit to csrc/ or include/ is not what the tests run.
+(e.g. `norm -k gemma -x`). The kernel source mode (FLASHINFER_DEV_KERNEL_SOURCE, fidev.jit.kernel_source)
+is applied before anything imports flashinfer, and printed: in the default mode, `auto`, a module
+flashinfer-jit-cache ships loads where none of its inputs differ from the pinned release, and
+compiles from the tree where you edited one; `prebuilt` loads what the jit-cache ships, edited or
+not (an edit to csrc/ or include/ is then not what the tests run); `vendored` compiles every module
+from the tree.
 
 Before running it plans: a dry run with FLASHINFER_DISABLE_JIT=1 (FlashInfer then refuses to
 build, and fidev.upstream.plugin records which module each test asked for; spread over a
@@ -32,6 +35,18 @@ Every run that ran test files writes its result to summary.json in its run folde
 (fidev.upstream.summary), and with --summary FILE to FILE as well: counts, failing and erroring
 ids, each process's file, GPU and time, and when the last case ended. Other tools read that file,
 not this output.
+
+Options (the rest goes to pytest):
+  --list             the families, their files and test cases
+  --budget MINUTES   the compile time the plan may foresee before the run stops (default 10)
+  --yes              run past the budget
+  --no-plan          no dry run: each module's compile shows as the run reaches it
+  --gpus N           the host's first N GPUs (default: all it shows)
+  --file-timeout S   seconds a test file's process may run (default 7200)
+  --per-gpu N        each file in N parts a GPU, N processes on each GPU at once (default 1)
+  --baseline         record each test's outcome for the selection, instead of comparing with it
+  --summary FILE     write the run's summary.json to FILE too (fidev.upstream.summary: schema,
+                     counts, failing and erroring ids, each process's file, part, GPU and time)
 """
 
 from __future__ import annotations
