@@ -145,7 +145,7 @@ def test_the_dry_run_takes_a_worker_per_case_asked_for_and_a_worker_per_core_for
 
 
 def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(ws):
-    """tests/utils/test_activation.py's `warmup_jit` (lines 24-36 at v0.6.3, module scope) builds
+    """tests/utils/test_activation.py's `warmup_jit` fixture (module scope, at v0.6.3) builds
     every activation module inside whichever test comes first; `affected` must map silu_and_mul to
     the tests that load it, or an edit of it runs the gelu tests. A test the dry run sees again
     replaces what an earlier record said of it."""
