@@ -54,7 +54,9 @@ PYTEST = "import pytest\nfrom fidev.core.failure import exit_now\nexit_now(int(p
 TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
 GPUS = Path("/proc/driver/nvidia/gpus")
-FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")  # how run_files' line for each process as it ends begins (bench_upstream reads them)
+# how run_files' line for each process as it ends begins; bench_upstream says a process's line the same way (from the
+# run's summary), and tools/gpu_acceptance.py keeps bench_upstream's lines by it
+FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")
 OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
 SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
 FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
