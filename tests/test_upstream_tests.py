@@ -4,8 +4,11 @@ that neither the plan nor the run compiles what is already built.
 
 The tree is tests/support/upstream_standin.py's stand-in of FlashInfer's suite and JIT at v0.6.3."""
 
+import contextlib
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from fidev.core.failure import Failure
+from fidev.core.failure import Failure, report
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import families as upstream_suites
 from fidev.tree import source_tree
 from fidev.upstream import plan as upstream_plan
 from fidev.upstream import suite
+from fidev.upstream import summary as upstream_summary
 from script_runs import require, two_line_failure
 from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
@@ -163,3 +167,47 @@ def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(
     assert json.loads(record.read_text()) == {"gelu_and_mul": ["tests/utils/test_activation.py::test_gelu"],
                                               "silu_and_mul": ["tests/utils/test_activation.py::test_silu"]}
 
+
+def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):
+    """upstream-tests writes summary.json (fidev.upstream.summary.write) in its run folder and at
+    --summary FILE; fidev.upstream.summary.read returns the counts, ids and status the run printed."""
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/attention/test_rope.py").write_text(
+        "import pytest\ndef test_fine():\n    pass\ndef test_bad():\n    assert False\n"
+        "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n")
+    asked = tmp_path / "asked/summary.json"
+    done = upstream(root, env, "rope", "--no-plan", "--summary", str(asked))
+    assert done.returncode == 1, done.stdout + done.stderr
+    printed = re.search(r"^upstream-tests: (\d+) passed, (\d+) skipped, (\d+) failed, (\d+) errors;", done.stdout, re.M)
+    assert printed, done.stdout
+    said = upstream_summary.read(asked)
+    passed, skipped, failed, errors = map(int, printed.groups())
+    assert said.counts == {"passed": passed, "skipped": skipped, "failed": failed, "error": errors} == \
+        {"passed": 1, "skipped": 2, "failed": 1, "error": 0}
+    assert said.status == done.returncode and said.kernel_source in done.stdout.splitlines()[0]
+    named = sorted(line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR ")))
+    assert sorted(said.failing + said.erroring) == named == ["tests/attention/test_rope.py::test_bad", "tests/attention/test_rope.py::test_oom"]
+    assert said.skips == {"not supported here": 1, "out of memory": 1}
+    assert [(p.file, p.part, p.ended) for p in said.processes] == [("tests/attention/test_rope.py", [1, 1], "exit 1")]
+    run_dir = Path(re.search(r"JUnit XML and logs in (\S+)", done.stdout).group(1))
+    assert said.run_dir == str(run_dir) and upstream_summary.read(run_dir / upstream_summary.NAME) == said
+
+
+@pytest.mark.parametrize("spoil, problem", [
+    (lambda text: text[: len(text) // 2], "cannot be read"),
+    (lambda text: text.replace(upstream_summary.SCHEMA, "fidev-upstream-summary/0"), "is not an upstream-tests summary of schema"),
+])
+def test_a_truncated_summary_or_one_of_another_schema_is_refused_in_two_lines(tmp_path, spoil, problem):
+    path = tmp_path / upstream_summary.NAME
+    upstream_summary.write(upstream_summary.Summary(selection=["rope"], kernel_source="auto", run_dir=str(tmp_path), gpus=["0"],
+                                                    gpu_name="NVIDIA H100", started=1.0, ended=2.0, status=0,
+                                                    counts={"passed": 1, "skipped": 0, "failed": 0, "error": 0}), path)
+    assert upstream_summary.read(path).counts["passed"] == 1
+    path.write_text(spoil(path.read_text()))
+    with pytest.raises(Failure) as refused:
+        upstream_summary.read(path)
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        report(refused.value)
+    lines = stderr.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: ") and problem in lines[0] and lines[1].startswith("  fix: "), lines
