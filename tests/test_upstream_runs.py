@@ -127,7 +127,10 @@ def test_the_benchmark_times_one_and_two_gpus(ws):
     # each run names its files' GPU and time: what bounds a run on several GPUs is its longest file
     files = r"\n    \[1/2\] GPU [01] tests/attention/test_\w+\.py: 1 passed.* in \d+ s\n    \[2/2\] GPU [01] "
     assert re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M), done.stdout
-    # one count per command (a device call's 10 minutes), the modules built by an earlier one
+    # the counts, from each run's summary.json (upstream-tests --summary FILE), as upstream-tests' count line says them
+    assert re.search(r"^  1 GPU\(s\): [\d.]+ s, exit 0: upstream-tests: 2 passed, 0 skipped, 0 failed, 0 errors; kernel source \w+; "
+                     r"2 file\(s\) on 1 GPU\(s\) in [\d.]+ s$", done.stdout, re.M), done.stdout
+    # one count per command (a GPU host that limits each command to 10 minutes), the modules built by an earlier one
     done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "--no-warm-up", "--gpus", "2", "rope", "page"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
     assert done.returncode == 0 and "warm-up" not in done.stdout and re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M), done.stdout

@@ -4,8 +4,11 @@ that neither the plan nor the run compiles what is already built.
 
 The tree is tests/support/upstream_standin.py's stand-in of FlashInfer's suite and JIT at v0.6.3."""
 
+import contextlib
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,23 +16,24 @@ from pathlib import Path
 
 import pytest
 
-from fidev.core.failure import Failure
+from fidev.core.failure import Failure, report
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import families as upstream_suites
 from fidev.tree import source_tree
+from fidev.upstream import plan as upstream_plan
+from fidev.upstream import suite
+from fidev.upstream import summary as upstream_summary
 from script_runs import require, two_line_failure
 from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 
 def test_every_family_names_existing_node_ids(ws):
-    import upstream_tests
-
     root, _, _ = ws
-    nodes = upstream_tests.resolve(["single_decode", "norm"], root / "extern/tracked/flashinfer/tests")
+    nodes = suite.resolve(["single_decode", "norm"], root / "extern/tracked/flashinfer/tests")
     assert nodes[0].endswith("tests/attention/test_logits_cap.py::test_single_decode_logits_soft_cap")
     assert nodes[-1].endswith("tests/utils/test_norm.py")
     with pytest.raises(Failure, match="neither a kernel family nor a path"):
-        upstream_tests.resolve(["nrom"], root / "extern/tracked/flashinfer/tests")
+        suite.resolve(["nrom"], root / "extern/tracked/flashinfer/tests")
 
 
 def test_the_list_names_every_family():
@@ -106,8 +110,9 @@ def test_a_slow_plan_is_dropped_and_the_run_goes_ahead(ws):
     tests = root / "extern/tracked/flashinfer/tests"
     (tests / "utils/test_slow.py").write_text("import time\ndef test_slow():\n    time.sleep(float(__import__('os').environ.get('SLOW_S', 0)))\n")
     # PLAN_LIMIT_S lowered to 1 s in a process of its own: the dry run (SLOW_S=5) runs past it
-    code = ("import sys; sys.path.insert(0, 'scripts'); import upstream_tests; from fidev.core.failure import run_main; "
-            "upstream_tests.PLAN_LIMIT_S = 1; sys.argv[0] = 'upstream_tests.py'; sys.exit(run_main(upstream_tests.main))")
+    # the script run as a user runs it (runpy), its library's limit lowered first
+    code = ("import runpy, sys; sys.path.insert(0, 'scripts'); from fidev.upstream import plan; plan.PLAN_LIMIT_S = 1; "
+            "sys.argv[0] = 'scripts/upstream_tests.py'; runpy.run_path('scripts/upstream_tests.py', run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code, "utils/test_slow.py", "--budget", "0"], cwd=root, capture_output=True, text=True,
                           timeout=120, env={**os.environ, **env, "SLOW_S": "5"})
     assert done.returncode == 0, done.stdout + done.stderr
@@ -135,18 +140,16 @@ def test_the_dry_run_takes_a_worker_per_case_asked_for_and_a_worker_per_core_for
     """affected regenerates FlashInfer's tests' modules by a dry run of one recorded case each: a
     process per case at most (each worker imports torch and flashinfer), while a family's files
     spread over a worker per core."""
-    import upstream_tests
-
     pytest.importorskip("xdist", reason="the dry run's workers are pytest-xdist's")
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert upstream_tests.dry_run_workers(["tests/utils/test_norm.py::test_norm[dtype0-4096]"]) == []
+    assert upstream_plan.dry_run_workers(["tests/utils/test_norm.py::test_norm[dtype0-4096]"]) == []
     cases = ["tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/utils/test_quantization.py::test_packbits[big-128]"]
-    assert upstream_tests.dry_run_workers(cases) == ["-n", "2"]
-    assert upstream_tests.dry_run_workers(["tests/utils/test_norm.py"]) == ["-n", str(min(16, upstream_tests.DRY_RUN_WORKERS))]
+    assert upstream_plan.dry_run_workers(cases) == ["-n", "2"]
+    assert upstream_plan.dry_run_workers(["tests/utils/test_norm.py"]) == ["-n", str(min(16, upstream_plan.DRY_RUN_WORKERS))]
 
 
 def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(ws):
-    """tests/utils/test_activation.py's `warmup_jit` (lines 24-36 at v0.6.3, module scope) builds
+    """tests/utils/test_activation.py's `warmup_jit` fixture (module scope, at v0.6.3) builds
     every activation module inside whichever test comes first; `affected` must map silu_and_mul to
     the tests that load it, or an edit of it runs the gelu tests. A test the dry run sees again
     replaces what an earlier record said of it."""
@@ -163,3 +166,48 @@ def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(
     assert "needs 2 module(s)" in done.stdout, done.stdout + done.stderr  # the plan still counts what the warmup builds
     assert json.loads(record.read_text()) == {"gelu_and_mul": ["tests/utils/test_activation.py::test_gelu"],
                                               "silu_and_mul": ["tests/utils/test_activation.py::test_silu"]}
+
+
+def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):
+    """upstream-tests writes summary.json (fidev.upstream.summary.write) in its run folder and at
+    --summary FILE; fidev.upstream.summary.read returns the counts, ids and status the run printed."""
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/attention/test_rope.py").write_text(
+        "import pytest\ndef test_fine():\n    pass\ndef test_bad():\n    assert False\n"
+        "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n")
+    asked = tmp_path / "asked/summary.json"
+    done = upstream(root, env, "rope", "--no-plan", "--summary", str(asked))
+    assert done.returncode == 1, done.stdout + done.stderr
+    printed = re.search(r"^upstream-tests: (\d+) passed, (\d+) skipped, (\d+) failed, (\d+) errors;", done.stdout, re.M)
+    assert printed, done.stdout
+    said = upstream_summary.read(asked)
+    passed, skipped, failed, errors = map(int, printed.groups())
+    assert said.counts == {"passed": passed, "skipped": skipped, "failed": failed, "error": errors} == \
+        {"passed": 1, "skipped": 2, "failed": 1, "error": 0}
+    assert said.status == done.returncode and said.kernel_source in done.stdout.splitlines()[0]
+    named = sorted(line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR ")))
+    assert sorted(said.failing + said.erroring) == named == ["tests/attention/test_rope.py::test_bad", "tests/attention/test_rope.py::test_oom"]
+    assert said.skips == {"not supported here": 1, "out of memory": 1}
+    assert [(p.file, p.part, p.ended) for p in said.processes] == [("tests/attention/test_rope.py", [1, 1], "exit 1")]
+    run_dir = Path(re.search(r"JUnit XML and logs in (\S+)", done.stdout).group(1))
+    assert said.run_dir == str(run_dir) and upstream_summary.read(run_dir / upstream_summary.NAME) == said
+
+
+@pytest.mark.parametrize("spoil, problem", [
+    (lambda text: text[: len(text) // 2], "cannot be read"),
+    (lambda text: text.replace(upstream_summary.SCHEMA, "fidev-upstream-summary/0"), "is not an upstream-tests summary of schema"),
+])
+def test_a_truncated_summary_or_one_of_another_schema_is_refused_in_two_lines(tmp_path, spoil, problem):
+    path = tmp_path / upstream_summary.NAME
+    upstream_summary.write(upstream_summary.Summary(selection=["rope"], kernel_source="auto", run_dir=str(tmp_path), gpus=["0"],
+                                                    gpu_name="NVIDIA H100", started=1.0, ended=2.0, status=0,
+                                                    counts={"passed": 1, "skipped": 0, "failed": 0, "error": 0}), path)
+    assert upstream_summary.read(path).counts["passed"] == 1
+    path.write_text(spoil(path.read_text()))
+    with pytest.raises(Failure) as refused:
+        upstream_summary.read(path)
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        report(refused.value)
+    lines = stderr.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: ") and problem in lines[0] and lines[1].startswith("  fix: "), lines

@@ -1,10 +1,13 @@
-"""upstream-tests' plan: a dry run of a selection under FLASHINFER_DISABLE_JIT=1 that names the
-modules it needs and records which test asked for which (upstream-tests, and affected's regeneration)."""
+"""upstream-tests' plan: before a run, which JIT modules the selection needs and how many of their
+objects must compile, from a dry run of the selection under FLASHINFER_DISABLE_JIT=1 (FlashInfer
+then refuses to build, its conftest turns each refusal into a skip, and fidev.upstream.plugin
+records what was asked for), and a rough estimate of the time, held against a budget."""
 
 from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import signal
 import subprocess
@@ -13,12 +16,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from fidev.core.manifest import ROOT
+from fidev.core.failure import Failure
 from fidev.records import build_records, ninja_inputs
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
-from fidev.upstream.suite import pytest_options
+from fidev.upstream.suite import pytest_options, scripts_path
 
+# A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
+# takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
+# as the tests first load them. The figures in docs/flashinfer-dev.md say how it held.
+SECONDS_PER_OBJECT = 25
 # The plan must cost little next to the run it plans; past this it is dropped.
 PLAN_LIMIT_S = 60
 DRY_RUN_WORKERS = 16
@@ -26,8 +33,9 @@ DRY_RUN_WORKERS = 16
 
 def read_jit_report(path: Path) -> list[dict]:
     """The entries of a JIT report: one JSON object per line, as FlashInfer's tests/conftest.py
-    appends them (lines 182-191 at v0.6.3): test_name, module_name, and spec_info, the str() of a
-    dict (lines 156-163), or "None" when the error carried no spec."""
+    appends them in `pytest_terminal_summary` at v0.6.3: test_name, module_name, and spec_info, the
+    str() of the dict `pytest_runtest_call` makes of a MissingJITCacheError's spec, or "None" when
+    the error carried no spec."""
     return [json.loads(line) for line in (path.read_text().splitlines() if path.is_file() else []) if line.strip()]
 
 
@@ -63,34 +71,43 @@ def dry_run_workers(nodes: list[str]) -> list[str]:
     return ["-n", str(workers)]
 
 
-def plan(nodes: list[str], pytest_args: list[str], tests: Path, limit_s: float = PLAN_LIMIT_S) -> tuple[dict[str, int], float] | None:
+def dry_run(nodes: list[str], pytest_args: list[str], tests: Path, scratch: str) -> tuple[subprocess.Popen, str, float] | None:
+    """The dry run's pytest, its records in `scratch`: (the process, its output, its time); None when
+    it took longer than PLAN_LIMIT_S (its processes killed)."""
+    env = {**os.environ, "FLASHINFER_DISABLE_JIT": "1", upstream_plugin.DRY_RUN_DIR: scratch,
+           "FLASHINFER_JIT_CACHE_REPORT_FILE": str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
+           "PYTHONPATH": scripts_path()}
+    workers = dry_run_workers(nodes)
+    if workers:
+        env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", *upstream_runs.UNUSED_PLUGINS, "-p", "fidev.upstream.plugin", *workers,
+           *pytest_options(tests), *pytest_args]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=PLAN_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the xdist workers too
+        proc.communicate()
+        print(f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each module's compile shows as it runs")
+        return None
+    except BaseException:  # Ctrl-C, SIGTERM: its own session would outlive us
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc, out, time.perf_counter() - started
+
+
+def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[str, int], float] | None:
     """{module the selection needs: objects to compile}, and the dry run's time; None when the dry
-    run took longer than limit_s (PLAN_LIMIT_S) (or did not finish), so that the run goes ahead without.
+    run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without.
 
     The dry run is the selection under FLASHINFER_DISABLE_JIT=1: FlashInfer refuses to build, its
     conftest turns each refusal into a skip, and fidev.upstream.plugin records what was asked for."""
     with tempfile.TemporaryDirectory() as scratch:
-        env = {**os.environ, "FLASHINFER_DISABLE_JIT": "1", upstream_plugin.DRY_RUN_DIR: scratch,
-               "FLASHINFER_JIT_CACHE_REPORT_FILE": str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
-               "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        workers = dry_run_workers(nodes)
-        if workers:
-            env["OMP_NUM_THREADS"] = "1"
-        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", *upstream_runs.UNUSED_PLUGINS, "-p", "fidev.upstream.plugin", *workers,
-               *pytest_options(tests), *pytest_args]
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=limit_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the xdist workers too
-            proc.communicate()
-            print(f"upstream-tests: the plan's dry run took over {limit_s:g} s: going ahead without it; each module's compile shows as it runs")
+        ran = dry_run(nodes, pytest_args, tests, scratch)
+        if ran is None:
             return None
-        except BaseException:  # Ctrl-C, SIGTERM: its own session would outlive us
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        seconds = time.perf_counter() - started
+        proc, out, seconds = ran
         jit_dir_file = Path(scratch) / upstream_plugin.JIT_DIR_FILE
         if not jit_dir_file.is_file():
             said = out.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
@@ -101,3 +118,23 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path, limit_s: float =
         jit_dir = Path(jit_dir_file.read_text())
         build_records.add_module_tests(jit_dir, entries)  # which test needs which module, for `affected`
     return {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()}, seconds
+
+
+def estimate_s(needed: dict[str, int]) -> float:
+    cores = os.cpu_count() or 1
+    return sum(math.ceil(objects / cores) * SECONDS_PER_OBJECT for objects in needed.values())
+
+
+def hold_budget(planned: tuple[dict[str, int], float], budget_s: float, yes: bool) -> None:
+    """The plan said: the modules to compile and the time they may take; past `budget_s`, unless
+    `yes`, a Failure."""
+    needed, seconds = planned
+    todo = {name: objects for name, objects in needed.items() if objects}
+    guess = estimate_s(todo)
+    print(f"upstream-tests: the selection needs {len(needed)} module(s); {len(todo)} to compile, {sum(todo.values())} object(s), "
+          f"about {guess / 60:.0f} min on {os.cpu_count()} cores (plan {seconds:.0f} s)")
+    for name, objects in sorted(todo.items()):
+        print(f"  {name}  ({objects} object{'s' * (objects != 1)})")
+    if guess > budget_s and not yes:
+        raise Failure(f"compiling them would take about {guess / 60:.0f} min, past the {budget_s / 60:.0f} min budget",
+                      "narrow the selection (-k, a node id), or start it anyway with --yes (or a larger --budget MINUTES)")

@@ -2,7 +2,7 @@
 and, in the plan's dry run, the record of which test needs which module.
 
 Several of FlashInfer's test files build their modules up front in a `warmup_jit` fixture that
-calls `flashinfer.jit.build_jit_specs` (tests/utils/test_activation.py, lines 24-36 at v0.6.3).
+calls `flashinfer.jit.build_jit_specs` (tests/utils/test_activation.py's at v0.6.3).
 That function builds through one combined ninja at the JIT dir's root, which would recompile what
 `build` made and leave each module's own folder believing it must compile again
 (fidev.builds.module_builds says why), and it ignores FLASHINFER_DISABLE_JIT, so a dry run would compile.
@@ -10,7 +10,7 @@ This plugin replaces it: in a run, with one ninja per module, as `build` and Fla
 build, and it says when a test starts compiling a module and how long that took, past pytest's
 capture; in the dry run, nothing is built and every module a test or a warmup asks for is
 recorded, one JSON object per line in the format FlashInfer's tests/conftest.py writes its JIT
-report in (lines 148-166 and 182-191 at v0.6.3), one file per process, since the dry run may
+report in (`pytest_runtest_call` and `pytest_terminal_summary` at v0.6.3), one file per process, since the dry run may
 spread over several pytest-xdist workers. A warmup's records carry one key FlashInfer's have not,
 "warmup": the fixture builds every module of the file inside whichever test comes first, so they
 say what the file needs (the plan), not what that test needs (`affected`'s map).
@@ -48,8 +48,8 @@ COLLECTED = "collected"  # a part's line in its outcomes: a digest of the node i
 
 
 def spec_record(test_name: str, spec, warmup: bool = False) -> str:
-    """One line of FlashInfer's JIT report (tests/conftest.py, lines 156-163 and 184-186 at v0.6.3),
-    marked when a warmup asked for the module."""
+    """One line of FlashInfer's JIT report (tests/conftest.py at v0.6.3: the spec_info dict of
+    `pytest_runtest_call`, the line of `pytest_terminal_summary`), marked when a warmup asked for the module."""
     info = {"name": spec.name, "sources": [str(s) for s in spec.sources], "needs_device_linking": spec.needs_device_linking,
             "aot_path": str(spec.aot_path)}
     return json.dumps({"test_name": test_name, "module_name": spec.name, "spec_info": str(info), **({"warmup": True} if warmup else {})}) + "\n"
@@ -206,8 +206,8 @@ class FlashInferBuilds:
                 original(spec, verbose, need_lock)  # raises MissingJITCacheError under FLASHINFER_DISABLE_JIT
         else:
             def build(spec, verbose, need_lock=True):
-                # Under the module's own lock (JitSpec.lock_path, flashinfer/jit/core.py lines 266-268 and 308-320 at
-                # v0.6.3; build_and_load holds it already and passes need_lock=False) from build's guard against a
+                # Under the module's own lock (flashinfer/jit/core.py at v0.6.3: `JitSpec.lock_path`, which `JitSpec.build`
+                # takes; `JitSpec.build_and_load` holds it already and passes need_lock=False) from build's guard against a
                 # restored older copy (`cp -p`, which ninja's mtimes miss) to the record of what was built: another
                 # process (a part of the same file on another GPU) that took the lock between the build and its record
                 # would take the fresh objects for a restored copy and build them again under a loading process.

@@ -1,7 +1,8 @@
 """FlashInfer's own suite run the way its CI runs it: one pytest process per test file, "to isolate
 CUDA memory issues" (scripts/task_jit_run_tests_part1.sh at v0.6.3), the files spread over the
 host's GPUs one worker per GPU pinned with CUDA_VISIBLE_DEVICES (its one-file-per-GPU scheme,
-scripts/test_utils.sh with PARALLEL_TESTS=true at v0.6.17, which also limits a file to 7,200 s),
+scripts/test_utils.sh at v0.6.17 with PARALLEL_TESTS=true, whose `run_pytest_with_file_timeout` also limits
+a file to PYTEST_FILE_TIMEOUT_SECONDS, 7,200 by default),
 longest files first, a JUnit XML and a log per file in a run folder.
 
 A run takes at least its longest file (test_sampling.py: 317 of the 438 s of norm, activation and
@@ -14,7 +15,7 @@ before runs whole.
 A file whose process crashes (a segfault, an illegal address) or runs past its limit is reported
 for that file and the others go on. Outcomes are read by node id from what fidev.upstream.plugin
 writes in each file's process (what a dying process wrote stays). Skips are split by reason, since
-FlashInfer's tests/conftest.py turns two failures into skips (lines 136-168 at v0.6.3): "Skipping
+FlashInfer's tests/conftest.py turns two failures into skips (`pytest_runtest_call` at v0.6.3): "Skipping
 due to OOM" and "Skipping due to missing JIT cache for module: ...". Those two fail the run; any
 other skip is the hardware or the build lacking a feature.
 
@@ -53,14 +54,16 @@ PYTEST = "import pytest\nfrom fidev.core.failure import exit_now\nexit_now(int(p
 TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
 GPUS = Path("/proc/driver/nvidia/gpus")
-FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")  # how run_files' line for each process as it ends begins (bench_upstream reads them)
+# how run_files' line for each process as it ends begins; bench_upstream says a process's line the same way (from the
+# run's summary), and tools/gpu_acceptance.py keeps bench_upstream's lines by it
+FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")
 OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
 SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
 FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
 
 
 def skip_kind(message: str) -> str:
-    """Why a test skipped, from FlashInfer's conftest messages (tests/conftest.py, lines 147 and 165 at v0.6.3)."""
+    """Why a test skipped, from FlashInfer's conftest messages (tests/conftest.py, `pytest_runtest_call` at v0.6.3)."""
     if "Skipping due to OOM" in message or "out of memory" in message:
         return OOM
     if "missing JIT cache" in message:

@@ -1,12 +1,22 @@
-"""FlashInfer's test suite in the vendored tree: where it is, what a selection names, and the
-pytest options it runs under (upstream-tests, and affected's dry run)."""
+"""FlashInfer's test suite in the tree, as upstream-tests and `affected` name it: its tests/ (where
+the tree has the runnable suite), the families and paths of a selection as node ids, the pytest
+options its own pytest.ini asks for, and the suite's test cases counted once while it stays as it is
+(`upstream-tests --list`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
-from fidev.core.failure import Failure
-from fidev.core.manifest import pins
+from fidev.core import workspace
+from fidev.core.failure import USAGE, Failure
+from fidev.core.manifest import ROOT, pins
+from fidev.jit import module_choice
 from fidev.tree import families as upstream_suites
 from fidev.tree import source_tree
 
@@ -30,26 +40,132 @@ def tests_dir() -> Path:
 
 
 def resolve(selection: list[str], tests: Path) -> list[str]:
-    """Families and paths -> node ids under `tests`, each checked to exist."""
+    """Families and paths -> node ids under `tests`, each checked to exist. A name that is neither
+    a family nor a file or folder of the tree's tests/ is bad usage (status 2)."""
     nodes = []
     for item in selection:
         if item in upstream_suites.BY_NAME:
             nodes += [str(tests / node) for node in upstream_suites.BY_NAME[item].nodes]
-            continue
-        path = Path(item.split("::")[0])
-        for base in (Path.cwd(), tests, tests.parent):
-            if (base / path).exists():
-                nodes.append(str((base / path).resolve()) + item[len(item.split("::")[0]):])
-                break
         else:
-            raise Failure(f"{item!r} is neither a kernel family nor a path under {source_tree.shown(tests)}",
-                          "`upstream-tests --list` names the families; paths are relative to the tree's tests/")
+            nodes.append(path_node(item, tests))
     for node in nodes:
         if not Path(node.split("::")[0]).exists():
             raise Failure(f"{node.split('::')[0]} does not exist in this tree", "the family table is the pinned release's; update it with the pin")
     return nodes
 
 
+def _exists(path: Path) -> bool:
+    """Whether the path names something; a name too long or a symlink loop names nothing."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def path_node(item: str, tests: Path) -> str:
+    """A path (with its ::test part, if any), relative to the current folder, tests/ or the tree, as
+    a node id under `tests`."""
+    file = item.split("::")[0]
+    fix = "`upstream-tests --list` names the families; paths are relative to the tree's tests/"
+    if not file.strip():
+        raise Failure(f"{item!r} names no kernel family and no path", fix, exit_status=USAGE)
+    for base in (Path.cwd(), tests, tests.parent):
+        if _exists(base / file):
+            found = (base / file).resolve()
+            if not found.is_relative_to(tests.resolve()):
+                raise Failure(f"{item} is outside the tree's tests/ ({source_tree.shown(tests)}): upstream-tests runs FlashInfer's own tests",
+                              "name a family, or a file or node id under the tree's tests/", exit_status=USAGE)
+            return str(found) + item[len(file):]
+    raise Failure(f"{item!r} is neither a kernel family nor a path under {source_tree.shown(tests)}", fix, exit_status=USAGE)
+
+
 def pytest_options(tests: Path) -> tuple[str, ...]:
     """FlashInfer's own pytest.ini (importlib imports, test_helpers not collected)."""
     return ("--rootdir", str(tests.parent), "-c", str(tests.parent / "pytest.ini"))
+
+
+def scripts_path() -> str:
+    """PYTHONPATH for a pytest process that loads fidev's plugin: scripts/ first, then what was set."""
+    return os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+def suite_key(tests: Path) -> str:
+    """The suite as it is: each test file and pytest.ini, by size and mtime (an edited test recounts)."""
+    files = sorted(f for f in [*tests.rglob("*.py"), tests.parent / "pytest.ini"] if f.is_file())
+    return hashlib.sha256(json.dumps([(str(f.relative_to(tests.parent)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()).hexdigest()
+
+
+def known_map(cache: Path, key: str) -> dict | None:
+    """The counts kept for the suite as it is; None where there are none, or of another suite."""
+    try:
+        known = json.loads(cache.read_text())
+        if isinstance(known, dict) and known.get("suite") == key:
+            return known
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def collect(tests: Path) -> tuple[list[str], int] | None:
+    """(node ids, files that did not collect) of `pytest --collect-only` of the whole tests/; None
+    when it cannot collect here (no pytest, no FlashInfer)."""
+    env = {**os.environ, "PYTHONPATH": scripts_path()}
+    module_choice.apply()
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", str(tests), "--collect-only", "-q", "--continue-on-collection-errors",
+                               "-p", "no:cacheprovider", *pytest_options(tests)], capture_output=True, text=True, timeout=1200, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    nodes = [line.strip() for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    errors = re.search(r"(\d+) errors?", done.stdout.splitlines()[-1] if done.stdout.strip() else "")
+    return (nodes, int(errors.group(1)) if errors else 0) if nodes else None
+
+
+def family_counts(nodes: list[str]) -> dict[str, int]:
+    """{family: its test cases among `nodes`}."""
+    return {f.name: sum(1 for n in nodes if any(n == f"tests/{x}" or n.startswith(f"tests/{x}::") or n.startswith(f"tests/{x}[")
+                                              for x in f.nodes)) for f in upstream_suites.FAMILIES}
+
+
+def suite_map(tests: Path) -> dict | None:
+    """The suite's test cases, counted once while its files stay as they are: `pytest --collect-only`
+    of the whole tests/ (36 s on the H100 host for v0.6.3's 267,824), kept beside the JIT dirs. None
+    when it cannot collect here (no pytest, no FlashInfer)."""
+    p = pins()
+    key = suite_key(tests)
+    cache = workspace.read(p.flashinfer).suite_map
+    known = known_map(cache, key)
+    if known is not None:
+        return known
+    print(f"upstream-tests: counting the suite's test cases (pytest --collect-only of {source_tree.shown(tests)}, once until it changes) ...", flush=True)
+    collected = collect(tests)
+    if collected is None:
+        return None
+    nodes, not_collected = collected
+    known = {"suite": key, "total": len(nodes), "files": len({n.split("::")[0] for n in nodes}), "not_collected": not_collected,
+             "families": family_counts(nodes)}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(known))
+    os.replace(tmp, cache)
+    return known
+
+
+def list_families() -> int:
+    """The families, each with its test cases where the suite can be counted here, and what they leave out."""
+    try:
+        counted = suite_map(tests_dir())
+    except Failure as failure:  # no runnable suite: the families alone, and why no counts
+        counted = None
+        print(f"upstream-tests: no counts: {failure.problem}")
+    for family in upstream_suites.FAMILIES:
+        cases = f"{counted['families'][family.name]:>7} cases" if counted else ""
+        print(f"{family.name:15} {cases:13} {family.what}")
+        for node in family.nodes:
+            print(f"{'':15}   tests/{node}")
+    if counted:
+        covered = sum(counted["families"].values())
+        print(f"{'left out':15} {counted['total'] - covered:>7} cases of {counted['total']} in {counted['files']} files "
+              f"({counted['not_collected']} more files did not collect here): mostly Blackwell-only kernels (trtllm-gen, xqa, fp4 GEMM); "
+              "name their files as paths")
+    return 0

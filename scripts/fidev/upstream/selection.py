@@ -1,0 +1,161 @@
+"""upstream-tests' run of a selection: a process per test file over the host's GPUs
+(fidev.upstream.runs), then its counts and verdict (fidev.upstream.verdict), and its summary
+(fidev.upstream.summary) written at its end, whatever the end."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fidev.core import workspace
+from fidev.core.failure import USAGE, Failure
+from fidev.core.manifest import pins
+from fidev.tree import source_tree
+from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import runs as upstream_runs
+from fidev.upstream import summary as upstream_summary
+from fidev.upstream import verdict
+from fidev.upstream.suite import pytest_options
+
+
+@dataclass
+class Options:
+    """upstream-tests' options for the run itself."""
+    gpus: int | None = None  # --gpus N: the host's first N; None: all of them
+    file_timeout: float = upstream_runs.FILE_LIMIT_S  # --file-timeout SECONDS, per process
+    per_gpu: int = 1  # --per-gpu N
+    baseline: bool = False  # --baseline: record, not compare
+    summary: str | None = None  # --summary FILE: a copy of summary.json
+
+
+@dataclass
+class Run:
+    """A run of a selection: what was asked, what it runs on, and, once its files ran, their results."""
+    selection: list[str]
+    nodes: list[str]
+    pytest_args: list[str]
+    tests: Path
+    mode: str
+    options: Options
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    gpus: list[str] = field(default_factory=list)
+    gpu: str = ""
+    cache: Path = Path()
+    run_dir: Path = Path()
+    key: list[str] = field(default_factory=list)
+    baseline_file: Path = Path()
+    baseline: dict | None = None
+    times_file: Path = Path()
+    times: dict[str, float] = field(default_factory=dict)
+    started: float = 0.0  # time.time() at the files' start
+    clock: float = 0.0  # time.perf_counter() then
+    results: list | None = None
+    compared: dict[str, list[str]] | None = None
+
+
+def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: Path, options: Options, mode: str) -> int:
+    """The selection a process per file over the host's GPUs (fidev.upstream.runs), then its counts,
+    and with a baseline of the same selection, what changed since; its summary written at its end,
+    whatever the end."""
+    record = Run(selection, nodes, pytest_args, tests, mode, options)
+    status = 1  # where it raises: what its Failure says, else not a pass
+    try:
+        status = run_selection(record)
+        return status
+    except Failure as failure:
+        status = failure.exit_status
+        raise
+    finally:
+        if record.results is not None:  # the files ran: their result is kept, whatever came after
+            write_summary(record, status, options.summary)
+
+
+def write_summary(record: Run, status: int, extra: str | None) -> None:
+    """summary.json in the run folder, and at --summary FILE where asked (fidev.upstream.summary)."""
+    results = record.results
+    failed = upstream_runs.failing(results)
+    processes = [upstream_summary.Process(r.file, list(r.part), r.gpu, round(r.seconds, 3), r.ended, upstream_runs.counts([r])) for r in results]
+    done = upstream_summary.Summary(
+        selection=record.key, kernel_source=record.mode, run_dir=str(record.run_dir), gpus=record.gpus, gpu_name=record.gpu,
+        started=record.started, ended=time.time(), status=status, counts=upstream_runs.counts(results),
+        skips=upstream_runs.skip_summary(results), failing=[what for word, what in failed if word == "FAILED"],
+        erroring=[what for word, what in failed if word == "ERROR"], processes=processes,
+        last_case_end=upstream_runs.last_case_end(record.run_dir), compared=record.compared)
+    upstream_summary.write(done, record.run_dir / upstream_summary.NAME, *([Path(extra)] if extra else []))
+
+
+def run_selection(record: Run) -> int:
+    """The run's steps: where it runs, its header, the files, then what they say."""
+    prepare(record)
+    say_header(record)
+    run_all(record)
+    results = record.results
+    verdict.refused(results, record.pytest_args)
+    keep_times(record)
+    verdict.name_failing(results, record.run_dir)
+    verdict.say_counts(results, record.mode, len(record.groups), len(record.gpus), time.perf_counter() - record.clock)
+    return judge(record)
+
+
+def prepare(record: Run) -> None:
+    """The files, the GPUs (--gpus checked against the host's), the run folder, the baseline of the
+    same selection (unless recording one), and the files' last times."""
+    record.groups = upstream_runs.by_file(record.nodes)
+    host = upstream_runs.host_gpus()
+    wanted = record.options.gpus
+    if wanted and wanted > max(len(host), 1):
+        raise Failure(f"--gpus {wanted}: this host shows {len(host)} GPU(s) (CUDA_VISIBLE_DEVICES included)",
+                      f"ask for at most {len(host)}, or leave --gpus out to use them all", exit_status=USAGE)
+    record.gpus = host[:wanted] if wanted else host
+    record.cache = workspace.read(pins().flashinfer).version_dir
+    record.run_dir = upstream_runs.run_folder(record.cache / upstream_runs.RUNS)
+    record.key = [*record.selection, *record.pytest_args]
+    record.baseline_file = upstream_runs.baseline_path(record.cache, record.key)
+    record.baseline = None if record.options.baseline else upstream_runs.load_baseline(record.baseline_file)
+    record.gpu = upstream_runs.gpu_name(record.gpus)
+    record.times_file = upstream_runs.times_file(record.cache)
+    record.times = upstream_runs.load_times(record.times_file)
+
+
+def say_header(record: Run) -> None:
+    """The run's first line: its files, how they are split, its GPUs, its time limit, its folder."""
+    per_gpu = record.options.per_gpu
+    in_parts = sum(k > 1 for k in upstream_runs.split(record.groups, len(record.gpus), record.tests.parent, record.times).values())
+    in_parts = f" ({in_parts} long enough by their last run to go in parts over the GPUs, a process per part)" if in_parts else ""
+    each = f"in {per_gpu} parts a GPU, {per_gpu} processes on each GPU at once" if per_gpu > 1 else f"a pytest process each{in_parts}"
+    print(f"upstream-tests: {len(record.groups)} file(s), {each}, on {len(record.gpus) or 'no'} GPU(s) ({record.gpu}), "
+          f"{record.options.file_timeout:.0f} s per process at most; JUnit XML and logs in {record.run_dir}")
+
+
+def run_all(record: Run) -> None:
+    """Every file's processes (fidev.upstream.runs.run_files); an interrupt is a Failure (130)."""
+    record.clock = time.perf_counter()
+    record.started = time.time()
+    try:
+        record.results = upstream_runs.run_files(record.groups, record.gpus, record.run_dir, record.tests.parent,
+                                                 [*pytest_options(record.tests), *record.pytest_args], record.options.file_timeout,
+                                                 record.times, record.options.per_gpu)
+    except KeyboardInterrupt:
+        raise Failure(f"interrupted: the running test files were stopped; what finished is in {record.run_dir}",
+                      "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=130) from None
+
+
+def keep_times(record: Run) -> None:
+    """Each file's time for the next run's parts, where it is the file's own."""
+    # behind affected's gate a file's time includes the wait for the build; with parts sharing a GPU, their sum is not its time
+    if not os.environ.get(upstream_plugin.GATE) and record.options.per_gpu == 1:
+        upstream_runs.save_times(record.times_file, record.results)
+
+
+def judge(record: Run) -> int:
+    """The exit status: a baseline recorded, a comparison with the baseline, or the run's own counts."""
+    p = pins()
+    commit = source_tree.inspect(p.source_dir, p).found or "unknown"
+    if record.options.baseline:
+        return verdict.record_baseline(record.results, record.key, record.baseline_file, commit, record.gpu)
+    if record.baseline is not None:
+        record.compared = upstream_runs.compare(record.baseline, record.results)
+        return verdict.say_compared(record.baseline, record.baseline_file, record.compared, record.run_dir)
+    return verdict.passed(record.results)
