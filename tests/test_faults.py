@@ -26,7 +26,7 @@ import pytest
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import source_tree
 from module_fixtures import JIT_CACHE_WHEEL, make_wheel
-from script_runs import require, run, task_path
+from script_runs import BUILD_TOOLS, missing_tools, require, run, task_path
 
 P = pins()
 DOC = ROOT / "docs" / "flashinfer-dev.md"
@@ -615,7 +615,7 @@ def test_build_without_a_gpu(tmp_path):
 @fault("build-first-error")
 def test_build_names_the_first_cause_of_a_failed_link(tmp_path):
     # A real ninja and linker failing the way a module's link fails, read by build's summary.
-    if not (shutil.which("ninja") and shutil.which("c++")):
+    if missing_tools(*BUILD_TOOLS, why="a real ninja build's failure is what build's summary reads"):
         pytest.skip("needs ninja and a C++ compiler")
     from fidev.builds import module_builds as build
 
