@@ -4,10 +4,12 @@ and tables each step and the chain."""
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
-from fidev.core.manifest import ROOT, task_chain
+from fidev.core.manifest import ROOT, pins, task_chain
 
 STEP = "import sys, time; time.sleep(0.05); sys.exit({code})\n"
 
@@ -31,7 +33,8 @@ def bench(root, *args):
 def test_the_chain_is_timed_in_the_manifests_order(tmp_path):
     done = bench(workspace(tmp_path), "--runs", "2")
     assert done.returncode == 0, done.stdout + done.stderr
-    names = [name for name, _ in task_chain("smoke")]
+    names = ["preflight", "build", "smoke"]  # the product's chain, stated here, not read from the manifest the tool reads
+    assert [name for name, _ in task_chain("smoke")] == names
     assert f"warm chain (the tasks commands, no pixi): {' -> '.join(names)}" in done.stdout
     rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[2:]}
     assert list(rows) == [*names, "chain"] and all(row[-1] == "2" for row in rows.values())
@@ -43,3 +46,49 @@ def test_a_failing_step_stops_the_chain_unless_keep_going(tmp_path):
     assert done.returncode == 1 and "error: the chain stopped at build (exit 1)" in done.stderr
     done = bench(root, "--runs", "1", "--keep-going")
     assert done.returncode == 0 and any(line.startswith("build") and line.split()[4] == "1" for line in done.stdout.splitlines())
+
+
+HEADER = "include/flashinfer/norm.cuh"
+SLOW_STEP = "import sys, time; time.sleep({seconds}); sys.exit(0)\n"
+
+
+def edit_loop_workspace(tmp_path, seconds):
+    """A workspace copy whose chain steps each take `seconds`, and a tree with the header the edit loop edits."""
+    root = workspace(tmp_path)
+    for _, command in task_chain("smoke"):
+        (root / command.split()[1]).write_text(SLOW_STEP.format(seconds=seconds))
+    header = root / pins().source_dir.relative_to(ROOT) / HEADER
+    header.parent.mkdir(parents=True)
+    header.write_text("// the user's header\n")
+    os.utime(header, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    return root, header
+
+
+def test_two_edit_loops_at_once_leave_the_tree_as_it_was(tmp_path):
+    root, header = edit_loop_workspace(tmp_path, seconds=1.0)
+    before = (header.read_bytes(), header.stat().st_mtime_ns)
+    env = {k: v for k, v in os.environ.items() if k != "PATH"} | {"PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, str(root / "tools/bench_chain.py"), "--runs", "1", "--keep-going", "--edit-loop"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    done = [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=120)]]
+    statuses = sorted(rc for rc, _, _ in done)
+    assert statuses == [0, 1], done  # one edits; the other refuses while the first holds the tree
+    refused = next(err for rc, _, err in done if rc == 1)
+    assert "another tool is editing" in refused.splitlines()[-2] and refused.splitlines()[-1].lstrip().startswith("fix:"), refused
+    assert (header.read_bytes(), header.stat().st_mtime_ns) == before
+
+
+def test_sigterm_mid_edit_restores_the_tree(tmp_path):
+    root, header = edit_loop_workspace(tmp_path, seconds=3.0)
+    before = (header.read_bytes(), header.stat().st_mtime_ns)
+    env = {k: v for k, v in os.environ.items() if k != "PATH"} | {"PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen([sys.executable, str(root / "tools/bench_chain.py"), "--runs", "1", "--keep-going", "--edit-loop"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while header.read_bytes() == before[0]:  # the warm chain first (3 steps of 3 s), then the edit
+        assert proc.poll() is None and time.monotonic() < deadline, "the edit was never planted"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert (header.read_bytes(), header.stat().st_mtime_ns) == before

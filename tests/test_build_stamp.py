@@ -13,9 +13,9 @@ from fidev.builds import build_stamp
 from fidev.core import workspace
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import kernel_source
-from script_runs import require
+from script_runs import BUILD_TOOLS, require, require_tools
 
-pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+require_tools(*BUILD_TOOLS, why="these tests build real ninja modules")
 
 # A flashinfer that must never be imported: the fast path's promise.
 TRAP = "raise ImportError('the fast path imported flashinfer')\n"

@@ -4,8 +4,10 @@ downloaded from a local server: verified, never half-written, behind the crate's
 import fcntl
 import hashlib
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -102,9 +104,21 @@ def test_waits_for_the_lock_another_process_holds(crate):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)})
         try:
+            said = queue.Queue()
+
+            def read():
+                for line in proc.stdout:
+                    said.put(line)
+
+            threading.Thread(target=read, daemon=True).start()
             deadline = time.monotonic() + 60
-            while "waiting for another process" not in (line := proc.stdout.readline()):
-                assert line and time.monotonic() < deadline, "prefetch did not wait for the lock"
+            while True:  # its lines, each waited for until the deadline (a silent prefetch fails, never hangs)
+                try:
+                    line = said.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    pytest.fail("prefetch did not say it waits for the lock within 60 s")
+                if "waiting for another process" in line:
+                    break
             time.sleep(0.5)
             assert proc.poll() is None and not target.exists(), "prefetch went on while the lock was held"
         finally:

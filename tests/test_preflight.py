@@ -393,7 +393,9 @@ def test_human_output_has_a_line_per_check_and_a_summary(host):
     assert lines[0].startswith(f"preflight: FlashInfer {P.flashinfer}, CUDA {P.cuda}")
     assert any(line.split()[:2] == ["FAIL", "nvcc"] for line in lines)
     assert any("fix:" in line and "--cuda 13.0" in line for line in lines)
-    assert lines[-1].startswith("preflight: 18 passed, 0 warnings, 1 failed")
+    said = [line.split()[0] for line in lines[1:-1] if line.split()[:1] in (["PASS"], ["WARN"], ["FAIL"])]
+    assert said.count("FAIL") == 1 and said.count("WARN") == 0  # the one fault planted: nvcc
+    assert lines[-1].startswith(f"preflight: {said.count('PASS')} passed, 0 warnings, 1 failed")
 
 
 @pytest.mark.parametrize("args", [["--cuda", "13"], ["--bogus"]])

@@ -3,14 +3,14 @@
 which catches the restored copy that ninja's mtime check misses."""
 
 import os
-import shutil
 import subprocess
 
 import pytest
 
 from fidev.records import ninja_inputs
+from script_runs import BUILD_TOOLS, require_tools
 
-pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+require_tools(*BUILD_TOOLS, why="these tests build real ninja modules")
 
 
 @pytest.fixture

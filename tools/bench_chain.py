@@ -22,7 +22,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fide
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.manifest import FEATURE, MANIFEST, ROOT, pins, task_chain  # noqa: E402
+from fidev.tree import edits  # noqa: E402
 
 TIMEOUT_S = 1800
 EDITED = "include/flashinfer/norm.cuh"
@@ -81,15 +81,10 @@ def edit_round(chain, keep_going: bool) -> list[str]:
     if not header.is_file():
         raise Failure(f"{header} does not exist", "get the FlashInfer source first (README: First, the FlashInfer source)")
     lines = []
-    with tempfile.TemporaryDirectory() as scratch:
-        saved = Path(scratch) / header.name
-        shutil.copy2(header, saved)
-        try:
-            with open(header, "a") as f:
-                f.write("// bench_chain: a one-line edit\n")
-            rounds = [("edit", run_chain(chain, keep_going))]
-        finally:
-            subprocess.run(["cp", "-p", str(saved), str(header)], check=True)  # the old copy, with its old mtime
+    tree = pins(WORKSPACE / MANIFEST.name).source_dir
+    with edits.planted(tree, header, lambda text: text + "// bench_chain: a one-line edit\n", "bench_chain --edit-loop") as edit:
+        rounds = [("edit", run_chain(chain, keep_going))]
+        edit.restore()  # the old copy, with its old mtime (cp -p): build's restored-copy guard must rebuild
         rounds.append(("restore (cp -p)", run_chain(chain, keep_going)))
     for label, run in rounds:
         build_out = next((out for step, _, _, out in run if step.startswith("build")), "")

@@ -9,6 +9,7 @@ import zipfile
 import pytest
 
 from fidev.core.manifest import pins
+from script_runs import missing_tools
 
 JIT_CACHE_WHEEL = f"flashinfer_jit_cache-{pins().jit_cache}-cp39-abi3-manylinux_2_28_x86_64.whl"
 OTHER_CUDA = "cu999"  # a CUDA key the pinned jit-cache is not built for
@@ -30,7 +31,8 @@ double needs_libm(double x) { return cos(x); }
 def build_norm_so(tmp):
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
-        pytest.skip("no C compiler to build the ELF fixtures")
+        missing_tools("cc", why="the ELF fixtures are built with a C compiler")  # fails in CI's flashinfer-dev venv
+        pytest.skip("no C compiler (gcc or cc) to build the ELF fixtures")
     (tmp / "dep.c").write_text("int __tvm_ffi_from_dependency(void) { return 2; }\n")
     (tmp / "module.c").write_text(MODULE_C)
     subprocess.run([gcc, "-shared", "-fPIC", "-o", tmp / "libdep.so", tmp / "dep.c"], check=True, timeout=60)

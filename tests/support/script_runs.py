@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -42,3 +43,22 @@ def require(*modules, why):
             pytest.fail(f"the CI's flashinfer-dev venv lacks {missing} (flashinfer-dev's packages in the manifest, "
                         f"and .ci/requirements.txt): {why}", pytrace=False)
         pytest.skip(f"{', '.join(missing)} not installed here: {why}", allow_module_level=True)
+
+
+BUILD_TOOLS = ("ninja", "c++")  # what the tests that build a real ninja module need; .ci/requirements.txt brings ninja
+
+
+def missing_tools(*tools, why) -> list[str]:
+    """The programs of `tools` not on PATH; in .ci/run's flashinfer-dev venv, which must run every
+    test it can, a missing one fails the collection, with what needs it, instead of a silent skip."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing and os.environ.get(CI_VENV):
+        pytest.fail(f"the CI host lacks {', '.join(missing)} on PATH: {why}", pytrace=False)
+    return missing
+
+
+def require_tools(*tools, why):
+    """Skip the module where a program is missing (fail in .ci/run's flashinfer-dev venv)."""
+    missing = missing_tools(*tools, why=why)
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not on PATH here: {why}", allow_module_level=True)

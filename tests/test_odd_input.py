@@ -1,0 +1,158 @@
+"""Every script and tool, driven with odd values of each kind its arguments take: never a
+traceback, always the two lines (`error: ...`, then `fix: ...`) and the documented status: 2 for a
+value its argument can never take (bad usage), 1 for a path or file that is wrong at run time.
+
+The table is by kind of value; each script names which of its arguments take which kind. A script
+or tool added to scripts/ or tools/ must appear in COVERED (test_every_script_and_tool_is_covered)."""
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from fidev.core.manifest import ROOT
+from script_runs import task_path
+
+NUMBERS = {"superscript two": "²", "arabic-indic one": "١", "inf": "inf", "nan": "nan", "zero": "0", "negative": "-1",
+           "huge": "1e999", "empty": ""}
+WHOLE_NUMBERS = {**NUMBERS, "fraction": "1.5", "past a C long": str(2**70)}
+
+# (script, the arguments before the value, the option that takes it or None for a positional, the arguments after)
+NUMBER_OPTIONS = [
+    ("upstream_tests.py", ["norm"], "--gpus", []),
+    ("upstream_tests.py", ["norm"], "--per-gpu", []),
+    ("upstream_tests.py", ["norm"], "--file-timeout", []),
+    ("upstream_tests.py", ["norm"], "--budget", []),
+    ("prefetch.py", ["Cargo.toml"], "--timeout", []),
+    ("bench_chain.py", [], "--runs", []),
+    ("bench_preflight.py", [], "--runs", []),
+    ("bench_upstream.py", [], "--runs", []),
+    ("bench_upstream.py", [], "--gpus", []),
+    ("gpu_acceptance.py", ["--work", "{tmp}/work"], "--time-limit", []),
+    ("smoke_noise.py", [], "--runs", []),
+    ("module_uri.py", ["decode"], "--head-dim", []),
+    ("module_uri.py", ["prefill"], "--head-dim-qk", []),
+]
+# values a number may take: a positive whole number or a positive number of seconds or minutes
+ACCEPTS = {"--budget": {"0"}}
+
+
+def long_path(tmp):
+    return str(tmp / ("x" * 300) / "y")
+
+
+def loop(tmp):
+    (tmp / "loop").symlink_to(tmp / "loop")
+    return str(tmp / "loop" / "z")
+
+
+def dangling(tmp):
+    (tmp / "dangling").symlink_to(tmp / "nowhere")
+    return str(tmp / "dangling")
+
+
+def unreadable(tmp):
+    path = tmp / "unreadable"
+    path.write_text("x")
+    path.chmod(0)
+    return str(path)
+
+
+def not_a_zip(tmp):
+    path = tmp / "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.whl"
+    path.write_text("not a zip")
+    return str(path)
+
+
+def truncated_zip(tmp):
+    path = tmp / "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("flashinfer_jit_cache/jit_cache/norm/norm.so", os.urandom(4096))
+    path.write_bytes(path.read_bytes()[:-200])
+    return str(path)
+
+
+def corrupt_member(tmp):
+    path = tmp / "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("flashinfer_jit_cache/jit_cache/norm/norm.so", b"\x7fELF" + os.urandom(8192))
+    data = bytearray(path.read_bytes())
+    data[60:80] = b"\0" * 20  # inside the member's compressed data; the central directory stays intact
+    path.write_bytes(bytes(data))
+    return str(path)
+
+
+PATHS = {"too long": long_path, "a symlink loop": loop, "dangling": dangling, "unreadable": unreadable,
+         "with spaces and non-ASCII": lambda tmp: str(tmp / "a dir ü" / "missing"), "empty": lambda tmp: ""}
+ARCHIVES = {"not a zip": not_a_zip, "truncated": truncated_zip, "a corrupt member": corrupt_member}
+
+PATH_OPTIONS = [
+    ("fetch_flashinfer_source.py", [], "--dest", []),
+    ("fetch_flashinfer_source.py", ["--dest", "{tmp}/fi"], "--archive", []),
+    ("abi.py", [], None, []),
+    ("artifacts.py", [], None, []),
+    ("pin.py", ["--cuda", "cu129"], None, []),
+    ("prefetch.py", [], None, []),
+    ("prefetch.py", ["{tmp}/Cargo.toml", "--from"], None, []),
+    ("upstream_tests.py", [], None, []),
+    ("bench_chain.py", [], "--workspace", []),
+    ("stage_gpu_host.py", ["{tmp}/stage", "--flashinfer-git"], None, []),
+    ("gpu_acceptance.py", ["--work", "{tmp}/work", "--steps", "setup"], "--staged", []),
+]
+ARCHIVE_OPTIONS = [
+    ("artifacts.py", [], None, []),
+    ("pin.py", ["--cuda", "cu129"], None, []),
+]
+COVERED = {case[0] for table in (NUMBER_OPTIONS, PATH_OPTIONS, ARCHIVE_OPTIONS) for case in table} | {
+    # no argument that takes a number, a path or an archive (flags only; the GPU tasks run on the GPU host)
+    "preflight.py", "build.py", "import_check.py", "smoke.py", "abi_smoke.py", "affected.py", "prebuilt_set.py"}
+
+
+def run(script, argv, tmp):
+    argv = [a.replace("{tmp}", str(tmp)) for a in argv]
+    cargo = tmp / "Cargo.toml"
+    if not cargo.exists():
+        cargo.write_text("[package]\nname = 'x'\n")
+    env = {**os.environ, "FLASHINFER_WORKSPACE_BASE": str(tmp / "base"), "FLASHINFER_RS_CACHE_DIR": str(tmp / "rs")}
+    return subprocess.run([sys.executable, str(task_path(ROOT, script)), *argv], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp, stdin=subprocess.DEVNULL)
+
+
+def two_lines(done, statuses):
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out[-3000:]
+    assert done.returncode in statuses, f"exit {done.returncode}, not {sorted(statuses)}: {out[-2000:]}"
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) >= 2 and lines[-2].startswith("error: ") and lines[-1].lstrip().startswith("fix: "), out[-2000:]
+
+
+def argv_for(before, option, value, after):
+    return [*before, *([option] if option else []), value, *after]
+
+
+@pytest.mark.parametrize("value", list(WHOLE_NUMBERS.values()), ids=list(WHOLE_NUMBERS))
+@pytest.mark.parametrize("script, before, option, after", NUMBER_OPTIONS, ids=[f"{c[0]} {c[2]}" for c in NUMBER_OPTIONS])
+def test_odd_numbers_are_bad_usage(tmp_path, script, before, option, after, value):
+    if value in ACCEPTS.get(option, set()) or (value == "1.5" and option in ("--budget", "--timeout", "--time-limit")):
+        pytest.skip(f"{option} takes {value!r}")
+    two_lines(run(script, argv_for(before, option, value, after), tmp_path), {2})
+
+
+@pytest.mark.parametrize("make", list(PATHS.values()), ids=list(PATHS))
+@pytest.mark.parametrize("script, before, option, after", PATH_OPTIONS, ids=[f"{c[0]} {c[2] or ' '.join(c[1][-1:]) or 'arg'}" for c in PATH_OPTIONS])
+def test_odd_paths_fail_in_two_lines(tmp_path, script, before, option, after, make):
+    two_lines(run(script, argv_for(before, option, make(tmp_path), after), tmp_path), {1, 2})
+
+
+@pytest.mark.parametrize("make", list(ARCHIVES.values()), ids=list(ARCHIVES))
+@pytest.mark.parametrize("script, before, option, after", ARCHIVE_OPTIONS, ids=[c[0] for c in ARCHIVE_OPTIONS])
+def test_odd_archives_fail_in_two_lines(tmp_path, script, before, option, after, make):
+    two_lines(run(script, argv_for(before, option, make(tmp_path), after), tmp_path), {1})
+
+
+def test_every_script_and_tool_is_covered():
+    every = {p.name for folder in ("scripts", "tools") for p in (ROOT / folder).glob("*.py")}
+    assert every - COVERED == set(), "add the new script's arguments to the tables above"
+    assert COVERED - every == set(), "the tables name a script that is gone"
