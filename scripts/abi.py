@@ -25,7 +25,8 @@ from pathlib import Path
 
 from fidev.bindings import signatures as abi
 from fidev.bindings.jit_modules import matches
-from fidev.core.failure import ArgumentParser, Failure, run_main
+from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.files import user_path
 from fidev.core.manifest import pins
 from fidev.tree import source_tree
 
@@ -87,9 +88,10 @@ def show_diff(old: Path, new: Path, added, removed, changes) -> None:
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", nargs="?", type=Path, help="a FlashInfer source tree or source release (default: the vendored tree)")
-    parser.add_argument("--diff", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two trees or source releases")
-    parser.add_argument("--tvm-ffi", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare the TVMFFITypeIndex values of two tvm-ffi wheels or installs")
+    parser.add_argument("source", nargs="?", type=option(user_path), help="a FlashInfer source tree or source release (default: the vendored tree)")
+    parser.add_argument("--diff", nargs=2, type=option(user_path), metavar=("OLD", "NEW"), help="compare two trees or source releases")
+    parser.add_argument("--tvm-ffi", nargs=2, type=option(user_path), metavar=("OLD", "NEW"),
+                        help="compare the TVMFFITypeIndex values of two tvm-ffi wheels or installs")
     parser.add_argument("--match", metavar="TEXT", help="only exports whose name, bound function or file contains TEXT (or matches it as a glob)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args()

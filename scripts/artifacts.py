@@ -11,7 +11,8 @@ import json
 import sys
 
 from fidev.bindings import jit_modules
-from fidev.core.failure import ArgumentParser, Failure, run_main
+from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.files import user_path
 
 
 def describe(source: jit_modules.Source) -> str:
@@ -50,7 +51,8 @@ def list_modules(args) -> int:
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sources", nargs="*", metavar="SOURCE", help="wheel file or folder (default: the installed flashinfer-jit-cache)")
+    parser.add_argument("sources", nargs="*", metavar="SOURCE", type=option(user_path),
+                        help="wheel file or folder (default: the installed flashinfer-jit-cache)")
     parser.add_argument("--match", metavar="TEXT", help="only modules whose URI contains TEXT (or matches it as a glob)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     return list_modules(parser.parse_args())

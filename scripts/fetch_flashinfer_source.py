@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from fidev.core.failure import ArgumentParser, Failure, run_main
+from fidev.core.failure import ArgumentParser, option, run_main
+from fidev.core.files import user_path
 from fidev.core.manifest import pins
 from fidev.tree import source_tree
 from fidev.tree.source_release import materialize
@@ -26,13 +26,11 @@ def main() -> int:
     p = pins()
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archive", type=Path, help=f"use this local {p.sdist_name} instead of downloading it")
-    parser.add_argument("--dest", default=str(p.source_dir), help=f"where to put the tree (default: {source_tree.shown(p.source_dir)})")
+    parser.add_argument("--archive", type=option(user_path), help=f"use this local {p.sdist_name} instead of downloading it")
+    parser.add_argument("--dest", type=option(user_path), default=str(p.source_dir), help=f"where to put the tree (default: {source_tree.shown(p.source_dir)})")
     parser.add_argument("--replace", action="store_true", help="replace a tree that is not the pinned release, keeping it as <dest>.replaced-<time>")
     args = parser.parse_args()
-    if not args.dest.strip():
-        raise Failure("--dest names no folder", "point --dest at the source folder (the default) or at an empty folder")
-    print(materialize(Path(args.dest).absolute(), p, args.archive, args.replace))
+    print(materialize(args.dest.absolute(), p, args.archive, args.replace))
     return 0
 
 

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from fidev.bindings import cargo_pins, wheel_cache
 from fidev.core import package_index
 from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.files import user_path
 from fidev.core.manifest import cuda_release, cuda_tag, package_indexes, pins
 
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("wheels", nargs="+", metavar="WHEEL", type=Path, help="wheel files to pin")
+    parser.add_argument("wheels", nargs="+", metavar="WHEEL", type=option(user_path), help="wheel files to pin")
     parser.add_argument("--url", type=option(package_index.url), help="the wheel's download URL (one wheel only; default: looked up on its package index)")
     parser.add_argument("--index", type=option(package_index.url),
                         help="the simple index to look the wheels up on (default: the one the manifest installs each from)")

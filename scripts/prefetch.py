@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-from pathlib import Path
 
 from fidev.bindings import cargo_pins, wheel_cache
 from fidev.core import numbers
 from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.files import user_path
 from fidev.core.manifest import cuda_release, cuda_tag, tomllib
 
 
@@ -54,10 +54,11 @@ class Lines:
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("pins", metavar="PINS", type=Path, help="Cargo.toml (or any TOML) holding the pinned_wheels table")
+    parser.add_argument("pins", metavar="PINS", type=option(user_path), help="Cargo.toml (or any TOML) holding the pinned_wheels table")
     parser.add_argument("--arch", default=host_arch(), choices=[*cargo_pins.ARCHES, "all"], help="arch key to fetch (default: this host's)")
     parser.add_argument("--cuda", default="all", type=option(cuda_key), help="CUDA key to fetch: 12.9 or cu129 (default: all)")
-    parser.add_argument("--from", dest="seed", metavar="DIR", type=Path, help="copy the wheels from DIR (an offline host) instead of downloading them")
+    parser.add_argument("--from", dest="seed", metavar="DIR", type=option(user_path),
+                        help="copy the wheels from DIR (an offline host) instead of downloading them")
     parser.add_argument("--timeout", type=option(numbers.decimal_number(example="60")), default=60,
                         help="give up on a download that sends nothing for this long (default 60 s)")
     args = parser.parse_args()

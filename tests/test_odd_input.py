@@ -6,13 +6,14 @@ The table is by kind of value; each script names which of its arguments take whi
 or tool added to scripts/ or tools/ must appear in COVERED (test_every_script_and_tool_is_covered)."""
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
 
 import pytest
 
-from fidev.core.manifest import ROOT
+from fidev.core.manifest import ROOT, pins
 from script_runs import task_path
 
 NUMBERS = {"superscript two": "²", "arabic-indic one": "١", "inf": "inf", "nan": "nan", "zero": "0", "negative": "-1",
@@ -84,12 +85,12 @@ def corrupt_member(tmp):
     return str(path)
 
 
-PATHS = {"too long": long_path, "a symlink loop": loop, "dangling": dangling, "unreadable": unreadable,
-         "with spaces and non-ASCII": lambda tmp: str(tmp / "a dir ü" / "missing"), "empty": lambda tmp: ""}
+PATHS = {"too long": long_path, "a symlink loop": loop, "dangling": dangling, "unreadable": unreadable, "empty": lambda tmp: ""}
+UNUSUAL = {"with spaces and non-ASCII": lambda tmp: str(tmp / "a dir ü" / "fi"), "a name of 255 bytes": lambda tmp: str(tmp / ("é" * 127))}
 ARCHIVES = {"not a zip": not_a_zip, "truncated": truncated_zip, "a corrupt member": corrupt_member}
 
 PATH_OPTIONS = [
-    ("fetch_flashinfer_source.py", [], "--dest", []),
+    ("fetch_flashinfer_source.py", ["--archive", "{tmp}/" + pins().sdist_name], "--dest", []),
     ("fetch_flashinfer_source.py", ["--dest", "{tmp}/fi"], "--archive", []),
     ("abi.py", [], None, []),
     ("artifacts.py", [], None, []),
@@ -112,9 +113,8 @@ COVERED = {case[0] for table in (NUMBER_OPTIONS, PATH_OPTIONS, ARCHIVE_OPTIONS) 
 
 def run(script, argv, tmp):
     argv = [a.replace("{tmp}", str(tmp)) for a in argv]
-    cargo = tmp / "Cargo.toml"
-    if not cargo.exists():
-        cargo.write_text("[package]\nname = 'x'\n")
+    (tmp / "Cargo.toml").write_text("[package]\nname = 'x'\n")
+    (tmp / pins().sdist_name).write_bytes(b"not the release")  # its hash check fails: nothing is downloaded
     env = {**os.environ, "FLASHINFER_WORKSPACE_BASE": str(tmp / "base"), "FLASHINFER_RS_CACHE_DIR": str(tmp / "rs")}
     return subprocess.run([sys.executable, str(task_path(ROOT, script)), *argv], capture_output=True, text=True, timeout=120,
                           env=env, cwd=tmp, stdin=subprocess.DEVNULL)
@@ -146,6 +146,17 @@ def test_odd_paths_fail_in_two_lines(tmp_path, script, before, option, after, ma
     two_lines(run(script, argv_for(before, option, make(tmp_path), after), tmp_path), {1, 2})
 
 
+@pytest.mark.parametrize("make", list(UNUSUAL.values()), ids=list(UNUSUAL))
+@pytest.mark.parametrize("script, before, option, after", PATH_OPTIONS, ids=[f"{c[0]} {c[2] or ' '.join(c[1][-1:]) or 'arg'}" for c in PATH_OPTIONS])
+def test_unusual_but_valid_paths_are_taken_as_they_are(tmp_path, script, before, option, after, make):
+    """Spaces and any Unicode are a path like any other: what the script does with it may fail (it
+    does not exist), but in two lines, never a traceback, and never because of its characters."""
+    done = run(script, argv_for(before, option, make(tmp_path), after), tmp_path)
+    if done.returncode != 0:
+        two_lines(done, {1, 2})
+        assert "path" not in done.stderr.strip().splitlines()[-2].split(":")[0], done.stderr
+
+
 @pytest.mark.parametrize("make", list(ARCHIVES.values()), ids=list(ARCHIVES))
 @pytest.mark.parametrize("script, before, option, after", ARCHIVE_OPTIONS, ids=[c[0] for c in ARCHIVE_OPTIONS])
 def test_odd_archives_fail_in_two_lines(tmp_path, script, before, option, after, make):
@@ -156,3 +167,25 @@ def test_every_script_and_tool_is_covered():
     every = {p.name for folder in ("scripts", "tools") for p in (ROOT / folder).glob("*.py")}
     assert every - COVERED == set(), "add the new script's arguments to the tables above"
     assert COVERED - every == set(), "the tables name a script that is gone"
+
+
+TOML_TYPES = {"integer": "5", "float": "1.5", "boolean": "true", "array": '["a", "b"]', "inline table": '{ path = "x" }',
+              "date": "2026-11-25", "empty string": '""'}
+MANIFEST_VALUES = [('source-dir = "extern/tracked/flashinfer"', "source-dir = {}"),
+                   ('source-commit = "', "source-commit = {} # "),
+                   ('cuda-version = "12.9.*"', "cuda-version = {}"),
+                   ('apache-tvm-ffi = ">=0.1.6', "apache-tvm-ffi = {} # ")]
+
+
+@pytest.mark.parametrize("kind", list(TOML_TYPES), ids=list(TOML_TYPES))
+@pytest.mark.parametrize("where, template", MANIFEST_VALUES, ids=[w.split()[0] for w, _ in MANIFEST_VALUES])
+def test_a_manifest_value_of_the_wrong_type_fails_in_two_lines(tmp_path, where, template, kind):
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "pyproject.toml").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(where))
+    (ws / "pyproject.toml").write_text(text.replace(line, template.format(TOML_TYPES[kind]), 1))
+    done = subprocess.run([sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--archive", str(tmp_path / "none.tar.gz")],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    two_lines(done, {1})
+    assert "pyproject.toml" in done.stderr.strip().splitlines()[-2], done.stderr

@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.files import user_path  # noqa: E402
 from fidev.core.manifest import FEATURE, MANIFEST, ROOT, pins, task_chain  # noqa: E402
 from fidev.tree import edits  # noqa: E402
 
@@ -106,7 +107,7 @@ def main() -> int:
     parser.add_argument("--task", default="smoke", help="the chain's last task (default smoke)")
     parser.add_argument("--keep-going", action="store_true", help="time every step even after one fails")
     parser.add_argument("--edit-loop", action="store_true", help="also time one edit of include/flashinfer/norm.cuh and its restore")
-    parser.add_argument("--workspace", type=Path, default=ROOT, help="the checkout whose chain to time (default: this one)")
+    parser.add_argument("--workspace", type=option(user_path), default=ROOT, help="the checkout whose chain to time (default: this one)")
     args = parser.parse_args()
     global WORKSPACE
     WORKSPACE = args.workspace.resolve()

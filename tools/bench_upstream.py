@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
+from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.upstream import runs as upstream_runs  # noqa: E402
 from fidev.upstream import summary as upstream_summary  # noqa: E402
@@ -40,19 +41,14 @@ TIMEOUT_S = 7200
 
 
 def counts(text: str) -> list[int]:
+    gpus = numbers.whole_number(most=64, example="2")
     try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
+        values = [gpus(v) for v in text.split(",")]
+    except Failure:
         values = []
-    if not values or min(values) < 1 or len(set(values)) != len(values):
-        raise Failure(f"{text!r} is not a list of distinct GPU counts", "give whole numbers of 1 or more, each once, e.g. --gpus 1,2")
+    if not values or len(set(values)) != len(values):
+        raise Failure(f"{text!r} is not a list of distinct GPU counts", "give whole numbers from 1 to 64, each once, e.g. --gpus 1,2")
     return values
-
-
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise Failure(f"{text!r} is not a positive whole number", "time at least one run: --runs 1")
-    return int(text)
 
 
 def count_line(summary: upstream_summary.Summary) -> str:
@@ -114,7 +110,8 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=option(counts), default=[1, 2], help="GPU counts to compare, e.g. 1,2 (default 1,2)")
-    parser.add_argument("--runs", type=option(positive), default=1, help="timed runs per count; each count's median is compared (default 1)")
+    parser.add_argument("--runs", type=option(numbers.whole_number(example="1")), default=1,
+                        help="timed runs per count; each count's median is compared (default 1)")
     parser.add_argument("--no-warm-up", action="store_true", help="no warm-up run: an earlier run built the selection's modules")
     parser.add_argument("families", nargs="*", default=DEFAULT,
                         help=f"the kernel families to time (`upstream_tests.py --list` names them; default: {' '.join(DEFAULT)})")

@@ -55,6 +55,7 @@ import conda_prefix  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.files import user_path  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
 from fidev.upstream import bench as upstream_bench  # noqa: E402
@@ -422,10 +423,10 @@ ARGS = argparse.Namespace()
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--staged", type=Path, help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/fidev-acceptance"),
+    parser.add_argument("--staged", type=option(user_path), help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
+    parser.add_argument("--work", type=option(user_path), default=Path("/tmp/fidev-acceptance"),
                         help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)")
-    parser.add_argument("--toolkit", type=Path, default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
+    parser.add_argument("--toolkit", type=option(user_path), default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
     parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
     parser.add_argument("--fresh", action="store_true", help="forget WORK's earlier results and builds first")
     parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="580")),

@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
-from fidev.core.failure import ArgumentParser, Failure, run_main  # noqa: E402
+from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.files import user_path  # noqa: E402
 from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 from fidev.tree import source_release  # noqa: E402
 
@@ -81,8 +82,8 @@ def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: st
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dest", type=Path, help="the folder to stage into (created where missing)")
-    parser.add_argument("--flashinfer-git", type=Path, help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
+    parser.add_argument("dest", type=option(user_path), help="the folder to stage into (created where missing)")
+    parser.add_argument("--flashinfer-git", type=option(user_path), help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
     parser.add_argument("--bench-before", metavar="REV", help="also stage this workspace at REV, to time its chain (bench-before.tar)")
     args = parser.parse_args()
     args.dest.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import importlib.util
 import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -100,6 +101,11 @@ def _wheel_modules(wheel: Path, pattern: str | None) -> Iterator[Module]:
             if not (is_module_path(member) and matches(member.stem, pattern)):
                 continue
             # pyelftools seeks back and forth: give it a real file, not a compressed stream.
-            with archive.open(info) as packed, tempfile.TemporaryFile() as unpacked:
-                shutil.copyfileobj(packed, unpacked, 1 << 20)
-                yield Module(member.stem, str(member), info.file_size, read_dynamic(unpacked, f"{wheel.name}:{member}"))
+            try:
+                with archive.open(info) as packed, tempfile.TemporaryFile() as unpacked:
+                    shutil.copyfileobj(packed, unpacked, 1 << 20)
+                    module = Module(member.stem, str(member), info.file_size, read_dynamic(unpacked, f"{wheel.name}:{member}"))
+            except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # the member damaged, the central directory intact
+                raise Failure(f"{wheel}: its member {member} cannot be unpacked ({e})",
+                              "download it again; `prefetch` verifies the SHA-256 of pinned wheels") from None
+            yield module

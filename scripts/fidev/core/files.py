@@ -3,10 +3,13 @@ download so that nothing unverified is ever left where it is used."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+from fidev.core.failure import Failure
 
 CHUNK = 1 << 20
 
@@ -72,3 +75,26 @@ def write_verified(target: Path, chunks: Iterable[bytes], sha256: str, mismatch:
         return size
     finally:
         tmp.unlink(missing_ok=True)
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on a path's part and on the whole path, in bytes
+
+
+def user_path(text: str) -> Path:
+    """A path named on a command line, refused where no file system could take it: empty, longer
+    than PATH_MAX, a part longer than NAME_MAX, or through a symbolic link that loops. Whether it
+    exists, and is what its option wants, is each option's own check. Spaces and any Unicode are fine."""
+    if not text.strip():
+        raise Failure("the path is empty", "name a file or folder")
+    if len(os.fsencode(text)) >= PATH_MAX:
+        raise Failure(f"the path is {len(os.fsencode(text))} bytes long, past the system's limit of {PATH_MAX}", "name a shorter path")
+    long = next((part for part in Path(text).parts if len(os.fsencode(part)) > NAME_MAX), None)
+    if long is not None:
+        raise Failure(f"a part of the path is {len(os.fsencode(long))} bytes long, past the file system's limit of {NAME_MAX} "
+                      f"({long[:24]}...)", "name a path whose every folder and file name is shorter")
+    try:
+        os.stat(text)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Failure(f"{text}: a symbolic link on the way loops", "fix or remove the looping link (ls -l each folder of the path)") from None
+    return Path(text)

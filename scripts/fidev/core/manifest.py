@@ -52,7 +52,8 @@ def cuda_tag(cuda: str) -> str:
 def cuda_release(text: str) -> str:
     """A CUDA release as every script's --cuda takes it, X.Y (12.9) or the wheel tag (cu129),
     as X.Y. Anything else is refused, so that no script turns it into a broken key."""
-    match = re.fullmatch(r"(\d+)\.(\d)", text.strip()) or re.fullmatch(r"cu(\d{2,})(\d)", text.strip().lower())
+    # digits 0-9 only, a major of one or two and a minor of one: cu1210 would read as 121.0 or 12.10
+    match = re.fullmatch(r"([0-9]{1,2})\.([0-9])", text.strip()) or re.fullmatch(r"cu([0-9]{1,2})([0-9])", text.strip().lower())
     if not match:
         raise Failure(f"{text!r} is not a CUDA release", "write it as X.Y (12.9) or as its wheel tag (cu129)")
     return f"{int(match.group(1))}.{match.group(2)}"
@@ -96,6 +97,19 @@ def _entry(table: dict, key: str, where: str):
     return table[key]
 
 
+def _text(table: dict, key: str, where: str) -> str:
+    """An entry that must be a string (a path, a commit, a version range): two lines for a number,
+    a table or a list there, which Pixi itself may accept in other places."""
+    value = _entry(table, key, where)
+    if isinstance(value, dict) and set(value) >= {"version"} and isinstance(value["version"], str):
+        return value["version"]  # { version = "...", index = ... }, as the pypi-dependencies write it
+    if not isinstance(value, str) or not value.strip():
+        found = "an empty string" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+        raise Failure(f"{MANIFEST.name}: [{where}] {key} must be a non-empty string, found {found}",
+                      f"write it as a quoted string (`git diff {MANIFEST.name}` shows what changed)")
+    return value
+
+
 def _exact(spec: object, name: str) -> str:
     """'==0.6.3' or {version = '==0.6.3+cu129'} -> the pinned version."""
     version = spec.get("version") if isinstance(spec, dict) else spec
@@ -112,19 +126,19 @@ def pins(path: Path = MANIFEST) -> Pins:
     feat = feature(manifest)
     where = f"tool.pixi.feature.{FEATURE}"
     deps, pypi = _table(feat, "dependencies"), _table(feat, "pypi-dependencies")
-    cuda = re.fullmatch(r"(\d+\.\d+)\.\*", str(_entry(deps, "cuda-version", f"{where}.dependencies")))
+    cuda = re.fullmatch(r"([0-9]+\.[0-9]+)\.\*", _text(deps, "cuda-version", f"{where}.dependencies"))
     if not cuda:
         raise Failure(f"{path.name}: cuda-version must read 'X.Y.*', found {deps['cuda-version']!r}", "pin the CUDA release as X.Y.*")
-    tvm = _entry(pypi, "apache-tvm-ffi", f"{where}.pypi-dependencies")
+    tvm = _text(pypi, "apache-tvm-ffi", f"{where}.pypi-dependencies")
     facts = _table(manifest, "tool", FEATURE)
     return Pins(
         cuda=cuda.group(1),
         flashinfer=_exact(_entry(pypi, "flashinfer-cubin", f"{where}.pypi-dependencies"), "flashinfer-cubin"),
         jit_cache=_exact(_entry(pypi, "flashinfer-jit-cache", f"{where}.pypi-dependencies"), "flashinfer-jit-cache"),
-        tvm_ffi_range=tvm["version"] if isinstance(tvm, dict) else tvm,
-        source_dir=path.parent / _entry(facts, "source-dir", f"tool.{FEATURE}"),
-        source_commit=_entry(facts, "source-commit", f"tool.{FEATURE}"),
-        sdist_sha256=_entry(facts, "source-sdist-sha256", f"tool.{FEATURE}"),
+        tvm_ffi_range=tvm,
+        source_dir=path.parent / _text(facts, "source-dir", f"tool.{FEATURE}"),
+        source_commit=_text(facts, "source-commit", f"tool.{FEATURE}"),
+        sdist_sha256=_text(facts, "source-sdist-sha256", f"tool.{FEATURE}"),
     )
 
 
