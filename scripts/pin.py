@@ -15,7 +15,7 @@ import sys
 
 from fidev.bindings import cargo_pins, wheel_cache
 from fidev.core import package_index
-from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.failure import USAGE, ArgumentParser, Failure, option, run_main
 from fidev.core.files import user_path
 from fidev.core.manifest import cuda_release, cuda_tag, package_indexes, pins
 
@@ -31,7 +31,7 @@ def main() -> int:
                         help=f"CUDA key for wheels whose version names none: 12.9 or cu129 (default: the manifest's, {pins().cuda})")
     args = parser.parse_args()
     if args.url and len(args.wheels) > 1:
-        raise Failure("--url names one wheel's URL, but several wheels were given", "pin them one at a time")
+        raise Failure("--url names one wheel's URL, but several wheels were given", "pin them one at a time", exit_status=USAGE)
     cuda = cuda_tag(args.cuda or pins().cuda)
     blocks = []
     for path in args.wheels:

@@ -480,15 +480,20 @@ def check_ninja(ctx: Context) -> Result:
 
 
 def check_jit_dir(ctx: Context) -> Result:
-    cache = ctx.workspace.cache  # where FlashInfer keeps its JIT builds
+    """The JIT cache can be written, checked without making any folder of it: a mistyped
+    FLASHINFER_WORKSPACE_BASE fails here instead of being created (FlashInfer would create it)."""
+    cache, base = ctx.workspace.cache, ctx.workspace.base  # where FlashInfer keeps its JIT builds
     fix = f"set {workspace.BASE_VARIABLE} to a writable folder with >= {MIN_FREE_GIB} GiB free"
+    if not base.is_dir():
+        return fail(f"{workspace.BASE_VARIABLE} (or the home folder) {base} is not a folder that exists",
+                    f"create it (mkdir -p {base}), or {fix}")
+    existing = next(p for p in (cache, *cache.parents) if p.exists())  # the cache or the nearest folder above it
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=cache):
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
-        return fail(f"JIT cache {cache} is not writable ({e.strerror or e})", fix)
-    free = shutil.disk_usage(cache).free / 2**30
+        return fail(f"JIT cache {cache} is not writable ({existing}: {e.strerror or e})", fix)
+    free = shutil.disk_usage(existing).free / 2**30
     if free < MIN_FREE_GIB:
         return fail(f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
     return ok(f"JIT cache {cache} ({free:.0f} GiB free)")

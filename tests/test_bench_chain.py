@@ -74,7 +74,7 @@ def test_two_edit_loops_at_once_leave_the_tree_as_it_was(tmp_path):
     statuses = sorted(rc for rc, _, _ in done)
     assert statuses == [0, 1], done  # one edits; the other refuses while the first holds the tree
     refused = next(err for rc, _, err in done if rc == 1)
-    assert "another tool is editing" in refused.splitlines()[-2] and refused.splitlines()[-1].lstrip().startswith("fix:"), refused
+    assert "another tool is writing" in refused.splitlines()[-2] and refused.splitlines()[-1].lstrip().startswith("fix:"), refused
     assert (header.read_bytes(), header.stat().st_mtime_ns) == before
 
 

@@ -385,6 +385,12 @@ def test_read_only_jit_cache_dir(host, read_only_dir):
     expect(host, "jit-dir", "fail", "not writable", "FLASHINFER_WORKSPACE_BASE")
 
 
+def test_a_mistyped_workspace_base_fails_and_is_not_created(host, tmp_path):
+    host.env["FLASHINFER_WORKSPACE_BASE"] = str(tmp_path / "typo" / "base")
+    expect(host, "jit-dir", "fail", "is not a folder that exists", "mkdir -p")
+    assert not (tmp_path / "typo").exists()
+
+
 def test_human_output_has_a_line_per_check_and_a_summary(host):
     host.nvcc("13.0")
     done = host.run()

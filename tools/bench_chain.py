@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
-from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.failure import USAGE, ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import user_path  # noqa: E402
-from fidev.core.manifest import FEATURE, MANIFEST, ROOT, pins, task_chain  # noqa: E402
+from fidev.core.manifest import FEATURE, MANIFEST, ROOT, pins, task_chain, task_names  # noqa: E402
 from fidev.tree import edits  # noqa: E402
 
 TIMEOUT_S = 1800
@@ -113,6 +113,8 @@ def main() -> int:
     WORKSPACE = args.workspace.resolve()
     if not (WORKSPACE / MANIFEST.name).is_file():
         raise Failure(f"{args.workspace} holds no {MANIFEST.name}", "point --workspace at a checkout of this workspace")
+    if args.task not in (names := task_names(WORKSPACE / MANIFEST.name)):
+        raise Failure(f"--task {args.task!r} is not a task of {FEATURE}", f"name one of {', '.join(names)}", exit_status=USAGE)
     pixi = shutil.which("pixi") is not None
     chain = steps(args.task, pixi, WORKSPACE)
     first = run_chain(chain, args.keep_going)  # warms the build, so the timed runs are the warm chain

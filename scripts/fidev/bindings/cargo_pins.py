@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,11 +124,22 @@ def find_in_index(index: str, wheel: WheelName, timeout: float = 30) -> tuple[st
     return found
 
 
+def readable(path: Path) -> None:
+    """The file opens as a zip (its central directory is whole): a truncated download is refused
+    before it is pinned, also where --url leaves no published hash to compare with."""
+    try:
+        with zipfile.ZipFile(path):
+            pass
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise Failure(f"{path.name} is not a readable wheel (zip): {e}", "download it again, then pin it") from None
+
+
 def pins_for(path: Path, filename: str, cuda: str, index: str | None = None, url: str | None = None) -> list[Pin]:
     """The pins of one local wheel file, named `filename` where it was published: one per crate
     arch it serves. `cuda` is the key (cu129) for a wheel whose version names none. The URL is
     `url`, or looked up on `index`, whose published sha256 must then equal the file's."""
     wheel = parse_wheel_filename(filename)
+    readable(path)
     sha = sha256_file(path)
     if url is None:
         url, published = find_in_index(index or package_index.PYPI_SIMPLE, wheel)

@@ -212,6 +212,11 @@ def task_command(name: str, path: Path = MANIFEST) -> str:
     return task if isinstance(task, str) else _entry(task, "cmd", f"tool.pixi.tasks.{name}")
 
 
+def task_names(path: Path = MANIFEST) -> list[str]:
+    """flashinfer-dev's tasks, by name."""
+    return sorted(_table(feature(load_manifest(path)), "tasks"))
+
+
 def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:
     """(task, command) in the order `pixi run -e flashinfer-dev last` runs them: each task's one
     `depends-on` first (crates/pixi_task/src/task_graph.rs, `TaskGraph::from_root`, at pixi v0.77.0;

@@ -40,7 +40,7 @@ CALL = ".fidev-generator-call.json"  # the call that made its JitSpec
 INPUTS = ".fidev-inputs.json"  # its inputs' contents as built
 # In the vendored tree:
 RELEASE_FILES = ".fidev-release-files.json"  # what each file of the source release held
-EDIT_LOCK = ".fidev-edit.lock"  # beside the tree, as .<tree name>.fidev-edit.lock: held while a tool plants an edit in it
+TREE_LOCK = ".fidev-tree.lock"  # beside the tree, as .<tree name>.fidev-tree.lock: held while a tool writes the tree
 # A temporary folder's prefix: affected's gate for FlashInfer's tests.
 AFFECTED_SCRATCH = "fidev-affected-"
 

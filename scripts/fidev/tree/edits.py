@@ -1,8 +1,8 @@
 """Edits a tool plants in the user's FlashInfer tree (a benchmark's one-line edit, the acceptance
 run's planted bugs), under one lock per tree and restored on every way out.
 
-`planted(tree, path, edit, who)` takes the tree's edit lock (a file beside the tree, named by
-EDIT_LOCK, so that nothing is added to the user's tree; fcntl.flock: the kernel lets it go when the
+`planted(tree, path, edit, who)` takes the tree's lock (`tree_lock`, which the source fetch takes
+too: a file beside the tree, named by TREE_LOCK, so that nothing is added to the user's tree; fcntl.flock: the kernel lets it go when the
 process ends, however it ends), refuses while another
 process holds it, keeps the file's bytes and times, writes the edit, and restores the file as
 `cp -p` would (its old bytes and mtime) when the block ends: normally, by an exception, by Ctrl-C,
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.workspace import EDIT_LOCK
+from fidev.core.workspace import TREE_LOCK
 
 
 class Planted:
@@ -56,22 +56,34 @@ def _signals_unwind() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _holder(handle) -> str:
+    handle.seek(0)
+    return handle.read().strip() or "another process"
+
+
 @contextmanager
 def tree_lock(tree: Path, who: str) -> Iterator[None]:
-    """The tree's edit lock, or two lines naming who holds it."""
-    lock_path = tree.parent / f".{tree.name}{EDIT_LOCK}"
+    """The tree's lock, or two lines naming who holds it. The lock file, beside the tree, is
+    removed while still held, so nothing is left behind; a process that locked a file already
+    removed (it opened it just before) finds the path gone or another file there, and is refused too."""
+    lock_path = tree.parent / f".{tree.name}{TREE_LOCK}"
     try:
         handle = open(lock_path, "a+")
     except OSError as e:
-        raise Failure(f"cannot open the edit lock {lock_path} ({e.strerror or e})", "check that you can write the FlashInfer tree") from None
+        raise Failure(f"cannot open the tree's lock {lock_path} ({e.strerror or e})", "check that you can write beside the FlashInfer tree") from None
+    busy = Failure(f"{who}: another tool is writing {tree} ({{}}); two at once would undo each other's work",
+                   "wait for it to end (a tool that planted an edit restores it), then run this again")
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise Failure(f"{who}: another tool is editing {tree} ({holder}); two at once would restore each other's edits",
-                          "wait for it to end (it restores what it planted), then run this again") from None
+            raise Failure(busy.problem.format(_holder(handle)), busy.fix) from None
+        try:
+            current = os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(handle.fileno()).st_ino:  # its holder removed it as we opened it: it was busy
+            raise Failure(busy.problem.format("a tool that just finished"), busy.fix)
         handle.seek(0)
         handle.truncate()
         handle.write(f"{who}, pid {os.getpid()}\n")
@@ -79,8 +91,7 @@ def tree_lock(tree: Path, who: str) -> Iterator[None]:
         try:
             yield
         finally:
-            handle.seek(0)
-            handle.truncate()
+            lock_path.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 

@@ -14,7 +14,7 @@ from fidev.core import package_index
 from fidev.core.failure import Failure
 from fidev.core.files import sha256_file, write_verified
 from fidev.core.manifest import ROOT, Pins
-from fidev.tree import release_reference, source_tree
+from fidev.tree import edits, release_reference, source_tree
 
 PROJECT = "flashinfer-python"
 NETWORK_FIX = "check the network and your index settings (`pip config list`), or pass --archive PATH to a copy of the release"
@@ -99,6 +99,15 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         raise Failure(f"{where} holds {what}", f"run it with --replace, which keeps the old tree as {where}.replaced-<time>")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Failure(f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write") from e
+    with edits.tree_lock(dest, "fetch_flashinfer_source"):  # a second fetch into it is refused: it would remove this one's scratch
+        return _write(dest, p, archive, tree.kind, where)
+
+
+def _write(dest: Path, p: Pins, archive: Path | None, kind: str, where: str) -> str:
+    """The release unpacked beside `dest` and renamed into place, under the tree's lock."""
+    try:
         for stale in dest.parent.glob(f".{dest.name}.partial-*"):
             shutil.rmtree(stale, ignore_errors=True)  # left by a run that was killed
         scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
@@ -112,7 +121,7 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
                           "the file is not the pinned release: check the index or mirror serving it, or re-download")
         new = unpack(archive, scratch, source_tree.marker_text(p))
         kept = None
-        if tree.kind in ("release", "foreign"):
+        if kind in ("release", "foreign"):
             kept = dest.with_name(f"{dest.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
             dest.rename(kept)
         elif dest.exists():
