@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--cuda", default="all", type=option(cuda_key), help="CUDA key to fetch: 12.9 or cu129 (default: all)")
     parser.add_argument("--from", dest="seed", metavar="DIR", type=option(user_path),
                         help="copy the wheels from DIR (an offline host) instead of downloading them")
-    parser.add_argument("--timeout", type=option(numbers.decimal_number(example="60")), default=60,
+    parser.add_argument("--timeout", type=option(numbers.decimal_number(example="--timeout 60")), default=60,
                         help="give up on a download that sends nothing for this long (default 60 s)")
     args = parser.parse_args()
 

@@ -86,9 +86,9 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
 
 
 # each option's reader (fidev.core.numbers): the digits 0-9, within a bound
-NUMBERS = {"--budget": numbers.decimal_number(zero=True, most=7 * 24 * 60, unit="minutes", example="30"),
-           "--gpus": numbers.whole_number(example="2"), "--per-gpu": numbers.whole_number(example="2"),
-           "--file-timeout": numbers.whole_number(most=int(numbers.MOST_SECONDS), example="3600")}
+NUMBERS = {"--budget": numbers.decimal_number(zero=True, most=7 * 24 * 60, unit="minutes", example="--budget 30"),
+           "--gpus": numbers.whole_number(example="--gpus 2"), "--per-gpu": numbers.whole_number(example="--per-gpu 2"),
+           "--file-timeout": numbers.whole_number(most=int(numbers.MOST_SECONDS), example="--file-timeout 3600")}
 
 
 def number(name: str, text: str) -> float:

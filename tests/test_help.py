@@ -14,10 +14,6 @@ import pytest
 from fidev.core.manifest import ROOT
 
 OWN_PARSER = {"upstream_tests.py"}  # prints its docstring; no argparse parser to read
-# Tools rewritten elsewhere now, each with an option that has no help yet: strict, so that the mark
-# goes once they have it.
-UNSAID = {"bench_upstream.py": "families", "gpu_acceptance.py": "--work"}
-
 # The script's process: argparse's parsers note their actions as each parses, then the script runs
 # as `python SCRIPT --help` would run it.
 DRIVER = """\
@@ -61,12 +57,7 @@ def first_paragraph(script) -> str:
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
-def cases() -> list:
-    return [pytest.param(p, id=f"{p.parent.name}/{p.name}", marks=[pytest.mark.xfail(
-        strict=True, reason=f"{p.name}'s {UNSAID[p.name]} has no help line yet")] if p.name in UNSAID else []) for p in scripts()]
-
-
-@pytest.mark.parametrize("script", cases())
+@pytest.mark.parametrize("script", [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in scripts()])
 def test_help_is_whole_and_names_every_option(script, tmp_path):
     done, parsers = run_help(script, tmp_path)
     out = done.stdout + done.stderr

@@ -110,7 +110,7 @@ def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):
 def test_bad_counts_are_usage_errors(ws):
     root, _, env = ws
     done = upstream(root, env, "norm", "--gpus", "0")
-    assert done.returncode == 2 and "--gpus '0' is not a whole number of 1 or more" in done.stderr
+    assert done.returncode == 2 and "--gpus '0' is not a whole number from 1" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -401,7 +401,7 @@ def test_per_gpu_runs_each_file_in_as_many_parts_on_each_gpu_at_once(ws, tmp_pat
         (a0, a1), (b0, b1) = spans.values()  # two processes on this GPU, running at the same time
         assert a0 < b1 and b0 < a1, spans
     assert upstream_runs.load_times(times) == {"tests/attention/test_rope.py": 25.0}
-    two_line_failure(upstream(root, env, "rope", "--no-plan", "--per-gpu", "0"), "--per-gpu '0' is not a whole number of 1 or more", status=2)
+    two_line_failure(upstream(root, env, "rope", "--no-plan", "--per-gpu", "0"), "--per-gpu '0' is not a whole number from 1", status=2)
 
 
 def test_the_suites_processes_leave_out_hypothesiss_plugin(ws, tmp_path):

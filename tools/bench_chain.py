@@ -103,7 +103,7 @@ def edit_round(chain, keep_going: bool) -> list[str]:
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=option(numbers.whole_number(example="1")), default=5, help="warm chains to time (default 5)")
+    parser.add_argument("--runs", type=option(numbers.whole_number(example="--runs 5")), default=5, help="warm chains to time (default 5)")
     parser.add_argument("--task", default="smoke", help="the chain's last task (default smoke)")
     parser.add_argument("--keep-going", action="store_true", help="time every step even after one fails")
     parser.add_argument("--edit-loop", action="store_true", help="also time one edit of include/flashinfer/norm.cuh and its restore")

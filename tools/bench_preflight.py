@@ -35,7 +35,8 @@ def timed(cmd: list[str], runs: int) -> tuple[float, int]:
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--runs", type=option(numbers.whole_number(example="1")), default=11, help="runs of preflight to take the median of (default 11)")
+    parser.add_argument("--runs", type=option(numbers.whole_number(example="--runs 1")), default=11,
+                        help="runs of preflight to take the median of (default 11)")
     parser.add_argument("preflight_args", nargs="*", help="passed to preflight.py (e.g. -- --cuda 13.0)")
     args = parser.parse_args()
     preflight = [sys.executable, str(PREFLIGHT), "--json", *args.preflight_args]

@@ -110,7 +110,7 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=option(counts), default=[1, 2], help="GPU counts to compare, e.g. 1,2 (default 1,2)")
-    parser.add_argument("--runs", type=option(numbers.whole_number(example="1")), default=1,
+    parser.add_argument("--runs", type=option(numbers.whole_number(example="--runs 1")), default=1,
                         help="timed runs per count; each count's median is compared (default 1)")
     parser.add_argument("--no-warm-up", action="store_true", help="no warm-up run: an earlier run built the selection's modules")
     parser.add_argument("families", nargs="*", default=DEFAULT,

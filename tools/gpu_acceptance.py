@@ -429,7 +429,7 @@ def main() -> int:
     parser.add_argument("--toolkit", type=option(user_path), default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
     parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
     parser.add_argument("--fresh", action="store_true", help="forget WORK's earlier results and builds first")
-    parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="580")),
+    parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="--time-limit 580")),
                         help="seconds this part may take: no step starts that would not end in time")
     parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
     parser.add_argument("--list-steps", action="store_true", help="print each step and the seconds it is expected to take, as JSON; run nothing")

@@ -25,7 +25,7 @@ MIN_MARGIN = 3.0
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=option(numbers.whole_number(example="20")), default=20,
+    parser.add_argument("--runs", type=option(numbers.whole_number(example="--runs 20")), default=20,
                         help="runs of the suite, each with fresh random inputs (default 20)")
     parser.add_argument("--suite", choices=["smoke", "abi_smoke"], default="smoke", help="the suite to run: %(choices)s (default smoke)")
     args, pytest_args = parser.parse_known_args()
