@@ -330,3 +330,10 @@ def test_flashinfers_tests_are_judged_by_their_summary_and_an_unreadable_one_is_
     outcome = affected_tests.Outcome("1 module(s) rebuilt in 1.0 s", 1.0, ["norm"])
     affected_tests.theirs_step(status, failed, run.unread, outcome)
     assert outcome.broken == ["upstream-tests exited 1, and its summary could not be read (the error above says why)"]
+
+
+def test_a_build_without_filelock_fails_in_two_lines(monkeypatch):
+    monkeypatch.setitem(sys.modules, "filelock", None)  # as in a Python without it: the import fails
+    with pytest.raises(Failure, match="filelock is not installed") as raised:
+        module_builds.build_specs([])
+    assert raised.value.fix.startswith("run it in the environment")

@@ -123,7 +123,11 @@ def build_specs(specs, say: Callable[[str], None] = lambda line: print(line, flu
     files exist) each in its own folder, under the JIT dir's lock as FlashInfer's own builds are
     (`<jit dir>/tmp/flashinfer_jit.lock`, flashinfer/jit/core.py: get_tmpdir, build_jit_specs).
     Returns the wall time and this run's slowest objects."""
-    from filelock import FileLock  # what FlashInfer itself locks its JIT dir with
+    try:
+        from filelock import FileLock  # what FlashInfer itself locks its JIT dir with
+    except ModuleNotFoundError as e:
+        raise Failure("filelock is not installed in this interpreter: builds take FlashInfer's JIT-dir lock with it",
+                      "run it in the environment: `pixi run -e flashinfer-dev ...` (filelock comes with torch there)") from e
 
     started = time.time()
     logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in specs}
