@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 
 import pytest
 
@@ -748,3 +749,143 @@ def test_gpu_suites_fail_when_nothing_ran(script, task):
     if torch and torch.cuda.is_available():
         pytest.skip("this host has a GPU: the no-GPU path cannot be shown here")
     expect(run(script), "smoke-no-gpu", said_as=("smoke", task))
+
+
+# ---------------------------------------------------------------- odd input, and two tools at once
+
+@fault("tree-busy")
+def test_a_second_tool_writing_the_tree_is_refused(tmp_path):
+    from fidev.tree import edits
+
+    dest, archive = tmp_path / "fi", tmp_path / P.sdist_name
+    archive.write_bytes(b"x")
+    with edits.tree_lock(dest, "a test holding the tree"):
+        done = run("fetch_flashinfer_source.py", "--dest", dest, "--archive", archive)
+    expect(done, "tree-busy")
+    assert "a test holding the tree" in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == [archive.name]
+
+
+@fault("path-part-too-long")
+def test_a_path_part_too_long(tmp_path):
+    expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / ("x" * 300) / "fi"), "path-part-too-long", status=2)
+
+
+@fault("path-loop")
+def test_a_path_through_a_looping_link(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    expect(run("artifacts.py", tmp_path / "loop" / "x.whl"), "path-loop", status=2)
+
+
+@fault("number-digits")
+@pytest.mark.parametrize("value", ["²", "١", "1e999", str(2**70)])
+def test_a_count_in_other_digits_or_past_its_bound(value):
+    expect(run("bench_preflight.py", "--runs", value), "number-digits", status=2)
+
+
+@fault("manifest-type")
+def test_a_manifest_value_of_another_type(tmp_path):
+    ws = workspace(tmp_path)
+    text = (ws / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', "source-dir = 5", 1)
+    (ws / "pyproject.toml").write_text(text)
+    expect(run_in(ws, "fetch_flashinfer_source.py", "--archive", tmp_path / "none.tar.gz"), "manifest-type")
+
+
+@fault("wheel-member")
+def test_a_wheel_with_a_damaged_member(tmp_path):
+    require("elftools", why="artifacts reads ELF files with pyelftools (a flashinfer-dev dependency)")
+    wheel = tmp_path / "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("flashinfer_jit_cache/jit_cache/norm/norm.so", b"\x7fELF" + os.urandom(8192))
+    data = bytearray(wheel.read_bytes())
+    data[200:240] = b"\0" * 40  # inside the member's compressed bytes; the zip directory at the end stays whole
+    wheel.write_bytes(bytes(data))
+    expect(run("artifacts.py", wheel), "wheel-member")
+
+
+@fault("pin-unreadable")
+@pytest.mark.parametrize("url", [[], ["--url", "https://example.invalid/w.whl"]], ids=["looked up", "--url"])
+def test_a_truncated_wheel_is_not_pinned(tmp_path, url):
+    wheel = tmp_path / JIT_CACHE_WHEEL
+    wheel.write_bytes(b"PK\x03\x04" + os.urandom(512))  # a zip's first bytes, and no directory: a download cut short
+    expect(run("pin.py", *url, "--cuda", "cu129", wheel), "pin-unreadable")
+
+
+def upstream_ws(tmp_path):
+    """A workspace copy whose tree has what upstream-tests looks for first: tests/conftest.py and pytest.ini."""
+    ws = workspace(tmp_path)
+    tests = ws / P.source_dir.relative_to(ROOT) / "tests"
+    tests.mkdir(parents=True)
+    (tests / "conftest.py").write_text("")
+    (tests.parent / "pytest.ini").write_text("[pytest]\n")
+    return ws
+
+
+@fault("upstream-outside")
+def test_upstream_tests_refuses_a_path_outside_its_tests(tmp_path):
+    outside = tmp_path / "elsewhere" / "test_x.py"
+    outside.parent.mkdir()
+    outside.write_text("def test_x():\n    pass\n")
+    expect(run_in(upstream_ws(tmp_path), "upstream_tests.py", outside), "upstream-outside", status=2)
+
+
+@fault("upstream-empty")
+def test_upstream_tests_refuses_the_empty_name(tmp_path):
+    expect(run_in(upstream_ws(tmp_path), "upstream_tests.py", ""), "upstream-empty", status=2)
+
+
+# .ci/run stopped: a workspace copy whose test task is a stand-in that records its pid and sleeps
+SLEEPER = """import os, pathlib, sys, time
+pathlib.Path(os.environ["TMPDIR"], "fidev-tests-standin").mkdir()  # what the real conftest makes
+pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's wait is missing
+
+
+def wait_for_proc(condition, seconds: float, what: str, proc) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out = proc.communicate(timeout=5)[0] if proc.poll() is not None else "(still running)"
+            pytest.fail(f"{what} did not happen within {seconds} s: {out}")
+        time.sleep(0.2)
+
+
+@fault("ci-stopped")
+@pytest.mark.integration  # .ci/run makes its venvs from the package index, as always
+def test_sigterm_stops_the_tests_it_started_and_leaves_no_scratch(tmp_path):
+    ws, tmp, pid_file = tmp_path / "ws", tmp_path / "tmp", tmp_path / "pid"
+    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    (ws / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", ws / ".ci" / "run")
+    shutil.copy(ROOT / ".ci" / "requirements.txt", ws / ".ci" / "requirements.txt")
+    (ws / "sleeper.py").write_text(SLEEPER)
+    manifest = (ROOT / "pyproject.toml").read_text()
+    manifest = manifest.replace('test = { cmd = "python -m pytest"', f'test = {{ cmd = "python sleeper.py {pid_file}"', 1)
+    manifest = manifest.replace('lint = { cmd = "ruff check ."', 'lint = { cmd = "python -c pass"', 1)
+    (ws / "pyproject.toml").write_text(manifest)
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "PATH": "/usr/local/bin:/usr/bin:/bin"}  # no pixi
+    env.pop("CI", None)
+    proc = subprocess.Popen(["bash", str(ws / ".ci" / "run")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        wait_for_proc(pid_file.exists, 600, "the test task's start", proc)
+        wait_for_proc(lambda: pid_file.read_text().strip().isdigit(), 10, "the test task's pid", proc)
+        pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)  # to .ci/run alone, as a runner's timeout does
+        out = proc.communicate(timeout=60)[0]
+        wait_for_proc(lambda: not alive(pid), 15, "the end of the test task", proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    expect(subprocess.CompletedProcess(proc.args, proc.returncode, "", out), "ci-stopped", status=128 + signal.SIGTERM)
+    assert sorted(p.name for p in tmp.iterdir()) == [], "a scratch folder was left behind"

@@ -70,7 +70,8 @@ def tree_lock(tree: Path, who: str) -> Iterator[None]:
     try:
         handle = open(lock_path, "a+")
     except OSError as e:
-        raise Failure(f"cannot open the tree's lock {lock_path} ({e.strerror or e})", "check that you can write beside the FlashInfer tree") from None
+        raise Failure(f"cannot write beside {tree}: its lock {lock_path.name} ({e.strerror or e})",
+                      "use a tree whose parent you can write (for the source fetch: point --dest at a folder whose parent you can write)") from None
     busy = Failure(f"{who}: another tool is writing {tree} ({{}}); two at once would undo each other's work",
                    "wait for it to end (a tool that planted an edit restores it), then run this again")
     with handle:
