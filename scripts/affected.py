@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from fidev.affected import built, changes, report, tests
+from fidev.affected import built, changes, report, tests, verdicts
 from fidev.affected import summary as affected_summary
 from fidev.core import workspace
 from fidev.core.failure import ArgumentParser, Failure, exit_now, run_main
@@ -83,11 +83,12 @@ def run(args, record: affected_summary.Summary) -> int:
 def run_affected(args, record: affected_summary.Summary) -> int:
     """What changed, its modules and their tests; then rebuild them, run the tests and say the result."""
     started = time.perf_counter()
-    found = built.find(workspace.read(pins().flashinfer), kernel_source.mode())  # read once, here
-    changed = changes.find(found, args.list)
+    ws = workspace.read(pins().flashinfer)  # read once, here
+    found = built.find(ws, kernel_source.mode())
+    kept = kept_verdicts(ws)
+    changed = changes.find(found, args.list, kept)
     if not changed.by_file:
-        print(f"affected: nothing changed since the {len(found.modules)} built modules were built "
-              f"(checked in {time.perf_counter() - started:.2f} s)")
+        nothing_changed(found, kept, time.perf_counter() - started)
         record.verdict = "nothing changed"
         return 0
     selection = report.selection(changed.by_file, changed.changed, found.tier, found.recorded, found.tree)
@@ -95,16 +96,58 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     if args.list or not changed.changed:
         print(report.table(selection.rows()))
         report.hints(selection)
-        record.verdict = "listed" if args.list else "no module changed"
-        return 0
+        return no_module_changed(args.list, selection, found, record)
     to_build = [changed.specs.get(m.name, m) for m in found.modules if m.name in changed.changed]
+    dirs = {m.name: m.build_dir for m in found.modules}
+    kept.record({name: (dirs[name], "unfinished", sorted(tests), []) for name in changed.changed
+                 if name in dirs and (tests := selection.selectors({name}))})  # a run stopped mid-way is no pass
     outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
                                    lambda: report.build_failed(selection))
+    kept.record({name: (dirs[name], *result) for name, result in report.module_results(selection, outcome.failed, outcome.broken).items()
+                 if name in dirs})
     record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past
     print(report.results(selection, outcome.failed, outcome.broken))
     report.hints(selection)
     status = report.final(outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started)
-    record.verdict = "failed" if status else "passed"
+    return covered_or_not(status, selection, found, record)
+
+
+def kept_verdicts(ws: workspace.Workspace) -> verdicts.Kept:
+    kept = verdicts.Kept(ws.verdicts)
+    if kept.problem:
+        print(f"affected: {kept.problem}: no module has a verdict, and each is judged afresh")
+    return kept
+
+
+def nothing_changed(found: built.Found, kept: verdicts.Kept, checked_s: float) -> None:
+    """Said over passing verdicts only (any other reruns its tests, in changes.find): when, and what passed."""
+    passed = {m.name: v for m in found.modules if (v := kept.standing(m.name, m.build_dir)) is not None}
+    last = max((v.when for v in passed.values()), default=None)
+    said = (f"; affected's last verdict on {report.short(passed, 3)}: passed ({sum(len(v.tests) for v in passed.values())} test(s), {last})"
+            if passed else "; no verdict of affected is kept on them (it judges edits: smoke tests the build)")
+    print(f"affected: nothing changed since the {len(found.modules)} built modules were built (checked in {checked_s:.2f} s){said}")
+
+
+def no_module_changed(listing: bool, selection: report.Selection, found: built.Found, record: affected_summary.Summary) -> int:
+    """--list, or edits that reach no built module: listed, or not a pass where a family they reach went untested."""
+    if listing:
+        record.verdict = "listed"
+        return 0
+    return covered_or_not(0, selection, found, record, "no module changed")
+
+
+def covered_or_not(status: int, selection: report.Selection, found: built.Found, record: affected_summary.Summary,
+                   passed: str = "passed") -> int:
+    """The verdict: failed as the tests said; else not a pass where the edit reaches a kernel family
+    whose FlashInfer tests did not run (report.NOT_COVERED); else passed."""
+    gaps = report.coverage_gaps(selection, found.tree, selection.theirs)
+    if gaps and status == 0:
+        report.not_covered(gaps)
+        record.verdict = "not covered"
+        return report.NOT_COVERED
+    if gaps:
+        print(f"affected: also untested: {', '.join(sorted({fam for fams in gaps.values() for fam in fams}))} (the edit reaches them)")
+    record.verdict = "failed" if status else passed
     return status
 
 

@@ -205,7 +205,10 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     assert (jit_dir / "norm_upstream/other.o").stat().st_mtime_ns == objects["norm_upstream"]
     assert "Traceback" not in done.stdout + done.stderr
     assert done.returncode == 1 and "no smoke or abi-smoke test passed" in done.stdout, done.stdout
-    assert "nothing changed" in affected(root, env).stdout  # the rebuild recorded the edit as built
+    # the rebuild recorded the edit as built, and the verdict was kept: asking again reruns the tests, never "nothing changed"
+    again = affected(root, env)
+    assert again.returncode == 1 and "nothing changed" not in again.stdout and "ninja: no work to do" in again.stdout, again.stdout
+    assert any(line.startswith("(the last run failed at ") and "its tests run again" in line for line in again.stdout.splitlines()), again.stdout
 
 
 def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
@@ -217,7 +220,9 @@ def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     module_builds.record_build(ws[2] / "norm", ws[2] / "norm/build.ninja", tree=tree)  # the tree as of a build
     (tree / "include/flashinfer/page.cuh").write_text("constexpr int P = 2;\n")
     done = affected(root, env)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 3, done.stdout + done.stderr  # not a pass: the page family's tests did not run
+    assert "affected: not a pass: 1 kernel family(ies) the edit reaches went untested; cover them: " \
+           "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
     assert any(line.startswith("include/flashinfer/page.cuh") and "no built module" in line for line in done.stdout.splitlines()), done.stdout
     assert "include/flashinfer/page.cuh reaches no built module; the tests of page would build one: " \
            "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
@@ -337,3 +342,36 @@ def test_a_build_without_filelock_fails_in_two_lines(monkeypatch):
     with pytest.raises(Failure, match="filelock is not installed") as raised:
         module_builds.build_specs([])
     assert raised.value.fix.startswith("run it in the environment")
+
+
+def test_an_unreadable_inputs_record_is_said_and_its_module_rebuilt(ws):
+    """A truncated .fidev-inputs.json: the module is named with its record, taken as edited and
+    rebuilt; the table never says of an edit that it reaches no built module and also maps it."""
+    tree, root, jit_dir, env = ws
+    record = jit_dir / "norm" / ninja_inputs.STAMP
+    record.write_text(record.read_text()[:40])
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    done = affected(root, env, "--list")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"affected: norm: its build record {ninja_inputs.STAMP} cannot be read (truncated?): it is taken as edited" in done.stdout
+    assert "reaches no built module" not in done.stdout, done.stdout
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith(("include/", "("))}
+    assert "norm" in rows["include/flashinfer/norm.cuh"] and "norm" in rows[f"(its build record {ninja_inputs.STAMP} cannot be read)".split()[0]]
+
+
+def test_an_unreadable_build_stamp_is_two_lines(ws):
+    _, root, _, env = ws
+    stamp = workspace.read(pins().flashinfer).build_stamp({"wide": False, "abi": False})
+    stamp.write_text(stamp.read_text()[:30])
+    done = affected(root, env)
+    two_line_failure(done, "cannot be read (truncated?), so affected cannot tell which built modules are smoke's")
+    assert "pixi run -e flashinfer-dev build" in done.stderr
+
+
+def test_unreadable_kept_verdicts_are_said_and_judged_afresh(ws):
+    _, root, _, env = ws
+    verdicts = workspace.read(pins().flashinfer).verdicts
+    verdicts.parent.mkdir(parents=True, exist_ok=True)
+    verdicts.write_text('{"schema": "fidev-affected-verdicts/1", "modu')
+    done = affected(root, env)
+    assert done.returncode == 0 and "cannot be read" in done.stdout and "no module has a verdict" in done.stdout, done.stdout

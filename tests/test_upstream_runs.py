@@ -645,3 +645,14 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
     done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])})
     assert done.stdout.strip() == "held", done.stdout + done.stderr
+
+
+def test_a_baseline_that_cannot_be_read_is_two_lines(ws):
+    """A truncated baseline is never read as none: the run would pass for a comparison it is not."""
+    root, _, env = ws
+    write(root, "utils/test_norm.py", "def test_fine():\n    pass\n")
+    done = upstream(root, env, "norm", "--no-plan", "--baseline")
+    assert done.returncode == 0, done.stdout + done.stderr
+    baseline = next((Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "fidev-upstream-baselines").glob("*.json"))
+    baseline.write_text(baseline.read_text()[:50])
+    two_line_failure(upstream(root, env, "norm", "--no-plan"), f"the baseline {baseline} cannot be read")

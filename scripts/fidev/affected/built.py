@@ -136,6 +136,9 @@ def find(ws: workspace.Workspace, mode: str) -> Found:
         # FlashInfer would load the jit-cache's copy of any module it ships, whatever was rebuilt here
         raise Failure(f"kernel source {mode}: flashinfer-jit-cache is installed, so the tests would run its prebuilt kernels, not your edits",
                       f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev affected")
+    for stamp in build_stamp.unreadable_stamps(ws):  # without it smoke's modules would pass for FlashInfer's tests' ones
+        raise Failure(f"the build stamp {stamp} cannot be read (truncated?), so affected cannot tell which built modules are smoke's",
+                      "run the build again, which rewrites it: pixi run -e flashinfer-dev build (and build-abi for abi-smoke's modules)")
     tier = {name: key for d in dirs for name, key in tier_keys(ws, d).items()}
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
     return Found(tree, dirs, modules, tier, recorded)

@@ -13,6 +13,7 @@ from pathlib import Path
 from fidev.affected.built import Found
 from fidev.affected.report import short
 from fidev.affected.tests import FlashInferTests, cases_by_file
+from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
 from fidev.core.failure import Failure
 from fidev.jit import module_choice
@@ -77,10 +78,19 @@ def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str
     return specs, dry_run_done, missed
 
 
+UNREADABLE = "its build record {} cannot be read"  # a changed "file" of a module whose record is unreadable
+
+
 def edited(modules) -> dict[str, dict[str, str]]:
-    """{module name: {changed file: how}} by content, sources and headers."""
+    """{module name: {changed file: how}} by content, sources and headers. A module whose content
+    record cannot be read is said, and taken as edited: it is rebuilt and its tests run."""
     found, stats = {}, {}
     for m in modules:
+        if ninja_inputs.unreadable(m.build_dir):
+            print(f"affected: {m.name}: {UNREADABLE.format(ninja_inputs.STAMP)} (truncated?): it is taken as edited, "
+                  "rebuilt, and its tests run")
+            found[m.name] = {f"({UNREADABLE.format(ninja_inputs.STAMP)})": "edited"}
+            continue
         edits = ninja_inputs.edited(m.build_dir, stats)
         if edits is None:  # built without a content record: ninja's mtimes decide
             pending = ninja_inputs.dry_run(m.build_dir, m.ninja_path)
@@ -165,17 +175,30 @@ def files_changed(found: Found, ch: Changes) -> None:
             by_file.setdefault(in_tree(f), set())
     # include/ and csrc/ files no built module compiles: named with the families that would
     unreached = sorted({f for d in found.dirs for f in build_records.changed_tree_files(d, found.tree) or []} - set(by_file))
+    # a module whose record cannot be read may compile any of them: never "reaches no built module" then
+    blind = {name for name, edits in ch.changed.items() if any(f.startswith("(") and "cannot be read" in f for f in edits)}
     for f in unreached:
-        by_file[f] = set()
+        by_file[f] = set(blind)
     ch.by_file = by_file
 
 
-def find(found: Found, listing: bool) -> Changes:
-    """What changed since the builds, each changed file with its modules."""
+def standing_failures(found: Found, ch: Changes, kept: Kept) -> None:
+    """The modules unchanged since a verdict that is not a pass (failed, or tests that did not
+    finish): their tests run again, so asking again never turns a failure green."""
+    for m in found.modules:
+        verdict = None if m.name in ch.changed else kept.standing(m.name, m.build_dir)
+        if verdict is not None and verdict.result != "passed":
+            ch.changed[m.name] = {f"(the last run {verdict.result} at {verdict.when}: its tests run again)": verdict.result}
+
+
+def find(found: Found, listing: bool, kept: Kept) -> Changes:
+    """What changed since the builds, each changed file with its modules, and the modules whose
+    last verdict stands as not a pass."""
     generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
     ch = Changes(sorted({f for files in generators.values() for f in files}), generators)
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         regenerate_edits(found, ch, listing)
     changed_modules(found, ch)
+    standing_failures(found, ch, kept)
     files_changed(found, ch)
     return ch

@@ -100,6 +100,46 @@ def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
     return table([HEADER, *result])
 
 
+NOT_COVERED = 3  # the exit status of an edit that reaches a kernel family whose tests did not run: not a pass
+
+
+def tree_files(by_file: dict[str, set[str]]) -> list[str]:
+    """The changed files that are the tree's own include/ and csrc/ files (relative to it)."""
+    return [f for f in by_file if f.startswith(("include/", "csrc/"))]
+
+
+def coverage_gaps(sel: Selection, tree: Path, ran: list[str]) -> dict[str, list[str]]:
+    """{changed file: the kernel families whose sources compile it (fidev.tree.families) and whose
+    FlashInfer tests did not run}: smoke's tests are a verdict on what they call, not on a family."""
+    reach = upstream_suites.families_compiling(tree, tree_files(sel.by_file))
+    covered = {fam.name for fam in upstream_suites.FAMILIES
+               if any(t.startswith(f"tests/{node.split('::')[0]}") for node in fam.nodes for t in ran)}
+    return {f: [fam for fam in families if fam not in covered] for f, families in sorted(reach.items())
+            if any(fam not in covered for fam in families)}
+
+
+def not_covered(gaps: dict[str, list[str]]) -> None:
+    """The lines that make an edit's gaps its own status, with the command that covers them."""
+    families = sorted({fam for fams in gaps.values() for fam in fams})
+    for f, fams in gaps.items():
+        print(f"affected: {f} reaches {', '.join(fams)}, whose FlashInfer tests did not run here")
+    print(f"affected: not a pass: {len(families)} kernel family(ies) the edit reaches went untested; "
+          f"cover them: pixi run -e flashinfer-dev upstream-tests {' '.join(families)}")
+
+
+def module_results(sel: Selection, failed: set[str], broken: list[str]) -> dict[str, tuple[str, list[str], list[str]]]:
+    """{module: (result, its tests, those that failed)} for each changed module that had tests."""
+    found = {}
+    for name in sel.changed:
+        chosen = sel.selectors({name})
+        if not chosen:
+            continue
+        mine = sorted(f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0]
+                                               for x in chosen))
+        found[name] = ("failed" if mine or broken else "passed", sorted(chosen), mine)
+    return found
+
+
 def final(failed: set[str], broken: list[str], reruns: list[str], built: str, total: float) -> int:
     """The last lines: what failed and how to rerun it, or that every selected test passed."""
     if failed or broken:

@@ -29,7 +29,7 @@ from pathlib import Path
 from fidev.core.failure import Failure
 
 SCHEMA = "fidev-affected-summary/1"
-VERDICTS = ("passed", "failed", "nothing changed", "no module changed", "listed", "build failed", "error", "interrupted")
+VERDICTS = ("passed", "failed", "not covered", "nothing changed", "no module changed", "listed", "build failed", "error", "interrupted")
 
 
 @dataclass

@@ -157,6 +157,17 @@ def _modules(data: dict) -> list[Module]:
     return [Module(m["key"], m["name"], Path(m["build_dir"]), [Path(s) for s in m["sources"]]) for m in data.get("modules", [])]
 
 
+def unreadable_stamps(ws: workspace.Workspace) -> list[Path]:
+    """The stamps of `ws` that are there but cannot be read (truncated, not JSON, not a stamp)."""
+    bad = []
+    for stamp in sorted(path(ws, {}).parent.glob(workspace.BUILD_STAMP.replace(".json", "*.json"))):
+        try:
+            _modules(json.loads(stamp.read_text()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            bad.append(stamp)
+    return bad
+
+
 def stamped_modules(ws: workspace.Workspace) -> list[Module]:
     """The modules every stamp of `ws` names (each option set's last build), whatever their fingerprint."""
     found = []

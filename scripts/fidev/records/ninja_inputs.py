@@ -95,6 +95,11 @@ def _recorded(build_dir: Path) -> dict[str, dict[str, list | None]] | None:
         return None
 
 
+def unreadable(build_dir: Path) -> bool:
+    """The module's content record is there but cannot be read (truncated, not JSON)."""
+    return (build_dir / STAMP).exists() and not isinstance(_recorded(build_dir), dict)
+
+
 def edited(build_dir: Path, stats: dict[str, list[int] | None] | None = None) -> dict[str, str] | None:
     """The inputs of a module whose content differs from the last build's: {path: "edited" or
     "deleted"}. A moved mtime with the same content is no edit. None when the build left no

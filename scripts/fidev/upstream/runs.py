@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fidev.core.failure import Failure
 from fidev.core.workspace import BASELINES, RUNS
 from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, owner_alive
 
@@ -447,11 +448,18 @@ def save_baseline(path: Path, selection: list[str], commit: str, gpu: str, resul
 
 
 def load_baseline(path: Path) -> dict | None:
+    """The baseline of a selection; None where none was recorded. One that is there but cannot be
+    read is two lines: a compare run without it would pass off a plain run as a comparison."""
+    if not path.exists():
+        return None
+    fix = "record it again: upstream-tests with the same selection and --baseline (on the tree before your edit)"
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("outcomes"), dict) else None
+    except (OSError, ValueError) as e:
+        raise Failure(f"the baseline {path} cannot be read ({e})", fix) from None
+    if not (isinstance(data, dict) and isinstance(data.get("outcomes"), dict)):
+        raise Failure(f"the baseline {path} holds no outcomes (not a baseline upstream-tests wrote)", fix)
+    return data
 
 
 def compare(baseline: dict, results: list[FileResult]) -> dict[str, list[str]]:

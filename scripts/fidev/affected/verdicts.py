@@ -1,0 +1,85 @@
+"""affected's kept verdicts: per module, the fingerprint of its inputs as last built (its content
+and generator records) and the result of the tests that covered it then. A rerun over a module
+whose inputs are unchanged since a verdict that is not a pass runs its tests again (no rebuild:
+they are built), so a failure is never turned green by asking again; "nothing changed" is said
+over passing verdicts only, with when and what passed.
+
+The file: fidev.core.workspace.VERDICTS in the version folder, {"schema": SCHEMA, "modules":
+{name: {"inputs", "result", "when", "tests", "failed"}}}, written whole (a temporary file renamed).
+A result is "passed", "failed" or "unfinished" (recorded as the tests start: an interrupted run
+leaves that)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fidev.core.workspace import GENERATORS, INPUTS
+
+SCHEMA = "fidev-affected-verdicts/1"
+RESULTS = ("passed", "failed", "unfinished")
+
+
+def fingerprint(build_dir: Path) -> str | None:
+    """The module's inputs as last built: its content record and its generators' record; None
+    without a content record (nothing to tell a change by)."""
+    try:
+        digest = hashlib.sha256((build_dir / INPUTS).read_bytes())
+    except OSError:
+        return None
+    try:
+        digest.update((build_dir / GENERATORS).read_bytes())
+    except OSError:
+        pass
+    return digest.hexdigest()
+
+
+@dataclass
+class Verdict:
+    inputs: str
+    result: str
+    when: str
+    tests: list[str]
+    failed: list[str]
+
+
+class Kept:
+    """The verdicts of one version folder; `problem` says why an existing file was not read."""
+
+    def __init__(self, path: Path):
+        self.path, self.problem, self.modules = path, None, {}
+        if not path.exists():
+            return
+        try:
+            data = json.loads(path.read_text())
+            if data.get("schema") != SCHEMA:
+                raise ValueError(f"schema {data.get('schema')!r}, not {SCHEMA}")
+            self.modules = {name: Verdict(**v) for name, v in data["modules"].items() if v.get("result") in RESULTS}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            self.problem = f"affected's kept verdicts {path} cannot be read ({e})"
+
+    def standing(self, name: str, build_dir: Path) -> Verdict | None:
+        """The module's verdict, where its inputs are still those it was given on."""
+        verdict = self.modules.get(name)
+        return verdict if verdict is not None and verdict.inputs == fingerprint(build_dir) else None
+
+    def record(self, results: dict[str, tuple[Path, str, list[str], list[str]]]) -> None:
+        """{module: (build dir, result, its tests, those that failed)}, kept whole."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S")
+        for name, (build_dir, result, tests, failed) in results.items():
+            inputs = fingerprint(build_dir)
+            if inputs is None:
+                self.modules.pop(name, None)
+            else:
+                self.modules[name] = Verdict(inputs, result, when, sorted(tests), sorted(failed))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps({"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())}}, indent=1))
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
