@@ -125,9 +125,9 @@ def test_the_summary_is_read_back_whole_and_a_foreign_or_truncated_one_is_refuse
     with pytest.raises(Failure, match="cannot be read"):
         affected_summary.read(path)
     path.write_text('{"schema": "fidev-upstream-summary/1"}')
-    with pytest.raises(Failure, match="not an affected summary"):
+    with pytest.raises(Failure, match="is not affected's summary"):
         affected_summary.read(path)
-    with pytest.raises(Failure, match="left no summary"):
+    with pytest.raises(Failure, match="summary is missing"):
         affected_summary.read(tmp_path / "none.json")
 
 
@@ -331,7 +331,7 @@ def test_flashinfers_tests_are_judged_by_their_summary_and_an_unreadable_one_is_
     assert (status, failed, run.unread) == (0, {"tests/utils/test_norm.py::test_norm[1]", "tests/utils/test_page.py"}, None)
     assert "FAILED not/read/from/here.py::x" in capsys.readouterr().out  # its output still shown
     run, (status, failed) = finished("upstream-tests: 2 passed\n", tmp_path / "none.json")
-    assert (status, failed) == (1, set()) and "left no summary" in capsys.readouterr().err
+    assert (status, failed) == (1, set()) and "summary is missing" in capsys.readouterr().err
     outcome = affected_tests.Outcome("1 module(s) rebuilt in 1.0 s", 1.0, ["norm"])
     affected_tests.theirs_step(status, failed, run.unread, outcome)
     assert outcome.broken == ["upstream-tests exited 1, and its summary could not be read (the error above says why)"]

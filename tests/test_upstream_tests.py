@@ -195,7 +195,7 @@ def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):
 
 @pytest.mark.parametrize("spoil, problem", [
     (lambda text: text[: len(text) // 2], "cannot be read"),
-    (lambda text: text.replace(upstream_summary.SCHEMA, "fidev-upstream-summary/0"), "is not an upstream-tests summary of schema"),
+    (lambda text: text.replace(upstream_summary.SCHEMA, "fidev-upstream-summary/0"), "is not upstream-tests' summary of schema"),
 ])
 def test_a_truncated_summary_or_one_of_another_schema_is_refused_in_two_lines(tmp_path, spoil, problem):
     path = tmp_path / upstream_summary.NAME

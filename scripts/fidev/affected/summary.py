@@ -22,11 +22,11 @@ The fields (SCHEMA, version 1):
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from fidev.core.failure import Failure
+from fidev.core.files import read_record, write_whole
 
 SCHEMA = "fidev-affected-summary/1"
 VERDICTS = ("passed", "failed", "not covered", "nothing changed", "no module changed", "listed", "build failed", "error", "interrupted")
@@ -53,29 +53,13 @@ class Summary:
 
 def write(summary: Summary, path: Path) -> None:
     """The summary into `path`, whole or not at all."""
-    text = json.dumps({"schema": SCHEMA, **asdict(summary)}, indent=1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_whole(path, json.dumps({"schema": SCHEMA, **asdict(summary)}, indent=1))
 
 
 def read(path: Path) -> Summary:
     """The summary at `path`; two lines where it is missing, truncated or of another schema."""
     fix = "run affected again with --summary FILE: it writes the summary whole at its end"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise Failure(f"affected left no summary at {path}", fix) from None
-    except (OSError, ValueError) as e:
-        raise Failure(f"affected's summary {path} cannot be read ({e})", fix) from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise Failure(f"{path} is not an affected summary of schema {SCHEMA} (it says {found!r})", fix)
-    data.pop("schema")
+    data = read_record(path, SCHEMA, "affected's summary", fix)
     missing = [f.name for f in fields(Summary) if f.name not in data]
     if missing:
         raise Failure(f"affected's summary {path} lacks {', '.join(missing)}", fix)

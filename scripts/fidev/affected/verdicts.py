@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fidev.core.files import write_whole
 from fidev.core.workspace import GENERATORS, INPUTS
 
 SCHEMA = "fidev-affected-verdicts/1"
@@ -76,10 +76,4 @@ class Kept:
                 self.modules.pop(name, None)
             else:
                 self.modules[name] = Verdict(inputs, result, when, sorted(tests), sorted(failed))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps({"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())}}, indent=1))
-            os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_whole(self.path, json.dumps({"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())}}, indent=1))

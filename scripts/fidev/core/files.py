@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -98,3 +99,30 @@ def user_path(text: str) -> Path:
         if e.errno == errno.ELOOP:
             raise Failure(f"{text}: a symbolic link on the way loops", "fix or remove the looping link (ls -l each folder of the path)") from None
     return Path(text)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path`, whole or not at all: a temporary file beside it, renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_record(path: Path, schema: str, what: str, fix: str) -> dict:
+    """A JSON record our processes pass each other, without its "schema" field; two lines (`what`
+    names the writer's record) where it is missing, cannot be read, or is of another schema."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise Failure(f"{what} is missing: {path}", fix) from None
+    except (OSError, ValueError) as e:
+        raise Failure(f"{what} {path} cannot be read ({e})", fix) from None
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise Failure(f"{path} is not {what} of schema {schema} (it says {found!r})", fix)
+    data.pop("schema")
+    return data

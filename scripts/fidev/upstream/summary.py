@@ -23,11 +23,11 @@ The fields (SCHEMA, version 1):
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fidev.core.failure import Failure
+from fidev.core.files import read_record, write_whole
 
 SCHEMA = "fidev-upstream-summary/1"
 NAME = "summary.json"
@@ -72,29 +72,14 @@ def write(summary: Summary, *paths: Path) -> None:
     """The summary into each path, whole or not at all."""
     text = json.dumps({"schema": SCHEMA, **asdict(summary)}, indent=1)
     for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            tmp.write_text(text)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_whole(path, text)
 
 
 def read(path: Path) -> Summary:
     """The summary at `path`; two lines where it is missing, truncated or of another schema."""
     fix = "run upstream-tests again: it writes the summary whole at its end (a run stopped before then has none)"
+    data = read_record(path, SCHEMA, "upstream-tests' summary", fix)
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise Failure(f"upstream-tests left no summary at {path}", fix) from None
-    except (OSError, ValueError) as e:
-        raise Failure(f"upstream-tests' summary {path} cannot be read ({e})", fix) from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise Failure(f"{path} is not an upstream-tests summary of schema {SCHEMA} (it says {found!r})", fix)
-    try:
-        data.pop("schema")
         data["processes"] = [Process(**p) for p in data.get("processes", [])]
         summary = Summary(**data)
     except (TypeError, AttributeError) as e:
