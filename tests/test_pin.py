@@ -2,6 +2,7 @@
 a package index on 127.0.0.1."""
 
 import hashlib
+import zipfile
 
 import pytest
 
@@ -25,7 +26,8 @@ def test_pin_prints_the_cargo_metadata_block(tmp_path, norm_so):
 
 def test_pin_of_a_pure_wheel_serves_every_arch_under_the_manifest_cuda(tmp_path):
     wheel = tmp_path / "apache_tvm_ffi-0.1.7-py3-none-any.whl"
-    wheel.write_bytes(b"PK fixture")
+    with zipfile.ZipFile(wheel, "w") as whl:  # pin opens it: a file cut short is refused (fault pin-unreadable)
+        whl.writestr("tvm_ffi/__init__.py", "")
     table = pinned(run("pin.py", wheel, "--url", "https://example.invalid/x.whl"))
     assert set(table["apache_tvm_ffi"][pins().cuda_tag]) == {"x86_64", "aarch64"}
     assert set(pinned(run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA))["apache_tvm_ffi"]) == {OTHER_CUDA}
