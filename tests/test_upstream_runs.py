@@ -100,6 +100,8 @@ def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):
     done = upstream(root, {**env, "FAKE_BUG": "1"}, "norm", "--no-plan")
     assert done.returncode == 1, done.stdout
     assert "  newly failing: 1\n    tests/utils/test_norm.py::test_gemma_norm\n  newly erroring: 0\n  newly passing: 0" in done.stdout, done.stdout
+    compared = upstream_summary.read(run_folder(done.stdout) / upstream_summary.NAME).compared  # what the acceptance run reads
+    assert (compared["newly failing"], compared["newly erroring"]) == (["tests/utils/test_norm.py::test_gemma_norm"], []), compared
     done = upstream(root, env, "norm", "--no-plan")
     assert done.returncode == 0, done.stdout  # the known failure is in the baseline: no new failure
     assert "  newly failing: 0\n" in done.stdout

@@ -58,8 +58,10 @@ from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa
 from fidev.core.files import user_path  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
+from fidev.tree import edits  # noqa: E402
 from fidev.upstream import bench as upstream_bench  # noqa: E402
 from fidev.upstream import runs as upstream_runs  # noqa: E402
+from fidev.upstream import summary as upstream_summary  # noqa: E402
 
 TESTS_ARCHIVE = "flashinfer-tests.tar"  # tools/stage_gpu_host.py writes it
 # The planted bug of the edit loop: RMSNormKernel's output 0.5% too large, the size of bug an
@@ -268,16 +270,13 @@ def said(done: affected_summary.Summary | None, seconds: float) -> str:
 def affected_round(run: Run, name: str) -> None:
     """Plant the bug, `affected` must fail naming the module; restore with `cp -p`, it must pass."""
     rel, line, bug, module = AFFECTED_EDITS[name]
-    path, saved = run.tree / rel, run.work / f"{Path(rel).name}.orig"
-    subprocess.run(["cp", "-p", str(path), str(saved)], check=True)
-    text = path.read_text()
-    assert line in text, f"{rel} no longer has the line the affected round plants its bug in"
-    path.write_text(text.replace(line, bug, 1))
-    try:
+    path = run.tree / rel
+    assert line in path.read_text(), f"{rel} no longer has the line the affected round plants its bug in"
+    # under the tree's lock, restored (cp -p: its old bytes and mtime) on every way out, signals too
+    with edits.planted(run.tree, path, lambda text: text.replace(line, bug, 1), f"gpu_acceptance {name}") as planted:
         status, done, s1 = affected(run, name)
-    finally:
-        subprocess.run(["cp", "-p", str(saved), str(path)], check=True)
-    status2, done2, s2 = affected(run, name)
+        planted.restore()
+        status2, done2, s2 = affected(run, name)
     named = done is not None and module in done.modules
     ok = status == 1 and named and done.verdict == "failed" and status2 == 0 and done2 is not None and done2.verdict == "passed"
     run.record(name, ok, s1 + s2, f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(done, s1)} | "
@@ -289,16 +288,22 @@ def upstream_compare(run: Run, name: str, bug: bool) -> None:
     list newly failing tests and nothing newly erroring, and exit 1; restored with `cp -p`, none, exit 0."""
     if bug:
         edit(run, restore=False)
+    record = run.logs / f"{name}.summary.json"
+    record.unlink(missing_ok=True)
     try:
-        status, out, seconds = run.sh(name, [sys.executable, "scripts/upstream_tests.py", "norm", "--no-plan"])
+        status, _, seconds = run.sh(name, [sys.executable, "scripts/upstream_tests.py", "norm", "--no-plan", "--summary", str(record)])
     finally:
         if bug:
             edit(run, restore=True)
-    failing = re.search(r"newly failing: (\d+)((?:\n    \S+)*)", out)
-    erroring = re.search(r"newly erroring: (\d+)", out)
-    n, e = int(failing.group(1)) if failing else -1, int(erroring.group(1)) if erroring else -1
+    try:  # what upstream-tests compared, from its summary (fidev.upstream.summary), not its output
+        compared = upstream_summary.read(record).compared or {}
+    except Failure as failure:
+        print(f"{name}: {failure.problem}", flush=True)
+        compared = {}
+    failing, erroring = compared.get("newly failing"), compared.get("newly erroring")
+    n, e = len(failing) if failing is not None else -1, len(erroring) if erroring is not None else -1
     ok = (status == 1 and n > 0 and e == 0) if bug else (status == 0 and n == 0 and e == 0)
-    first = failing.group(2).split()[:2] if failing and failing.group(2) else []
+    first = (failing or [])[:2]
     run.record(name, ok, seconds, f"exit {status}; newly failing {n}, newly erroring {e}" + (f"; e.g. {', '.join(first)}" if first else ""))
 
 
