@@ -480,13 +480,11 @@ def check_ninja(ctx: Context) -> Result:
 
 
 def check_jit_dir(ctx: Context) -> Result:
-    """The JIT cache can be written, checked without making any folder of it: a mistyped
-    FLASHINFER_WORKSPACE_BASE fails here instead of being created (FlashInfer would create it)."""
+    """The JIT cache can be written, checked without making any folder of it (the nearest folder
+    that exists takes a temporary file): a base that does not exist yet is created by FlashInfer at
+    its first build, so it is a warning that names it, never a folder preflight made."""
     cache, base = ctx.workspace.cache, ctx.workspace.base  # where FlashInfer keeps its JIT builds
     fix = f"set {workspace.BASE_VARIABLE} to a writable folder with >= {MIN_FREE_GIB} GiB free"
-    if not base.is_dir():
-        return fail(f"{workspace.BASE_VARIABLE} (or the home folder) {base} is not a folder that exists",
-                    f"create it (mkdir -p {base}), or {fix}")
     existing = next(p for p in (cache, *cache.parents) if p.exists())  # the cache or the nearest folder above it
     try:
         with tempfile.TemporaryFile(dir=existing):
@@ -496,6 +494,9 @@ def check_jit_dir(ctx: Context) -> Result:
     free = shutil.disk_usage(existing).free / 2**30
     if free < MIN_FREE_GIB:
         return fail(f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
+    if not base.is_dir():
+        return warn(f"{workspace.BASE_VARIABLE} (or the home folder) {base} does not exist yet: FlashInfer creates it at its first "
+                    f"build ({free:.0f} GiB free there)", f"check its spelling; nothing was created (mkdir -p {base} to make it yourself)")
     return ok(f"JIT cache {cache} ({free:.0f} GiB free)")
 
 
