@@ -189,3 +189,15 @@ def test_a_manifest_value_of_the_wrong_type_fails_in_two_lines(tmp_path, where, 
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     two_lines(done, {1})
     assert "pyproject.toml" in done.stderr.strip().splitlines()[-2], done.stderr
+
+
+@pytest.mark.parametrize("script, argv, problem", [
+    ("pin.py", ["--url", "https://example.invalid/w.whl", "{tmp}/a.whl", "{tmp}/b.whl"], "--url names one wheel's URL, but several"),
+    ("bench_chain.py", ["--task", "bogus"], "--task 'bogus' is not a task of flashinfer-dev"),
+    ("pin.py", ["--cuda", "cu1210", "{tmp}/a.whl"], "'cu1210' is not a CUDA release"),  # not CUDA 121.0, nor a guess at 12.10
+    ("prefetch.py", ["{tmp}/Cargo.toml", "--cuda", "١٢.٩"], "is not a CUDA release"),
+])
+def test_usage_errors_exit_2(tmp_path, script, argv, problem):
+    done = run(script, argv, tmp_path)
+    two_lines(done, {2})
+    assert problem in done.stderr.strip().splitlines()[-2], done.stderr
