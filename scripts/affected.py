@@ -14,7 +14,9 @@
    record the upstream-tests plan keeps beside the JIT dir (which test asked for which module).
 3. It rebuilds just those modules and runs just those tests, then prints one table and a line
    naming what failed and the command that reruns it alone. --list stops after the table's first
-   three columns. Exit status 1 when a build or a test failed.
+   three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not
+   covered, nothing failed but the edit reaches a kernel family whose FlashInfer tests did not run
+   (the last line names the upstream-tests command that covers it); 130: interrupted.
 
 With --summary FILE it writes its result to FILE as JSON, whatever the end (fidev.affected.summary):
 the verdict, the exit status, the changed files with their modules, the tests selected, what

@@ -5,9 +5,10 @@ cannot read, or of another schema, in two lines.
 
 The fields (SCHEMA, version 1):
   schema      "fidev-affected-summary/1"
-  verdict     one of VERDICTS: passed, failed, nothing changed, no module changed (the changed files
-              reach no built module), listed (--list), build failed, error (a refusal: problem
-              says it), interrupted
+  verdict     one of VERDICTS: passed, failed, not covered (status 3: a kernel family the edit
+              reaches went untested), nothing changed, no module changed (the changed files reach
+              no built module), listed (--list), build failed, error (a refusal: problem says it),
+              interrupted
   status      the exit status affected returned
   changed     {changed file, as the table shows it: the modules it reaches}
   tests       the tests selected: smoke's and abi-smoke's node ids, then FlashInfer's test functions
