@@ -101,6 +101,7 @@ PATH_OPTIONS = [
     ("bench_chain.py", [], "--workspace", []),
     ("stage_gpu_host.py", ["{tmp}/stage", "--flashinfer-git"], None, []),
     ("gpu_acceptance.py", ["--work", "{tmp}/work", "--steps", "setup"], "--staged", []),
+    ("conda_layout.py", ["--print-env"], None, []),
 ]
 ARCHIVE_OPTIONS = [
     ("artifacts.py", [], None, []),

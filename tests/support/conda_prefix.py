@@ -14,20 +14,16 @@ The layout, read in the conda-forge recipes of CUDA 12.9 (the nvidia channel shi
   symlinked from lib/stubs; no lib64 at the prefix root (every build.sh moves lib64 to lib);
   a lib64 -> lib link only inside targets/x86_64-linux.
 
-usage:
-  python tests/support/conda_prefix.py PREFIX [--toolkit /usr/local/cuda] [--cuda-home-only] -- CMD [ARG...]
-  python tests/support/conda_prefix.py PREFIX --print-env
-Without --toolkit the files are empty (enough for path checks). The command runs with the host
-toolkit taken off PATH, LIBRARY_PATH and the compiler path variables unset, CONDA_PREFIX set, and
-the manifest's activation env applied (only CUDA_HOME=$CONDA_PREFIX with --cuda-home-only).
+Its command line is the maintainer tool tools/conda_layout.py. Without a toolkit the files are
+empty (enough for path checks). `environment` takes the host toolkit off PATH, unsets LIBRARY_PATH
+and the compiler path variables, sets CONDA_PREFIX, and applies the manifest's activation env (only
+CUDA_HOME=$CONDA_PREFIX with cuda_home_only).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -173,27 +169,3 @@ def environment(prefix: Path, base: dict[str, str], cuda_home_only: bool = False
     if cuda_home_only:
         return dict(env, CONDA_PREFIX=str(prefix), CUDA_HOME=str(prefix))
     return activation.apply(env, str(prefix))
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("prefix", type=Path)
-    parser.add_argument("--toolkit", type=Path, help="a host CUDA toolkit to take the files from (default: empty files)")
-    parser.add_argument("--cuda-home-only", action="store_true", help="apply only CUDA_HOME=$CONDA_PREFIX, not the manifest's activation")
-    parser.add_argument("--print-env", action="store_true", help="print what the activation sets, as shell exports")
-    argv = sys.argv[1:]
-    split = argv.index("--") if "--" in argv else len(argv)
-    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
-    prefix = build(args.prefix.resolve(), args.toolkit)
-    env = environment(prefix, dict(os.environ), args.cuda_home_only)
-    if args.print_env or not command:
-        for name in ("CONDA_PREFIX", "PATH", *activation.manifest_env()):
-            if name in env:
-                print(f"export {name}={env[name]!r}")
-        return 0
-    return subprocess.run(command, env=env).returncode
-
-
-if __name__ == "__main__":
-    sys.exit(main())
