@@ -32,11 +32,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.upstream import bench as upstream_bench  # noqa: E402
 from fidev.upstream import runs as upstream_runs  # noqa: E402
 from fidev.upstream import summary as upstream_summary  # noqa: E402
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "scripts" / "upstream_tests.py"
-DEFAULT = ["norm", "activation", "sampling"]
+DEFAULT = list(upstream_bench.FAMILIES)  # what the acceptance run's bench-warm-up builds
 TIMEOUT_S = 7200
 
 
