@@ -378,7 +378,7 @@ def check_source(ctx: Context) -> Result:
         if not tree.pinned:  # edits committed on top of the pin: the kernel source mode auto compiles what they reach
             return warn(f"{where} is at {tree.found[:12]}: your commits on top of the pinned {p.source_commit[:12]} (v{p.flashinfer})",
                         "fine for kernel work (the modules they reach compile from the tree); to move the pin itself, see "
-                        "docs/flashinfer-dev.md, \"Bumping the FlashInfer pin\"")
+                        "docs/bindings.md, \"Bumping the FlashInfer pin\"")
         if tree.lacking:
             return fail(f"{where} lacks {', '.join(tree.lacking)}: its own submodules are not initialized", "git submodule update --init --recursive")
         return ok(f"{where} at v{p.flashinfer} ({tree.found[:12]})")

@@ -5,7 +5,7 @@ without pixi, in a conda-layout replica of that environment; one table at the en
                                   [--time-limit SECONDS] [--resume]
   python3 tools/gpu_acceptance.py --list-steps
 
-Every GPU-facing change passes this before it is resolved (docs/flashinfer-dev.md, "Tests and CI").
+Every GPU-facing change passes this before it is resolved (docs/testing.md, "Tests and CI").
 It works in a copy of the checkout under WORK (default /tmp/fidev-acceptance), so builds and the
 editable install survive between runs, and runs each task as a user would (`python scripts/<task>.py`)
 with the host toolkit hidden, the manifest's activation applied (tests/support/conda_prefix.py) and the JIT

@@ -33,7 +33,7 @@ NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 # 2705 in 24 s): past this many a case, another pytest process on the GPU pays for its start
 # (torch's import and the file's collection, and its CUDA context: all before the gate). With 8
 # processes test_activation.py's 630 silu cases ran in 6.4 to 6.8 s on the H100 host, with 4 in 7.0
-# to 9.0 s (docs/flashinfer-dev.md, "affected").
+# to 9.0 s (docs/measurements.md).
 CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
 THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
 PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")

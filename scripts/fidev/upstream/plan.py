@@ -24,7 +24,7 @@ from fidev.upstream.suite import pytest_options, scripts_path
 
 # A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
 # takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
-# as the tests first load them. The figures in docs/flashinfer-dev.md say how it held.
+# as the tests first load them. The figures in docs/measurements.md say how it held.
 SECONDS_PER_OBJECT = 25
 # The plan must cost little next to the run it plans; past this it is dropped.
 PLAN_LIMIT_S = 60
