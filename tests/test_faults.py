@@ -27,7 +27,7 @@ import pytest
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import source_tree
 from module_fixtures import JIT_CACHE_WHEEL, make_wheel
-from script_runs import BUILD_TOOLS, missing_tools, require, run, task_path
+from script_runs import BUILD_TOOLS, missing_tools, require, run, task_path, wait_until
 
 P = pins()
 DOC = ROOT / "docs" / "faults.md"
@@ -849,15 +849,6 @@ def alive(pid: int) -> bool:
     return state != "Z"  # a zombie has ended; only its parent's wait is missing
 
 
-def wait_for_proc(condition, seconds: float, what: str, proc) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            out = proc.communicate(timeout=5)[0] if proc.poll() is not None else "(still running)"
-            pytest.fail(f"{what} did not happen within {seconds} s: {out}")
-        time.sleep(0.2)
-
-
 @fault("ci-stopped")
 @pytest.mark.integration  # .ci/run makes its venvs from the package index, as always
 def test_sigterm_stops_the_tests_it_started_and_leaves_no_scratch(tmp_path):
@@ -877,12 +868,12 @@ def test_sigterm_stops_the_tests_it_started_and_leaves_no_scratch(tmp_path):
     proc = subprocess.Popen(["bash", str(ws / ".ci" / "run")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        wait_for_proc(pid_file.exists, 600, "the test task's start", proc)
-        wait_for_proc(lambda: pid_file.read_text().strip().isdigit(), 10, "the test task's pid", proc)
+        wait_until(pid_file.exists, 600, "the test task's start", proc)
+        wait_until(lambda: pid_file.read_text().strip().isdigit(), 10, "the test task's pid", proc)
         pid = int(pid_file.read_text())
         proc.send_signal(signal.SIGTERM)  # to .ci/run alone, as a runner's timeout does
         out = proc.communicate(timeout=60)[0]
-        wait_for_proc(lambda: not alive(pid), 15, "the end of the test task", proc)
+        wait_until(lambda: not alive(pid), 15, "the end of the test task", proc)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

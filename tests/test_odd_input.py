@@ -14,7 +14,7 @@ import zipfile
 import pytest
 
 from fidev.core.manifest import ROOT, pins
-from script_runs import task_path
+from script_runs import task_path, two_line_failure
 
 NUMBERS = {"superscript two": "²", "arabic-indic one": "١", "inf": "inf", "nan": "nan", "zero": "0", "negative": "-1",
            "huge": "1e999", "empty": ""}
@@ -122,11 +122,7 @@ def run(script, argv, tmp):
 
 
 def two_lines(done, statuses):
-    out = done.stdout + done.stderr
-    assert "Traceback" not in out, out[-3000:]
-    assert done.returncode in statuses, f"exit {done.returncode}, not {sorted(statuses)}: {out[-2000:]}"
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) >= 2 and lines[-2].startswith("error: ") and lines[-1].lstrip().startswith("fix: "), out[-2000:]
+    two_line_failure(done, "", set(statuses))
 
 
 def argv_for(before, option, value, after):

@@ -19,7 +19,7 @@ from fidev.core.manifest import pins
 from fidev.tree import families as upstream_suites
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import summary as upstream_summary
-from script_runs import require, two_line_failure
+from script_runs import require, two_line_failure, wait_until
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 TESTS = "extern/tracked/flashinfer/tests"
@@ -33,14 +33,6 @@ def write(root, rel, text):
 
 def run_folder(stdout):
     return Path(re.search(r"JUnit XML and logs in (\S+)", stdout).group(1))
-
-
-def wait_until(condition, seconds: float, what: str) -> None:
-    """Poll `condition` until it holds; fail, saying what did not happen, after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
-        time.sleep(0.05)
 
 
 def test_a_crash_and_a_timeout_are_their_files_alone(ws):

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -22,13 +23,25 @@ def run(script, *args, flags=(), env=None, timeout=120):
 
 
 def two_line_failure(done, problem, status=1):
-    """Exit status 1 (2 for bad usage), and the last two lines of stderr: the problem, then the
-    fix; no traceback."""
-    assert done.returncode == status, done.stdout + done.stderr
-    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    """Exit status 1 (2 for bad usage; `status` may be a set of those allowed), and the last two
+    lines of stderr: the problem, then the fix; no traceback."""
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out[-3000:]
+    assert done.returncode in (status if isinstance(status, set) else {status}), f"exit {done.returncode}: {out[-2000:]}"
     lines = done.stderr.strip().splitlines()
-    assert lines[-2].startswith("error: ") and problem in lines[-2], lines
-    assert lines[-1].lstrip().startswith("fix: ")
+    assert len(lines) >= 2 and lines[-2].startswith("error: ") and problem in lines[-2], lines
+    assert lines[-1].lstrip().startswith("fix: "), lines
+
+
+def wait_until(condition, seconds: float, what: str, proc=None) -> None:
+    """Poll `condition` until it holds; fail, saying what did not happen, after `seconds`, or at
+    once where `proc` ended first (with its output)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what} did not happen: the process ended first: {proc.communicate(timeout=5)[0]}")
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.05)
 
 
 CI_VENV = "FIDEV_CI_VENV"  # set by .ci/run in its flashinfer-dev venv, which must have everything
