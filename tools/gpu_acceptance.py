@@ -90,16 +90,16 @@ STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "
          "auto-generator", "auto-restore"]
 NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus"]  # a 2-GPU host's: not part of the default run
 
-# What each step took on the H100 host (2026-11-25, 8c448fe: 1579 s in all: on a GPU host that limits
-# each command to 10 minutes, 3 or 4 parts), for --time-limit where WORK has no time of its own for it yet.
+# What each step took in an H100 run of docs/measurements.md (with the bench steps' estimates), for
+# --time-limit where WORK has no time of its own for it yet: on a GPU host that limits each command to
+# 10 minutes, they pack the run into 3 parts.
 STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
           "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
           "edit-build": 28, "edit-smoke": 10, "restore-build": 29, "restore-smoke": 8, "upstream-baseline": 26, "upstream-compare-bug": 100,
           "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61,
           "upstream-quantization": 46, "affected-upstream": 42, "prebuilt-set": 121, "auto-fresh": 13, "auto-header": 41,
           "auto-generator": 20, "auto-restore": 14,
-          # the warm-up on the 2-GPU H200 host at d4cba3e (317.4 s: norm 22, activation 99, sampling 317 s); the timed runs
-          # not yet measured: on 1 GPU about the files' sum, on 2 about half of it, as long files run in parts
+          # the 2-GPU steps: the warm-up builds what norm, activation and sampling need; on 2 GPUs about half of 1
           "bench-warm-up": 320, "bench-1-gpu": 460, "bench-2-gpus": 260}
 
 

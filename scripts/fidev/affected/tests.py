@@ -29,11 +29,10 @@ from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import summary as upstream_summary
 
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
-# FlashInfer's small cases run about 110 a second in one process on the H100 host (test_norm.py's
-# 2705 in 24 s): past this many a case, another pytest process on the GPU pays for its start
-# (torch's import and the file's collection, and its CUDA context: all before the gate). With 8
-# processes test_activation.py's 630 silu cases ran in 6.4 to 6.8 s on the H100 host, with 4 in 7.0
-# to 9.0 s (docs/measurements.md).
+# Past CASES_PER_PROCESS cases a process, another pytest process on the GPU pays for its start
+# (torch's import and the file's collection, and its CUDA context: all before the gate), at the
+# rate FlashInfer's small cases run; MAX_PROCESSES bounds them. The rates and the silu round's
+# times with 4 and 8 processes that set them are in docs/measurements.md.
 CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
 THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
 PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
@@ -87,7 +86,7 @@ def processes(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, str]
     by the GPUs in use; one for a few cases. The cores are shared among their torch thread pools
     too (THREADS), unless the user set it. Separate processes, not pytest-xdist's workers: those
     start only once xdist's controller has imported torch and flashinfer (FlashInfer's conftest
-    imports both), and on the H100 host the last of 8 was ready 1.0 to 1.4 s after the gate."""
+    imports both), and the last of them was not ready when the gate opened (docs/measurements.md)."""
     from fidev.upstream import runs as upstream_runs
 
     gpus = len(upstream_runs.host_gpus())

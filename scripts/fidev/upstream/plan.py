@@ -22,9 +22,9 @@ from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream.suite import pytest_options, scripts_path
 
-# A rough cost model, from the H100 host (16 cores): one object of an attention or norm module
-# takes 10 to 30 s to compile; a module's objects build side by side, modules one after another
-# as the tests first load them. The figures in docs/measurements.md say how it held.
+# A rough cost model: one object of an attention or norm module takes SECONDS_PER_OBJECT to
+# compile; a module's objects build side by side, modules one after another as the tests first
+# load them. The compile times it comes from, and how it held, are in docs/measurements.md.
 SECONDS_PER_OBJECT = 25
 # The plan must cost little next to the run it plans; past this it is dropped.
 PLAN_LIMIT_S = 60

@@ -109,8 +109,8 @@ def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> list[str] | Non
 
 def make_cuda_context() -> None:
     """The process's CUDA context, made while it waits at the gate instead of in its first test
-    after it (1.3 to 2.2 s a process on the 2-GPU H200 host at 82eba6f, then all of it past the
-    build). Only where the tests' imports brought torch and it sees a GPU: fidev imports nothing."""
+    after it, where all of it would come past the build (its cost per process: docs/measurements.md).
+    Only where the tests' imports brought torch and it sees a GPU: fidev imports nothing."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         torch.empty(1, device="cuda")
@@ -237,8 +237,7 @@ class FlashInferBuilds:
     def built_already(spec) -> bool:
         """Built and recorded, with nothing for ninja to do and no restored copy among its inputs:
         read without the JIT dir's lock, which every xdist worker of every part of a file would
-        otherwise take in turn to find nothing to do, after the gate (8 workers of test_activation.py
-        on the 2-GPU H200 host at d4cba3e said "warmup built in" 0, 1 and 2 s)."""
+        otherwise take in turn to find nothing to do, after the gate (what that cost: docs/measurements.md)."""
         if hasattr(spec, "write_ninja"):
             spec.write_ninja()  # as module_builds.build_specs does first (FlashInfer's write_if_different)
         if not spec.jit_library_path.exists() or not (spec.build_dir / ninja_inputs.STAMP).is_file():

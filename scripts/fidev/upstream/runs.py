@@ -5,8 +5,8 @@ scripts/test_utils.sh at v0.6.17 with PARALLEL_TESTS=true, whose `run_pytest_wit
 a file to PYTEST_FILE_TIMEOUT_SECONDS, 7,200 by default),
 longest files first, a JUnit XML and a log per file in a run folder.
 
-A run takes at least its longest file (test_sampling.py: 317 of the 438 s of norm, activation and
-sampling on the 2-GPU H200 host), so a file whose last run was long runs in parts, up to one per
+A run takes at least its longest file (test_sampling.py is most of norm, activation and sampling:
+docs/measurements.md), so a file whose last run was long runs in parts, up to one per
 GPU and each of PART_MIN_S or more by that time, a process each on a GPU of its own: every part
 collects the whole file and runs every k-th case (fidev.upstream.plugin.PART). A part is a file's
 process as FlashInfer's CI has it, with its own JUnit XML, log and time limit; a file not run
@@ -46,7 +46,7 @@ from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, o
 FILE_LIMIT_S = 7200
 # pytest plugins FlashInfer's suite does not use (no file of tests/ at v0.6.3 names hypothesis), blocked in
 # its processes: hypothesis's plugin imports hypothesis at every session's end (_hypothesis_pytestplugin's
-# pytest_terminal_summary, hypothesis 6.x), 0.8 to 1.6 s of each process's end on the H100 host's Python.
+# pytest_terminal_summary, hypothesis 6.x), a second or so of each process's end (docs/measurements.md).
 UNUSED_PLUGINS = ["-p", "no:hypothesispytest"]
 # pytest as `python -m pytest` runs it (its console_main), then the process's end without the
 # interpreter's teardown of torch and flashinfer (fidev.core.failure.exit_now), which came after each

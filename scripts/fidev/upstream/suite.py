@@ -129,7 +129,7 @@ def family_counts(nodes: list[str]) -> dict[str, int]:
 
 def suite_map(tests: Path) -> dict | None:
     """The suite's test cases, counted once while its files stay as they are: `pytest --collect-only`
-    of the whole tests/ (36 s on the H100 host for v0.6.3's 267,824), kept beside the JIT dirs. None
+    of the whole tests/ (over half a minute for v0.6.3's: docs/measurements.md), kept beside the JIT dirs. None
     when it cannot collect here (no pytest, no FlashInfer)."""
     p = pins()
     key = suite_key(tests)
