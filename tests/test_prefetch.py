@@ -106,11 +106,12 @@ def test_waits_for_the_lock_another_process_holds(crate):
         try:
             said = queue.Queue()
 
-            def read():
+            def read():  # the one reader of its stdout, to its end (communicate below reads stderr only)
                 for line in proc.stdout:
                     said.put(line)
 
-            threading.Thread(target=read, daemon=True).start()
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
             deadline = time.monotonic() + 60
             while True:  # its lines, each waited for until the deadline (a silent prefetch fails, never hangs)
                 try:
@@ -123,7 +124,9 @@ def test_waits_for_the_lock_another_process_holds(crate):
             assert proc.poll() is None and not target.exists(), "prefetch went on while the lock was held"
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-        out, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
+        err = proc.stderr.read()
     assert proc.returncode == 0, err
     assert target.read_bytes() == wheels[JIT_WHEEL]
 
