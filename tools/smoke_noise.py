@@ -1,11 +1,13 @@
 """Measure the GPU suites' numerical noise: run tests/smoke (or tests/abi_smoke) N times in one
-process, each run with fresh random inputs, and print per kernel and dtype the worst max-relative
-error seen, the tolerance (tests/support/gpu_checks.py, TOLERANCE) and the margin between them.
+process, each run with fresh random inputs, and print per kernel and dtype the largest share of its
+allowance (tests/support/gpu_checks.py, TOLERANCE: |out - ref| <= atol + rtol |ref|, element by
+element) that any element took, and the margin, its inverse.
 
   python tools/smoke_noise.py [--runs 20] [--suite smoke|abi_smoke] [PYTEST_ARGS ...]
 
-Exit 1 when a margin is under 3x (the rule the tolerances are set by) or a run failed. Run it on
-the GPU host after `build` (and `build --abi` for abi_smoke): it compiles nothing itself.
+Exit 1 when a run failed or a margin is under 1.5x: an fp16 output's own rounding alone takes up to
+1/2.05 of FlashInfer's fp16 allowance, so about 2x is the most an fp16 check can keep. Run it on the
+GPU host after `build` (and `build --abi` for abi_smoke): it compiles nothing itself.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.smoke import gpu_suite  # noqa: E402
 
-MIN_MARGIN = 3.0
+MIN_MARGIN = 1.5
 
 
 def main() -> int:
@@ -37,20 +39,21 @@ def main() -> int:
     checks = sys.modules.get("gpu_checks")
     if checks is None or not checks.MEASURED:
         raise Failure("no check measured an error", "run it on the GPU host, after `build`")
-    worst: dict[tuple[str, str], list[float]] = {}
-    for kernel, dtype, err in checks.MEASURED:
-        worst.setdefault((kernel, dtype), []).append(err)
-    rows, short = [("kernel", "dtype", "checks", "median", "worst", "tolerance", "margin")], []
-    for (kernel, dtype), errs in sorted(worst.items()):
-        bound = next(b for d, b in checks.TOLERANCE[kernel].items() if str(d).removeprefix("torch.") == dtype)
-        margin = bound / max(max(errs), 1e-30)
+    used: dict[tuple[str, str], list[float]] = {}
+    for kernel, dtype, share in checks.MEASURED:
+        used.setdefault((kernel, dtype), []).append(share)
+    rows, short = [("kernel", "dtype", "checks", "median share", "worst share", "rtol, atol", "margin")], []
+    for (kernel, dtype), shares in sorted(used.items()):
+        rtol, atol = next(rule for d, rule in checks.TOLERANCE[kernel].items() if str(d).removeprefix("torch.") == dtype)
+        margin = 1 / max(max(shares), 1e-30)
         if margin < MIN_MARGIN:
             short.append(f"{kernel} {dtype}")
-        rows.append((kernel, dtype, str(len(errs)), f"{sorted(errs)[len(errs) // 2]:.2e}", f"{max(errs):.2e}", f"{bound:.2g}", f"{margin:.1f}x"))
+        rows.append((kernel, dtype, str(len(shares)), f"{sorted(shares)[len(shares) // 2]:.2f}", f"{max(shares):.2f}",
+                     f"{rtol:g}, {atol:g}", f"{margin:.1f}x"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-    print(f"smoke-noise: {args.runs} runs of {args.suite}, {failed_runs} failed; margins under {MIN_MARGIN:.0f}x: {', '.join(short) or 'none'}")
+    print(f"smoke-noise: {args.runs} runs of {args.suite}, {failed_runs} failed; margins under {MIN_MARGIN:g}x: {', '.join(short) or 'none'}")
     return 1 if failed_runs or short else 0
 
 

@@ -7,29 +7,36 @@ import torch
 
 EPS = 1e-6  # the rmsnorm epsilon the tests use
 RESULTS: dict[str, list[tuple[str, ...]]] = {}  # table title -> rows; the first row is the header
-MEASURED: list[tuple[str, str, float]] = []  # (kernel, dtype, max rel err) of every check, for tools/smoke_noise.py
+# (kernel, dtype, worst share of its allowance) of every check, for tools/smoke_noise.py
+MEASURED: list[tuple[str, str, float]] = []
 
 F16, BF16 = torch.float16, torch.bfloat16
-# Largest accepted max-relative error, by kernel and the dtype its output is judged at. Each bound
-# keeps a margin of at least 3x over the worst error seen in 20 fresh-seed runs of smoke and of
-# abi-smoke on the H100 (tools/smoke_noise.py; the figures are in docs/measurements.md, "Smoke's
-# tolerances"), and every fp16 bound is under 5e-3, so that an fp16 kernel bug of that size fails
-# (FlashInfer's own tests hold these kernels to 1e-3). The floor is the output's rounding: half an
-# ulp is up to 2^-11 (4.9e-4) of a value in fp16 and 2^-8 (3.9e-3) in bf16; worst seen: fp16
-# 4.1e-4 (norm, silu), 5.0e-4 (attention), 8.7e-4 (gdn); bf16 3.4e-3 (norm, silu), 7.9e-3 (gdn).
+# FlashInfer's own rule, element by element, against our float64 reference: an element passes when
+# |out - ref| <= atol + rtol * |ref| (torch.testing.assert_close's test). (rtol, atol) by kernel and
+# the dtype its output is judged at. fp16: FlashInfer's v0.6.3 tests' values, rtol = atol = 1e-3
+# (tests/utils/test_norm.py test_norm, tests/utils/test_activation.py test_fused_silu_mul,
+# tests/attention/test_single_prefill.py, test_batch_decode_kernels.py, test_batch_prefill_kernels.py);
+# gdn: tests/gdn/test_prefill_delta_rule.py, its output and its float32 state at each input dtype.
+# bf16 norm and silu, which FlashInfer does not test in bf16: rtol = atol = 1e-2, its bf16 output's
+# values in that gdn test. The output's own rounding takes up to half an ulp, 2^-11 of a value in
+# fp16: under 1/2.05 of the fp16 allowance, so no fp16 check keeps more than about 2x of margin
+# (tools/smoke_noise.py asks 1.5x; docs/tasks.md, "Smoke's tolerances").
+FP16_RULE, BF16_RULE = (1e-3, 1e-3), (1e-2, 1e-2)
 TOLERANCE = {
-    "rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
-    "gemma_rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
-    "fused_add_rmsnorm": {F16: 2e-3, BF16: 1.2e-2},
-    "residual_sum": {F16: 2e-3, BF16: 1.2e-2},
-    "silu_and_mul": {F16: 2e-3, BF16: 1.2e-2},
-    "single_decode": {F16: 2e-3},
-    "single_prefill": {F16: 2e-3},
-    "batch_decode": {F16: 2e-3},
-    "batch_prefill": {F16: 2e-3},
-    "gdn_prefill": {F16: 3e-3, BF16: 2.5e-2},
-    "gdn_state": {F16: 3e-3, BF16: 2.5e-2},  # float32, but accumulated from fp16/bf16 inputs
+    "rmsnorm": {F16: FP16_RULE, BF16: BF16_RULE},
+    "gemma_rmsnorm": {F16: FP16_RULE, BF16: BF16_RULE},
+    "fused_add_rmsnorm": {F16: FP16_RULE, BF16: BF16_RULE},
+    "residual_sum": {F16: FP16_RULE, BF16: BF16_RULE},
+    "silu_and_mul": {F16: FP16_RULE, BF16: BF16_RULE},
+    "single_decode": {F16: FP16_RULE},
+    "single_prefill": {F16: FP16_RULE},
+    "batch_decode": {F16: FP16_RULE},
+    "batch_prefill": {F16: FP16_RULE},
+    "gdn_prefill": {F16: FP16_RULE, BF16: BF16_RULE},
+    "gdn_state": {F16: (1e-4, 1e-3), BF16: (1e-3, 5e-3)},  # float32, accumulated from fp16/bf16 inputs
 }
+# Row sizes past the last full vector of 16 bytes, as FlashInfer's norm tests use (test_norm.py's hidden_size)
+TAIL_SIZES = [111, 500]
 
 
 def fresh_seed() -> int:
@@ -52,22 +59,29 @@ def poison_allocator(*shapes_dtypes) -> None:
     del blocks
 
 
-def max_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """max|out - ref| / max|ref|, after checking every element was written and is finite."""
-    assert out.shape == ref.shape, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
-    bad = (~torch.isfinite(out)).sum().item()
-    assert bad == 0, f"{bad} of {out.numel()} output elements are NaN/inf (not written, or overflow)"
+def allowance_used(out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    """|out - ref| / (atol + rtol |ref|), element by element: above 1 where the element fails."""
     ref = ref.double()
-    return ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+    return (out.double() - ref).abs() / (atol + rtol * ref.abs())
 
 
 def assert_close(out, ref, kernel: str, dtype, seed) -> float:
-    """max_rel_err(out, ref), held to the bound of `kernel` at `dtype` (and kept in MEASURED)."""
-    err = max_rel_err(out, ref)
-    MEASURED.append((kernel, str(dtype).removeprefix("torch."), err))
-    bound = TOLERANCE[kernel][dtype]
-    assert err < bound, f"{kernel}: max relative error {err:.3e} >= {bound:.0e} for {dtype} (seed {seed})"
-    return err
+    """Every element of `out` written, finite, and within FlashInfer's (rtol, atol) of `kernel` at
+    `dtype` of the float64 `ref`. Returns the worst element's share of its allowance (kept in MEASURED)."""
+    assert out.shape == ref.shape, f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    bad = (~torch.isfinite(out)).sum().item()
+    assert bad == 0, f"{bad} of {out.numel()} output elements are NaN/inf (not written, or overflow) (seed {seed})"
+    rtol, atol = TOLERANCE[kernel][dtype]
+    used = allowance_used(out, ref, rtol, atol)
+    worst = used.max().item()
+    MEASURED.append((kernel, str(dtype).removeprefix("torch."), worst))
+    if worst > 1:
+        at = tuple(int(i) for i in torch.unravel_index(used.argmax(), used.shape))
+        failing = (used > 1).sum().item()
+        raise AssertionError(f"{kernel}: {failing} of {out.numel()} elements off by more than {atol:g} + {rtol:g} |ref| "
+                             f"for {dtype}; worst at {at}: {out[at].item():.6g} against {ref[at].item():.6g}, "
+                             f"{worst:.2f}x its allowance (seed {seed})")
+    return worst
 
 
 def gpu_ms(fn, reps: int = 20) -> float:
