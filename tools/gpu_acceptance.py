@@ -14,15 +14,18 @@ the wheels of --staged DIR (tools/stage_gpu_host.py makes it), then FlashInfer e
 
 The steps, in order: setup, negative-control, preflight, build-cold, build-noop, import-check, smoke,
 smoke-noise, build-abi, abi-smoke, upstream-norm, upstream-activation, build-after-upstream,
-edit-build, edit-smoke, restore-build, restore-smoke, upstream-baseline, upstream-compare-bug,
-upstream-compare-clean, affected-noop, affected-header, affected-source, affected-generator,
-upstream-quantization, affected-upstream, prebuilt-set, auto-fresh, auto-header, auto-generator,
-auto-restore. A result is `pass` when the step did what it must (the negative control and
-edit-smoke must fail). Results accumulate in WORK/results.json, so
+edit-loop (its rows: edit-build, edit-smoke, restore-build, restore-smoke), upstream-baseline,
+upstream-compare-bug, upstream-compare-clean, affected-noop, affected-header, affected-source,
+affected-generator, upstream-quantization, affected-upstream, prebuilt-set, auto-fresh, auto-header,
+auto-generator, auto-restore. A result is `pass` when the step did what it must (the negative
+control and edit-smoke must fail). A step that plants a bug in the tree plants it, runs its checks
+and restores the file (`cp -p`: its old bytes and mtime) within itself, under the tree's lock
+(fidev.tree.edits.planted), so a run stopped between steps, or within one (a time limit, a host
+that ends the command, Ctrl-C), leaves the tree as it was. Results accumulate in WORK/results.json, so
 a host that limits a command's time runs it in parts: `--steps setup,negative-control,...`, then
 the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
 part starts no step that would not end in time (by the step's last time here, else STEP_S), and
-names the steps it left for the next part; `--resume` leaves out the steps WORK has a result for, so
+names the steps it left for the next part; `--resume` leaves out the steps WORK has every row for, so
 every part after the first can be the same command. `--list-steps` prints each step with the
 seconds it is expected to take, as JSON, and runs nothing.
 
@@ -42,10 +45,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +69,7 @@ from fidev.upstream import runs as upstream_runs  # noqa: E402
 from fidev.upstream import summary as upstream_summary  # noqa: E402
 
 TESTS_ARCHIVE = "flashinfer-tests.tar"  # tools/stage_gpu_host.py writes it
-# The planted bug of the edit loop: RMSNormKernel's output 0.5% too large, the size of bug an
+# The planted bug of the edit loop (and of upstream-compare-bug and auto-header): RMSNormKernel's output 0.5% too large, the size of bug an
 # fp16 tolerance must catch (tests/support/gpu_checks.py). include/flashinfer/norm.cuh, RMSNormKernel, at v0.6.3.
 NORM_HEADER = "include/flashinfer/norm.cuh"
 NORM_LINE = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j]));"
@@ -84,18 +89,26 @@ AFFECTED_EDITS = {
                           "(input_vec[0] << 6) | (input_vec[1] << 6)", "quantization"),
 }
 STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi",
-         "abi-smoke", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-build", "edit-smoke", "restore-build",
-         "restore-smoke", "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header",
-         "affected-source", "affected-generator", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header",
-         "auto-generator", "auto-restore"]
+         "abi-smoke", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-loop", "upstream-baseline",
+         "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header", "affected-source", "affected-generator",
+         "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header", "auto-generator", "auto-restore"]
 NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus"]  # a 2-GPU host's: not part of the default run
+# The table's rows of a step that records more than one (every other step records one, its own name):
+# the edit loop's bug stays planted across its four, so they are one step, under the tree's lock.
+ROWS = {"edit-loop": ["edit-build", "edit-smoke", "restore-build", "restore-smoke"]}
+
+
+def rows(step: str) -> list[str]:
+    return ROWS.get(step, [step])
+
 
 # What each step took in an H100 run of docs/measurements.md (with the bench steps' estimates), for
 # --time-limit where WORK has no time of its own for it yet: on a GPU host that limits each command to
 # 10 minutes, they pack the run into 3 parts.
 STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
           "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
-          "edit-build": 28, "edit-smoke": 10, "restore-build": 29, "restore-smoke": 8, "upstream-baseline": 26, "upstream-compare-bug": 100,
+          "edit-loop": 28 + 10 + 29 + 8,  # its rows': edit-build, edit-smoke, restore-build, restore-smoke
+          "upstream-baseline": 26, "upstream-compare-bug": 100,
           "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61,
           "upstream-quantization": 46, "affected-upstream": 42, "prebuilt-set": 121, "auto-fresh": 13, "auto-header": 41,
           "auto-generator": 20, "auto-restore": 14,
@@ -120,24 +133,39 @@ class Run:
         return {**env, "FLASHINFER_WORKSPACE_BASE": str(self.base), "PYTHONUNBUFFERED": "1", **extra}
 
     def sh(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, float]:
-        """Run, teeing to the terminal and to logs/<name>.log; (status, output, seconds)."""
+        """Run, teeing to the terminal and to logs/<name>.log; (status, output, seconds). Stopped
+        (Ctrl-C, SIGTERM), it stops the command and all it started before a planted bug is
+        restored: a build that went on would compile the bug into an object newer than the restored file."""
         self.logs.mkdir(parents=True, exist_ok=True)
         print(f"\n=== {name}: {' '.join(argv)}", flush=True)
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=self.ws, env=env or self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(argv, cwd=self.ws, env=env or self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)  # its own process group, for stop()
         lines = []
-        with open(self.logs / f"{name}.log", "a") as log:
-            for line in proc.stdout:
-                sys.stdout.write(line)
-                log.write(line)
-                lines.append(line)
-        return proc.wait(), "".join(lines), time.perf_counter() - started
+        try:
+            with open(self.logs / f"{name}.log", "a") as log:
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    log.write(line)
+                    lines.append(line)
+            return proc.wait(), "".join(lines), time.perf_counter() - started
+        except BaseException:
+            stop(proc)
+            raise
 
     def objects(self) -> dict[str, int]:
         return {str(p): p.stat().st_mtime_ns for p in self.base.rglob("*.o")} if self.base.exists() else {}
 
     def record(self, name: str, ok: bool, seconds: float, note: str) -> None:
         self.results[name] = {"result": "pass" if ok else "FAIL", "seconds": round(seconds, 1), "note": note}
+        self.save()
+
+    def forget(self, names: list[str]) -> None:
+        for name in names:
+            self.results.pop(name, None)
+        self.save()
+
+    def save(self) -> None:
         tmp = self.results_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.results, indent=1))
         tmp.replace(self.results_file)
@@ -153,6 +181,20 @@ class Run:
         note = f"exit {status}; {compiled} objects compiled" + (f"; {counts[-1].strip()[:150]}" if counts else "")
         self.record(name, (status == 0) == expect_ok, seconds, note)
         return out, seconds
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the command's process group (ninja removes what it was writing), SIGKILL after 30 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def checked(cmd: list[str], cwd: Path | None = None) -> None:
@@ -228,16 +270,21 @@ def host_cuda() -> str:
     return re.search(r"release (\d+\.\d+)", out).group(1)
 
 
-def edit(run: Run, restore: bool) -> None:
-    header, saved = run.tree / NORM_HEADER, run.work / "norm.cuh.orig"
-    if restore:
-        subprocess.run(["cp", "-p", str(saved), str(header)], check=True)  # the older copy, its mtime kept
-        return
-    if not saved.exists():
-        subprocess.run(["cp", "-p", str(header), str(saved)], check=True)
-    text = header.read_text()
-    assert NORM_LINE in text, f"{NORM_HEADER} no longer has the line the edit loop plants its bug in"
-    header.write_text(text.replace(NORM_LINE, NORM_BUG, 1))
+def plant(run: Run, step: str, rel: str, line: str, bug: str):
+    """`bug` in place of `line` in the tree's file `rel` for the block, under the tree's lock, restored
+    (`cp -p`: its old bytes and mtime) on every way out, signals too (fidev.tree.edits.planted); a
+    tree without the line is refused in two lines."""
+    return edits.planted(run.tree, run.tree / rel, lambda text: text.replace(line, bug, 1), f"gpu_acceptance {step}")
+
+
+def edit_loop(run: Run) -> None:
+    """The bug planted: build rebuilds norm, smoke must fail; restored with `cp -p`: build rebuilds, smoke passes."""
+    with plant(run, "edit-loop", NORM_HEADER, NORM_LINE, NORM_BUG) as planted:
+        run.task("edit-build", ["scripts/build.py"])
+        run.task("edit-smoke", ["scripts/smoke.py"], expect_ok=False)
+        planted.restore()
+        run.task("restore-build", ["scripts/build.py"])
+        run.task("restore-smoke", ["scripts/smoke.py"])
 
 
 def affected(run: Run, name: str) -> tuple[int, affected_summary.Summary | None, float]:
@@ -270,10 +317,7 @@ def said(done: affected_summary.Summary | None, seconds: float) -> str:
 def affected_round(run: Run, name: str) -> None:
     """Plant the bug, `affected` must fail naming the module; restore with `cp -p`, it must pass."""
     rel, line, bug, module = AFFECTED_EDITS[name]
-    path = run.tree / rel
-    assert line in path.read_text(), f"{rel} no longer has the line the affected round plants its bug in"
-    # under the tree's lock, restored (cp -p: its old bytes and mtime) on every way out, signals too
-    with edits.planted(run.tree, path, lambda text: text.replace(line, bug, 1), f"gpu_acceptance {name}") as planted:
+    with plant(run, name, rel, line, bug) as planted:
         status, done, s1 = affected(run, name)
         planted.restore()
         status2, done2, s2 = affected(run, name)
@@ -286,15 +330,10 @@ def affected_round(run: Run, name: str) -> None:
 def upstream_compare(run: Run, name: str, bug: bool) -> None:
     """A run of `upstream-tests norm` against its baseline: with the edit loop's bug planted it must
     list newly failing tests and nothing newly erroring, and exit 1; restored with `cp -p`, none, exit 0."""
-    if bug:
-        edit(run, restore=False)
     record = run.logs / f"{name}.summary.json"
     record.unlink(missing_ok=True)
-    try:
+    with plant(run, name, NORM_HEADER, NORM_LINE, NORM_BUG) if bug else nullcontext():
         status, _, seconds = run.sh(name, [sys.executable, "scripts/upstream_tests.py", "norm", "--no-plan", "--summary", str(record)])
-    finally:
-        if bug:
-            edit(run, restore=True)
     try:  # what upstream-tests compared, from its summary (fidev.upstream.summary), not its output
         compared = upstream_summary.read(record).compared or {}
     except Failure as failure:
@@ -315,13 +354,15 @@ def affected_noop(run: Run) -> None:
 
 # The kernel source mode auto, with a prebuilt set in the tree's flashinfer/data/aot (tools/prebuilt_set.py,
 # FlashInfer's own AOT build of smoke's default modules): each round is the chain's build then smoke, in
-# a JIT dir of its own, with the modules that compiled and smoke's status it must show.
+# a JIT dir of its own, with the modules that compiled and smoke's status it must show. A round that
+# plants a bug restores it (`cp -p`) before it ends, so the next one finds that file as it was.
 AUTO_ROUNDS = {
     "auto-fresh": (set(), True),  # an unedited tree from an empty JIT dir: everything prebuilt
     "auto-header": ({"norm"}, False),  # the edit loop's norm.cuh bug
-    "auto-generator": ({"silu_and_mul"}, False),  # the silu generator's bug, norm.cuh restored with `cp -p`
+    "auto-generator": ({"silu_and_mul"}, False),  # the silu generator's bug, norm.cuh restored with `cp -p` by auto-header
     "auto-restore": (set(), True),  # both restored with `cp -p`: prebuilt again
 }
+AUTO_BUGS = {"auto-header": (NORM_HEADER, NORM_LINE, NORM_BUG), "auto-generator": AFFECTED_EDITS["affected-generator"][:3]}
 
 
 def prebuilt_set(run: Run) -> None:
@@ -333,18 +374,8 @@ def prebuilt_set(run: Run) -> None:
 
 def auto_round(run: Run, name: str) -> None:
     base = run.work / "auto-base"
-    generator, gen_line, gen_bug, _ = AFFECTED_EDITS["affected-generator"]
-    gen_path, gen_saved = run.tree / generator, run.work / "activation.py.orig"
     if name == "auto-fresh":
         shutil.rmtree(base, ignore_errors=True)
-    elif name == "auto-header":
-        edit(run, restore=False)
-    elif name == "auto-generator":
-        edit(run, restore=True)
-        subprocess.run(["cp", "-p", str(gen_path), str(gen_saved)], check=True)
-        gen_path.write_text(gen_path.read_text().replace(gen_line, gen_bug, 1))
-    else:
-        subprocess.run(["cp", "-p", str(gen_saved), str(gen_path)], check=True)
 
     def objects() -> dict[str, int]:
         return {str(p): p.stat().st_mtime_ns for p in base.rglob("*.o")} if base.exists() else {}
@@ -352,8 +383,9 @@ def auto_round(run: Run, name: str) -> None:
     env = run.env(FLASHINFER_WORKSPACE_BASE=str(base))
     env.pop(kernel_source.ENV, None)  # the default mode
     before = objects()
-    s1, out1, t1 = run.sh(name, [sys.executable, "scripts/build.py"], env)
-    s2, out2, t2 = run.sh(name, [sys.executable, "scripts/smoke.py"], env)
+    with plant(run, name, *AUTO_BUGS[name]) if name in AUTO_BUGS else nullcontext():
+        s1, out1, t1 = run.sh(name, [sys.executable, "scripts/build.py"], env)
+        s2, out2, t2 = run.sh(name, [sys.executable, "scripts/smoke.py"], env)
     compiled = sorted({Path(p).parent.name for p, mtime in objects().items() if before.get(p) != mtime})
     want, smoke_passes = AUTO_ROUNDS[name]
     ok = s1 == 0 and set(compiled) == want and (s2 == 0) == smoke_passes
@@ -394,10 +426,7 @@ def steps(run: Run) -> dict:
         "upstream-quantization": lambda: run.task("upstream-quantization", ["scripts/upstream_tests.py", "quantization"]),
         # The tiers built before: with --abi only where build-abi ran, or it would compile gdn_prefill (342 s) here.
         "build-after-upstream": lambda: run.task("build-after-upstream", ["scripts/build.py", *(["--abi"] if "build-abi" in run.results else [])]),
-        "edit-build": lambda: (edit(run, restore=False), run.task("edit-build", ["scripts/build.py"])),
-        "edit-smoke": lambda: run.task("edit-smoke", ["scripts/smoke.py"], expect_ok=False),
-        "restore-build": lambda: (edit(run, restore=True), run.task("restore-build", ["scripts/build.py"])),
-        "restore-smoke": lambda: run.task("restore-smoke", ["scripts/smoke.py"]),
+        "edit-loop": lambda: edit_loop(run),
         "upstream-baseline": lambda: run.task("upstream-baseline", ["scripts/upstream_tests.py", "norm", "--no-plan", "--baseline"]),
         "upstream-compare-bug": lambda: upstream_compare(run, "upstream-compare-bug", bug=True),
         "upstream-compare-clean": lambda: upstream_compare(run, "upstream-compare-clean", bug=False),
@@ -410,10 +439,21 @@ def steps(run: Run) -> dict:
 
 
 def table(run: Run) -> str:
-    rows = [("step", "result", "wall", "note")]
-    rows += [(name, r["result"], f"{r['seconds']:.1f} s", r["note"]) for name in STEPS + NAMED_ONLY if (r := run.results.get(name))]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)), row[3]]) for row in rows)
+    lines = [("step", "result", "wall", "note")]
+    lines += [(name, r["result"], f"{r['seconds']:.1f} s", r["note"]) for step in STEPS + NAMED_ONLY for name in rows(step)
+              if (r := run.results.get(name))]
+    widths = [max(len(line[i]) for line in lines) for i in range(3)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(line[:3], widths, strict=True)), line[3]]) for line in lines)
+
+
+def recorded(run: Run, step: str) -> bool:
+    """WORK has a result for each of the step's rows (a step stopped midway has not: it runs again whole)."""
+    return all(name in run.results for name in rows(step))
+
+
+def expected_s(run: Run, step: str) -> float:
+    """The step's time here (its rows' sum) where WORK has it, else STEP_S."""
+    return sum(run.results[name]["seconds"] for name in rows(step)) if recorded(run, step) else STEP_S[step]
 
 
 def list_steps() -> str:
@@ -446,28 +486,32 @@ def main() -> int:
     chosen = ARGS.steps.split(",") if ARGS.steps else STEPS
     unknown = [s for s in chosen if s not in STEPS + NAMED_ONLY]
     if unknown:
-        parser.error(f"unknown step(s) {unknown}\nname them from: {', '.join(STEPS + NAMED_ONLY)}")
+        within = [f"{s} is a row of {step}" for s in unknown for step, names in ROWS.items() if s in names]
+        parser.error(f"unknown step(s) {unknown}{' (' + '; '.join(within) + ')' if within else ''}\n"
+                     f"name them from: {', '.join(STEPS + NAMED_ONLY)}")
     if ARGS.fresh:
         shutil.rmtree(ARGS.work, ignore_errors=True)
     ARGS.work.mkdir(parents=True, exist_ok=True)
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
     if ARGS.resume:
-        chosen = [name for name in chosen if name not in run.results]
+        chosen = [name for name in chosen if not recorded(run, name)]
     todo = steps(run)
     started, left = time.perf_counter(), []
     for i, name in enumerate(chosen):
-        expected = run.results.get(name, {}).get("seconds") or STEP_S[name]
+        expected = expected_s(run, name)
         if ARGS.time_limit is not None and time.perf_counter() - started + expected > ARGS.time_limit:
             left = chosen[i:]
             break
         if name != "setup" and not run.ws.exists():
             setup(run)
+        if name in ROWS:  # its rows are one result: a part stopped midway leaves none of them, not a mix of two runs'
+            run.forget(ROWS[name])
         todo[name]()
     print("\n" + table(run))
     if left:  # said last, after the table: what the next part runs
         print(f"\nnot started, past --time-limit {ARGS.time_limit:.0f} s: --steps {','.join(left)}")
         return 3
-    return 0 if all(run.results[name]["result"] == "pass" for name in chosen) else 1
+    return 0 if all(run.results[row]["result"] == "pass" for name in chosen for row in rows(name)) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,168 @@
+"""tools/gpu_acceptance.py's planted bugs, on the CPU: a step that plants one holds the tree's lock
+(fidev.tree.edits.planted) from the plant to the restore, so another tool that would edit the tree
+is refused in two lines, and a run stopped mid-step (SIGTERM, as a host that ends the command sends)
+stops what it started and leaves the tree as it was, bytes and mtime. The steps run stand-ins of
+the scripts they start (build, smoke, upstream-tests, affected) in the acceptance run's workspace
+copy (WORK/ws, which the run takes as set up)."""
+
+import ast
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from fidev.core.manifest import ROOT, pins, task_chain
+from script_runs import two_line_failure, wait_until
+
+TOOL = ROOT / "tools/gpu_acceptance.py"
+HEADER = "include/flashinfer/norm.cuh"
+EDIT_LOOP_ROWS = ["edit-build", "edit-smoke", "restore-build", "restore-smoke"]  # the table's rows of the step edit-loop
+OLD = 1_000_000_000_000_000_000  # the header's mtime (ns): a restore that loses it shows
+# A chain script's stand-in: it notes its pid, waits while the gate file (STANDIN_GATE, where set) is
+# there, and, as smoke, fails while the header holds the planted bug (the tool's NORM_BUG).
+STANDIN = """\
+import os, sys, time
+with open({pids!r}, "a") as f:
+    f.write(f"{{os.getpid()}}\\n")
+gate = os.environ.get("STANDIN_GATE")
+while gate and os.path.exists(gate):
+    time.sleep(0.05)
+sys.exit(int({smoke} and {bug!r} in open({header!r}).read()))
+"""
+
+
+def tool_constant(name: str):
+    """A constant of the tool, read from its source (no test imports a tool)."""
+    module = ast.parse(TOOL.read_text())
+    return next(node.value for node in module.body if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets))
+
+
+def tool_text(name: str) -> str:
+    return ast.literal_eval(tool_constant(name))
+
+
+def generator_edit() -> tuple[str, str]:
+    """The silu generator's file and the line its bug replaces (the tool's AFFECTED_EDITS)."""
+    edits = tool_constant("AFFECTED_EDITS")
+    value = next(v for k, v in zip(edits.keys, edits.values, strict=True) if ast.literal_eval(k) == "affected-generator")
+    return ast.literal_eval(value.elts[0]), ast.literal_eval(value.elts[1])
+
+
+def tree(work):
+    """The FlashInfer tree of the acceptance run's workspace copy."""
+    return work / "ws" / pins().source_dir.relative_to(ROOT)
+
+
+def acceptance_work(tmp_path):
+    """WORK with its workspace copy: the chain's scripts stand-ins, and a tree whose norm.cuh has the
+    line the edit loop plants its bug in. (work, header, the stand-ins' pid file, the gate)."""
+    work, pids, gate = tmp_path / "work", tmp_path / "pids", tmp_path / "gate"
+    ws = work / "ws"
+    for d in ("scripts", "tools"):
+        shutil.copytree(ROOT / d, ws / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", ws)
+    header = tree(work) / HEADER
+    header.parent.mkdir(parents=True)
+    header.write_text(f"// the user's header\n    {tool_text('NORM_LINE')}\n")
+    os.utime(header, ns=(OLD, OLD))
+    generator, line = generator_edit()
+    silu = tree(work) / generator
+    silu.parent.mkdir(parents=True)
+    silu.write_text(f"    {line}\n")
+    os.utime(silu, ns=(OLD, OLD))
+    scripts = [command.split()[1] for _, command in task_chain("smoke")] + ["scripts/upstream_tests.py", "scripts/affected.py"]
+    for script in scripts:
+        (ws / script).write_text(STANDIN.format(pids=str(pids), smoke=script == "scripts/smoke.py", bug=tool_text("NORM_BUG"),
+                                                header=str(header)))
+    gate.write_text("")
+    return work, header, pids, gate
+
+
+def acceptance(work, *args, gate=None):
+    env = {**os.environ, **({"STANDIN_GATE": str(gate)} if gate else {})}
+    return subprocess.Popen([sys.executable, str(TOOL), "--work", str(work), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def planted(header) -> bool:
+    return tool_text("NORM_BUG") in header.read_text()
+
+
+def test_a_second_tool_is_refused_while_the_edit_loop_holds_the_tree(tmp_path):
+    work, header, pids, gate = acceptance_work(tmp_path)
+    before = (header.read_bytes(), header.stat().st_mtime_ns)
+    proc = acceptance(work, "--steps", "edit-loop", gate=gate)
+    try:
+        wait_until(lambda: planted(header) and pids.is_file() and pids.read_text(), 60, "the edit loop planted its bug and started build", proc)
+        env = {k: v for k, v in os.environ.items() if k not in ("PATH", "STANDIN_GATE")} | {"PATH": "/usr/bin:/bin"}  # no pixi on PATH
+        bench = subprocess.run([sys.executable, str(work / "ws/tools/bench_chain.py"), "--runs", "1", "--keep-going", "--edit-loop"],
+                               capture_output=True, text=True, timeout=120, env=env)
+        two_line_failure(bench, "another tool is writing")
+        again = acceptance(work, "--steps", "upstream-compare-bug")
+        out, err = again.communicate(timeout=120)
+        two_line_failure(subprocess.CompletedProcess(again.args, again.returncode, out, err), "another tool is writing")
+        assert planted(header), "a refused tool changed the planted file"
+    finally:
+        gate.unlink()
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    results = json.loads((work / "results.json").read_text())
+    assert {name: r["result"] for name, r in results.items()} == dict.fromkeys(EDIT_LOOP_ROWS, "pass")
+    table = out.split("\nstep ")[-1].splitlines()
+    assert [line.split()[0] for line in table[1:]] == EDIT_LOOP_ROWS, out
+    assert (header.read_bytes(), header.stat().st_mtime_ns) == before
+
+
+# every step that plants a bug, and the file it plants it in
+PLANTING = [("edit-loop", HEADER), ("upstream-compare-bug", HEADER), ("affected-header", HEADER), ("auto-header", HEADER),
+            ("auto-generator", generator_edit()[0])]
+
+
+@pytest.mark.parametrize(("step", "edited"), PLANTING)
+def test_sigterm_mid_step_stops_its_command_and_restores_the_tree(tmp_path, step, edited):
+    work, header, pids, gate = acceptance_work(tmp_path)
+    path = tree(work) / edited
+    earlier = {"result": "pass", "seconds": 1.0, "note": "an earlier run's"}  # its rows: the edit loop's must go when it starts again
+    (work / "results.json").write_text(json.dumps(dict.fromkeys(EDIT_LOOP_ROWS, earlier)))
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    proc = acceptance(work, "--steps", step, gate=gate)
+    try:
+        wait_until(lambda: path.read_bytes() != before[0] and pids.is_file() and pids.read_text(), 60,
+                   f"{step} planted its bug and started its command", proc)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "Traceback" not in err, err
+        assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+        build = int(pids.read_text().split()[0])
+        try:  # stopped (the gate still there) and reaped before the restore, not left compiling the bug into an object newer than the restored file
+            os.kill(build, 0)
+            alive = True
+        except ProcessLookupError:
+            alive = False
+        assert not alive, f"the build it started (pid {build}) outlived it"
+    finally:
+        gate.unlink()
+        if proc.poll() is None:
+            proc.kill()
+    # nothing recorded for the stopped step (the edit loop's earlier rows forgotten): --resume runs it again, whole
+    resumed = acceptance(work, "--resume", "--time-limit", "1", "--steps", step)
+    out, err = resumed.communicate(timeout=60)
+    assert resumed.returncode == 3 and out.strip().splitlines()[-1] == f"not started, past --time-limit 1 s: --steps {step}", out + err
+
+
+def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
+    """The edit loop records four rows: a run stopped after two has not done it, and its time
+    (--time-limit's guess) is STEP_S's until all four are there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    row = {"result": "pass", "seconds": 1.0, "note": "exit 0"}
+    (work / "results.json").write_text(json.dumps({"edit-build": row, "edit-smoke": row, "smoke": row}))
+    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--time-limit", "5", "--resume", "--steps", "smoke,edit-loop"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps edit-loop", done.stdout
+    assert "edit-smoke  pass" in done.stdout, done.stdout
