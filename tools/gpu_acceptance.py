@@ -13,7 +13,8 @@ dir in WORK. It installs into the host's Python (a throwaway GPU host: this is n
 the wheels of --staged DIR (tools/stage_gpu_host.py makes it), then FlashInfer editable.
 
 The steps, in order: setup, negative-control, preflight, build-cold, build-noop, import-check, smoke,
-smoke-noise, build-abi, abi-smoke, upstream-norm, upstream-activation, build-after-upstream,
+smoke-noise, build-abi, abi-smoke, build-wide, smoke-wide, smoke-noise-wide (the wide tier, its noise
+measured in 10 runs), upstream-norm, upstream-activation, build-after-upstream,
 edit-loop (its rows: edit-build, edit-smoke, restore-build, restore-smoke), upstream-baseline,
 upstream-compare-bug, upstream-compare-clean, affected-noop, affected-header, affected-source,
 affected-generator, upstream-quantization, affected-upstream, prebuilt-set, auto-fresh, auto-header,
@@ -89,7 +90,7 @@ AFFECTED_EDITS = {
                           "(input_vec[0] << 6) | (input_vec[1] << 6)", "quantization"),
 }
 STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi",
-         "abi-smoke", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-loop", "upstream-baseline",
+         "abi-smoke", "build-wide", "smoke-wide", "smoke-noise-wide", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-loop", "upstream-baseline",
          "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header", "affected-source", "affected-generator",
          "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header", "auto-generator", "auto-restore"]
 NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus"]  # a 2-GPU host's: not part of the default run
@@ -106,7 +107,7 @@ def rows(step: str) -> list[str]:
 # --time-limit where WORK has no time of its own for it yet: on a GPU host that limits each command to
 # 10 minutes, they pack the run into 3 parts.
 STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
-          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
+          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "build-wide": 150, "smoke-wide": 15, "smoke-noise-wide": 40, "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
           "edit-loop": 28 + 10 + 29 + 8,  # its rows': edit-build, edit-smoke, restore-build, restore-smoke
           "upstream-baseline": 26, "upstream-compare-bug": 100,
           "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61,
@@ -421,11 +422,16 @@ def steps(run: Run) -> dict:
         "smoke-noise": lambda: run.task("smoke-noise", ["tools/smoke_noise.py", "--runs", "20"]),
         "build-abi": lambda: run.task("build-abi", ["scripts/build.py", "--abi"]),
         "abi-smoke": lambda: run.task("abi-smoke", ["scripts/abi_smoke.py"]),
+        # The wide tier after the abi tier, which has compiled gdn_prefill, the wide tier's longest module.
+        "build-wide": lambda: run.task("build-wide", ["scripts/build.py", "--wide", *(["--abi"] if "build-abi" in run.results else [])]),
+        "smoke-wide": lambda: run.task("smoke-wide", ["scripts/smoke.py", "--wide"]),
+        "smoke-noise-wide": lambda: run.task("smoke-noise-wide", ["tools/smoke_noise.py", "--runs", "10", "--wide", "-m", "wide"]),
         "upstream-norm": lambda: run.task("upstream-norm", ["scripts/upstream_tests.py", "norm"]),
         "upstream-activation": lambda: run.task("upstream-activation", ["scripts/upstream_tests.py", "activation"]),
         "upstream-quantization": lambda: run.task("upstream-quantization", ["scripts/upstream_tests.py", "quantization"]),
         # The tiers built before: with --abi only where build-abi ran, or it would compile gdn_prefill (342 s) here.
-        "build-after-upstream": lambda: run.task("build-after-upstream", ["scripts/build.py", *(["--abi"] if "build-abi" in run.results else [])]),
+        "build-after-upstream": lambda: run.task("build-after-upstream", ["scripts/build.py", *(["--abi"] if "build-abi" in run.results else []),
+                                                                               *(["--wide"] if "build-wide" in run.results else [])]),
         "edit-loop": lambda: edit_loop(run),
         "upstream-baseline": lambda: run.task("upstream-baseline", ["scripts/upstream_tests.py", "norm", "--no-plan", "--baseline"]),
         "upstream-compare-bug": lambda: upstream_compare(run, "upstream-compare-bug", bug=True),
