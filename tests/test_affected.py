@@ -359,6 +359,19 @@ def test_an_unreadable_inputs_record_is_said_and_its_module_rebuilt(ws):
     assert "norm" in rows["include/flashinfer/norm.cuh"] and "norm" in rows[f"(its build record {ninja_inputs.STAMP} cannot be read)".split()[0]]
 
 
+@pytest.mark.parametrize("record", [ninja_inputs.STAMP, workspace.GENERATORS])
+@pytest.mark.parametrize("text", ["[]", '{"obj": ["a"]}', '{"obj": {"/x.h": "x"}}', '{"obj": {"/x.h": [1, "2", "h"]}}', '{"/x.py": 5}'])
+def test_a_build_record_of_another_shape_is_said_and_its_module_rebuilt(ws, record, text):
+    """Valid JSON of the wrong shape (a list for a dict, a string for a fact) is as unreadable as a
+    truncated record: named, the module taken as edited, never a traceback."""
+    _, root, jit_dir, env = ws
+    (jit_dir / "norm" / record).write_text(text)
+    done = affected(root, env, "--list")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert f"affected: norm: its build record {record} cannot be read (truncated?): it is taken as edited" in done.stdout, done.stdout
+    assert "nothing changed" not in done.stdout
+
+
 def test_an_unreadable_build_stamp_is_two_lines(ws):
     _, root, _, env = ws
     stamp = workspace.read(pins().flashinfer).build_stamp({"wide": False, "abi": False})

@@ -16,6 +16,7 @@ from fidev.affected.tests import FlashInferTests, cases_by_file
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
 from fidev.core.failure import Failure
+from fidev.core.workspace import GENERATORS
 from fidev.jit import module_choice
 from fidev.records import build_records, ninja_inputs
 
@@ -83,13 +84,16 @@ UNREADABLE = "its build record {} cannot be read"  # a changed "file" of a modul
 
 def edited(modules) -> dict[str, dict[str, str]]:
     """{module name: {changed file: how}} by content, sources and headers. A module whose content
-    record cannot be read is said, and taken as edited: it is rebuilt and its tests run."""
+    or generators record cannot be read (truncated, or of another shape) is said, and taken as
+    edited: it is rebuilt and its tests run."""
     found, stats = {}, {}
     for m in modules:
-        if ninja_inputs.unreadable(m.build_dir):
-            print(f"affected: {m.name}: {UNREADABLE.format(ninja_inputs.STAMP)} (truncated?): it is taken as edited, "
+        bad = [name for name, unreadable in ((ninja_inputs.STAMP, ninja_inputs.unreadable(m.build_dir)),
+                                            (GENERATORS, build_records.unreadable_generators(m.build_dir))) if unreadable]
+        if bad:
+            print(f"affected: {m.name}: {UNREADABLE.format(bad[0])} (truncated?): it is taken as edited, "
                   "rebuilt, and its tests run")
-            found[m.name] = {f"({UNREADABLE.format(ninja_inputs.STAMP)})": "edited"}
+            found[m.name] = {f"({UNREADABLE.format(bad[0])})": "edited"}
             continue
         edits = ninja_inputs.edited(m.build_dir, stats)
         if edits is None:  # built without a content record: ninja's mtimes decide
