@@ -25,6 +25,7 @@ from importlib import metadata, util
 from pathlib import Path
 
 from fidev.core import workspace
+from fidev.core.files import write_whole
 from fidev.jit import kernel_source, module_choice, uris
 from fidev.records import build_records, ninja_inputs
 
@@ -119,12 +120,8 @@ def fingerprint(options: dict, tree: Path, mode: str) -> str | None:
 
 
 def write(ws: workspace.Workspace, options: dict, stamp: str, modules: list[Module]) -> None:
-    target = path(ws, options)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"fingerprint": stamp, "modules": [
+    write_whole(path(ws, options), json.dumps({"fingerprint": stamp, "modules": [
         {"key": m.key, "name": m.name, "build_dir": str(m.build_dir), "sources": [str(s) for s in m.sources]} for m in modules]}))
-    os.replace(tmp, target)
 
 
 def load(ws: workspace.Workspace, options: dict, stamp: str | None) -> list[Module] | None:

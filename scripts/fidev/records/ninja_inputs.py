@@ -19,7 +19,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from fidev.core.files import differs, file_fact, is_fact
+from fidev.core.files import differs, file_fact, is_fact, write_whole
 from fidev.core.workspace import INPUTS
 
 STAMP = INPUTS
@@ -76,9 +76,7 @@ def record(build_dir: Path, ninja_file: Path) -> None:
         return {path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]}
 
     stamp = {obj: facts(obj, inputs) for obj, inputs in deps(build_dir, ninja_file).items()}
-    tmp = build_dir / f"{STAMP}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(stamp))
-    os.replace(tmp, build_dir / STAMP)
+    write_whole(build_dir / STAMP, json.dumps(stamp))
 
 
 _READ: dict[tuple, dict] = {}  # the records read, by file and stat: `affected` reads each one twice
