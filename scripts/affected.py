@@ -101,10 +101,15 @@ def run_affected(args, record: affected_summary.Summary) -> int:
         return no_module_changed(args.list, selection, found, record)
     to_build = [changed.specs.get(m.name, m) for m in found.modules if m.name in changed.changed]
     dirs = {m.name: m.build_dir for m in found.modules}
-    kept.record({name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
-                 if name in dirs and (chosen := selection.selectors({name}))})  # a run stopped mid-way is no pass
-    outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                   lambda: report.build_failed(selection))
+    # a run stopped mid-way is no pass: kept with the inputs the rebuild records, as the tests start, or as the build fails or is stopped
+    unfinished = {name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
+                  if name in dirs and (chosen := selection.selectors({name}))}
+    try:
+        outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
+                                       lambda: report.build_failed(selection), lambda: kept.record(unfinished))
+    except (Failure, KeyboardInterrupt):
+        kept.record(unfinished)
+        raise
     kept.record({name: (dirs[name], *result) for name, result in report.module_results(selection, outcome.failed, outcome.broken).items()
                  if name in dirs})
     record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past

@@ -211,6 +211,40 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     assert any(line.startswith("(the last run failed at ") and "its tests run again" in line for line in again.stdout.splitlines()), again.stdout
 
 
+def test_a_run_killed_during_its_tests_is_unfinished_and_its_tests_run_again(ws):
+    """The `unfinished` verdict is kept after the rebuild, with the inputs the rebuild recorded, and
+    before the tests start: a run killed in its tests (here smoke's test file ends the process as
+    it is collected) is seen as unfinished next time, never as "nothing changed"."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    smoke = root / "tests/smoke/test_kernels.py"
+    smoke.write_text("import os\nos._exit(9)\n" + smoke.read_text())
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 9 and "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    again = affected(root, env, "--list")
+    assert "nothing changed" not in again.stdout, again.stdout
+    assert any(line.startswith("(the last run unfinished at ") and " norm " in f" {line} " for line in again.stdout.splitlines()), again.stdout
+
+
+def test_a_module_built_in_a_run_whose_other_build_failed_is_unfinished(ws):
+    """norm builds while norm_upstream's build fails: norm's edit is built and recorded, its tests
+    never ran, so once norm_upstream's source is restored, norm is unfinished, not "nothing changed"."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    other = tree / "csrc/other.cc"
+    saved = other.read_text()
+    other.write_text(saved + "this is no C++\n")
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 1 and "build failed" in done.stdout, done.stdout + done.stderr
+    other.write_text(saved)
+    again = affected(root, env, "--list")
+    assert "nothing changed" not in again.stdout, again.stdout
+    assert any(line.startswith("(the last run unfinished at ") and "norm" in line.replace(",", " ").split() for line in again.stdout.splitlines()), \
+        again.stdout
+
+
 def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     """include/flashinfer/page.cuh is compiled by the `page` family's csrc/page.cu (flashinfer/jit/page.py,
     lines 25-26 at v0.6.3): no module of this JIT dir includes it."""

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -281,14 +282,16 @@ def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Out
 
 
 def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str], theirs: list[str], recorded: dict[str, list[str]],
-                   changed, failed_table) -> Outcome:
+                   changed, failed_table, built: Callable[[], None]) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
-    tests here and let FlashInfer's through their gate; each stopped however it ends."""
+    tests here and let FlashInfer's through their gate; each stopped however it ends. `built()` is
+    called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts)."""
     run, selection = their_run(early, theirs, recorded, changed)
     importing = None
     try:
         importing = import_meanwhile() if ours else None
         outcome = rebuild(to_build, failed_table)
+        built()
         if run:
             run.open(selection)
         print(f"affected: {outcome.built}")

@@ -6,8 +6,8 @@ over passing verdicts only, with when and what passed.
 
 The file: fidev.core.workspace.VERDICTS in the version folder, {"schema": SCHEMA, "modules":
 {name: {"inputs", "result", "when", "tests", "failed"}}}, written whole (a temporary file renamed).
-A result is "passed", "failed" or "unfinished" (recorded as the tests start: an interrupted run
-leaves that)."""
+A result is "passed", "failed" or "unfinished" (recorded once the rebuild is done, before the
+tests start, and where the build fails or is stopped: a run that does not end leaves that)."""
 
 from __future__ import annotations
 
