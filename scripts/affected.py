@@ -122,7 +122,7 @@ def run_affected(args, record: affected_summary.Summary) -> int:
 def kept_verdicts(ws: workspace.Workspace) -> verdicts.Kept:
     kept = verdicts.Kept(ws.verdicts)
     if kept.problem:
-        print(f"affected: {kept.problem}: no module has a verdict, and each is judged afresh")
+        print(f"affected: {kept.problem}: a verdict it kept may be a failure, so every built module is taken as changed: rebuilt, and its tests run")
     return kept
 
 

@@ -415,10 +415,37 @@ def test_an_unreadable_build_stamp_is_two_lines(ws):
     assert "pixi run -e flashinfer-dev build" in done.stderr
 
 
-def test_unreadable_kept_verdicts_are_said_and_judged_afresh(ws):
+@pytest.mark.parametrize("text", ['{"schema": "fidev-affected-verdicts/1", "modu', "[]", '{"schema": "fidev-affected-verdicts/1", "modules": []}',
+                                  '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": 1}}}',
+                                  '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": "x", "result": "maybe", '
+                                  '"when": "t", "tests": [], "failed": []}}}'])
+def test_unreadable_kept_verdicts_are_said_and_every_module_is_tested_again(ws, text):
+    """A kept verdict that cannot be read may have been a failure: it is named, with what affected
+    does instead, and every built module is taken as changed (rebuilt, its tests run), never
+    "nothing changed"."""
+    _, root, _, env = ws
+    verdicts = workspace.read(pins().flashinfer).verdicts
+    verdicts.parent.mkdir(parents=True, exist_ok=True)
+    verdicts.write_text(text)
+    done = affected(root, env, "--list")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    said = next((line for line in done.stdout.splitlines() if line.startswith("affected: ") and str(verdicts) in line), "")
+    assert "cannot be read" in said or "is not affected's kept verdicts" in said, done.stdout
+    assert said.endswith("every built module is taken as changed: rebuilt, and its tests run"), said
+    assert "nothing changed" not in done.stdout
+    row = next(line for line in done.stdout.splitlines() if line.startswith("(affected's kept verdicts cannot be read"))
+    assert "norm, norm_upstream" in row, done.stdout
+
+
+def test_a_run_over_unreadable_kept_verdicts_tests_every_module_and_writes_them_whole(ws):
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    from fidev.affected import verdicts as kept_verdicts
+
     _, root, _, env = ws
     verdicts = workspace.read(pins().flashinfer).verdicts
     verdicts.parent.mkdir(parents=True, exist_ok=True)
     verdicts.write_text('{"schema": "fidev-affected-verdicts/1", "modu')
     done = affected(root, env)
-    assert done.returncode == 0 and "cannot be read" in done.stdout and "no module has a verdict" in done.stdout, done.stdout
+    assert done.returncode == 1 and "affected: 2 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    kept = kept_verdicts.Kept(verdicts)
+    assert kept.problem is None and {v.result for v in kept.modules.values()} == {"failed"}, kept.modules  # the tests skipped: no pass

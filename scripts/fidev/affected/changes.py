@@ -186,10 +186,16 @@ def files_changed(found: Found, ch: Changes) -> None:
     ch.by_file = by_file
 
 
+UNKEPT = "(affected's kept verdicts cannot be read: its tests run again)"  # a changed "file" of every module then
+
+
 def standing_failures(found: Found, ch: Changes, kept: Kept) -> None:
     """The modules unchanged since a verdict that is not a pass (failed, or tests that did not
-    finish): their tests run again, so asking again never turns a failure green."""
+    finish): their tests run again, so asking again never turns a failure green. Where the kept
+    verdicts cannot be read, that is every module."""
     for m in found.modules:
+        if kept.problem and m.name not in ch.changed:
+            ch.changed[m.name] = {UNKEPT: "unknown"}
         verdict = None if m.name in ch.changed else kept.standing(m.name, m.build_dir)
         if verdict is not None and verdict.result != "passed":
             ch.changed[m.name] = {f"(the last run {verdict.result} at {verdict.when}: its tests run again)": verdict.result}

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fidev.core.files import write_whole
+from fidev.core.failure import Failure
+from fidev.core.files import read_record, write_whole
 from fidev.core.workspace import GENERATORS, INPUTS
 
 SCHEMA = "fidev-affected-verdicts/1"
@@ -47,20 +48,32 @@ class Verdict:
     failed: list[str]
 
 
+def well_formed(modules) -> bool:
+    """Whether the file's modules have the shape `Kept.record` writes: {name: a Verdict's fields}."""
+    return isinstance(modules, dict) and all(
+        isinstance(v, dict) and set(v) == set(Verdict.__dataclass_fields__) and v["result"] in RESULTS
+        and all(isinstance(v[k], str) for k in ("inputs", "when"))
+        and all(isinstance(v[k], list) and all(isinstance(t, str) for t in v[k]) for k in ("tests", "failed"))
+        for v in modules.values())
+
+
 class Kept:
-    """The verdicts of one version folder; `problem` says why an existing file was not read."""
+    """The verdicts of one version folder; `problem` says why an existing file was not read (then
+    any module may have had a verdict that is not a pass: affected tests them all again)."""
 
     def __init__(self, path: Path):
         self.path, self.problem, self.modules = path, None, {}
         if not path.exists():
             return
         try:
-            data = json.loads(path.read_text())
-            if data.get("schema") != SCHEMA:
-                raise ValueError(f"schema {data.get('schema')!r}, not {SCHEMA}")
-            self.modules = {name: Verdict(**v) for name, v in data["modules"].items() if v.get("result") in RESULTS}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            self.problem = f"affected's kept verdicts {path} cannot be read ({e})"
+            data = read_record(path, SCHEMA, "affected's kept verdicts", "")
+        except Failure as failure:
+            self.problem = failure.problem
+            return
+        if not well_formed(data.get("modules")):
+            self.problem = f"affected's kept verdicts {path} cannot be read (its modules are not of the shape {SCHEMA} gives them)"
+            return
+        self.modules = {name: Verdict(**v) for name, v in data["modules"].items()}
 
     def standing(self, name: str, build_dir: Path) -> Verdict | None:
         """The module's verdict, where its inputs are still those it was given on."""
