@@ -263,6 +263,58 @@ def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     assert "rebuilt" not in done.stdout
 
 
+def test_a_not_covered_edit_stays_not_covered_after_a_later_build_until_it_is_reverted(ws):
+    """The page edit above, then a build of another module (which records the tree with the edit):
+    affected says not covered again (3), never "nothing changed"; once page.cuh holds what it held
+    before the edit again, nothing changed."""
+    tree, root, jit_dir, env = ws
+    (tree / "csrc/page.cu").write_text('#include "flashinfer/page.cuh"\n')
+    page = tree / "include/flashinfer/page.cuh"
+    page.write_text("constexpr int P = 1;\n")
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
+    page.write_text("constexpr int P = 2;\n")
+    assert affected(root, env).returncode == 3
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # a later build records the tree as edited
+    again = affected(root, env)
+    assert again.returncode == 3 and "nothing changed" not in again.stdout, again.stdout + again.stderr
+    assert "pixi run -e flashinfer-dev upstream-tests page" in again.stdout
+    page.write_text("constexpr int P = 1;\n")  # reverted
+    back = affected(root, env)
+    assert back.returncode == 0 and "nothing changed" in back.stdout, back.stdout + back.stderr
+
+
+PASSING_SMOKE = {  # smoke's and abi-smoke's tests of the norm module, as stand-ins that pass on any host
+    "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
+    "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\ndef test_bad_norm_call_is_a_decoded_error():\n    pass\n\n\n"
+                             "@pytest.mark.parametrize('op', ['norm.rmsnorm', 'norm.gemma_rmsnorm'])\n"
+                             "def test_runtime_signature_equals_the_source(op):\n    pass\n",
+}
+
+
+def test_a_module_whose_tests_passed_in_a_not_covered_run_is_not_covered_until_the_edit_is_reverted(ws):
+    """norm.cuh reaches the norm module (smoke's tests pass) and the norm family (csrc/norm.cu
+    includes it), whose FlashInfer tests did not run: status 3, kept as `not covered`, so asking
+    again says it again (its tests run again); reverted, it passes."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, jit_dir, env = ws
+    for rel, text in PASSING_SMOKE.items():
+        (root / "tests" / rel).write_text(text)
+    (tree / "csrc/norm.cu").write_text('#include "flashinfer/norm.cuh"\n')
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # the tree with it, as of a build
+    header = tree / "include/flashinfer/norm.cuh"
+    header.write_text("constexpr int K = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 3 and "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    again = affected(root, env)
+    assert again.returncode == 3 and "nothing changed" not in again.stdout, again.stdout + again.stderr
+    assert "include/flashinfer/norm.cuh reaches norm, whose FlashInfer tests did not run here" in again.stdout
+    header.write_text("constexpr int K = 1;\n")  # reverted: rebuilt, its tests pass, and no family went untested
+    back = affected(root, env)
+    assert back.returncode == 0 and "every selected test passed" in back.stdout, back.stdout + back.stderr
+    last = affected(root, env)
+    assert last.returncode == 0 and "nothing changed" in last.stdout and ": passed (" in last.stdout, last.stdout
+
+
 def test_the_prebuilt_mode_with_a_jit_cache_is_refused_and_auto_needs_the_release(ws, tmp_path):
     """With flashinfer-jit-cache importable, FlashInfer loads its copy of a module instead of the
     rebuilt one (flashinfer/jit/core.py, JitSpec.build_and_load, at v0.6.3): affected would test nothing."""
@@ -418,7 +470,8 @@ def test_an_unreadable_build_stamp_is_two_lines(ws):
 @pytest.mark.parametrize("text", ['{"schema": "fidev-affected-verdicts/1", "modu', "[]", '{"schema": "fidev-affected-verdicts/1", "modules": []}',
                                   '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": 1}}}',
                                   '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": "x", "result": "maybe", '
-                                  '"when": "t", "tests": [], "failed": []}}}'])
+                                  '"when": "t", "tests": [], "failed": []}}}',
+                                  '{"schema": "fidev-affected-verdicts/1", "modules": {}, "uncovered": {"csrc/x.cu": {"was": 5}}}'])
 def test_unreadable_kept_verdicts_are_said_and_every_module_is_tested_again(ws, text):
     """A kept verdict that cannot be read may have been a failure: it is named, with what affected
     does instead, and every built module is taken as changed (rebuilt, its tests run), never

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fidev.affected.built import Found
+from fidev.affected.built import Found, Resolver
 from fidev.affected.report import short
 from fidev.affected.tests import FlashInferTests, cases_by_file
 from fidev.affected.verdicts import Kept
@@ -26,7 +26,8 @@ class Changes:
     """The Python files edited since the builds (python_edits), each module's changed generators,
     smoke's modules' new JitSpecs by name (specs), the modules whose regeneration was not done here
     (unregenerated), FlashInfer's tests started before the regeneration (early), {module: {changed
-    file: how}} (changed), and {changed file as shown: its modules} (by_file)."""
+    file: how}} (changed), {changed file as shown: its modules} (by_file), and the kept not-covered
+    edits (fidev.affected.verdicts.Gap) as this run finds them."""
     python_edits: list[str]
     generators: dict[str, list[str]]
     specs: dict = field(default_factory=dict)
@@ -34,6 +35,10 @@ class Changes:
     early: FlashInferTests | None = None
     changed: dict[str, dict[str, str]] = field(default_factory=dict)
     by_file: dict[str, set[str]] = field(default_factory=dict)
+    uncovered: set[str] = field(default_factory=set)  # kept not-covered edits no built module compiles
+    reverted: set[str] = field(default_factory=set)  # kept not-covered edits reverted since
+    pending: set[str] = field(default_factory=set)  # those of them a tree record still holds as edited
+    before: dict[str, list | None] = field(default_factory=dict)  # the tree's record as the run started
 
 
 def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str]) -> tuple[dict, bool, set[str]]:
@@ -177,13 +182,40 @@ def files_changed(found: Found, ch: Changes) -> None:
     if ch.python_edits and not any(" -> " in k for k in by_file):  # regenerated, and no module's sources changed
         for f in ch.python_edits:
             by_file.setdefault(in_tree(f), set())
-    # include/ and csrc/ files no built module compiles: named with the families that would
-    unreached = sorted({f for d in found.dirs for f in build_records.changed_tree_files(d, found.tree) or []} - set(by_file))
+    # include/ and csrc/ files no built module compiles: named with the families that would; a reverted
+    # not-covered edit is no change, though a build after the edit recorded it
+    in_records = {f for d in found.dirs for f in build_records.changed_tree_files(d, found.tree) or []}
+    ch.pending = ch.reverted & in_records
+    unreached = sorted((in_records | ch.uncovered) - ch.reverted - set(by_file))
     # a module whose record cannot be read may compile any of them: never "reaches no built module" then
     blind = {name for name, edits in ch.changed.items() if any(f.startswith("(") and "cannot be read" in f for f in edits)}
     for f in unreached:
         by_file[f] = set(blind)
     ch.by_file = by_file
+
+
+def compiling(found: Found, path: Path) -> list[str]:
+    """The built modules that compile `path`, by their recorded inputs (resolved as built.Resolver does)."""
+    resolved, real = Resolver(), str(path.resolve())
+    return [m.name for m in found.modules if any(resolved(p) == real for p in ninja_inputs.inputs(m.build_dir, m.ninja_path))]
+
+
+def uncovered_edits(found: Found, ch: Changes, kept: Kept) -> None:
+    """The edits kept as not covered: reverted since (content as before the edit), or still there,
+    and then changed again, with the modules that compile them (their tests run), whatever a
+    later build recorded of the tree."""
+    for rel, gap in sorted(kept.gaps.items()):
+        path = found.tree / rel
+        if gap.reverted(path):
+            ch.reverted.add(rel)
+            continue
+        print(f"affected: {rel} reached {', '.join(gap.families)} untested at {gap.when} (kept): "
+              "not covered until those tests run and pass, or it is reverted")
+        modules = compiling(found, path)
+        for name in modules:
+            ch.changed.setdefault(name, {})[str(path)] = "not covered"
+        if not modules:
+            ch.uncovered.add(rel)
 
 
 UNKEPT = "(affected's kept verdicts cannot be read: its tests run again)"  # a changed "file" of every module then
@@ -206,9 +238,12 @@ def find(found: Found, listing: bool, kept: Kept) -> Changes:
     last verdict stands as not a pass."""
     generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
     ch = Changes(sorted({f for files in generators.values() for f in files}), generators)
+    for d in reversed(found.dirs):  # before the rebuild records it again: what a not-covered edit was
+        ch.before.update(build_records.tree_record(d))
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         regenerate_edits(found, ch, listing)
     changed_modules(found, ch)
+    uncovered_edits(found, ch, kept)
     standing_failures(found, ch, kept)
     files_changed(found, ch)
     return ch

@@ -127,8 +127,9 @@ def not_covered(gaps: dict[str, list[str]]) -> None:
           f"cover them: pixi run -e flashinfer-dev upstream-tests {' '.join(families)}")
 
 
-def module_results(sel: Selection, failed: set[str], broken: list[str]) -> dict[str, tuple[str, list[str], list[str]]]:
-    """{module: (result, its tests, those that failed)} for each changed module that had tests."""
+def module_results(sel: Selection, failed: set[str], broken: list[str], covered: bool = True) -> dict[str, tuple[str, list[str], list[str]]]:
+    """{module: (result, its tests, those that failed)} for each changed module that had tests; one
+    whose tests passed in a run that was not covered (NOT_COVERED) is `not covered`, no pass."""
     found = {}
     for name in sel.changed:
         chosen = sel.selectors({name})
@@ -136,7 +137,7 @@ def module_results(sel: Selection, failed: set[str], broken: list[str]) -> dict[
             continue
         mine = sorted(f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0]
                                                for x in chosen))
-        found[name] = ("failed" if mine or broken else "passed", sorted(chosen), mine)
+        found[name] = ("failed" if mine or broken else "passed" if covered else "not covered", sorted(chosen), mine)
     return found
 
 

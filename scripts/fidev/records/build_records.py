@@ -151,6 +151,12 @@ def record_tree(jit_dir: Path, tree: Path) -> None:
     _write(jit_dir.parent / TREE, now)
 
 
+def tree_record(jit_dir: Path) -> dict[str, list | None]:
+    """{file of include/ and csrc/, relative to the tree: its file fact} at the last build in
+    `jit_dir`; empty where no build there left a readable record."""
+    return _read(jit_dir.parent / TREE, facts) or {}
+
+
 def changed_tree_files(jit_dir: Path, tree: Path) -> list[str] | None:
     """Files of include/ and csrc/ (relative to the tree) added, removed or of other content than
     at the last build in `jit_dir`; None when no build there left a record."""
