@@ -502,3 +502,24 @@ def test_a_run_over_unreadable_kept_verdicts_tests_every_module_and_writes_them_
     assert done.returncode == 1 and "affected: 2 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
     kept = kept_verdicts.Kept(verdicts)
     assert kept.problem is None and {v.result for v in kept.modules.values()} == {"failed"}, kept.modules  # the tests skipped: no pass
+
+
+def test_a_kept_gap_keeps_its_content_before_the_edit_until_it_is_covered(tmp_path):
+    """keep_gaps: a file still untested keeps the content it had before its first untested edit
+    (not the tree's record as of a later run); one the run covered goes; a reverted one that a tree
+    record still holds as edited stays, so that it is not taken as a new edit."""
+    from fidev.affected import verdicts as kept_verdicts
+
+    path = tmp_path / "fidev-affected.json"
+    kept = kept_verdicts.Kept(path)
+    kept.keep_gaps({"include/a.cuh": ["page"], "include/b.cuh": ["rope"]}, {"include/a.cuh": [1, 2, "a0"], "include/b.cuh": None}, set())
+    kept.record({})
+    kept = kept_verdicts.Kept(path)
+    assert kept.problem is None and {rel: (g.was, g.families) for rel, g in kept.gaps.items()} == \
+        {"include/a.cuh": ([1, 2, "a0"], ["page"]), "include/b.cuh": (None, ["rope"])}
+    kept.keep_gaps({"include/a.cuh": ["page"]}, {"include/a.cuh": [3, 4, "a1"]}, set())  # b covered
+    assert {rel: g.was for rel, g in kept.gaps.items()} == {"include/a.cuh": [1, 2, "a0"]}
+    kept.keep_gaps({}, {}, {"include/a.cuh"})  # reverted, and a tree record still holds the edit
+    assert set(kept.gaps) == {"include/a.cuh"}
+    kept.keep_gaps({}, {}, set())
+    assert kept.gaps == {}
