@@ -108,7 +108,7 @@ def run_affected(args, record: affected_summary.Summary) -> int:
                   if name in dirs and (chosen := selection.selectors({name}))}
     try:
         outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                       lambda: report.build_failed(selection), lambda: kept.record(unfinished))
+                                       ws.version_dir, lambda: report.build_failed(selection), lambda: kept.record(unfinished))
     except (Failure, KeyboardInterrupt):
         kept.record(unfinished)
         raise

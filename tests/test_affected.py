@@ -347,28 +347,28 @@ def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
 def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(monkeypatch, tmp_path):
     from fidev.affected.tests import processes
 
-    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))  # no file's time kept: each file one process
+    version_dir = tmp_path / ".cache/flashinfer" / pins().flashinfer  # the task's workspace's, passed down: no file's time kept yet
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     # the cores shared among the processes' torch thread pools too
-    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 200}) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 200}, version_dir) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
     # one process: not worth a second's start
-    assert processes({"tests/utils/test_quantization.py": 28}) == ([], {"OMP_NUM_THREADS": "16"})
+    assert processes({"tests/utils/test_quantization.py": 28}, version_dir) == ([], {"OMP_NUM_THREADS": "16"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two files at once, one per GPU: the cores shared
-    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
     # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the cases each
-    times = upstream_runs.times_file(tmp_path / ".cache/flashinfer" / pins().flashinfer)
+    times = upstream_runs.times_file(version_dir)
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/utils/test_activation.py": 99.0}')
-    assert processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
     monkeypatch.setattr(os, "cpu_count", lambda: 32)  # the 2-GPU H200 host
-    assert processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
+    assert processes({"tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own: kept
-    assert processes({"tests/utils/test_norm.py": 2705}) == (["--per-gpu", "8"], {})
+    assert processes({"tests/utils/test_norm.py": 2705}, version_dir) == (["--per-gpu", "8"], {})
 
 
 def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(ws, monkeypatch):
