@@ -523,3 +523,16 @@ def test_a_kept_gap_keeps_its_content_before_the_edit_until_it_is_covered(tmp_pa
     assert set(kept.gaps) == {"include/a.cuh"}
     kept.keep_gaps({}, {}, set())
     assert kept.gaps == {}
+
+
+def test_a_failure_is_matched_to_the_tests_that_select_it():
+    """One match for the table and the kept verdicts: a case of a selected function, the node id
+    itself, or its file when that did not collect or finish; never a function that merely shares a
+    prefix."""
+    from fidev.affected.report import failures_of
+
+    chosen = {"tests/utils/test_norm.py::test_norm", "tests/smoke/test_kernels.py::test_rmsnorm"}
+    failed = {"tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
+              "tests/utils/test_norm.py::test_norm_fused[1]", "tests/utils/test_page.py::test_page"}
+    assert failures_of(failed, chosen) == ["tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
+                                           "tests/utils/test_norm.py::test_norm[dtype0-4096]"]

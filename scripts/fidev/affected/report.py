@@ -84,6 +84,13 @@ def hints(sel: Selection) -> None:
             else "no kernel family's sources include it"))
 
 
+def failures_of(failed: set[str], chosen: set[str]) -> list[str]:
+    """The failures that are the tests `chosen` (Selection.selectors) names: a test id (a case of a
+    selected function, or the node id itself), or a file that did not collect or finish."""
+    return sorted(f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0]
+                                           for x in chosen))
+
+
 def build_failed(sel: Selection) -> str:
     rows = sel.rows()
     return table([rows[0], *[(*r[:3], "build failed") for r in rows[1:]]])
@@ -94,8 +101,7 @@ def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
     result = []
     for row, (_, names) in zip(sel.rows()[1:], sel.files(), strict=True):
         chosen = sel.selectors(names)
-        # a test id (a case of a selected function), or a file that did not collect or finish
-        mine = [f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0] for x in chosen)]
+        mine = failures_of(failed, chosen)
         result.append((*row[:3], f"{len(mine)} failed" if mine else "passed" if chosen and not broken else "-" if not chosen else "unknown"))
     return table([HEADER, *result])
 
@@ -135,8 +141,7 @@ def module_results(sel: Selection, failed: set[str], broken: list[str], covered:
         chosen = sel.selectors({name})
         if not chosen:
             continue
-        mine = sorted(f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0]
-                                               for x in chosen))
+        mine = failures_of(failed, chosen)
         found[name] = ("failed" if mine or broken else "passed" if covered else "not covered", sorted(chosen), mine)
     return found
 
