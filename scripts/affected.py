@@ -156,7 +156,7 @@ def covered_or_not(status: int, selection: report.Selection, found: built.Found,
     with the modules' verdicts), so that asking again says them again; an edit reverted to what it
     was before its gap went untested is none."""
     gaps = {f: fams for f, fams in report.coverage_gaps(selection, found.tree, selection.theirs).items() if f not in changed.reverted}
-    kept.keep_gaps(gaps, changed.before, changed.pending)
+    kept.keep_gaps({f: fams for f, fams in gaps.items() if f != report.UNTOLD}, changed.before, changed.pending)
     if gaps and status == 0:
         report.not_covered(gaps)
         record.verdict = "not covered"

@@ -536,3 +536,18 @@ def test_a_failure_is_matched_to_the_tests_that_select_it():
               "tests/utils/test_norm.py::test_norm_fused[1]", "tests/utils/test_page.py::test_page"}
     assert failures_of(failed, chosen) == ["tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
                                            "tests/utils/test_norm.py::test_norm[dtype0-4096]"]
+
+
+@pytest.mark.parametrize("text", ['{"include/flashinfer/norm.cuh": [1, 2', '["include/flashinfer/norm.cuh"]'])
+def test_an_unreadable_tree_record_is_said_and_no_pass(ws, text):
+    """The JIT dir's record of include/ and csrc/ is what tells an edit no built module compiles:
+    where it cannot be read, such an edit may reach any kernel family, so the run is not covered
+    (3), never "nothing changed"."""
+    _, root, jit_dir, env = ws
+    record = jit_dir.parent / workspace.TREE
+    record.write_text(text)
+    done = affected(root, env)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module " \
+           "compiles cannot be told" in done.stdout, done.stdout
+    assert "nothing changed" not in done.stdout and "affected: not a pass: " in done.stdout

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.affected.built import Found, Resolver
-from fidev.affected.report import short
+from fidev.affected.report import UNTOLD, short
 from fidev.affected.tests import FlashInferTests, cases_by_file
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
@@ -191,6 +191,10 @@ def files_changed(found: Found, ch: Changes) -> None:
     blind = {name for name, edits in ch.changed.items() if any(f.startswith("(") and "cannot be read" in f for f in edits)}
     for f in unreached:
         by_file[f] = set(blind)
+    for record in filter(None, map(build_records.unreadable_tree, found.dirs)):
+        print(f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module "
+              "compiles cannot be told, so it counts as reaching every kernel family; the next build writes it again")
+        by_file[UNTOLD] = set()
     ch.by_file = by_file
 
 

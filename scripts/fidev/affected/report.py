@@ -71,7 +71,7 @@ class Selection:
 def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], tier: dict[str, str], recorded: dict[str, list[str]],
               tree: Path) -> Selection:
     """The selection, with the kernel families that compile each file no built module does."""
-    reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith("/")])
+    reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith(("/", "("))])
     return Selection(by_file, changed, tier, recorded, reaching)
 
 
@@ -107,6 +107,7 @@ def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
 
 
 NOT_COVERED = 3  # the exit status of an edit that reaches a kernel family whose tests did not run: not a pass
+UNTOLD = "(its tree record cannot be read: any edit)"  # a changed "file" that may be any include/ or csrc/ file
 
 
 def tree_files(by_file: dict[str, set[str]]) -> list[str]:
@@ -118,6 +119,8 @@ def coverage_gaps(sel: Selection, tree: Path, ran: list[str]) -> dict[str, list[
     """{changed file: the kernel families whose sources compile it (fidev.tree.families) and whose
     FlashInfer tests did not run}: smoke's tests are a verdict on what they call, not on a family."""
     reach = upstream_suites.families_compiling(tree, tree_files(sel.by_file))
+    if UNTOLD in sel.by_file:  # an edit no built module compiles cannot be told: it may reach any family
+        reach[UNTOLD] = [fam.name for fam in upstream_suites.FAMILIES]
     covered = {fam.name for fam in upstream_suites.FAMILIES
                if any(t.startswith(f"tests/{node.split('::')[0]}") for node in fam.nodes for t in ran)}
     return {f: [fam for fam in families if fam not in covered] for f, families in sorted(reach.items())

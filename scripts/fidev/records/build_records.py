@@ -157,6 +157,12 @@ def tree_record(jit_dir: Path) -> dict[str, list | None]:
     return _read(jit_dir.parent / TREE, facts) or {}
 
 
+def unreadable_tree(jit_dir: Path) -> Path | None:
+    """The JIT dir's tree record, where it is there but cannot be read (truncated, not JSON, another shape)."""
+    path = jit_dir.parent / TREE
+    return path if path.exists() and _read(path, facts) is None else None
+
+
 def changed_tree_files(jit_dir: Path, tree: Path) -> list[str] | None:
     """Files of include/ and csrc/ (relative to the tree) added, removed or of other content than
     at the last build in `jit_dir`; None when no build there left a record."""
