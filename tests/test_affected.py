@@ -490,6 +490,21 @@ def test_unreadable_kept_verdicts_are_said_and_every_module_is_tested_again(ws, 
     assert "norm, norm_upstream" in row, done.stdout
 
 
+def test_unreadable_kept_verdicts_leave_an_edit_no_module_compiles_with_no_module(ws):
+    """Every module is tested again, and still an edit no built module compiles is said as one (its
+    families named), not mapped to every module as where a module's own record cannot be read."""
+    tree, root, jit_dir, env = ws
+    (tree / "csrc/page.cu").write_text('#include "flashinfer/page.cuh"\n')
+    (tree / "include/flashinfer/page.cuh").write_text("constexpr int P = 1;\n")
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
+    (tree / "include/flashinfer/page.cuh").write_text("constexpr int P = 2;\n")
+    verdicts = workspace.read(pins().flashinfer).verdicts
+    verdicts.parent.mkdir(parents=True, exist_ok=True)
+    verdicts.write_text("[]")
+    done = affected(root, env, "--list")
+    assert any(line.startswith("include/flashinfer/page.cuh") and "no built module" in line for line in done.stdout.splitlines()), done.stdout
+
+
 def test_a_run_over_unreadable_kept_verdicts_tests_every_module_and_writes_them_whole(ws):
     require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     from fidev.affected import verdicts as kept_verdicts

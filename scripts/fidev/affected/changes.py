@@ -188,7 +188,7 @@ def files_changed(found: Found, ch: Changes) -> None:
     ch.pending = ch.reverted & in_records
     unreached = sorted((in_records | ch.uncovered) - ch.reverted - set(by_file))
     # a module whose record cannot be read may compile any of them: never "reaches no built module" then
-    blind = {name for name, edits in ch.changed.items() if any(f.startswith("(") and "cannot be read" in f for f in edits)}
+    blind = {name for name, edits in ch.changed.items() if any(f.startswith("(" + UNREADABLE.split("{")[0]) for f in edits)}
     for f in unreached:
         by_file[f] = set(blind)
     for record in filter(None, map(build_records.unreadable_tree, found.dirs)):
