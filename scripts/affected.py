@@ -16,7 +16,9 @@
    naming what failed and the command that reruns it alone. --list stops after the table's first
    three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not
    covered, nothing failed but the edit reaches a kernel family whose FlashInfer tests did not run
-   (the last line names the upstream-tests command that covers it); 130: interrupted.
+   (the last line names the upstream-tests command that covers it; kept, so asking again says it
+   again until the edit is reverted or covered); 130: interrupted. A verdict that is not a pass
+   is kept per module (fidev.affected.verdicts): asking again reruns its tests.
 
 With --summary FILE it writes its result to FILE as JSON, whatever the end (fidev.affected.summary):
 the verdict, the exit status, the changed files with their modules, the tests selected, what
@@ -98,26 +100,32 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     if args.list or not changed.changed:
         print(report.table(selection.rows()))
         report.hints(selection)
-        return no_module_changed(args.list, selection, found, record)
+        return no_module_changed(args.list, selection, found, record, changed, kept)
     to_build = [changed.specs.get(m.name, m) for m in found.modules if m.name in changed.changed]
     dirs = {m.name: m.build_dir for m in found.modules}
-    kept.record({name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
-                 if name in dirs and (chosen := selection.selectors({name}))})  # a run stopped mid-way is no pass
-    outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                   lambda: report.build_failed(selection))
-    kept.record({name: (dirs[name], *result) for name, result in report.module_results(selection, outcome.failed, outcome.broken).items()
-                 if name in dirs})
+    # a run stopped mid-way is no pass: kept with the inputs the rebuild records, as the tests start, or as the build fails or is stopped
+    unfinished = {name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
+                  if name in dirs and (chosen := selection.selectors({name}))}
+    try:
+        outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
+                                       ws.version_dir, lambda: report.build_failed(selection), lambda: kept.record(unfinished))
+    except (Failure, KeyboardInterrupt):
+        kept.record(unfinished)
+        raise
     record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past
     print(report.results(selection, outcome.failed, outcome.broken))
     report.hints(selection)
     status = report.final(outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started)
-    return covered_or_not(status, selection, found, record)
+    status = covered_or_not(status, selection, found, record, changed, kept)
+    results = report.module_results(selection, outcome.failed, outcome.broken, covered=status != report.NOT_COVERED)
+    kept.record({name: (dirs[name], *result) for name, result in results.items() if name in dirs})
+    return status
 
 
 def kept_verdicts(ws: workspace.Workspace) -> verdicts.Kept:
     kept = verdicts.Kept(ws.verdicts)
     if kept.problem:
-        print(f"affected: {kept.problem}: no module has a verdict, and each is judged afresh")
+        print(f"affected: {kept.problem}: a verdict it kept may be a failure, so every built module is taken as changed: rebuilt, and its tests run")
     return kept
 
 
@@ -130,19 +138,25 @@ def nothing_changed(found: built.Found, kept: verdicts.Kept, checked_s: float) -
     print(f"affected: nothing changed since the {len(found.modules)} built modules were built (checked in {checked_s:.2f} s){said}")
 
 
-def no_module_changed(listing: bool, selection: report.Selection, found: built.Found, record: affected_summary.Summary) -> int:
+def no_module_changed(listing: bool, selection: report.Selection, found: built.Found, record: affected_summary.Summary,
+                      changed: changes.Changes, kept: verdicts.Kept) -> int:
     """--list, or edits that reach no built module: listed, or not a pass where a family they reach went untested."""
     if listing:
         record.verdict = "listed"
         return 0
-    return covered_or_not(0, selection, found, record, "no module changed")
+    status = covered_or_not(0, selection, found, record, changed, kept, "no module changed")
+    kept.record({})
+    return status
 
 
 def covered_or_not(status: int, selection: report.Selection, found: built.Found, record: affected_summary.Summary,
-                   passed: str = "passed") -> int:
+                   changed: changes.Changes, kept: verdicts.Kept, passed: str = "passed") -> int:
     """The verdict: failed as the tests said; else not a pass where the edit reaches a kernel family
-    whose FlashInfer tests did not run (report.NOT_COVERED); else passed."""
-    gaps = report.coverage_gaps(selection, found.tree, selection.theirs)
+    whose FlashInfer tests did not run (report.NOT_COVERED); else passed. The gaps are kept (written
+    with the modules' verdicts), so that asking again says them again; an edit reverted to what it
+    was before its gap went untested is none."""
+    gaps = {f: fams for f, fams in report.coverage_gaps(selection, found.tree, selection.theirs).items() if f not in changed.reverted}
+    kept.keep_gaps({f: fams for f, fams in gaps.items() if f != report.UNTOLD}, changed.before, changed.pending)
     if gaps and status == 0:
         report.not_covered(gaps)
         record.verdict = "not covered"

@@ -211,6 +211,40 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     assert any(line.startswith("(the last run failed at ") and "its tests run again" in line for line in again.stdout.splitlines()), again.stdout
 
 
+def test_a_run_killed_during_its_tests_is_unfinished_and_its_tests_run_again(ws):
+    """The `unfinished` verdict is kept after the rebuild, with the inputs the rebuild recorded, and
+    before the tests start: a run killed in its tests (here smoke's test file ends the process as
+    it is collected) is seen as unfinished next time, never as "nothing changed"."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    smoke = root / "tests/smoke/test_kernels.py"
+    smoke.write_text("import os\nos._exit(9)\n" + smoke.read_text())
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 9 and "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    again = affected(root, env, "--list")
+    assert "nothing changed" not in again.stdout, again.stdout
+    assert any(line.startswith("(the last run unfinished at ") and " norm " in f" {line} " for line in again.stdout.splitlines()), again.stdout
+
+
+def test_a_module_built_in_a_run_whose_other_build_failed_is_unfinished(ws):
+    """norm builds while norm_upstream's build fails: norm's edit is built and recorded, its tests
+    never ran, so once norm_upstream's source is restored, norm is unfinished, not "nothing changed"."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    other = tree / "csrc/other.cc"
+    saved = other.read_text()
+    other.write_text(saved + "this is no C++\n")
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 1 and "build failed" in done.stdout, done.stdout + done.stderr
+    other.write_text(saved)
+    again = affected(root, env, "--list")
+    assert "nothing changed" not in again.stdout, again.stdout
+    assert any(line.startswith("(the last run unfinished at ") and "norm" in line.replace(",", " ").split() for line in again.stdout.splitlines()), \
+        again.stdout
+
+
 def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     """include/flashinfer/page.cuh is compiled by the `page` family's csrc/page.cu (flashinfer/jit/page.py,
     lines 25-26 at v0.6.3): no module of this JIT dir includes it."""
@@ -227,6 +261,58 @@ def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     assert "include/flashinfer/page.cuh reaches no built module; the tests of page would build one: " \
            "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
     assert "rebuilt" not in done.stdout
+
+
+def test_a_not_covered_edit_stays_not_covered_after_a_later_build_until_it_is_reverted(ws):
+    """The page edit above, then a build of another module (which records the tree with the edit):
+    affected says not covered again (3), never "nothing changed"; once page.cuh holds what it held
+    before the edit again, nothing changed."""
+    tree, root, jit_dir, env = ws
+    (tree / "csrc/page.cu").write_text('#include "flashinfer/page.cuh"\n')
+    page = tree / "include/flashinfer/page.cuh"
+    page.write_text("constexpr int P = 1;\n")
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
+    page.write_text("constexpr int P = 2;\n")
+    assert affected(root, env).returncode == 3
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # a later build records the tree as edited
+    again = affected(root, env)
+    assert again.returncode == 3 and "nothing changed" not in again.stdout, again.stdout + again.stderr
+    assert "pixi run -e flashinfer-dev upstream-tests page" in again.stdout
+    page.write_text("constexpr int P = 1;\n")  # reverted
+    back = affected(root, env)
+    assert back.returncode == 0 and "nothing changed" in back.stdout, back.stdout + back.stderr
+
+
+PASSING_SMOKE = {  # smoke's and abi-smoke's tests of the norm module, as stand-ins that pass on any host
+    "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
+    "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\ndef test_bad_norm_call_is_a_decoded_error():\n    pass\n\n\n"
+                             "@pytest.mark.parametrize('op', ['norm.rmsnorm', 'norm.gemma_rmsnorm'])\n"
+                             "def test_runtime_signature_equals_the_source(op):\n    pass\n",
+}
+
+
+def test_a_module_whose_tests_passed_in_a_not_covered_run_is_not_covered_until_the_edit_is_reverted(ws):
+    """norm.cuh reaches the norm module (smoke's tests pass) and the norm family (csrc/norm.cu
+    includes it), whose FlashInfer tests did not run: status 3, kept as `not covered`, so asking
+    again says it again (its tests run again); reverted, it passes."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, jit_dir, env = ws
+    for rel, text in PASSING_SMOKE.items():
+        (root / "tests" / rel).write_text(text)
+    (tree / "csrc/norm.cu").write_text('#include "flashinfer/norm.cuh"\n')
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # the tree with it, as of a build
+    header = tree / "include/flashinfer/norm.cuh"
+    header.write_text("constexpr int K = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 3 and "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    again = affected(root, env)
+    assert again.returncode == 3 and "nothing changed" not in again.stdout, again.stdout + again.stderr
+    assert "include/flashinfer/norm.cuh reaches norm, whose FlashInfer tests did not run here" in again.stdout
+    header.write_text("constexpr int K = 1;\n")  # reverted: rebuilt, its tests pass, and no family went untested
+    back = affected(root, env)
+    assert back.returncode == 0 and "every selected test passed" in back.stdout, back.stdout + back.stderr
+    last = affected(root, env)
+    assert last.returncode == 0 and "nothing changed" in last.stdout and ": passed (" in last.stdout, last.stdout
 
 
 def test_the_prebuilt_mode_with_a_jit_cache_is_refused_and_auto_needs_the_release(ws, tmp_path):
@@ -261,28 +347,28 @@ def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
 def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(monkeypatch, tmp_path):
     from fidev.affected.tests import processes
 
-    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path))  # no file's time kept: each file one process
+    version_dir = tmp_path / ".cache/flashinfer" / pins().flashinfer  # the task's workspace's, passed down: no file's time kept yet
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     # the cores shared among the processes' torch thread pools too
-    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 200}) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 200}, version_dir) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
     # one process: not worth a second's start
-    assert processes({"tests/utils/test_quantization.py": 28}) == ([], {"OMP_NUM_THREADS": "16"})
+    assert processes({"tests/utils/test_quantization.py": 28}, version_dir) == ([], {"OMP_NUM_THREADS": "16"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two files at once, one per GPU: the cores shared
-    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
     # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the cases each
-    times = upstream_runs.times_file(tmp_path / ".cache/flashinfer" / pins().flashinfer)
+    times = upstream_runs.times_file(version_dir)
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/utils/test_activation.py": 99.0}')
-    assert processes({"tests/utils/test_activation.py": 1890}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
     monkeypatch.setattr(os, "cpu_count", lambda: 32)  # the 2-GPU H200 host
-    assert processes({"tests/utils/test_activation.py": 630}) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
+    assert processes({"tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own: kept
-    assert processes({"tests/utils/test_norm.py": 2705}) == (["--per-gpu", "8"], {})
+    assert processes({"tests/utils/test_norm.py": 2705}, version_dir) == (["--per-gpu", "8"], {})
 
 
 def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(ws, monkeypatch):
@@ -359,6 +445,19 @@ def test_an_unreadable_inputs_record_is_said_and_its_module_rebuilt(ws):
     assert "norm" in rows["include/flashinfer/norm.cuh"] and "norm" in rows[f"(its build record {ninja_inputs.STAMP} cannot be read)".split()[0]]
 
 
+@pytest.mark.parametrize("record", [ninja_inputs.STAMP, workspace.GENERATORS])
+@pytest.mark.parametrize("text", ["[]", '{"obj": ["a"]}', '{"obj": {"/x.h": "x"}}', '{"obj": {"/x.h": [1, "2", "h"]}}', '{"/x.py": 5}'])
+def test_a_build_record_of_another_shape_is_said_and_its_module_rebuilt(ws, record, text):
+    """Valid JSON of the wrong shape (a list for a dict, a string for a fact) is as unreadable as a
+    truncated record: named, the module taken as edited, never a traceback."""
+    _, root, jit_dir, env = ws
+    (jit_dir / "norm" / record).write_text(text)
+    done = affected(root, env, "--list")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert f"affected: norm: its build record {record} cannot be read (truncated?): it is taken as edited" in done.stdout, done.stdout
+    assert "nothing changed" not in done.stdout
+
+
 def test_an_unreadable_build_stamp_is_two_lines(ws):
     _, root, _, env = ws
     stamp = workspace.read(pins().flashinfer).build_stamp({"wide": False, "abi": False})
@@ -368,10 +467,102 @@ def test_an_unreadable_build_stamp_is_two_lines(ws):
     assert "pixi run -e flashinfer-dev build" in done.stderr
 
 
-def test_unreadable_kept_verdicts_are_said_and_judged_afresh(ws):
+@pytest.mark.parametrize("text", ['{"schema": "fidev-affected-verdicts/1", "modu', "[]", '{"schema": "fidev-affected-verdicts/1", "modules": []}',
+                                  '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": 1}}}',
+                                  '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": "x", "result": "maybe", '
+                                  '"when": "t", "tests": [], "failed": []}}}',
+                                  '{"schema": "fidev-affected-verdicts/1", "modules": {}, "uncovered": {"csrc/x.cu": {"was": 5}}}'])
+def test_unreadable_kept_verdicts_are_said_and_every_module_is_tested_again(ws, text):
+    """A kept verdict that cannot be read may have been a failure: it is named, with what affected
+    does instead, and every built module is taken as changed (rebuilt, its tests run), never
+    "nothing changed"."""
+    _, root, _, env = ws
+    verdicts = workspace.read(pins().flashinfer).verdicts
+    verdicts.parent.mkdir(parents=True, exist_ok=True)
+    verdicts.write_text(text)
+    done = affected(root, env, "--list")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    said = next((line for line in done.stdout.splitlines() if line.startswith("affected: ") and str(verdicts) in line), "")
+    assert "cannot be read" in said or "is not affected's kept verdicts" in said, done.stdout
+    assert said.endswith("every built module is taken as changed: rebuilt, and its tests run"), said
+    assert "nothing changed" not in done.stdout
+    row = next(line for line in done.stdout.splitlines() if line.startswith("(affected's kept verdicts cannot be read"))
+    assert "norm, norm_upstream" in row, done.stdout
+
+
+def test_unreadable_kept_verdicts_leave_an_edit_no_module_compiles_with_no_module(ws):
+    """Every module is tested again, and still an edit no built module compiles is said as one (its
+    families named), not mapped to every module as where a module's own record cannot be read."""
+    tree, root, jit_dir, env = ws
+    (tree / "csrc/page.cu").write_text('#include "flashinfer/page.cuh"\n')
+    (tree / "include/flashinfer/page.cuh").write_text("constexpr int P = 1;\n")
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
+    (tree / "include/flashinfer/page.cuh").write_text("constexpr int P = 2;\n")
+    verdicts = workspace.read(pins().flashinfer).verdicts
+    verdicts.parent.mkdir(parents=True, exist_ok=True)
+    verdicts.write_text("[]")
+    done = affected(root, env, "--list")
+    assert any(line.startswith("include/flashinfer/page.cuh") and "no built module" in line for line in done.stdout.splitlines()), done.stdout
+
+
+def test_a_run_over_unreadable_kept_verdicts_tests_every_module_and_writes_them_whole(ws):
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    from fidev.affected import verdicts as kept_verdicts
+
     _, root, _, env = ws
     verdicts = workspace.read(pins().flashinfer).verdicts
     verdicts.parent.mkdir(parents=True, exist_ok=True)
     verdicts.write_text('{"schema": "fidev-affected-verdicts/1", "modu')
     done = affected(root, env)
-    assert done.returncode == 0 and "cannot be read" in done.stdout and "no module has a verdict" in done.stdout, done.stdout
+    assert done.returncode == 1 and "affected: 2 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    kept = kept_verdicts.Kept(verdicts)
+    assert kept.problem is None and {v.result for v in kept.modules.values()} == {"failed"}, kept.modules  # the tests skipped: no pass
+
+
+def test_a_kept_gap_keeps_its_content_before_the_edit_until_it_is_covered(tmp_path):
+    """keep_gaps: a file still untested keeps the content it had before its first untested edit
+    (not the tree's record as of a later run); one the run covered goes; a reverted one that a tree
+    record still holds as edited stays, so that it is not taken as a new edit."""
+    from fidev.affected import verdicts as kept_verdicts
+
+    path = tmp_path / "fidev-affected.json"
+    kept = kept_verdicts.Kept(path)
+    kept.keep_gaps({"include/a.cuh": ["page"], "include/b.cuh": ["rope"]}, {"include/a.cuh": [1, 2, "a0"], "include/b.cuh": None}, set())
+    kept.record({})
+    kept = kept_verdicts.Kept(path)
+    assert kept.problem is None and {rel: (g.was, g.families) for rel, g in kept.gaps.items()} == \
+        {"include/a.cuh": ([1, 2, "a0"], ["page"]), "include/b.cuh": (None, ["rope"])}
+    kept.keep_gaps({"include/a.cuh": ["page"]}, {"include/a.cuh": [3, 4, "a1"]}, set())  # b covered
+    assert {rel: g.was for rel, g in kept.gaps.items()} == {"include/a.cuh": [1, 2, "a0"]}
+    kept.keep_gaps({}, {}, {"include/a.cuh"})  # reverted, and a tree record still holds the edit
+    assert set(kept.gaps) == {"include/a.cuh"}
+    kept.keep_gaps({}, {}, set())
+    assert kept.gaps == {}
+
+
+def test_a_failure_is_matched_to_the_tests_that_select_it():
+    """One match for the table and the kept verdicts: a case of a selected function, the node id
+    itself, or its file when that did not collect or finish; never a function that merely shares a
+    prefix."""
+    from fidev.affected.report import failures_of
+
+    chosen = {"tests/utils/test_norm.py::test_norm", "tests/smoke/test_kernels.py::test_rmsnorm"}
+    failed = {"tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
+              "tests/utils/test_norm.py::test_norm_fused[1]", "tests/utils/test_page.py::test_page"}
+    assert failures_of(failed, chosen) == ["tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
+                                           "tests/utils/test_norm.py::test_norm[dtype0-4096]"]
+
+
+@pytest.mark.parametrize("text", ['{"include/flashinfer/norm.cuh": [1, 2', '["include/flashinfer/norm.cuh"]'])
+def test_an_unreadable_tree_record_is_said_and_no_pass(ws, text):
+    """The JIT dir's record of include/ and csrc/ is what tells an edit no built module compiles:
+    where it cannot be read, such an edit may reach any kernel family, so the run is not covered
+    (3), never "nothing changed"."""
+    _, root, jit_dir, env = ws
+    record = jit_dir.parent / workspace.TREE
+    record.write_text(text)
+    done = affected(root, env)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module " \
+           "compiles cannot be told" in done.stdout, done.stdout
+    assert "nothing changed" not in done.stdout and "affected: not a pass: " in done.stdout

@@ -94,3 +94,16 @@ def test_anything_that_decides_the_build_files_takes_the_full_path(ws, change):
     done = run_build(tree, env, *(["--wide"] if change == "options" else []))
     # the full path imports flashinfer: here, the trap
     assert done.returncode == 1 and "import flashinfer failed" in done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("text", ["[]", '{"fingerprint": "x", "modules": {"norm": 1}}', '{"fingerprint": "x", "modules": [{"key": 1}]}',
+                                  '{"fingerprint": "x", "modules": [["norm"]]}'])
+def test_a_stamp_of_another_shape_is_unreadable_and_never_a_traceback(ws, text):
+    """Valid JSON that is no stamp (a list for a dict, a module of the wrong fields) is read as no
+    stamp (the full build) and named by unreadable_stamps, as a truncated one is."""
+    ws_ = workspace.read(pins().flashinfer)
+    options = {"wide": False, "abi": False}
+    build_stamp.path(ws_, options).write_text(text)
+    assert build_stamp.load(ws_, options, "x") is None
+    assert build_stamp.unreadable_stamps(ws_) == [build_stamp.path(ws_, options)]
+    assert build_stamp.stamped_modules(ws_) == []

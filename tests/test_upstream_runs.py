@@ -208,6 +208,16 @@ def test_a_baseline_of_nothing_passed_is_refused(ws):
     two_line_failure(upstream(root, env, "rope", "--no-plan", "--baseline"), "no test passed: a baseline of nothing")
 
 
+def test_a_comparison_where_nothing_passed_is_refused(ws):
+    """Every test skipped (no GPU) against a baseline that passed: no test newly fails, and still
+    nothing was exercised, so the comparison is refused, never a pass."""
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "import os, pytest\ndef test_fine():\n    if os.environ.get('NO_GPU'):\n"
+          "        pytest.skip('no GPU')\n")
+    assert upstream(root, env, "rope", "--no-plan", "--baseline").returncode == 0
+    two_line_failure(upstream(root, {**env, "NO_GPU": "1"}, "rope", "--no-plan"), "no test passed: a comparison with the baseline of nothing")
+
+
 def test_an_interrupt_stops_the_running_files(ws, tmp_path):
     root, _, env = ws
     pid_file = tmp_path / "child.pid"

@@ -20,16 +20,17 @@ from fidev.tree import source_tree
 BUILD_FIX = "pixi run -e flashinfer-dev build (python scripts/build.py), then edit and run affected"
 
 
-def build_fix() -> str:
+def build_fix(mode: str) -> str:
     """How to get modules built: in `auto` with a prebuilt set, build compiles only the modules
-    you edited, so a first build for affected is `vendored`."""
-    if kernel_source.mode() == kernel_source.AUTO and module_choice.prebuilt_available():
+    you edited, so a first build for affected is `vendored`. `mode` is the task's kernel source
+    mode, read at its start."""
+    if mode == kernel_source.AUTO and module_choice.prebuilt_available():
         return (f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev build, then affected with the same setting "
                 "(in auto, a module flashinfer-jit-cache ships is built here only once you edit it)")
     return BUILD_FIX
 
 
-def jit_dirs(ws: workspace.Workspace) -> list[Path]:
+def jit_dirs(ws: workspace.Workspace, mode: str) -> list[Path]:
     """The JIT dirs of the pinned version, each arch set's (fidev.core.workspace)."""
     found = ws.jit_dirs()
     if found:
@@ -37,8 +38,8 @@ def jit_dirs(ws: workspace.Workspace) -> list[Path]:
     others = ws.other_versions()
     if others:
         raise Failure(f"the JIT dir {ws.cache} holds builds of FlashInfer {', '.join(others)}, none of {ws.version}, the pinned one",
-                      build_fix())
-    raise Failure(f"nothing is built yet: no JIT dir under {ws.cache}", build_fix())
+                      build_fix(mode))
+    raise Failure(f"nothing is built yet: no JIT dir under {ws.cache}", build_fix(mode))
 
 
 class Built:
@@ -114,22 +115,24 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
 @dataclass
 class Found:
     """What affected starts from: the vendored tree, the JIT dirs, their modules, smoke's module
-    keys by name (tier), and the tests the upstream-tests plan recorded for each module."""
+    keys by name (tier), the tests the upstream-tests plan recorded for each module, and the
+    task's workspace (read at its start)."""
     tree: Path
     dirs: list[Path]
     modules: list[Built]
     tier: dict[str, str]
     recorded: dict[str, list[str]]
+    ws: workspace.Workspace
 
 
 def find(ws: workspace.Workspace, mode: str) -> Found:
     """The built modules, checked against the tree, with the kernel source mode applied."""
     p = pins()
     tree = p.source_dir
-    dirs = jit_dirs(ws)
+    dirs = jit_dirs(ws, mode)
     modules = [m for d in dirs for m in built_modules(d)]
     if not modules:
-        raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix())
+        raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix(mode))
     check_tree(tree, modules)
     module_choice.apply(mode)
     if mode == kernel_source.PREBUILT and importlib.util.find_spec(uris.JIT_CACHE_PACKAGE) is not None:
@@ -141,4 +144,4 @@ def find(ws: workspace.Workspace, mode: str) -> Found:
                       "run the build again, which rewrites it: pixi run -e flashinfer-dev build (and build-abi for abi-smoke's modules)")
     tier = {name: key for d in dirs for name, key in tier_keys(ws, d).items()}
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
-    return Found(tree, dirs, modules, tier, recorded)
+    return Found(tree, dirs, modules, tier, recorded, ws)

@@ -10,12 +10,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fidev.affected.built import Found
-from fidev.affected.report import short
+from fidev.affected.built import Found, Resolver
+from fidev.affected.report import UNTOLD, short
 from fidev.affected.tests import FlashInferTests, cases_by_file
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
 from fidev.core.failure import Failure
+from fidev.core.workspace import GENERATORS
 from fidev.jit import module_choice
 from fidev.records import build_records, ninja_inputs
 
@@ -25,7 +26,8 @@ class Changes:
     """The Python files edited since the builds (python_edits), each module's changed generators,
     smoke's modules' new JitSpecs by name (specs), the modules whose regeneration was not done here
     (unregenerated), FlashInfer's tests started before the regeneration (early), {module: {changed
-    file: how}} (changed), and {changed file as shown: its modules} (by_file)."""
+    file: how}} (changed), {changed file as shown: its modules} (by_file), and the kept not-covered
+    edits (fidev.affected.verdicts.Gap) as this run finds them."""
     python_edits: list[str]
     generators: dict[str, list[str]]
     specs: dict = field(default_factory=dict)
@@ -33,6 +35,10 @@ class Changes:
     early: FlashInferTests | None = None
     changed: dict[str, dict[str, str]] = field(default_factory=dict)
     by_file: dict[str, set[str]] = field(default_factory=dict)
+    uncovered: set[str] = field(default_factory=set)  # kept not-covered edits no built module compiles
+    reverted: set[str] = field(default_factory=set)  # kept not-covered edits reverted since
+    pending: set[str] = field(default_factory=set)  # those of them a tree record still holds as edited
+    before: dict[str, list | None] = field(default_factory=dict)  # the tree's record as the run started
 
 
 def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str]) -> tuple[dict, bool, set[str]]:
@@ -83,13 +89,16 @@ UNREADABLE = "its build record {} cannot be read"  # a changed "file" of a modul
 
 def edited(modules) -> dict[str, dict[str, str]]:
     """{module name: {changed file: how}} by content, sources and headers. A module whose content
-    record cannot be read is said, and taken as edited: it is rebuilt and its tests run."""
+    or generators record cannot be read (truncated, or of another shape) is said, and taken as
+    edited: it is rebuilt and its tests run."""
     found, stats = {}, {}
     for m in modules:
-        if ninja_inputs.unreadable(m.build_dir):
-            print(f"affected: {m.name}: {UNREADABLE.format(ninja_inputs.STAMP)} (truncated?): it is taken as edited, "
+        bad = [name for name, unreadable in ((ninja_inputs.STAMP, ninja_inputs.unreadable(m.build_dir)),
+                                            (GENERATORS, build_records.unreadable_generators(m.build_dir))) if unreadable]
+        if bad:
+            print(f"affected: {m.name}: {UNREADABLE.format(bad[0])} (truncated?): it is taken as edited, "
                   "rebuilt, and its tests run")
-            found[m.name] = {f"({UNREADABLE.format(ninja_inputs.STAMP)})": "edited"}
+            found[m.name] = {f"({UNREADABLE.format(bad[0])})": "edited"}
             continue
         edits = ninja_inputs.edited(m.build_dir, stats)
         if edits is None:  # built without a content record: ninja's mtimes decide
@@ -123,7 +132,7 @@ def regenerate_edits(found: Found, ch: Changes, listing: bool) -> None:
     dry = [m.name for m in theirs_stale if m.name not in calls]
     may_change = [m.name for m in stale if m.generated]  # what the regeneration may show changed
     if not listing and (early_tests := sorted({t.split("[")[0] for n in may_change for t in recorded.get(n, [])})):
-        ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), deferred=True)
+        ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.version_dir, deferred=True)
     regenerating = time.perf_counter()
     ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}))
     print(regenerated_line(time.perf_counter() - regenerating, sum(m.name in tier for m in stale), len(calls), len(dry), len(plain)), flush=True)
@@ -173,19 +182,56 @@ def files_changed(found: Found, ch: Changes) -> None:
     if ch.python_edits and not any(" -> " in k for k in by_file):  # regenerated, and no module's sources changed
         for f in ch.python_edits:
             by_file.setdefault(in_tree(f), set())
-    # include/ and csrc/ files no built module compiles: named with the families that would
-    unreached = sorted({f for d in found.dirs for f in build_records.changed_tree_files(d, found.tree) or []} - set(by_file))
+    # include/ and csrc/ files no built module compiles: named with the families that would; a reverted
+    # not-covered edit is no change, though a build after the edit recorded it
+    in_records = {f for d in found.dirs for f in build_records.changed_tree_files(d, found.tree) or []}
+    ch.pending = ch.reverted & in_records
+    unreached = sorted((in_records | ch.uncovered) - ch.reverted - set(by_file))
     # a module whose record cannot be read may compile any of them: never "reaches no built module" then
-    blind = {name for name, edits in ch.changed.items() if any(f.startswith("(") and "cannot be read" in f for f in edits)}
+    blind = {name for name, edits in ch.changed.items() if any(f.startswith("(" + UNREADABLE.split("{")[0]) for f in edits)}
     for f in unreached:
         by_file[f] = set(blind)
+    for record in filter(None, map(build_records.unreadable_tree, found.dirs)):
+        print(f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module "
+              "compiles cannot be told, so it counts as reaching every kernel family; the next build writes it again")
+        by_file[UNTOLD] = set()
     ch.by_file = by_file
+
+
+def compiling(found: Found, path: Path) -> list[str]:
+    """The built modules that compile `path`, by their recorded inputs (resolved as built.Resolver does)."""
+    resolved, real = Resolver(), str(path.resolve())
+    return [m.name for m in found.modules if any(resolved(p) == real for p in ninja_inputs.inputs(m.build_dir, m.ninja_path))]
+
+
+def uncovered_edits(found: Found, ch: Changes, kept: Kept) -> None:
+    """The edits kept as not covered: reverted since (content as before the edit), or still there,
+    and then changed again, with the modules that compile them (their tests run), whatever a
+    later build recorded of the tree."""
+    for rel, gap in sorted(kept.gaps.items()):
+        path = found.tree / rel
+        if gap.reverted(path):
+            ch.reverted.add(rel)
+            continue
+        print(f"affected: {rel} reached {', '.join(gap.families)} untested at {gap.when} (kept): "
+              "not covered until those tests run and pass, or it is reverted")
+        modules = compiling(found, path)
+        for name in modules:
+            ch.changed.setdefault(name, {})[str(path)] = "not covered"
+        if not modules:
+            ch.uncovered.add(rel)
+
+
+UNKEPT = "(affected's kept verdicts cannot be read: its tests run again)"  # a changed "file" of every module then
 
 
 def standing_failures(found: Found, ch: Changes, kept: Kept) -> None:
     """The modules unchanged since a verdict that is not a pass (failed, or tests that did not
-    finish): their tests run again, so asking again never turns a failure green."""
+    finish): their tests run again, so asking again never turns a failure green. Where the kept
+    verdicts cannot be read, that is every module."""
     for m in found.modules:
+        if kept.problem and m.name not in ch.changed:
+            ch.changed[m.name] = {UNKEPT: "unknown"}
         verdict = None if m.name in ch.changed else kept.standing(m.name, m.build_dir)
         if verdict is not None and verdict.result != "passed":
             ch.changed[m.name] = {f"(the last run {verdict.result} at {verdict.when}: its tests run again)": verdict.result}
@@ -196,9 +242,12 @@ def find(found: Found, listing: bool, kept: Kept) -> Changes:
     last verdict stands as not a pass."""
     generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
     ch = Changes(sorted({f for files in generators.values() for f in files}), generators)
+    for d in reversed(found.dirs):  # before the rebuild records it again: what a not-covered edit was
+        ch.before.update(build_records.tree_record(d))
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         regenerate_edits(found, ch, listing)
     changed_modules(found, ch)
+    uncovered_edits(found, ch, kept)
     standing_failures(found, ch, kept)
     files_changed(found, ch)
     return ch

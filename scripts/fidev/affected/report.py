@@ -71,7 +71,7 @@ class Selection:
 def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], tier: dict[str, str], recorded: dict[str, list[str]],
               tree: Path) -> Selection:
     """The selection, with the kernel families that compile each file no built module does."""
-    reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith("/")])
+    reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith(("/", "("))])
     return Selection(by_file, changed, tier, recorded, reaching)
 
 
@@ -84,6 +84,13 @@ def hints(sel: Selection) -> None:
             else "no kernel family's sources include it"))
 
 
+def failures_of(failed: set[str], chosen: set[str]) -> list[str]:
+    """The failures that are the tests `chosen` (Selection.selectors) names: a test id (a case of a
+    selected function, or the node id itself), or a file that did not collect or finish."""
+    return sorted(f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0]
+                                           for x in chosen))
+
+
 def build_failed(sel: Selection) -> str:
     rows = sel.rows()
     return table([rows[0], *[(*r[:3], "build failed") for r in rows[1:]]])
@@ -94,13 +101,13 @@ def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
     result = []
     for row, (_, names) in zip(sel.rows()[1:], sel.files(), strict=True):
         chosen = sel.selectors(names)
-        # a test id (a case of a selected function), or a file that did not collect or finish
-        mine = [f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0] for x in chosen)]
+        mine = failures_of(failed, chosen)
         result.append((*row[:3], f"{len(mine)} failed" if mine else "passed" if chosen and not broken else "-" if not chosen else "unknown"))
     return table([HEADER, *result])
 
 
 NOT_COVERED = 3  # the exit status of an edit that reaches a kernel family whose tests did not run: not a pass
+UNTOLD = "(its tree record cannot be read: any edit)"  # a changed "file" that may be any include/ or csrc/ file
 
 
 def tree_files(by_file: dict[str, set[str]]) -> list[str]:
@@ -112,6 +119,8 @@ def coverage_gaps(sel: Selection, tree: Path, ran: list[str]) -> dict[str, list[
     """{changed file: the kernel families whose sources compile it (fidev.tree.families) and whose
     FlashInfer tests did not run}: smoke's tests are a verdict on what they call, not on a family."""
     reach = upstream_suites.families_compiling(tree, tree_files(sel.by_file))
+    if UNTOLD in sel.by_file:  # an edit no built module compiles cannot be told: it may reach any family
+        reach[UNTOLD] = [fam.name for fam in upstream_suites.FAMILIES]
     covered = {fam.name for fam in upstream_suites.FAMILIES
                if any(t.startswith(f"tests/{node.split('::')[0]}") for node in fam.nodes for t in ran)}
     return {f: [fam for fam in families if fam not in covered] for f, families in sorted(reach.items())
@@ -127,16 +136,16 @@ def not_covered(gaps: dict[str, list[str]]) -> None:
           f"cover them: pixi run -e flashinfer-dev upstream-tests {' '.join(families)}")
 
 
-def module_results(sel: Selection, failed: set[str], broken: list[str]) -> dict[str, tuple[str, list[str], list[str]]]:
-    """{module: (result, its tests, those that failed)} for each changed module that had tests."""
+def module_results(sel: Selection, failed: set[str], broken: list[str], covered: bool = True) -> dict[str, tuple[str, list[str], list[str]]]:
+    """{module: (result, its tests, those that failed)} for each changed module that had tests; one
+    whose tests passed in a run that was not covered (NOT_COVERED) is `not covered`, no pass."""
     found = {}
     for name in sel.changed:
         chosen = sel.selectors({name})
         if not chosen:
             continue
-        mine = sorted(f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0]
-                                               for x in chosen))
-        found[name] = ("failed" if mine or broken else "passed", sorted(chosen), mine)
+        mine = failures_of(failed, chosen)
+        found[name] = ("failed" if mine or broken else "passed" if covered else "not covered", sorted(chosen), mine)
     return found
 
 

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from fidev.affected.report import short
 from fidev.builds import module_builds
 from fidev.core import workspace
 from fidev.core.failure import Failure, report
-from fidev.core.manifest import ROOT, pins
+from fidev.core.manifest import ROOT
 from fidev.smoke import gpu_suite
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import summary as upstream_summary
@@ -78,7 +79,7 @@ def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
     return found
 
 
-def processes(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, str]]:
+def processes(cases_per_file: dict[str, int], version_dir: Path) -> tuple[list[str], dict[str, str]]:
     """upstream-tests' option for FlashInfer's tests of an edit, how many processes run each file
     on each GPU at once (`--per-gpu`, fidev.upstream.runs: a part each; a long file is in a part
     per GPU already, fidev.upstream.runs.parts), and the environment of those processes: a process
@@ -86,11 +87,13 @@ def processes(cases_per_file: dict[str, int]) -> tuple[list[str], dict[str, str]
     by the GPUs in use; one for a few cases. The cores are shared among their torch thread pools
     too (THREADS), unless the user set it. Separate processes, not pytest-xdist's workers: those
     start only once xdist's controller has imported torch and flashinfer (FlashInfer's conftest
-    imports both), and the last of them was not ready when the gate opened (docs/measurements.md)."""
+    imports both), and the last of them was not ready when the gate opened (docs/measurements.md).
+    `version_dir` is the task's workspace's (fidev.core.workspace, read at its start): it keeps each
+    file's last time."""
     from fidev.upstream import runs as upstream_runs
 
     gpus = len(upstream_runs.host_gpus())
-    times = upstream_runs.load_times(upstream_runs.times_file(workspace.read(pins().flashinfer).version_dir))
+    times = upstream_runs.load_times(upstream_runs.times_file(version_dir))
     split = {f: upstream_runs.parts(times.get(f), gpus) for f in cases_per_file}
     at_once = max(1, min(sum(split.values()), gpus))
     cpus = os.cpu_count() or 1
@@ -121,12 +124,12 @@ class FlashInferTests:
 
     started: set[FlashInferTests] = set()  # stopped by run() however it ends
 
-    def __init__(self, tests: list[str], cases_per_file: dict[str, int], deferred: bool = False):
+    def __init__(self, tests: list[str], cases_per_file: dict[str, int], version_dir: Path, deferred: bool = False):
         self.tests = tests
         self.opened: float | None = None  # when the gate opened (time.time())
         self.past: dict[str, float] | None = None  # the PAST_BUILD line's figures, once finished
         self.unread: Failure | None = None  # why its summary could not be read, once finished
-        workers, threads = processes(cases_per_file)
+        workers, threads = processes(cases_per_file, version_dir)
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
         cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, "--summary", str(self.summary)]
@@ -229,7 +232,7 @@ class Outcome:
     past: dict[str, float] | None = None
 
 
-def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed) -> tuple:
+def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, version_dir: Path) -> tuple:
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
     regeneration where it has them all (the gate names these), else one that starts now, and
     imports and collects while the modules compile."""
@@ -237,7 +240,7 @@ def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[s
         return early, theirs
     if early:
         early.stop()
-    return (FlashInferTests(theirs, cases_by_file(recorded, changed)) if theirs else None), None
+    return (FlashInferTests(theirs, cases_by_file(recorded, changed), version_dir) if theirs else None), None
 
 
 def rebuild(to_build: list, failed_table) -> Outcome:
@@ -281,14 +284,16 @@ def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Out
 
 
 def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str], theirs: list[str], recorded: dict[str, list[str]],
-                   changed, failed_table) -> Outcome:
+                   changed, version_dir: Path, failed_table, built: Callable[[], None]) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
-    tests here and let FlashInfer's through their gate; each stopped however it ends."""
-    run, selection = their_run(early, theirs, recorded, changed)
+    tests here and let FlashInfer's through their gate; each stopped however it ends. `built()` is
+    called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts)."""
+    run, selection = their_run(early, theirs, recorded, changed, version_dir)
     importing = None
     try:
         importing = import_meanwhile() if ours else None
         outcome = rebuild(to_build, failed_table)
+        built()
         if run:
             run.open(selection)
         print(f"affected: {outcome.built}")

@@ -4,10 +4,18 @@ whose inputs are unchanged since a verdict that is not a pass runs its tests aga
 they are built), so a failure is never turned green by asking again; "nothing changed" is said
 over passing verdicts only, with when and what passed.
 
+An edit that reaches a kernel family whose FlashInfer tests did not run is kept too, per file
+(`uncovered`), with the file's content before the edit: until the edit is reverted to that, or
+covered by a run of those tests that passes, every run takes the file as changed and says it is
+not covered again, whatever build records the tree meanwhile.
+
 The file: fidev.core.workspace.VERDICTS in the version folder, {"schema": SCHEMA, "modules":
-{name: {"inputs", "result", "when", "tests", "failed"}}}, written whole (a temporary file renamed).
-A result is "passed", "failed" or "unfinished" (recorded as the tests start: an interrupted run
-leaves that)."""
+{name: {"inputs", "result", "when", "tests", "failed"}}, "uncovered": {file relative to the tree:
+{"was", "families", "when"}}}, written whole (a temporary file renamed); a file without
+`uncovered` keeps none. A result is "passed", "failed", "not covered" (its tests passed in a run
+whose edit went untested: status 3) or "unfinished" (recorded once the rebuild is done, before the
+tests start, and where the build fails or is stopped: a run that does not end leaves that). `was`
+is fidev.core.files.file_fact's list, or null for a file the tree did not have."""
 
 from __future__ import annotations
 
@@ -17,11 +25,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fidev.core.files import write_whole
+from fidev.core.failure import Failure
+from fidev.core.files import differs, is_fact, read_record, write_whole
 from fidev.core.workspace import GENERATORS, INPUTS
 
 SCHEMA = "fidev-affected-verdicts/1"
-RESULTS = ("passed", "failed", "unfinished")
+RESULTS = ("passed", "failed", "not covered", "unfinished")
 
 
 def fingerprint(build_dir: Path) -> str | None:
@@ -47,20 +56,53 @@ class Verdict:
     failed: list[str]
 
 
+@dataclass
+class Gap:
+    """An edited file of the tree whose kernel families' FlashInfer tests did not run: its content
+    before the edit (None: a file the tree did not have), those families, and when it was said."""
+    was: list | None
+    families: list[str]
+    when: str
+
+    def reverted(self, path: Path) -> bool:
+        """Whether the file holds what it held before the edit again (a new file: removed)."""
+        return not path.exists() if self.was is None else not differs(path, self.was)
+
+
+def gaps_well_formed(gaps) -> bool:
+    return isinstance(gaps, dict) and all(
+        isinstance(g, dict) and set(g) == set(Gap.__dataclass_fields__) and is_fact(g["was"]) and isinstance(g["when"], str)
+        and isinstance(g["families"], list) and all(isinstance(f, str) for f in g["families"]) for g in gaps.values())
+
+
+def well_formed(modules) -> bool:
+    """Whether the file's modules have the shape `Kept.record` writes: {name: a Verdict's fields}."""
+    return isinstance(modules, dict) and all(
+        isinstance(v, dict) and set(v) == set(Verdict.__dataclass_fields__) and v["result"] in RESULTS
+        and all(isinstance(v[k], str) for k in ("inputs", "when"))
+        and all(isinstance(v[k], list) and all(isinstance(t, str) for t in v[k]) for k in ("tests", "failed"))
+        for v in modules.values())
+
+
 class Kept:
-    """The verdicts of one version folder; `problem` says why an existing file was not read."""
+    """The verdicts of one version folder; `problem` says why an existing file was not read (then
+    any module may have had a verdict that is not a pass: affected tests them all again)."""
 
     def __init__(self, path: Path):
         self.path, self.problem, self.modules = path, None, {}
+        self.gaps: dict[str, Gap] = {}
         if not path.exists():
             return
         try:
-            data = json.loads(path.read_text())
-            if data.get("schema") != SCHEMA:
-                raise ValueError(f"schema {data.get('schema')!r}, not {SCHEMA}")
-            self.modules = {name: Verdict(**v) for name, v in data["modules"].items() if v.get("result") in RESULTS}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            self.problem = f"affected's kept verdicts {path} cannot be read ({e})"
+            data = read_record(path, SCHEMA, "affected's kept verdicts", "")
+        except Failure as failure:
+            self.problem = failure.problem
+            return
+        if not well_formed(data.get("modules")) or not gaps_well_formed(data.get("uncovered", {})):
+            self.problem = f"affected's kept verdicts {path} cannot be read (they are not of the shape {SCHEMA} gives them)"
+            return
+        self.modules = {name: Verdict(**v) for name, v in data["modules"].items()}
+        self.gaps = {rel: Gap(**g) for rel, g in data.get("uncovered", {}).items()}
 
     def standing(self, name: str, build_dir: Path) -> Verdict | None:
         """The module's verdict, where its inputs are still those it was given on."""
@@ -76,4 +118,14 @@ class Kept:
                 self.modules.pop(name, None)
             else:
                 self.modules[name] = Verdict(inputs, result, when, sorted(tests), sorted(failed))
-        write_whole(self.path, json.dumps({"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())}}, indent=1))
+        write_whole(self.path, json.dumps({"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())},
+                                           "uncovered": {rel: vars(g) for rel, g in sorted(self.gaps.items())}}, indent=1))
+
+    def keep_gaps(self, gaps: dict[str, list[str]], before: dict[str, list | None], pending: set[str]) -> None:
+        """The run's gaps ({file: families}), each with its content before the edit: a kept gap's,
+        else `before` (the tree's record as the run started, before its rebuild recorded it again);
+        and the kept gaps of `pending`, files reverted that a tree record still holds as edited."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S")
+        self.gaps = {**{rel: self.gaps[rel] for rel in pending if rel in self.gaps},
+                     **{rel: Gap(self.gaps[rel].was if rel in self.gaps else before.get(rel), sorted(families), when)
+                        for rel, families in gaps.items()}}

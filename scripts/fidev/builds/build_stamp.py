@@ -25,6 +25,7 @@ from importlib import metadata, util
 from pathlib import Path
 
 from fidev.core import workspace
+from fidev.core.files import write_whole
 from fidev.jit import kernel_source, module_choice, uris
 from fidev.records import build_records, ninja_inputs
 
@@ -119,12 +120,8 @@ def fingerprint(options: dict, tree: Path, mode: str) -> str | None:
 
 
 def write(ws: workspace.Workspace, options: dict, stamp: str, modules: list[Module]) -> None:
-    target = path(ws, options)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"fingerprint": stamp, "modules": [
+    write_whole(path(ws, options), json.dumps({"fingerprint": stamp, "modules": [
         {"key": m.key, "name": m.name, "build_dir": str(m.build_dir), "sources": [str(s) for s in m.sources]} for m in modules]}))
-    os.replace(tmp, target)
 
 
 def load(ws: workspace.Workspace, options: dict, stamp: str | None) -> list[Module] | None:
@@ -132,11 +129,8 @@ def load(ws: workspace.Workspace, options: dict, stamp: str | None) -> list[Modu
     generated sources are all still there; else None."""
     if stamp is None:
         return None
-    try:
-        data = json.loads(path(ws, options).read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("fingerprint") != stamp:
+    data = _read(path(ws, options))
+    if data is None or data["fingerprint"] != stamp:
         return None
     modules = _modules(data)
     if not all(m.ninja_path.is_file() and all(s.is_file() for s in m.sources) for m in modules):
@@ -153,27 +147,35 @@ def has_work(module: Module) -> bool:
     return pending is None or bool(pending[0]) or pending[1] > 0
 
 
+def _well_formed(data) -> bool:
+    """Whether a stamp read back has the shape `write` gives it."""
+    return (isinstance(data, dict) and isinstance(data.get("fingerprint"), str) and isinstance(data.get("modules"), list)
+            and all(isinstance(m, dict) and all(isinstance(m.get(k), str) for k in ("key", "name", "build_dir"))
+                    and isinstance(m.get("sources"), list) and all(isinstance(s, str) for s in m["sources"]) for m in data["modules"]))
+
+
+def _read(stamp: Path) -> dict | None:
+    """The stamp at `stamp`; None where it is missing, cannot be read, or is of another shape."""
+    try:
+        data = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if _well_formed(data) else None
+
+
 def _modules(data: dict) -> list[Module]:
-    return [Module(m["key"], m["name"], Path(m["build_dir"]), [Path(s) for s in m["sources"]]) for m in data.get("modules", [])]
+    return [Module(m["key"], m["name"], Path(m["build_dir"]), [Path(s) for s in m["sources"]]) for m in data["modules"]]
+
+
+def _stamps(ws: workspace.Workspace) -> list[Path]:
+    return sorted(path(ws, {}).parent.glob(workspace.BUILD_STAMP.replace(".json", "*.json")))
 
 
 def unreadable_stamps(ws: workspace.Workspace) -> list[Path]:
     """The stamps of `ws` that are there but cannot be read (truncated, not JSON, not a stamp)."""
-    bad = []
-    for stamp in sorted(path(ws, {}).parent.glob(workspace.BUILD_STAMP.replace(".json", "*.json"))):
-        try:
-            _modules(json.loads(stamp.read_text()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            bad.append(stamp)
-    return bad
+    return [stamp for stamp in _stamps(ws) if _read(stamp) is None]
 
 
 def stamped_modules(ws: workspace.Workspace) -> list[Module]:
-    """The modules every stamp of `ws` names (each option set's last build), whatever their fingerprint."""
-    found = []
-    for stamp in path(ws, {}).parent.glob(workspace.BUILD_STAMP.replace(".json", "*.json")):
-        try:
-            found += _modules(json.loads(stamp.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return found
+    """The modules every readable stamp of `ws` names (each option set's last build), whatever their fingerprint."""
+    return [m for stamp in _stamps(ws) if (data := _read(stamp)) is not None for m in _modules(data)]

@@ -38,6 +38,13 @@ def file_fact(path: str | Path) -> list | None:
         return None
 
 
+def is_fact(value) -> bool:
+    """Whether `value` has file_fact's shape, as a record read back holds it: None, or [mtime_ns,
+    size] with the sha256 or None after them (an input saved while its object compiled)."""
+    return value is None or (isinstance(value, list) and len(value) in (2, 3) and all(type(n) is int for n in value[:2])
+                             and (len(value) == 2 or value[2] is None or isinstance(value[2], str)))
+
+
 def differs(path: str | Path, recorded: list | None) -> bool:
     """Whether the file's content is not what `recorded` (file_fact's list) says. It is hashed again
     only where its mtime or size moved, so a touched file of the same content does not differ; a

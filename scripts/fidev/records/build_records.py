@@ -19,7 +19,7 @@ import os
 import threading
 from pathlib import Path
 
-from fidev.core.files import differs, file_fact
+from fidev.core.files import differs, file_fact, is_fact
 from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, TREE
 
 TREE_PARTS = ("include", "csrc")  # what FlashInfer's modules compile, besides 3rdparty/ and generated sources
@@ -44,11 +44,35 @@ def _write(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path):
+def _read(path: Path, shape):
+    """The record at `path` where `shape(data)` accepts it; else None (missing, truncated, not
+    JSON, or of another shape: a list for a dict, a string for a file's fact)."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return data if shape(data) else None
+
+
+def facts(data) -> bool:
+    """{path: file fact}: a module's generators record, and a JIT dir's tree record."""
+    return isinstance(data, dict) and all(is_fact(fact) for fact in data.values())
+
+
+def tests_by_module(data) -> bool:
+    """{module name: [test node id]}: a JIT dir's record of FlashInfer's tests."""
+    return isinstance(data, dict) and all(isinstance(tests, list) and all(isinstance(t, str) for t in tests) for tests in data.values())
+
+
+def a_call(data) -> bool:
+    """The call that made a module's JitSpec: its module, function and keyword arguments."""
+    return (isinstance(data, dict) and isinstance(data.get("module"), str) and isinstance(data.get("function"), str)
+            and isinstance(data.get("kwargs"), dict))
+
+
+def unreadable_generators(build_dir: Path) -> bool:
+    """The module's generators record is there but cannot be read (truncated, not JSON, another shape)."""
+    return (build_dir / GENERATORS).exists() and _read(build_dir / GENERATORS, facts) is None
 
 
 def record_generators(build_dir: Path, tree: Path, cache: dict[Path, list | None] | None = None) -> None:
@@ -63,8 +87,8 @@ def record_generators(build_dir: Path, tree: Path, cache: dict[Path, list | None
 def changed_generators(build_dir: Path, tree: Path) -> list[str] | None:
     """The tree's Python files whose content differs from when the module was built (added and
     removed files too), or None when its build left no record."""
-    was = _read(build_dir / GENERATORS)
-    if not isinstance(was, dict):
+    was = _read(build_dir / GENERATORS, facts)
+    if was is None:
         return None
     now = {str(p) for p in python_sources(tree)}
     changed = sorted(set(was) ^ now)
@@ -83,8 +107,7 @@ def record_call(build_dir: Path, call: dict | None) -> None:
 
 
 def recorded_call(build_dir: Path) -> dict | None:
-    data = _read(build_dir / CALL)
-    return data if isinstance(data, dict) and {"module", "function", "kwargs"} <= set(data) else None
+    return _read(build_dir / CALL, a_call)
 
 
 def add_module_tests(jit_dir: Path, report_lines: list[dict]) -> None:
@@ -108,8 +131,7 @@ def add_module_tests(jit_dir: Path, report_lines: list[dict]) -> None:
 
 def module_tests(jit_dir: Path) -> dict[str, list[str]]:
     """{module name: FlashInfer test node ids (relative to the tree)} recorded for this JIT dir."""
-    data = _read(jit_dir.parent / MODULE_TESTS)
-    return data if isinstance(data, dict) else {}
+    return _read(jit_dir.parent / MODULE_TESTS, tests_by_module) or {}
 
 
 def _tree_files(tree: Path) -> list[Path]:
@@ -119,7 +141,7 @@ def _tree_files(tree: Path) -> list[Path]:
 def record_tree(jit_dir: Path, tree: Path) -> None:
     """After a build in `jit_dir`: include/ and csrc/ as they were (a file whose stat did not move
     keeps its recorded hash: about 600 files, 10 MB, at v0.6.3)."""
-    was = _read(jit_dir.parent / TREE) or {}
+    was = _read(jit_dir.parent / TREE, facts) or {}
     now = {}
     for path in _tree_files(tree):
         rel = str(path.relative_to(tree))
@@ -129,11 +151,23 @@ def record_tree(jit_dir: Path, tree: Path) -> None:
     _write(jit_dir.parent / TREE, now)
 
 
+def tree_record(jit_dir: Path) -> dict[str, list | None]:
+    """{file of include/ and csrc/, relative to the tree: its file fact} at the last build in
+    `jit_dir`; empty where no build there left a readable record."""
+    return _read(jit_dir.parent / TREE, facts) or {}
+
+
+def unreadable_tree(jit_dir: Path) -> Path | None:
+    """The JIT dir's tree record, where it is there but cannot be read (truncated, not JSON, another shape)."""
+    path = jit_dir.parent / TREE
+    return path if path.exists() and _read(path, facts) is None else None
+
+
 def changed_tree_files(jit_dir: Path, tree: Path) -> list[str] | None:
     """Files of include/ and csrc/ (relative to the tree) added, removed or of other content than
     at the last build in `jit_dir`; None when no build there left a record."""
-    was = _read(jit_dir.parent / TREE)
-    if not isinstance(was, dict):
+    was = _read(jit_dir.parent / TREE, facts)
+    if was is None:
         return None
     now = {str(path.relative_to(tree)): path for path in _tree_files(tree)}
     changed = [rel for rel, path in now.items() if differs(path, was.get(rel))]

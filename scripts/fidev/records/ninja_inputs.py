@@ -19,7 +19,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from fidev.core.files import differs, file_fact
+from fidev.core.files import differs, file_fact, is_fact, write_whole
 from fidev.core.workspace import INPUTS
 
 STAMP = INPUTS
@@ -76,28 +76,36 @@ def record(build_dir: Path, ninja_file: Path) -> None:
         return {path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]}
 
     stamp = {obj: facts(obj, inputs) for obj, inputs in deps(build_dir, ninja_file).items()}
-    tmp = build_dir / f"{STAMP}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(stamp))
-    os.replace(tmp, build_dir / STAMP)
+    write_whole(build_dir / STAMP, json.dumps(stamp))
 
 
 _READ: dict[tuple, dict] = {}  # the records read, by file and stat: `affected` reads each one twice
 
 
+def well_formed(stamp) -> bool:
+    """Whether a record read back has the shape `record` writes: {object: {input: file fact}}."""
+    return isinstance(stamp, dict) and all(isinstance(inputs, dict) and all(isinstance(path, str) and is_fact(fact)
+                                                                             for path, fact in inputs.items())
+                                           for inputs in stamp.values())
+
+
 def _recorded(build_dir: Path) -> dict[str, dict[str, list | None]] | None:
+    """The module's content record; None where there is none, or it cannot be read or is of
+    another shape (`unreadable` tells these apart)."""
     try:
         st = os.stat(build_dir / STAMP)
         key = (str(build_dir), st.st_mtime_ns, st.st_size, st.st_ino)
         if key not in _READ:
-            _READ[key] = json.loads((build_dir / STAMP).read_text())
+            data = json.loads((build_dir / STAMP).read_text())
+            _READ[key] = data if well_formed(data) else None
         return _READ[key]
     except (OSError, ValueError):
         return None
 
 
 def unreadable(build_dir: Path) -> bool:
-    """The module's content record is there but cannot be read (truncated, not JSON)."""
-    return (build_dir / STAMP).exists() and not isinstance(_recorded(build_dir), dict)
+    """The module's content record is there but cannot be read (truncated, not JSON, another shape)."""
+    return (build_dir / STAMP).exists() and _recorded(build_dir) is None
 
 
 def edited(build_dir: Path, stats: dict[str, list[int] | None] | None = None) -> dict[str, str] | None:

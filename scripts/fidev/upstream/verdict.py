@@ -82,15 +82,25 @@ def record_baseline(results: list, key: list[str], baseline_file: Path, commit: 
     return 0
 
 
+def passed_in(run_dir: Path) -> int:
+    """How many tests passed in the run folder's outcome files (fidev.upstream.plugin's lines, one
+    file per process: fidev.upstream.runs.read_outcomes)."""
+    return sum(outcome == "passed" for f in sorted(run_dir.glob("*.jsonl")) for outcome in upstream_runs.read_outcomes(f).values())
+
+
 def say_compared(baseline: dict, baseline_file: Path, changes: dict[str, list[str]], run_dir: Path) -> int:
     """What changed since the baseline, all of it in the run folder's COMPARED_LIST; 1 where a test
-    newly fails or errors."""
+    newly fails or errors; refused where no test passed (every one skipped: nothing newly fails, and
+    nothing was exercised either)."""
     listed = run_dir / COMPARED_LIST
     listed.write_text("".join(f"{what}: {i}\n" for what, ids in changes.items() for i in ids))
     print(f"upstream-tests: against the baseline of tree {tree_name(baseline['commit'])} on {baseline['gpu']} ({baseline_file}):")
     for what, ids in changes.items():
         print(f"  {what}: {len(ids)}" + "".join(f"\n    {i}" for i in ids[:COMPARED_SHOWN]) +
               (f"\n    ... and {len(ids) - COMPARED_SHOWN} more: {listed}" if len(ids) > COMPARED_SHOWN else ""))
+    if passed_in(run_dir) == 0:
+        raise Failure(f"no test passed: a comparison with the baseline of nothing (counts above; each file's log is in {run_dir})",
+                      "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
     return 1 if changes["newly failing"] or changes["newly erroring"] else 0
 
 
