@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -109,9 +110,10 @@ def user_path(text: str) -> Path:
 
 
 def write_whole(path: Path, text: str) -> None:
-    """`text` into `path`, whole or not at all: a temporary file beside it, renamed into place."""
+    """`text` into `path`, whole or not at all: a temporary file beside it, renamed into place (one
+    per process and thread, so that writers of one path in threads of one process do not share it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
         tmp.write_text(text)
         os.replace(tmp, path)

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
-from fidev.core.files import differs, file_fact, is_fact
+from fidev.core.files import differs, file_fact, is_fact, write_whole
 from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, TREE
 
 TREE_PARTS = ("include", "csrc")  # what FlashInfer's modules compile, besides 3rdparty/ and generated sources
@@ -39,9 +38,7 @@ def python_sources(tree: Path) -> list[Path]:
 
 
 def _write(path: Path, data) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(data))
 
 
 def _read(path: Path, shape):
