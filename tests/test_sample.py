@@ -135,13 +135,25 @@ def test_tiny_and_unparametrized_functions_are_whole():
 
 def test_value_ids_name_a_value_the_same_way_everywhere():
     import enum
+    from types import SimpleNamespace
 
     class Layout(enum.Enum):
         NHD = 0
 
-    assert sample.value_id(0.25, 3) == "0.25" and sample.value_id("llama", 0) == "'llama'" and sample.value_id((1, 2), 1) == "(1, 2)"
-    assert sample.value_id(Layout.NHD, 0) == "Layout:Layout.NHD"
-    assert sample.value_id(object(), 4) == "#4", "an object's repr holds its address, which differs between processes"
+    assert sample.value_id(0.25) == "0.25" and sample.value_id("llama") == "'llama'" and sample.value_id((1, 2)) == "(1, 2)"
+    assert sample.value_id(Layout.NHD) == "Layout:Layout.NHD"
+    assert sample.value_id(object()) is None, "an object's repr holds its address, which differs between processes"
+    # objects by the order their function's cases first show them, as pytest passes one object to each case of an entry
+    a, b = object(), object()
+
+    def item(nodeid, **params):
+        return SimpleNamespace(nodeid=nodeid, callspec=SimpleNamespace(params=params))
+
+    items = [item("t.py::f[a-1]", obj=a, n=1), item("t.py::f[b-1]", obj=b, n=1), item("t.py::f[a-2]", obj=a, n=2),
+             SimpleNamespace(nodeid="t.py::g")]
+    assert [c.values for c in sample.cases_of(items)] == [(("n", "1"), ("obj", "#0")), (("n", "1"), ("obj", "#1")),
+                                                          (("n", "2"), ("obj", "#0")), ()]
+    assert [c.function for c in sample.cases_of(items)] == ["t.py::f"] * 3 + ["t.py::g"]
 
 
 def test_the_records_of_a_files_processes_merge_by_function():

@@ -216,24 +216,39 @@ def plain(value) -> bool:
     return isinstance(value, (tuple, list)) and all(plain(v) for v in value)
 
 
-def value_id(value, index: int | None) -> str:
-    """A parameter's value as a string the same in every process and, where it can be, in every test
-    function: its repr for a plain value, its str for an enum member or a torch dtype or device
-    (torch.float16 in two functions is one value), else its position in its parametrize list
-    (a tensor, an object: "#3")."""
+def value_id(value) -> str | None:
+    """A parameter's value as a string the same in every process and every test function: its
+    repr for a plain value, its str for an enum member or a torch dtype or device (torch.float16 in
+    two functions is one value); None for another object (a tensor, whose repr may hold its data, or
+    an object, whose repr holds its address)."""
     kind = type(value)
     if plain(value):
         return repr(value)
     if isinstance(value, enum.Enum) or (kind.__module__ == "torch" and kind.__name__ in ("dtype", "device")):
         return f"{kind.__name__}:{value}"
-    return f"#{index}"
+    return None
 
 
-def case_of(item) -> Case:
-    """A pytest item as a Case: its parameters from item.callspec (none for a test without)."""
-    callspec = getattr(item, "callspec", None)
-    values = {arg: value_id(v, callspec.indices.get(arg)) for arg, v in callspec.params.items()} if callspec else {}
-    return Case.of(item.nodeid, item.nodeid.split("[")[0], values)
+def cases_of(items) -> list[Case]:
+    """pytest's items as Cases, each parameter's value from item.callspec.params (none for a test
+    without), by value_id; another object by the order in which its function's cases first show it
+    ("#0", "#1"): pytest passes each case of a parametrize entry the same object, and every process
+    collects the same cases in the same order. (callspec.indices is no help: pytest renumbers a
+    direct parametrization's indices case by case, `Metafunc._recompute_direct_params_indices`.)"""
+    seen: dict[tuple[str, str], dict[int, str]] = {}
+    cases = []
+    for item in items:
+        function = item.nodeid.split("[")[0]
+        callspec = getattr(item, "callspec", None)
+        values = {}
+        for arg, value in (callspec.params.items() if callspec else ()):
+            named = value_id(value)
+            if named is None:
+                order = seen.setdefault((function, arg), {})
+                named = order.setdefault(id(value), f"#{len(order)}")
+            values[arg] = named
+        cases.append(Case.of(item.nodeid, function, values))
+    return cases
 
 
 def write_spec(path: Path, seed: int, modules: dict[str, list[str]], required: list[str]) -> None:
@@ -266,3 +281,42 @@ def merge_records(records: list[dict]) -> dict | None:
     return {"selected": sum(s for s, _ in functions.values()), "total": sum(t for _, t in functions.values()),
             "seed": records[0].get("seed"), "functions": len(functions),
             "whole": sorted({m for r in records for m in r.get("whole", [])}), "missed": sorted({m for r in records for m in r.get("missed", [])})}
+
+
+# upstream-tests' side: the record it passes down, and the coverage its processes wrote.
+
+def recorded_modules(module_tests: dict[str, list[str]], files: set[str]) -> dict[str, list[str]]:
+    """{node id: the modules the record names for it} from {module: node ids}
+    (fidev.records.build_records.module_tests), for the node ids of `files` (relative to the tree)."""
+    found: dict[str, list[str]] = {}
+    for module, nodeids in sorted(module_tests.items()):
+        for nodeid in nodeids:
+            if nodeid.split("::")[0] in files:
+                found.setdefault(nodeid, []).append(module)
+    return found
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    """The sample records the run's processes wrote (sample_record), each whole (fidev.core.files.write_whole)."""
+    records = []
+    for path in sorted(run_dir.glob(f"*{RECORD}")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("functions"), dict):
+            records.append(data)
+    return records
+
+
+def coverage_lines(label: str, merged: dict | None) -> list[str]:
+    """What upstream-tests says of its sample: the coverage line, then the required modules whose
+    functions ran whole or that no collected case is recorded for."""
+    if merged is None:
+        return [f"{label}: no process recorded its sample (none collected its cases)"]
+    lines = [describe(label, merged["selected"], merged["total"]) + " (the sample; without --sample, all of them)"]
+    if merged["whole"]:
+        lines.append(f"no collected case is recorded for {', '.join(merged['whole'])}: every case of its test functions ran")
+    if merged["missed"]:
+        lines.append(f"no collected case or test function is recorded for {', '.join(merged['missed'])}: the sample may not exercise it")
+    return lines
