@@ -51,6 +51,8 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--list", action="store_true", help="name the changed files, modules and tests; build and run nothing")
+    parser.add_argument("--whole-family", action="store_true",
+                        help="run every case of FlashInfer's tests of the changed modules, not the sample (upstream-tests --sample)")
     parser.add_argument("--summary", type=Path, metavar="FILE",
                         help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, times)")
     args = parser.parse_args()
@@ -88,7 +90,7 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     ws = workspace.read(pins().flashinfer)  # read once, here
     found = built.find(ws, kernel_source.mode())
     kept = kept_verdicts(ws)
-    changed = changes.find(found, args.list, kept)
+    changed = changes.find(found, args.list, kept, not args.whole_family)
     if not changed.by_file:
         nothing_changed(found, kept, time.perf_counter() - started)
         record.verdict = "nothing changed"
@@ -104,7 +106,7 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     kept.record({name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
                  if name in dirs and (chosen := selection.selectors({name}))})  # a run stopped mid-way is no pass
     outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                   lambda: report.build_failed(selection))
+                                   lambda: report.build_failed(selection), not args.whole_family)
     kept.record({name: (dirs[name], *result) for name, result in report.module_results(selection, outcome.failed, outcome.broken).items()
                  if name in dirs})
     record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past

@@ -2,11 +2,15 @@
 cases they collect (fidev.upstream.sample, through fidev.upstream.plugin), every value of every
 parameter among them; it says its coverage line and records it in summary.json; the parts of a long
 file share one sample; the plan's dry run is the sample's too, and a module it must exercise gets a
-case the record names for it.
+case the record names for it. `affected` runs the sample of an edited module's FlashInfer tests and
+says so; --whole-family runs them all.
 
 The tree is tests/support/upstream_standin.py's stand-in of FlashInfer's suite at v0.6.3."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from fidev.core import workspace
@@ -14,8 +18,8 @@ from fidev.core.manifest import pins
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import sample as upstream_sample
 from fidev.upstream import summary as upstream_summary
-from script_runs import two_line_failure
-from upstream_standin import standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
+from script_runs import require, two_line_failure
+from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 TESTS = "extern/tracked/flashinfer/tests"
 # test_rope: 4 * 3 * 2 = 24 cases, whose values a sample covers in 4; test_pos_ids: objects (keyed by
@@ -111,3 +115,35 @@ def test_the_plan_is_the_samples_and_a_required_module_gets_its_case(ws, tmp_pat
     done = upstream(root, {**env, "LOAD": ""}, "rope", "--no-plan", "--sample", "--sample-modules", "rope_custom")
     assert done.returncode == 0, done.stdout + done.stderr
     assert ["test_rope", 989, 256, "bf16"] in seen(env)[-8:], seen(env)
+
+
+NORM = """\
+import json, os, pytest
+import flashinfer
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_norm(n, dtype):
+    with open(os.environ["SEEN"], "a") as f:
+        f.write(json.dumps(["test_norm", n, dtype]) + "\\n")
+    assert flashinfer.load("norm", 3) == "jit"
+"""
+
+
+@needs_a_build
+def test_affected_runs_the_sample_of_an_edited_modules_tests_and_the_whole_family_on_request(ws, tmp_path):
+    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    root, env = standin(ws, tmp_path)
+    (root / TESTS / "utils/test_norm.py").write_text(NORM)
+    done = upstream(root, env, "norm", "--yes")  # its plan records which case needs norm; its run builds norm
+    assert done.returncode == 0 and len(seen(env)) == 16, done.stdout + done.stderr  # the dry run's 8, the run's 8
+    generated = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/norm/s0.cpp"
+    for body, flags, cases in (("int f0() { return 7; }\n", [], 4), ("int f0() { return 8; }\n", ["--whole-family"], 8)):
+        Path(env["SEEN"]).unlink()
+        generated.write_text(body)
+        done = subprocess.run([sys.executable, str(root / "scripts/affected.py"), *flags], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **env})
+        assert done.returncode == 0 and "affected: every selected test passed" in done.stdout, done.stdout + done.stderr
+        ran = seen(env)
+        assert len(ran) == cases and {c[1] for c in ran} == {1, 2, 3, 4} and {c[2] for c in ran} == {"fp16", "bf16"}, (ran, done.stdout)
+        sampled = "affected: FlashInfer's tests: 4 of 8 cases, every value of every parameter (a sample; --whole-family runs every case)"
+        assert (sampled in done.stdout) == (not flags), done.stdout
