@@ -1,6 +1,6 @@
 """Rebuild and test what your edits of the vendored FlashInfer touch: changed file, then modules, then tests, then result.
 
-  affected.py [--list] [--summary FILE]
+  affected.py [--list] [--whole-family] [--summary FILE]
 
 1. What changed, since each built module of FlashInfer's JIT dir was built (smoke's and
    abi-smoke's, and any upstream-tests built): its sources and headers, by content against the
@@ -11,7 +11,10 @@
    recorded, else a dry run of a test recorded for them, FLASHINFER_DISABLE_JIT=1) and their
    generated sources compared by content.
 2. The modules' tests: smoke's and abi-smoke's from fidev.builds.smoke_modules; FlashInfer's own from the
-   record the upstream-tests plan keeps beside the JIT dir (which test asked for which module).
+   record the upstream-tests plan keeps beside the JIT dir (which test asked for which module), as
+   a sample of their cases (upstream-tests --sample: every value of every parameter of each test
+   function, and a recorded case of each changed module; it says what the sample covered);
+   --whole-family runs every case.
 3. It rebuilds just those modules and runs just those tests, then prints one table and a line
    naming what failed and the command that reruns it alone. --list stops after the table's first
    three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not

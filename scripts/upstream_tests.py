@@ -50,7 +50,7 @@ Options (the rest goes to pytest):
                      counts, failing and erroring ids, each process's file, part, GPU and time)
   --sample           run a sample of each test function's cases in which every value of every
                      parameter appears, the fewest JIT modules by the record (fidev.upstream.sample);
-                     it ends with what the sample covered ("rope: 41 of 30,250 cases, every value of
+                     it ends with what the sample covered ("rope: N of M cases, every value of
                      every parameter"), also in summary.json's `sample`. The plan is the sample's.
   --sample-seed N    the seed that breaks the sample's ties (default: fidev.upstream.sample.SEED)
   --sample-modules M[,M...]  modules the sample must exercise: a case the record names for each

@@ -67,7 +67,7 @@ class Sample:
     per_function: dict[str, list[int]] = field(default_factory=dict)  # {test function: [selected, collected]}
 
     def line(self, label: str) -> str:
-        """"rope: 612 of 30,250 cases, every value of every parameter"."""
+        """Such as "rope: N of M cases, every value of every parameter"."""
         return describe(label, len(self.selected), self.total, self.modules)
 
 
