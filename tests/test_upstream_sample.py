@@ -147,3 +147,14 @@ def test_affected_runs_the_sample_of_an_edited_modules_tests_and_the_whole_famil
         assert len(ran) == cases and {c[1] for c in ran} == {1, 2, 3, 4} and {c[2] for c in ran} == {"fp16", "bf16"}, (ran, done.stdout)
         sampled = "affected: FlashInfer's tests: 4 of 8 cases, every value of every parameter (a sample; --whole-family runs every case)"
         assert (sampled in done.stdout) == (not flags), done.stdout
+
+
+def test_the_sample_is_of_what_pytests_own_options_leave(ws, tmp_path):
+    """-k (or -m) deselects first: the sample then covers every value among the cases left, and the
+    coverage line counts those, not the file's."""
+    root, env = standin(ws, tmp_path)
+    done = upstream(root, env, "rope", "--no-plan", "--sample", "-k", "fp16")
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = seen(env)
+    assert {c[3] for c in ran} == {"fp16"} and {c[1] for c in ran} == {1, 19, 99, 989} and {c[2] for c in ran} == {64, 128, 256}, ran
+    assert f"upstream-tests: rope -k fp16: {len(ran)} of 12 cases, every value of every parameter" in done.stdout, done.stdout

@@ -154,6 +154,15 @@ def selected(nodeid: str, selection: list[str]) -> bool:
     return any(nodeid == s or nodeid.startswith(s + "[") for s in selection)
 
 
+def after_pytests_own(hook):
+    """pytest's hookimpl(trylast=True), so that -k, -m and --deselect have deselected first and the
+    sample, the parts and the gate's selection are of what they left. pytest is imported already
+    wherever this module's hooks run (a pytest process loads it with -p); elsewhere (upstream-tests,
+    affected, reading its constants) the hook is left as it is, and fidev imports only the standard library."""
+    pytest = sys.modules.get("pytest")
+    return pytest.hookimpl(trylast=True)(hook) if pytest is not None else hook
+
+
 class FlashInferBuilds:
     def __init__(self, dry_dir: str | None = None):
         self.dry_dir = Path(dry_dir) if dry_dir else None
@@ -193,6 +202,7 @@ class FlashInferBuilds:
         with open(self.dry_dir / f"report-{os.getpid()}.jsonl", "a") as report:
             report.writelines(spec_record(self.current, spec, warmup) for spec in specs)
 
+    @after_pytests_own
     def pytest_collection_modifyitems(self, session, config, items):
         if self.dry_dir is None and os.environ.get(PART):  # deselected as -k does: a part left with none ends "no tests ran" (5)
             # what this part collected, for fidev.upstream.runs to check that every part split the same list

@@ -104,7 +104,7 @@ def run_selection(record: Run) -> int:
     verdict.name_failing(results, record.run_dir)
     verdict.say_counts(results, record.mode, len(record.groups), len(record.gpus), time.perf_counter() - record.clock)
     if record.options.sample is not None:
-        for line in upstream_sample.coverage_lines(" ".join(record.selection), sampled(record)):
+        for line in upstream_sample.coverage_lines(" ".join([*record.selection, *record.pytest_args]), sampled(record)):
             print(f"upstream-tests: {line}")
     return judge(record)
 
