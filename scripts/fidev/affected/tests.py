@@ -130,7 +130,8 @@ class FlashInferTests:
         self.opened: float | None = None  # when the gate opened (time.time())
         self.past: dict[str, float] | None = None  # the PAST_BUILD line's figures, once finished
         self.unread: Failure | None = None  # why its summary could not be read, once finished
-        workers, threads = processes(cases_per_file)
+        # a sample is a few dozen cases a file, whatever the record counts (docs/measurements.md): a process a file or part
+        workers, threads = processes(cases_per_file if sample is None else {f: min(n, CASES_PER_PROCESS) for f, n in cases_per_file.items()})
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
         sampled = ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])] if sample is not None else []
