@@ -54,6 +54,8 @@ def test_random_families_are_covered_whatever_the_seed():
         for mods in (None, modules):
             found = sample.select(cases, mods, seed=trial)
             assert uncovered(cases, found.selected) == set()
+            shuffled = rng.sample(cases, len(cases))
+            assert sorted(sample.select(shuffled, mods, seed=trial).selected) == sorted(found.selected), "the order changed the sample"
             assert {c.function for c in cases} == {s.split("[")[0] for s in found.selected}, "every function once at least"
 
 
@@ -61,9 +63,11 @@ def test_the_same_cases_and_seed_give_the_same_sample_and_the_seed_changes_ties(
     first = sample.select(ROPE_LIKE)
     assert sample.select(list(ROPE_LIKE)).selected == first.selected
     assert first.seed == sample.SEED
-    shuffled = list(ROPE_LIKE)
-    random.Random(3).shuffle(shuffled)  # the same collection in another order: the same cases chosen
-    assert sorted(sample.select(shuffled).selected) == sorted(first.selected)
+    for n in range(3):
+        shuffled = list(ROPE_LIKE)
+        random.Random(n).shuffle(shuffled)  # the same cases in another order: the same cases chosen, in the order given
+        again = sample.select(shuffled)
+        assert sorted(again.selected) == sorted(first.selected) and again.selected == [c.nodeid for c in shuffled if c.nodeid in set(first.selected)]
     others = {tuple(sample.select(ROPE_LIKE, seed=s).selected) for s in range(5)}
     assert len(others) > 1, "the seed breaks the ties"
     assert all(uncovered(ROPE_LIKE, list(s)) == set() for s in others)

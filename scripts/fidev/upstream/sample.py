@@ -16,9 +16,10 @@ the caller requires (`affected`: the modules an edit changed) each get a case th
 them, so that the sample exercises them; where no collected case is recorded for one, every case of
 the test functions recorded for it is taken.
 
-Deterministic: ties go by a shuffle of the node ids seeded with SEED (or the caller's seed), and
-nothing iterates a set of strings (whose order changes between processes), so every process that
-collects the same cases (the parts of a file, pytest-xdist's workers) selects the same ones.
+Deterministic: functions go by name and ties by a shuffle of the sorted node ids seeded with SEED
+(or the caller's seed), and nothing iterates a set of strings (whose order changes between
+processes), so every process that collects the same cases (the parts of a file, pytest-xdist's
+workers) selects the same ones, whatever their order.
 
 `select` is pure; the functions after it run in a pytest process (fidev.upstream.plugin), where a
 case's values come from pytest's collection (item.callspec).
@@ -181,7 +182,8 @@ def greedy(cases: list[Case], modules: dict[str, list[str]] | None, rank: dict[s
     cover = Cover(cases, modules, rank)
     groups = by_function(cases)
     whole, missed = required_cases(cover, groups, modules or {}, required) if required else ([], [])
-    for group in groups.values():
+    for function in sorted(groups):  # by name, as ties go by rank: the collection's order changes nothing
+        group = groups[function]
         while (c := cover.best(group, by_modules)) is not None:
             cover.take(c)
     cover.prune()
