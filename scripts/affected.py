@@ -1,6 +1,6 @@
 """Rebuild and test what your edits of the vendored FlashInfer touch: changed file, then modules, then tests, then result.
 
-  affected.py [--list] [--summary FILE]
+  affected.py [--list] [--whole-family] [--summary FILE]
 
 1. What changed, since each built module of FlashInfer's JIT dir was built (smoke's and
    abi-smoke's, and any upstream-tests built): its sources and headers, by content against the
@@ -11,7 +11,10 @@
    recorded, else a dry run of a test recorded for them, FLASHINFER_DISABLE_JIT=1) and their
    generated sources compared by content.
 2. The modules' tests: smoke's and abi-smoke's from fidev.builds.smoke_modules; FlashInfer's own from the
-   record the upstream-tests plan keeps beside the JIT dir (which test asked for which module).
+   record the upstream-tests plan keeps beside the JIT dir (which test asked for which module), as
+   a sample of their cases (upstream-tests --sample: every value of every parameter of each test
+   function, and a recorded case of each changed module; it says what the sample covered);
+   --whole-family runs every case.
 3. It rebuilds just those modules and runs just those tests, then prints one table and a line
    naming what failed and the command that reruns it alone. --list stops after the table's first
    three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not
@@ -53,6 +56,8 @@ def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--list", action="store_true", help="name the changed files, modules and tests; build and run nothing")
+    parser.add_argument("--whole-family", action="store_true",
+                        help="run every case of FlashInfer's tests of the changed modules, not the sample (upstream-tests --sample)")
     parser.add_argument("--summary", type=Path, metavar="FILE",
                         help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, times)")
     args = parser.parse_args()
@@ -90,7 +95,7 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     ws = workspace.read(pins().flashinfer)  # read once, here
     found = built.find(ws, kernel_source.mode())
     kept = kept_verdicts(ws)
-    changed = changes.find(found, args.list, kept)
+    changed = changes.find(found, args.list, kept, not args.whole_family)
     if not changed.by_file:
         nothing_changed(found, kept, time.perf_counter() - started)
         record.verdict = "nothing changed"
@@ -108,7 +113,8 @@ def run_affected(args, record: affected_summary.Summary) -> int:
                   if name in dirs and (chosen := selection.selectors({name}))}
     try:
         outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                       ws.version_dir, lambda: report.build_failed(selection), lambda: kept.record(unfinished))
+                                       ws.version_dir, lambda: report.build_failed(selection), lambda: kept.record(unfinished),
+                                       not args.whole_family)
     except (Failure, KeyboardInterrupt):
         kept.record(unfinished)
         raise

@@ -28,6 +28,7 @@ logs go to a run folder beside FlashInfer's JIT dirs. Skips are counted by reaso
 skips and missing-JIT-module skips (FlashInfer's conftest turns both failures into skips) fail the
 run, as errors (collection, setup, teardown, a file that did not finish) do.
 
+  upstream_tests.py FAMILY ... --sample      every value of every parameter, a few dozen cases a function
   upstream_tests.py FAMILY ... --baseline    record each test's outcome on this GPU at this tree
   upstream_tests.py FAMILY ...               then: only what changed since (exit 1 on new failures)
 
@@ -47,23 +48,37 @@ Options (the rest goes to pytest):
   --baseline         record each test's outcome for the selection, instead of comparing with it
   --summary FILE     write the run's summary.json to FILE too (fidev.upstream.summary: schema,
                      counts, failing and erroring ids, each process's file, part, GPU and time)
+  --sample           run a sample of each test function's cases in which every value of every
+                     parameter appears, the fewest JIT modules by the record (fidev.upstream.sample);
+                     it ends with what the sample covered ("rope: N of M cases, every value of
+                     every parameter"), also in summary.json's `sample`. The plan is the sample's.
+  --sample-seed N    the seed that breaks the sample's ties (default: fidev.upstream.sample.SEED)
+  --sample-modules M[,M...]  modules the sample must exercise: a case the record names for each
+                     (affected passes the modules an edit changed)
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import tempfile
+from pathlib import Path
 
-from fidev.core import numbers
+from fidev.core import numbers, workspace
 from fidev.core.failure import USAGE, Failure, report, run_main
+from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
+from fidev.records import build_records
 from fidev.upstream import plan as upstream_plan
+from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
+from fidev.upstream import sample as upstream_sample
 from fidev.upstream import selection as upstream_selection
 from fidev.upstream import suite
 
 OURS = {"--list": 0, "--summary": 1, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
-        "--help": 0}
+        "--help": 0, "--sample": 0, "--sample-seed": 1, "--sample-modules": 1}
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -88,7 +103,8 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
 # each option's reader (fidev.core.numbers): the digits 0-9, within a bound
 NUMBERS = {"--budget": numbers.decimal_number(zero=True, most=7 * 24 * 60, unit="minutes", example="--budget 30"),
            "--gpus": numbers.whole_number(example="--gpus 2"), "--per-gpu": numbers.whole_number(example="--per-gpu 2"),
-           "--file-timeout": numbers.whole_number(most=int(numbers.MOST_SECONDS), example="--file-timeout 3600")}
+           "--file-timeout": numbers.whole_number(most=int(numbers.MOST_SECONDS), example="--file-timeout 3600"),
+           "--sample-seed": numbers.whole_number(least=0, example="--sample-seed 7")}
 
 
 def number(name: str, text: str) -> float:
@@ -103,15 +119,35 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str], float]:
     before anything runs."""
     ours, selection, pytest_args = split_argv(argv)
     budget_s = number("--budget", ours.get("--budget", "10")) * 60
-    for name in ("--gpus", "--file-timeout", "--per-gpu"):
+    for name in ("--gpus", "--file-timeout", "--per-gpu", "--sample-seed"):
         if name in ours:
             ours[name] = number(name, ours[name])
     return ours, selection, pytest_args, budget_s
 
 
-def options(ours: dict) -> upstream_selection.Options:
+def options(ours: dict, seed: int | None) -> upstream_selection.Options:
     return upstream_selection.Options(gpus=ours.get("--gpus"), file_timeout=ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S),
-                                      per_gpu=ours.get("--per-gpu", 1), baseline="--baseline" in ours, summary=ours.get("--summary"))
+                                      per_gpu=ours.get("--per-gpu", 1), baseline="--baseline" in ours, summary=ours.get("--summary"),
+                                      sample=seed)
+
+
+def sample_spec(ours: dict, nodes: list[str], tests, folder: Path) -> int | None:
+    """With --sample (or its seed or modules): the spec every process reads (fidev.upstream.sample:
+    the seed, the modules the record names for the selection's files' cases, the modules it must
+    exercise), its path put in the environment they inherit; the seed. None: every case runs."""
+    if not {"--sample", "--sample-seed", "--sample-modules"} & set(ours):
+        return None
+    seed = ours.get("--sample-seed", upstream_sample.SEED)
+    recorded: dict[str, list[str]] = {}
+    for jit_dir in workspace.read(pins().flashinfer).jit_dirs():
+        for module, cases in build_records.module_tests(jit_dir).items():
+            recorded.setdefault(module, []).extend(cases)
+    files = {upstream_runs.relative(f, tests.parent) for f in upstream_runs.by_file(nodes)}
+    path = folder / "sample.json"
+    upstream_sample.write_spec(path, seed, upstream_sample.recorded_modules(recorded, files),
+                               [m for m in ours.get("--sample-modules", "").split(",") if m])
+    os.environ[upstream_plugin.SAMPLE] = str(path)
+    return seed
 
 
 def named(selection: list[str], tests) -> list[str]:
@@ -162,9 +198,11 @@ def main() -> int:
     nodes = named(selection, tests)
     mode = apply_kernel_source()
     stop_as_ctrl_c()
-    if "--no-plan" not in ours:
-        planned(nodes, pytest_args, tests, budget_s, "--yes" in ours)
-    return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours), mode)
+    with tempfile.TemporaryDirectory(prefix="fidev-sample-") as folder:  # its processes are done when it goes
+        seed = sample_spec(ours, nodes, tests, Path(folder))
+        if "--no-plan" not in ours:
+            planned(nodes, pytest_args, tests, budget_s, "--yes" in ours)
+        return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed), mode)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ NUMBER_OPTIONS = [
     ("upstream_tests.py", ["norm"], "--per-gpu", []),
     ("upstream_tests.py", ["norm"], "--file-timeout", []),
     ("upstream_tests.py", ["norm"], "--budget", []),
+    ("upstream_tests.py", ["norm"], "--sample-seed", []),
     ("prefetch.py", ["Cargo.toml"], "--timeout", []),
     ("bench_chain.py", [], "--runs", []),
     ("bench_preflight.py", [], "--runs", []),
@@ -37,7 +38,7 @@ NUMBER_OPTIONS = [
     ("module_uri.py", ["prefill"], "--head-dim-qk", []),
 ]
 # values a number may take: a positive whole number or a positive number of seconds or minutes
-ACCEPTS = {"--budget": {"0"}}
+ACCEPTS = {"--budget": {"0"}, "--sample-seed": {"0"}}
 
 
 def long_path(tmp):

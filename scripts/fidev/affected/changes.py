@@ -115,7 +115,7 @@ def regenerated_line(seconds: float, by_smoke: int, calls: int, dry: int, plain:
                                     (dry, "by a dry run of a recorded test"), (plain, "of csrc/ files alone, as built")) if n) + ")"
 
 
-def regenerate_edits(found: Found, ch: Changes, listing: bool) -> None:
+def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = True) -> None:
     """After a Python edit: regenerate, compiling nothing, so that generated sources show what
     changed; FlashInfer's tests of every module it may change start first (unless listing)."""
     tier, recorded = found.tier, found.recorded
@@ -132,7 +132,8 @@ def regenerate_edits(found: Found, ch: Changes, listing: bool) -> None:
     dry = [m.name for m in theirs_stale if m.name not in calls]
     may_change = [m.name for m in stale if m.generated]  # what the regeneration may show changed
     if not listing and (early_tests := sorted({t.split("[")[0] for n in may_change for t in recorded.get(n, [])})):
-        ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.version_dir, deferred=True)
+        ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.version_dir, deferred=True,
+                                   sample=[n for n in may_change if recorded.get(n)] if sampled else None)
     regenerating = time.perf_counter()
     ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}))
     print(regenerated_line(time.perf_counter() - regenerating, sum(m.name in tier for m in stale), len(calls), len(dry), len(plain)), flush=True)
@@ -237,7 +238,7 @@ def standing_failures(found: Found, ch: Changes, kept: Kept) -> None:
             ch.changed[m.name] = {f"(the last run {verdict.result} at {verdict.when}: its tests run again)": verdict.result}
 
 
-def find(found: Found, listing: bool, kept: Kept) -> Changes:
+def find(found: Found, listing: bool, kept: Kept, sampled: bool = True) -> Changes:
     """What changed since the builds, each changed file with its modules, and the modules whose
     last verdict stands as not a pass."""
     generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
@@ -245,7 +246,7 @@ def find(found: Found, listing: bool, kept: Kept) -> Changes:
     for d in reversed(found.dirs):  # before the rebuild records it again: what a not-covered edit was
         ch.before.update(build_records.tree_record(d))
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
-        regenerate_edits(found, ch, listing)
+        regenerate_edits(found, ch, listing, sampled)
     changed_modules(found, ch)
     uncovered_edits(found, ch, kept)
     standing_failures(found, ch, kept)

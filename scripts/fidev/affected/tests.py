@@ -27,6 +27,7 @@ from fidev.core.failure import Failure, report
 from fidev.core.manifest import ROOT
 from fidev.smoke import gpu_suite
 from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import sample as upstream_sample
 from fidev.upstream import summary as upstream_summary
 
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
@@ -124,15 +125,22 @@ class FlashInferTests:
 
     started: set[FlashInferTests] = set()  # stopped by run() however it ends
 
-    def __init__(self, tests: list[str], cases_per_file: dict[str, int], version_dir: Path, deferred: bool = False):
+    def __init__(self, tests: list[str], cases_per_file: dict[str, int], version_dir: Path, deferred: bool = False,
+                 sample: list[str] | None = None):
+        """`sample`: the modules the sample of their cases must exercise (upstream-tests --sample
+        --sample-modules, fidev.upstream.sample); None: every case of the tests (--whole-family)."""
         self.tests = tests
+        self.missed: list[str] = []  # modules the sample had no recorded case of, once finished
         self.opened: float | None = None  # when the gate opened (time.time())
         self.past: dict[str, float] | None = None  # the PAST_BUILD line's figures, once finished
         self.unread: Failure | None = None  # why its summary could not be read, once finished
-        workers, threads = processes(cases_per_file, version_dir)
+        # a sample is a few dozen cases a file, whatever the record counts (docs/measurements.md): a process a file or part
+        workers, threads = processes(cases_per_file if sample is None else {f: min(n, CASES_PER_PROCESS) for f, n in cases_per_file.items()},
+                                     version_dir)
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
-        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, "--summary", str(self.summary)]
+        sampled = ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])] if sample is not None else []
+        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, *sampled, "--summary", str(self.summary)]
         said = [c for c in cmd if c not in ("--summary", str(self.summary))]  # as before: the command less where its summary goes
         which = "of the modules the edit may change" if deferred else ""
         then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"
@@ -177,11 +185,19 @@ class FlashInferTests:
             status = status or 1
         # each id as upstream-tests' FAILED and ERROR lines name it (a file that did not finish: its path alone)
         failed = {what.split()[0] for what in done.failed_ids if what.split()} if done else set()
+        if done and done.sample:
+            self.say_sample(done.sample)
         if self.opened is not None:
             last = done.last_case_end if done else None
             self.past = past_figures(ended - self.opened, None if last is None else last - self.opened)
             print(past_build(self.past), flush=True)
         return status, failed
+
+    def say_sample(self, sample: dict) -> None:
+        """What the sample of their cases covered (upstream-tests' summary), and the modules it had no case of."""
+        covered = upstream_sample.describe("FlashInfer's tests", sample["selected"], sample["total"])
+        print(f"affected: {covered} (a sample; --whole-family runs every case)", flush=True)
+        self.missed = sample.get("missed", [])
 
     def stop(self) -> None:
         """Stop it, if it runs (a failed build, Ctrl-C): upstream-tests stops its test files'
@@ -232,15 +248,19 @@ class Outcome:
     past: dict[str, float] | None = None
 
 
-def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, version_dir: Path) -> tuple:
+def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, version_dir: Path,
+              sampled: bool = True) -> tuple:
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
     regeneration where it has them all (the gate names these), else one that starts now, and
-    imports and collects while the modules compile."""
+    imports and collects while the modules compile; a sample of their cases that exercises each
+    changed module (unless `sampled` is off: --whole-family)."""
     if early and theirs and set(theirs) <= set(early.tests):
         return early, theirs
     if early:
         early.stop()
-    return (FlashInferTests(theirs, cases_by_file(recorded, changed), version_dir) if theirs else None), None
+    return (FlashInferTests(theirs, cases_by_file(recorded, changed), version_dir,
+                            sample=[m for m in sorted(changed) if recorded.get(m)] if sampled else None)
+            if theirs else None), None
 
 
 def rebuild(to_build: list, failed_table) -> Outcome:
@@ -284,11 +304,11 @@ def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Out
 
 
 def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str], theirs: list[str], recorded: dict[str, list[str]],
-                   changed, version_dir: Path, failed_table, built: Callable[[], None]) -> Outcome:
+                   changed, version_dir: Path, failed_table, built: Callable[[], None], sampled: bool = True) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
     tests here and let FlashInfer's through their gate; each stopped however it ends. `built()` is
     called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts)."""
-    run, selection = their_run(early, theirs, recorded, changed, version_dir)
+    run, selection = their_run(early, theirs, recorded, changed, version_dir, sampled)
     importing = None
     try:
         importing = import_meanwhile() if ours else None
@@ -308,5 +328,8 @@ def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str
             importing.join(timeout=60)
     if theirs:
         theirs_step(their_status, their_failed, run.unread, outcome)
+        if missed := [m for m in run.missed if m in changed]:  # no case of theirs ran it: not a pass
+            outcome.broken.append(f"no collected FlashInfer test is recorded for {short(missed)}, so the sample did not exercise it "
+                                  "(upstream-tests FAMILY records them again)")
         outcome.past = run.past
     return outcome

@@ -23,6 +23,8 @@ the tests to run of those collected (node ids, or test functions for all their c
 starts the tests of every module a Python edit may change before it knows which ones it did.
 With PART ("i/k"), a process runs every k-th of the file's collected cases from the i-th: the
 parts of a long file run on several GPUs at once, and each collects the same list.
+With SAMPLE (`upstream-tests --sample`), every process, the dry run's too, runs only the sample of
+what it collected (fidev.upstream.sample), the same in each, before a part takes its share.
 """
 
 from __future__ import annotations
@@ -36,14 +38,19 @@ import time
 from pathlib import Path
 
 from fidev.builds import module_builds
+from fidev.core.files import write_whole
 from fidev.jit import module_choice
 from fidev.records import ninja_inputs
+from fidev.upstream import sample as upstream_sample
 
 DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
 GATE, GATE_OWNER = "FIDEV_UPSTREAM_GATE", "FIDEV_UPSTREAM_GATE_OWNER"  # the gate file, and process_identity() of who opens it
 GO = "go"
 PART = "FIDEV_UPSTREAM_PART"  # "i/k" in a part of a file's run (fidev.upstream.runs): its cases are every k-th from the i-th
+# the sample spec's path in a sampled run (`upstream-tests --sample`): each process runs the sample of the cases it
+# collected (fidev.upstream.sample), and in a run writes what it covered beside its outcomes (RUN_MODE + sample.RECORD)
+SAMPLE = "FIDEV_UPSTREAM_SAMPLE"
 COLLECTED = "collected"  # a part's line in its outcomes: a digest of the node ids it collected, before taking its share
 
 
@@ -131,9 +138,29 @@ def in_part(value: str) -> tuple[int, int]:
     return i, k
 
 
+def take_sample(config, items) -> upstream_sample.Sample:
+    """Deselect, as -k does, the cases outside the sample of those collected (fidev.upstream.sample),
+    by the spec upstream-tests wrote (SAMPLE); the sample, for its record."""
+    seed, modules, required = upstream_sample.read_spec(Path(os.environ[SAMPLE]))
+    found = upstream_sample.select(upstream_sample.cases_of(items), modules, seed, required)
+    keep = set(found.selected)
+    config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in keep])
+    items[:] = [item for item in items if item.nodeid in keep]
+    return found
+
+
 def selected(nodeid: str, selection: list[str]) -> bool:
     """A node id the gate's selection names: itself, or a case of a named function."""
     return any(nodeid == s or nodeid.startswith(s + "[") for s in selection)
+
+
+def after_pytests_own(hook):
+    """pytest's hookimpl(trylast=True), so that -k, -m and --deselect have deselected first and the
+    sample, the parts and the gate's selection are of what they left. pytest is imported already
+    wherever this module's hooks run (a pytest process loads it with -p); elsewhere (upstream-tests,
+    affected, reading its constants) the hook is left as it is, and fidev imports only the standard library."""
+    pytest = sys.modules.get("pytest")
+    return pytest.hookimpl(trylast=True)(hook) if pytest is not None else hook
 
 
 class FlashInferBuilds:
@@ -175,13 +202,17 @@ class FlashInferBuilds:
         with open(self.dry_dir / f"report-{os.getpid()}.jsonl", "a") as report:
             report.writelines(spec_record(self.current, spec, warmup) for spec in specs)
 
+    @after_pytests_own
     def pytest_collection_modifyitems(self, session, config, items):
         if self.dry_dir is None and os.environ.get(PART):  # deselected as -k does: a part left with none ends "no tests ran" (5)
-            i, k = in_part(os.environ[PART])
             # what this part collected, for fidev.upstream.runs to check that every part split the same list
             listed = hashlib.sha256("\n".join(item.nodeid for item in items).encode()).hexdigest()[:16]
             with open(os.environ[RUN_MODE], "a") as f:
                 f.write(json.dumps({"nodeid": "", "outcome": COLLECTED, "message": listed}) + "\n")
+        sampled = take_sample(config, items) if os.environ.get(SAMPLE) else None  # before the parts split: each takes its share of it
+        kept = None  # the sample's functions the gate lets run; None: all
+        if self.dry_dir is None and os.environ.get(PART):
+            i, k = in_part(os.environ[PART])
             config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % k != i - 1])
             items[:] = items[i - 1::k]
         if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build
@@ -190,6 +221,9 @@ class FlashInferBuilds:
             if selection is not None:
                 config.hook.pytest_deselected(items=[item for item in items if not selected(item.nodeid, selection)])
                 items[:] = [item for item in items if selected(item.nodeid, selection)]
+                kept = sorted({n.split("[")[0] for n in sampled.selected if selected(n, selection)}) if sampled else None
+        if sampled is not None and self.dry_dir is None:
+            write_whole(Path(os.environ[RUN_MODE] + upstream_sample.RECORD), json.dumps(upstream_sample.sample_record(sampled, kept)))
 
     def pytest_collection_finish(self, session):
         import flashinfer.jit

@@ -15,6 +15,7 @@ from fidev.core.manifest import pins
 from fidev.tree import source_tree
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
+from fidev.upstream import sample as upstream_sample
 from fidev.upstream import summary as upstream_summary
 from fidev.upstream import verdict
 from fidev.upstream.suite import pytest_options
@@ -28,6 +29,7 @@ class Options:
     per_gpu: int = 1  # --per-gpu N
     baseline: bool = False  # --baseline: record, not compare
     summary: str | None = None  # --summary FILE: a copy of summary.json
+    sample: int | None = None  # --sample: its seed (the processes read the spec fidev.upstream.plugin.SAMPLE names); None: every case
 
 
 @dataclass
@@ -82,8 +84,13 @@ def write_summary(record: Run, status: int, extra: str | None) -> None:
         started=record.started, ended=time.time(), status=status, counts=upstream_runs.counts(results),
         skips=upstream_runs.skip_summary(results), failing=[what for word, what in failed if word == "FAILED"],
         erroring=[what for word, what in failed if word == "ERROR"], processes=processes,
-        last_case_end=upstream_runs.last_case_end(record.run_dir), compared=record.compared)
+        last_case_end=upstream_runs.last_case_end(record.run_dir), compared=record.compared, sample=sampled(record))
     upstream_summary.write(done, record.run_dir / upstream_summary.NAME, *([Path(extra)] if extra else []))
+
+
+def sampled(record: Run) -> dict | None:
+    """With --sample, what its processes' samples covered together (fidev.upstream.sample); None without."""
+    return upstream_sample.merge_records(upstream_sample.read_records(record.run_dir)) if record.options.sample is not None else None
 
 
 def run_selection(record: Run) -> int:
@@ -96,6 +103,9 @@ def run_selection(record: Run) -> int:
     keep_times(record)
     verdict.name_failing(results, record.run_dir)
     verdict.say_counts(results, record.mode, len(record.groups), len(record.gpus), time.perf_counter() - record.clock)
+    if record.options.sample is not None:
+        for line in upstream_sample.coverage_lines(" ".join([*record.selection, *record.pytest_args]), sampled(record)):
+            print(f"upstream-tests: {line}")
     return judge(record)
 
 
@@ -111,12 +121,20 @@ def prepare(record: Run) -> None:
     record.gpus = host[:wanted] if wanted else host
     record.cache = workspace.read(pins().flashinfer).version_dir
     record.run_dir = upstream_runs.run_folder(record.cache / upstream_runs.RUNS)
-    record.key = [*record.selection, *record.pytest_args]
+    # a sample's baseline is its own: another selection than every case
+    record.key = [*record.selection, *record.pytest_args, *sample_key(record.options.sample)]
     record.baseline_file = upstream_runs.baseline_path(record.cache, record.key)
     record.baseline = None if record.options.baseline else upstream_runs.load_baseline(record.baseline_file)
     record.gpu = upstream_runs.gpu_name(record.gpus)
     record.times_file = upstream_runs.times_file(record.cache)
     record.times = upstream_runs.load_times(record.times_file)
+
+
+def sample_key(seed: int | None) -> list[str]:
+    """How a sampled run's selection names its sample: --sample, and its seed where not the default."""
+    if seed is None:
+        return []
+    return ["--sample"] if seed == upstream_sample.SEED else ["--sample", "--sample-seed", str(seed)]
 
 
 def say_header(record: Run) -> None:

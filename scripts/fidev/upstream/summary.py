@@ -18,6 +18,9 @@ The fields (SCHEMA, version 1):
   processes     one per pytest process: {"file", "part": [i, k], "gpu", "seconds", "ended", "counts"}
   last_case_end time.time() when the last test case finished; null where none did
   compared      against a baseline: {"newly failing": [...], ...}; null without one
+  sample        with --sample (fidev.upstream.sample): {"selected", "total" (cases of the test functions
+                run), "seed", "functions", "whole" and "missed" (required modules: their functions run
+                whole, or nothing recorded for them)}; null for a run of every case
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Summary:
     processes: list[Process] = field(default_factory=list)
     last_case_end: float | None = None
     compared: dict[str, list[str]] | None = None
+    sample: dict | None = None
 
     @property
     def failed_ids(self) -> set[str]:
