@@ -89,10 +89,11 @@ AFFECTED_EDITS = {
     "affected-upstream": ("include/flashinfer/quantization.cuh", "(input_vec[0] << 7) | (input_vec[1] << 6)",
                           "(input_vec[0] << 6) | (input_vec[1] << 6)", "quantization"),
 }
-STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi",
-         "abi-smoke", "build-wide", "smoke-wide", "smoke-noise-wide", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-loop", "upstream-baseline",
-         "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header", "affected-source", "affected-generator",
-         "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header", "auto-generator", "auto-restore"]
+STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi", "abi-smoke",
+         "build-wide", "smoke-wide", "smoke-noise-wide", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-loop",
+         "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header", "affected-source",
+         "affected-generator", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header", "auto-generator",
+         "auto-restore"]
 NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus"]  # a 2-GPU host's: not part of the default run
 # The table's rows of a step that records more than one (every other step records one, its own name):
 # the edit loop's bug stays planted across its four, so they are one step, under the tree's lock.
@@ -107,7 +108,8 @@ def rows(step: str) -> list[str]:
 # --time-limit where WORK has no time of its own for it yet: on a GPU host that limits each command to
 # 10 minutes, they pack the run into 3 parts.
 STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
-          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "build-wide": 150, "smoke-wide": 15, "smoke-noise-wide": 40, "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
+          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "build-wide": 150, "smoke-wide": 15, "smoke-noise-wide": 40,
+          "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
           "edit-loop": 28 + 10 + 29 + 8,  # its rows': edit-build, edit-smoke, restore-build, restore-smoke
           "upstream-baseline": 26, "upstream-compare-bug": 100,
           "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61,
