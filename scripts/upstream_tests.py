@@ -32,10 +32,18 @@ run, as errors (collection, setup, teardown, a file that did not finish) do.
   upstream_tests.py FAMILY ... --baseline    record each test's outcome on this GPU at this tree
   upstream_tests.py FAMILY ...               then: only what changed since (exit 1 on new failures)
 
+While it runs, a line tells the cases done of those to run, the failures so far, the time spent
+and an estimate of the time left (fidev.upstream.progress): on a terminal one line rewritten in
+place, in a log (the output not a terminal) a line every --progress seconds (default 30).
+`--stop-after N` stops the run once its processes, over all files, parts and GPUs, have N failing
+cases: no process starts, those running stop before their next case (or are interrupted); it then
+names each failing case with the command that runs it alone again, says how many cases did not run,
+and fails (exit 1), whatever the counts. Without it (or with 0) every case runs.
+
 Every run that ran test files writes its result to summary.json in its run folder
 (fidev.upstream.summary), and with --summary FILE to FILE as well: counts, failing and erroring
-ids, each process's file, GPU and time, and when the last case ended. Other tools read that file,
-not this output.
+ids, each process's file, GPU and time, when the first failing case and the last case ended,
+and whether it stopped early. Other tools read that file, not this output.
 
 Options (the rest goes to pytest):
   --list             the families, their files and test cases
@@ -46,6 +54,9 @@ Options (the rest goes to pytest):
   --file-timeout S   seconds a test file's process may run (default 7200)
   --per-gpu N        each file in N parts a GPU, N processes on each GPU at once (default 1)
   --baseline         record each test's outcome for the selection, instead of comparing with it
+  --stop-after N     stop once the run has N failing cases, over all its processes (default 0: run everything;
+                     refused with --baseline)
+  --progress S       in a log, a progress line every S seconds (default 30; 0: none); a terminal's is rewritten in place
   --summary FILE     write the run's summary.json to FILE too (fidev.upstream.summary: schema,
                      counts, failing and erroring ids, each process's file, part, GPU and time)
   --sample           run a sample of each test function's cases in which every value of every
@@ -72,13 +83,14 @@ from fidev.jit import kernel_source, module_choice
 from fidev.records import build_records
 from fidev.upstream import plan as upstream_plan
 from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import progress as upstream_progress
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import sample as upstream_sample
 from fidev.upstream import selection as upstream_selection
 from fidev.upstream import suite
 
 OURS = {"--list": 0, "--summary": 1, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
-        "--help": 0, "--sample": 0, "--sample-seed": 1, "--sample-modules": 1}
+        "--help": 0, "--sample": 0, "--sample-seed": 1, "--sample-modules": 1, "--stop-after": 1, "--progress": 1}
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -104,7 +116,9 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
 NUMBERS = {"--budget": numbers.decimal_number(zero=True, most=7 * 24 * 60, unit="minutes", example="--budget 30"),
            "--gpus": numbers.whole_number(example="--gpus 2"), "--per-gpu": numbers.whole_number(example="--per-gpu 2"),
            "--file-timeout": numbers.whole_number(most=int(numbers.MOST_SECONDS), example="--file-timeout 3600"),
-           "--sample-seed": numbers.whole_number(least=0, example="--sample-seed 7")}
+           "--sample-seed": numbers.whole_number(least=0, example="--sample-seed 7"),
+           "--stop-after": numbers.whole_number(least=0, example="--stop-after 5"),
+           "--progress": numbers.decimal_number(zero=True, most=24 * 3600, example="--progress 60")}
 
 
 def number(name: str, text: str) -> float:
@@ -119,16 +133,19 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str], float]:
     before anything runs."""
     ours, selection, pytest_args = split_argv(argv)
     budget_s = number("--budget", ours.get("--budget", "10")) * 60
-    for name in ("--gpus", "--file-timeout", "--per-gpu", "--sample-seed"):
+    for name in ("--gpus", "--file-timeout", "--per-gpu", "--sample-seed", "--stop-after", "--progress"):
         if name in ours:
             ours[name] = number(name, ours[name])
+    if ours.get("--stop-after") and "--baseline" in ours:
+        raise Failure("--stop-after with --baseline: a baseline keeps every case's outcome, and a run stopped early leaves some unrun",
+                      "leave --stop-after out when recording a baseline")
     return ours, selection, pytest_args, budget_s
 
 
 def options(ours: dict, seed: int | None) -> upstream_selection.Options:
     return upstream_selection.Options(gpus=ours.get("--gpus"), file_timeout=ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S),
                                       per_gpu=ours.get("--per-gpu", 1), baseline="--baseline" in ours, summary=ours.get("--summary"),
-                                      sample=seed)
+                                      sample=seed, stop_after=ours.get("--stop-after", 0), progress_s=ours.get("--progress", upstream_progress.EVERY_S))
 
 
 def sample_spec(ours: dict, nodes: list[str], tests, folder: Path) -> int | None:

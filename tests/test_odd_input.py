@@ -27,6 +27,8 @@ NUMBER_OPTIONS = [
     ("upstream_tests.py", ["norm"], "--file-timeout", []),
     ("upstream_tests.py", ["norm"], "--budget", []),
     ("upstream_tests.py", ["norm"], "--sample-seed", []),
+    ("upstream_tests.py", ["norm"], "--stop-after", []),
+    ("upstream_tests.py", ["norm"], "--progress", []),
     ("prefetch.py", ["Cargo.toml"], "--timeout", []),
     ("bench_chain.py", [], "--runs", []),
     ("bench_preflight.py", [], "--runs", []),
@@ -38,7 +40,7 @@ NUMBER_OPTIONS = [
     ("module_uri.py", ["prefill"], "--head-dim-qk", []),
 ]
 # values a number may take: a positive whole number or a positive number of seconds or minutes
-ACCEPTS = {"--budget": {"0"}, "--sample-seed": {"0"}}
+ACCEPTS = {"--budget": {"0"}, "--sample-seed": {"0"}, "--stop-after": {"0"}, "--progress": {"0"}}
 
 
 def long_path(tmp):
@@ -133,7 +135,7 @@ def argv_for(before, option, value, after):
 @pytest.mark.parametrize("value", list(WHOLE_NUMBERS.values()), ids=list(WHOLE_NUMBERS))
 @pytest.mark.parametrize("script, before, option, after", NUMBER_OPTIONS, ids=[f"{c[0]} {c[2]}" for c in NUMBER_OPTIONS])
 def test_odd_numbers_are_bad_usage(tmp_path, script, before, option, after, value):
-    if value in ACCEPTS.get(option, set()) or (value == "1.5" and option in ("--budget", "--timeout", "--time-limit")):
+    if value in ACCEPTS.get(option, set()) or (value == "1.5" and option in ("--budget", "--timeout", "--time-limit", "--progress")):
         pytest.skip(f"{option} takes {value!r}")
     two_lines(run(script, argv_for(before, option, value, after), tmp_path), {2})
 

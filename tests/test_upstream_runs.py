@@ -480,7 +480,7 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
     assert past and float(past[2]) <= float(past[1]), out
     done = affected_summary.read(record)  # the same result, from the file the acceptance run reads
     assert (done.verdict, done.status, done.modules, done.rebuilt, done.failed) == ("passed", 0, {"norm"}, ["norm"], []), done
-    assert done.past_build == {"ended_s": float(past[1]), "last_case_s": float(past[2])}, done
+    assert done.past_build == {"ended_s": float(past[1]), "last_case_s": float(past[2]), "first_failure_s": None}, done
     assert list(scratch.iterdir()) == [], "the gate's folder was left behind"
     assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
                                                timeout=120, env={**os.environ, **env}).stdout
@@ -663,3 +663,107 @@ def test_a_baseline_that_cannot_be_read_is_two_lines(ws):
     baseline = next((Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "fidev-upstream-baselines").glob("*.json"))
     baseline.write_text(baseline.read_text()[:50])
     two_line_failure(upstream(root, env, "norm", "--no-plan"), f"the baseline {baseline} cannot be read")
+
+
+# a part's cases: case 0 (part 1) fails at once; case 1 (part 2) fails once part 1's failure is in
+# the run's shared file; case 2 (part 1) passes once both are: each part's own count stays at 1, so
+# only the count across both parts stops them at --stop-after 2 (the file is the plugin's STOP_FILE)
+ACROSS_PARTS = """\
+import os, pathlib, time, pytest
+def failures(n):
+    shared = pathlib.Path(os.environ['FIDEV_UPSTREAM_STOP_FILE'])
+    deadline = time.monotonic() + 60
+    while len(set(shared.read_text().split()) if shared.exists() else ()) < n:
+        assert time.monotonic() < deadline, f'the run never named {n} failing case(s)'
+        time.sleep(0.05)
+@pytest.mark.parametrize('i', range(20))
+def test_case(i):
+    if i == 0:
+        assert False, 'the first failure'
+    if i == 1:
+        failures(1)
+        assert False, 'the second failure'
+    if i == 2:
+        failures(2)
+"""
+
+
+def test_stop_after_counts_failures_across_parts_and_stops_them_all(ws, tmp_path):
+    """--stop-after N: the run's failing cases are counted over all its processes (two parts of one
+    file, on two GPUs); at N both parts stop, the file after them never starts, each failure is named
+    with the command that reruns it alone, and the run fails, its summary saying it stopped early."""
+    root, _, env = ws
+    write(root, "attention/test_rope.py", ACROSS_PARTS)
+    write(root, "attention/test_page.py", "def test_never():\n    pass\n")
+    times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+    times.parent.mkdir(parents=True)
+    times.write_text('{"tests/attention/test_rope.py": 25.0}')  # long: a part per GPU
+    summary = tmp_path / "summary.json"
+    done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "page", "--no-plan", "--stop-after", "2", "--summary", str(summary))
+    out = done.stdout
+    assert done.returncode == 1 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "upstream-tests: stopped early: the run's failing cases reached --stop-after 2" in out, out
+    for i in (0, 1):
+        node = f"tests/attention/test_rope.py::test_case[{i}]"
+        assert f"upstream-tests: FAILED {node}: rerun: pixi run -e flashinfer-dev upstream-tests --no-plan '{node}'" in out, out
+    record = upstream_summary.read(summary)
+    assert record.stopped_early and record.stop_after == 2 and record.status == 1, record
+    assert record.failing == ["tests/attention/test_rope.py::test_case[0]", "tests/attention/test_rope.py::test_case[1]"], record
+    assert record.counts["failed"] == 2 and record.counts["error"] == 0, record
+    # case 2 passed, or the stop interrupted it: either way the other 17 of rope's 20 did not run
+    assert record.counts["passed"] + record.not_run == 18 and record.not_run >= 17, record
+    ended = {(p.file, tuple(p.part)): p.ended for p in record.processes}
+    assert ended == {("tests/attention/test_rope.py", (1, 2)): "stopped early", ("tests/attention/test_rope.py", (2, 2)): "stopped early",
+                     ("tests/attention/test_page.py", (1, 1)): "not started"}, ended
+    assert record.not_counted == ["tests/attention/test_page.py"], record
+    assert record.first_failure_s is not None and 0 <= record.first_failure_s <= record.ended - record.started, record
+    assert "test_never" not in (run_folder(out) / "failing.txt").read_text()
+    # a baseline keeps every case's outcome: no early stop for it
+    two_line_failure(upstream(root, env, "rope", "--no-plan", "--stop-after", "2", "--baseline"), "--stop-after with --baseline", status=2)
+
+
+def test_a_run_without_failures_is_not_stopped_and_has_no_first_failure(ws, tmp_path):
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "def test_fine():\n    pass\n")
+    summary = tmp_path / "summary.json"
+    done = upstream(root, env, "rope", "--no-plan", "--stop-after", "1", "--summary", str(summary))
+    assert done.returncode == 0 and "stopped early" not in done.stdout, done.stdout + done.stderr
+    record = upstream_summary.read(summary)
+    assert (record.stopped_early, record.not_run, record.not_counted, record.first_failure_s) == (False, 0, [], None), record
+
+
+def test_a_long_run_says_its_progress_in_a_log(ws, tmp_path):
+    """Where the output is not a terminal, a progress line every --progress seconds: the cases done
+    of those to run, the failures so far, the time spent and left, from the processes' files."""
+    root, _, env = ws
+    release = tmp_path / "release"
+    write(root, "attention/test_rope.py", "import pathlib, time\ndef test_first():\n    assert False\ndef test_held():\n"
+          "    deadline = time.monotonic() + 60\n"
+          f"    while not pathlib.Path('{release}').exists():\n"
+          "        assert time.monotonic() < deadline, 'never released'\n        time.sleep(0.05)\n")
+    log = tmp_path / "out.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", "--progress", "0.2"],
+                                stdout=out, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
+    try:
+        said = "upstream-tests: progress: 1 of 2 cases done, 1 failed, "
+        wait_until(lambda: said in log.read_text(), 120, "a progress line with the first case done", proc)
+    finally:
+        release.touch()
+        proc.wait(timeout=120)
+    text = log.read_text()
+    line = next(line for line in text.splitlines() if line.startswith(said))
+    assert re.fullmatch(r".* spent, (about \d+( min \d\d)? s left|time left not known yet)", line), line
+    assert "\r" not in text and proc.returncode == 1, text
+
+
+def test_the_progress_line_says_the_cases_left_and_estimates_the_time():
+    from fidev.upstream import progress
+
+    half = progress.Tally(done=50, total=100, failed=2, counted=2, started=2, processes=2)
+    assert progress.line(half, 30) == "upstream-tests: progress: 50 of 100 cases done, 2 failed, 30 s spent, about 30 s left"
+    # two of four processes counted: the others taken to hold as many on average
+    some = progress.Tally(done=50, total=100, failed=0, counted=2, started=2, processes=4)
+    assert progress.line(some, 60) == ("upstream-tests: progress: 50 of 100+ cases done, 0 failed, 1 min 00 s spent, about 3 min 00 s left"
+                                       " (2 of 4 processes started)")
+    assert progress.left_s(progress.Tally(total=10, counted=1, processes=1), 5) is None  # nothing done yet: no rate

@@ -14,8 +14,9 @@ The fields (SCHEMA, version 1):
   tests       the tests selected: smoke's and abi-smoke's node ids, then FlashInfer's test functions
   failed      the ids that failed or errored
   rebuilt     the modules rebuilt; build_s the rebuild's seconds (null where nothing was built)
-  past_build  {"ended_s", "last_case_s"}: FlashInfer's tests after the build, to their end and to
-              their last case (the PAST_BUILD line); null where none ran behind the gate
+  past_build  {"ended_s", "last_case_s", "first_failure_s"}: FlashInfer's tests after the build, to
+              their end, to their last case (the PAST_BUILD line) and to their first failing case
+              (null where none failed); null where none ran behind the gate
   seconds     the run's time in all
   problem     the error's first line, where the run ended in one; else null
 """
@@ -42,7 +43,7 @@ class Summary:
     failed: list[str] = field(default_factory=list)
     rebuilt: list[str] = field(default_factory=list)
     build_s: float | None = None
-    past_build: dict[str, float] | None = None
+    past_build: dict[str, float | None] | None = None
     seconds: float = 0.0
     problem: str | None = None
 

@@ -36,6 +36,9 @@ NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 # rate FlashInfer's small cases run; MAX_PROCESSES bounds them. The rates and the silu round's
 # times with 4 and 8 processes that set them are in docs/measurements.md.
 CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
+# FlashInfer's tests of an edit stop once this many of their cases fail (upstream-tests --stop-after):
+# the answer is "failed" by then, and the rerun commands name those cases
+STOP_AFTER = 5
 THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
 PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
 
@@ -104,11 +107,13 @@ def processes(cases_per_file: dict[str, int], version_dir: Path) -> tuple[list[s
     return (["--per-gpu", str(n)] if n > 1 else []), env
 
 
-def past_figures(ended: float, last: float | None) -> dict[str, float]:
+def past_figures(ended: float, last: float | None, first_failure: float | None = None) -> dict[str, float | None]:
     """How long FlashInfer's tests ran after the gate opened, to their end and to their last case's
-    (the rest is their processes' exit and upstream-tests' own summary), as the PAST_BUILD line says them."""
+    (the rest is their processes' exit and upstream-tests' own summary), as the PAST_BUILD line says them,
+    and to their first failing case's end (None where none failed)."""
     last_s = max(0.0, last if last is not None else ended)
-    return {"ended_s": round(max(0.0, ended), 1), "last_case_s": round(last_s, 1)}
+    first_s = None if first_failure is None else round(max(0.0, first_failure), 1)
+    return {"ended_s": round(max(0.0, ended), 1), "last_case_s": round(last_s, 1), "first_failure_s": first_s}
 
 
 def past_build(past: dict[str, float]) -> str:
@@ -140,7 +145,8 @@ class FlashInferTests:
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
         sampled = ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])] if sample is not None else []
-        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, *sampled, "--summary", str(self.summary)]
+        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, *sampled, "--stop-after", str(STOP_AFTER),
+               "--summary", str(self.summary)]
         said = [c for c in cmd if c not in ("--summary", str(self.summary))]  # as before: the command less where its summary goes
         which = "of the modules the edit may change" if deferred else ""
         then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"
@@ -189,7 +195,9 @@ class FlashInferTests:
             self.say_sample(done.sample)
         if self.opened is not None:
             last = done.last_case_end if done else None
-            self.past = past_figures(ended - self.opened, None if last is None else last - self.opened)
+            first = done.started + done.first_failure_s if done and done.first_failure_s is not None else None
+            self.past = past_figures(ended - self.opened, None if last is None else last - self.opened,
+                                     None if first is None else first - self.opened)
             print(past_build(self.past), flush=True)
         return status, failed
 

@@ -25,6 +25,12 @@ With PART ("i/k"), a process runs every k-th of the file's collected cases from 
 parts of a long file run on several GPUs at once, and each collects the same list.
 With SAMPLE (`upstream-tests --sample`), every process, the dry run's too, runs only the sample of
 what it collected (fidev.upstream.sample), the same in each, before a part takes its share.
+
+A run's processes also write their progress (PROGRESS_SCHEMA, written whole: cases to run, done,
+failed) for the run to show, and with STOP_AFTER, each failing case's node id to one file the run's
+processes share (STOP_FILE, a line appended each); before each case a process reads it, and once it
+names STOP_AFTER or more it runs no more cases: it records "stopped" in its outcomes and ends as
+`pytest -x` does.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +59,32 @@ PART = "FIDEV_UPSTREAM_PART"  # "i/k" in a part of a file's run (fidev.upstream.
 # collected (fidev.upstream.sample), and in a run writes what it covered beside its outcomes (RUN_MODE + sample.RECORD)
 SAMPLE = "FIDEV_UPSTREAM_SAMPLE"
 COLLECTED = "collected"  # a part's line in its outcomes: a digest of the node ids it collected, before taking its share
+STOP_AFTER, STOP_FILE = "FIDEV_UPSTREAM_STOP_AFTER", "FIDEV_UPSTREAM_STOP_FILE"  # the run's failures to stop at, and their shared file
+STOPPED = "stopped"  # a process's line in its outcomes: it ran no more cases, the run's failures having reached STOP_AFTER
+PROGRESS_SCHEMA = "fidev-upstream-progress/1"  # "<outcomes file>.progress": {"total": cases to run or null, "done", "failed", "t"}
+OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
+
+
+def skip_kind(message: str) -> str:
+    """Why a test skipped, from FlashInfer's conftest messages (tests/conftest.py, `pytest_runtest_call` at v0.6.3)."""
+    if "Skipping due to OOM" in message or "out of memory" in message:
+        return OOM
+    if "missing JIT cache" in message:
+        return MISSING_JIT
+    return FEATURE
+
+
+def progress_path(outcomes: str | Path) -> Path:
+    """Where a process whose outcomes go to `outcomes` writes its progress."""
+    return Path(f"{outcomes}.progress")
+
+
+def failures_named(path: Path) -> set[str]:
+    """The distinct failing cases the run's processes appended to STOP_FILE (none where it is missing)."""
+    try:
+        return {line for line in path.read_text(errors="replace").splitlines() if line}
+    except OSError:
+        return set()
 
 
 def spec_record(test_name: str, spec, warmup: bool = False) -> str:
@@ -295,20 +328,60 @@ RUN_MODE = "FIDEV_UPSTREAM_RUN"  # set by fidev.upstream.runs in each test file'
 class Outcomes:
     """Each test's outcome by its real node id, one JSON object per line (the file's process may
     die part way: what was written stays): the call's outcome, a skip with its message, and as
-    errors a failed setup or teardown and a file that did not collect."""
+    errors a failed setup or teardown and a file that did not collect. Its progress beside it
+    (progress_path, written whole: once collected, then by a thread every PROGRESS_EVERY_S where it
+    moved, and at the end), and each failing case to the run's STOP_FILE where it has one."""
+
+    PROGRESS_EVERY_S = 0.5
 
     def __init__(self, path: str):
         self.path = path
+        self.stop_file = os.environ.get(STOP_FILE)
+        self.total: int | None = None  # the cases this process runs, once collected (its part's and the gate's share)
+        self.done, self.failed, self.written = 0, set(), None
+        self.lock = threading.Lock()
+        threading.Thread(target=self.keep_progress, daemon=True).start()
 
     def write(self, nodeid: str, outcome: str, message: str = "") -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message[:300], "t": time.time()}) + "\n")
+
+    def progress(self) -> None:
+        """The progress file, where it moved since it was last written."""
+        with self.lock:
+            now = (self.total, self.done, len(self.failed))
+            if now != self.written:
+                self.written = now
+                write_whole(progress_path(self.path), json.dumps({"schema": PROGRESS_SCHEMA, "total": self.total, "done": self.done,
+                                                                  "failed": len(self.failed), "t": time.time()}))
+
+    def keep_progress(self) -> None:
+        while True:
+            time.sleep(self.PROGRESS_EVERY_S)
+            self.progress()
+
+    def failing(self, nodeid: str) -> None:
+        """A case that fails the run (failed, errored, or a skip FlashInfer's conftest made of a failure)."""
+        if nodeid in self.failed:
+            return
+        self.failed.add(nodeid)
+        if self.stop_file:
+            with open(self.stop_file, "a") as f:  # one short line per write, appended: the run's processes share it
+                f.write(nodeid.replace("\n", " ") + "\n")
+
+    def pytest_collection_finish(self, session):
+        self.total = len(session.items)
+        self.progress()
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.write(nodeid, "started")  # a process that dies in a test leaves it started, never finished
 
     def pytest_runtest_logfinish(self, nodeid, location):
         self.write(nodeid, "finished")
+        self.done += 1
+
+    def pytest_sessionfinish(self, session):
+        self.progress()
 
     @staticmethod
     def skip_message(report) -> str:
@@ -318,17 +391,71 @@ class Outcomes:
 
     def pytest_runtest_logreport(self, report):
         if report.skipped:
-            self.write(report.nodeid, "skipped", self.skip_message(report))
+            message = self.skip_message(report)
+            self.write(report.nodeid, "skipped", message)
+            if skip_kind(message) != FEATURE:
+                self.failing(report.nodeid)
         elif report.when == "call":
             self.write(report.nodeid, report.outcome)
         elif report.failed:
             self.write(report.nodeid, "error")
+        if report.failed:
+            self.failing(report.nodeid)
 
     def pytest_collectreport(self, report):
         if report.failed:
             self.write(report.nodeid, "error", str(report.longrepr)[-300:])
+            self.failing(report.nodeid)
         elif report.skipped:  # a file skipped whole: one skip, as pytest counts it
             self.write(report.nodeid, "skipped", self.skip_message(report))
+
+
+class XdistTotal:
+    """Under pytest-xdist the controller collects nothing: its cases to run are those a worker
+    collected (each collects the same list, the part's and the gate's share taken)."""
+
+    def __init__(self, outcomes: Outcomes):
+        self.outcomes = outcomes
+
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.outcomes.total = len(ids)
+        self.outcomes.progress()
+
+
+def early_stop(after: int, stop_file: Path, outcomes: str):
+    """The plugin that runs no more cases once the run's processes have named `after` failing cases
+    in `stop_file`: each case is checked before it starts (its file read again only where it grew);
+    the first case not run records STOPPED in the outcomes, and the session ends as `pytest -x` ends
+    it (an xdist worker skips the rest instead: its controller ends when they are done)."""
+    import pytest  # in a pytest process: fidev itself imports only the standard library
+
+    class EarlyStop:
+        def __init__(self):
+            self.size, self.reached = -1, False
+
+        def check(self) -> bool:
+            try:
+                size = stop_file.stat().st_size
+            except OSError:
+                return False
+            if size != self.size:
+                self.size = size
+                self.reached = len(failures_named(stop_file)) >= after
+            return self.reached
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            if not self.check():
+                return None
+            if not item.session.shouldstop:
+                reason = f"stopped after {after} failing case(s) across the run (--stop-after {after})"
+                with open(outcomes, "a") as f:
+                    f.write(json.dumps({"nodeid": "", "outcome": STOPPED, "message": reason, "t": time.time()}) + "\n")
+                if not hasattr(item.config, "workerinput"):
+                    item.session.shouldstop = reason
+            return True  # not run
+
+    return EarlyStop()
 
 
 def pytest_configure(config):
@@ -339,7 +466,13 @@ def pytest_configure(config):
     elif os.environ.get(RUN_MODE):
         config.pluginmanager.register(FlashInferBuilds(), "fidev-flashinfer-builds")
         if not hasattr(config, "workerinput"):  # under pytest-xdist, the controller writes what its workers report, once
-            config.pluginmanager.register(Outcomes(os.environ[RUN_MODE]), "fidev-outcomes")
+            outcomes = Outcomes(os.environ[RUN_MODE])
+            config.pluginmanager.register(outcomes, "fidev-outcomes")
+            if hasattr(config.hook, "pytest_xdist_node_collection_finished"):
+                config.pluginmanager.register(XdistTotal(outcomes), "fidev-xdist-total")
+        if os.environ.get(STOP_AFTER) and os.environ.get(STOP_FILE):
+            config.pluginmanager.register(early_stop(int(os.environ[STOP_AFTER]), Path(os.environ[STOP_FILE]), os.environ[RUN_MODE]),
+                                          "fidev-early-stop")
 
 
 # Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the

@@ -40,8 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.core.failure import Failure
+from fidev.core.files import write_whole
 from fidev.core.workspace import BASELINES, RUNS
-from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, owner_alive
+from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import progress
+from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, STOPPED, owner_alive, progress_path, skip_kind
 
 FILE_LIMIT_S = 7200
 # pytest plugins FlashInfer's suite does not use (no file of tests/ at v0.6.3 names hypothesis), blocked in
@@ -58,18 +61,9 @@ GPUS = Path("/proc/driver/nvidia/gpus")
 # how run_files' line for each process as it ends begins; bench_upstream says a process's line the same way (from the
 # run's summary), and tools/gpu_acceptance.py keeps bench_upstream's lines by it
 FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")
-OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
+OOM, MISSING_JIT, FEATURE = upstream_plugin.OOM, upstream_plugin.MISSING_JIT, upstream_plugin.FEATURE  # skip_kind's, FlashInfer's conftest's
 SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
 FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
-
-
-def skip_kind(message: str) -> str:
-    """Why a test skipped, from FlashInfer's conftest messages (tests/conftest.py, `pytest_runtest_call` at v0.6.3)."""
-    if "Skipping due to OOM" in message or "out of memory" in message:
-        return OOM
-    if "missing JIT cache" in message:
-        return MISSING_JIT
-    return FEATURE
 
 
 def host_gpus() -> list[str]:
@@ -122,11 +116,8 @@ def by_file(nodes: list[str]) -> dict[str, list[str]]:
 
 
 def say(line: str) -> None:
-    """A line to the terminal that a closed one (`| head`) cannot turn into a dead worker thread."""
-    try:
-        print(line, flush=True)
-    except OSError:
-        pass
+    """A line to the terminal, above the progress line where one is shown (fidev.upstream.progress)."""
+    progress.BOARD.say(line)
 
 
 def relative(file: str, tree: Path) -> str:
@@ -140,16 +131,20 @@ def run_folder(parent: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=parent))
 
 
+STOPPED_EARLY, NOT_STARTED = "stopped early", "not started"  # how a process of a run stopped early (--stop-after) ended
+
+
 @dataclass
 class FileResult:
     file: str  # relative to the tree
     gpu: str | None
     seconds: float
-    ended: str  # "exit 0", "exit 1", "signal 11", "timed out after N s", "stopped"
+    ended: str  # "exit 0", "exit 1", "signal 11", "timed out after N s", "stopped", STOPPED_EARLY, NOT_STARTED
     outcomes: dict[str, str] = field(default_factory=dict)  # node id -> passed, failed, error or "skipped: <kind>"
     junit: str = ""
     part: tuple[int, int] = (1, 1)  # (i, k): every k-th case from the i-th; (1, 1) is the whole file
     collected: set[str] = field(default_factory=set)  # a part's digests of the list it split (its xdist workers' too)
+    not_run: int | None = 0  # of its cases to run, those it did not run (the run stopped early); None where it never counted them
 
     @property
     def log(self) -> Path:
@@ -164,8 +159,9 @@ class FileResult:
         """The file did not run to its end: a signal, the time limit, an interrupt, pytest's
         internal error (3), arguments it refused (4: a node id that no longer exists), or no report.
         Statuses 0, 1 and 5 (nothing selected) finish; so does 2 where collection errors stopped it
-        (they are counted); a 2 from pytest.exit() or Ctrl-C in a test does not."""
-        if self.ended in ("exit 0", "exit 1", "exit 5"):
+        (they are counted); a 2 from pytest.exit() or Ctrl-C in a test does not. A process the run's
+        early stop ended, or never started, did not crash: what it did not run is counted as not run."""
+        if self.ended in ("exit 0", "exit 1", "exit 5", STOPPED_EARLY, NOT_STARTED):
             return False
         collection_errors = any(o == "error" and "::" not in n for n, o in self.outcomes.items())  # a file that did not collect
         return not (self.ended == "exit 2" and collection_errors)
@@ -187,15 +183,16 @@ def entries(path: Path) -> list[dict]:
     return found
 
 
-def read_outcomes(path: Path) -> dict[str, str]:
+def read_outcomes(path: Path, stopped: bool = False) -> dict[str, str]:
     """{node id: outcome} from fidev.upstream.plugin's lines; a test reported more than once (a
     pass, then an error in teardown) keeps the worst, and one started but never finished (its
-    process died in it) is an error."""
+    process died in it) is an error, unless the run's early stop interrupted it (`stopped`): then
+    it did not run."""
     found: dict[str, str] = {}
     running: set[str] = set()
     for entry in entries(path):
         outcome = entry.get("outcome", "error")
-        if outcome == COLLECTED:
+        if outcome in (COLLECTED, STOPPED):
             continue
         if outcome in ("started", "finished"):
             (running.add if outcome == "started" else running.discard)(entry.get("nodeid"))
@@ -205,9 +202,36 @@ def read_outcomes(path: Path) -> dict[str, str]:
         node = entry.get("nodeid", "?")
         if node not in found or SEVERITY.get(outcome, 4) >= SEVERITY.get(found[node], 0):
             found[node] = outcome
-    for node in running:  # the test the process died in
+    for node in running if not stopped else ():  # the test the process died in
         found[node] = "error"
     return found
+
+
+def stopped_itself(path: Path) -> bool:
+    """Whether a process's early stop ended it (fidev.upstream.plugin's STOPPED line)."""
+    return any(entry.get("outcome") == STOPPED for entry in entries(path))
+
+
+def not_run(path: Path) -> int | None:
+    """Of a process's cases to run (its progress file's total), how many did not finish; None
+    where it never wrote its total (it had not collected yet)."""
+    found = progress.read_progress(progress_path(path))
+    if found is None or not isinstance(found.get("total"), int):
+        return None
+    done = {entry.get("nodeid") for entry in entries(path) if entry.get("outcome") == "finished"}
+    return max(0, found["total"] - len(done))
+
+
+def failing_entry(entry: dict) -> bool:
+    """An outcomes line that fails the run: a failure, an error, or a skip FlashInfer's conftest made of a failure."""
+    outcome = entry.get("outcome")
+    return outcome in ("failed", "error") or (outcome == "skipped" and skip_kind(entry.get("message", "")) != FEATURE)
+
+
+def first_failure(run_dir: Path) -> float | None:
+    """When the run's first failing case ended (time.time()), by its processes' outcomes files; None where none failed."""
+    return min((entry["t"] for f in run_dir.glob("*.jsonl") for entry in entries(f)
+                if failing_entry(entry) and isinstance(entry.get("t"), (int, float))), default=None)
 
 
 def read_collected(path: Path) -> set[str]:
@@ -234,21 +258,34 @@ def mismatched(results: list[FileResult]) -> list[str]:
 
 
 class Stop:
-    """The run's stop switch: the live processes, killed with their children on an interrupt."""
+    """The run's stop switch: the live processes, killed with their children on an interrupt; on
+    the run's early stop (`early`), sent SIGINT, as Ctrl-C in pytest (its session ends, its JUnit
+    XML written), then killed where they outlast fidev.upstream.progress.STOP_GRACE_S."""
 
     def __init__(self):
         self.flag = threading.Event()
+        self.early = threading.Event()
         self.live: set = set()
         self.lock = threading.Lock()
 
-    def kill_all(self) -> None:
-        self.flag.set()
+    def signal_live(self, sig: int) -> None:
         with self.lock:
             for proc in self.live:
                 try:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    os.killpg(proc.pid, sig)
                 except ProcessLookupError:
                     pass
+
+    def kill_all(self) -> None:
+        self.flag.set()
+        self.signal_live(signal.SIGKILL)
+
+    def stop_early(self) -> None:
+        self.early.set()
+        self.signal_live(signal.SIGINT)
+
+    def kill_live(self) -> None:
+        self.signal_live(signal.SIGKILL)
 
 
 def parts(seconds: float | None, gpus: int) -> int:
@@ -277,34 +314,49 @@ def load_times(path: Path) -> dict[str, float]:
 
 
 def save_times(path: Path, results: list[FileResult]) -> None:
-    """Each file's time in this run, its parts summed, where none of them crashed (written whole, then renamed)."""
+    """Each file's time in this run, its parts summed, where none of them crashed (written whole)."""
     times, crashed, summed = load_times(path), {r.file for r in results if r.crashed}, {}
     for r in results:
         if r.file not in crashed:
             summed[r.file] = summed.get(r.file, 0.0) + r.seconds
     times.update({f: round(s, 1) for f, s in summed.items()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(times, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(times, indent=1, sort_keys=True))
 
 
-def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int], run_dir: Path, tree: Path, argv: list[str],
-             limit_s: float, stop: Stop) -> FileResult:
-    """One file's pytest process (or one part's), pinned to `gpu` (None: nothing to pin), its output in the run folder."""
+def process_env(outcomes: Path, gpu: str | None, part: tuple[int, int], stop_after: int) -> dict[str, str]:
+    """A file's process's environment: where its plugin writes, its GPU, its part, and the run's early stop."""
     from fidev.core.manifest import ROOT
 
-    rel = relative(file, tree)
-    stem = rel.replace("/", "__").removesuffix(".py") + (f".part{part[0]}of{part[1]}" if part[1] > 1 else "")
-    junit, log, outcomes = run_dir / f"{stem}.xml", run_dir / f"{stem}.log", run_dir / f"{stem}.jsonl"
     env = {**os.environ, RUN_MODE: str(outcomes),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+    env.pop(PART, None)
     if part[1] > 1:
         env[PART] = f"{part[0]}/{part[1]}"
-    else:
-        env.pop(PART, None)
+    for name in (upstream_plugin.STOP_AFTER, upstream_plugin.STOP_FILE):
+        env.pop(name, None)
+    if stop_after:
+        env.update({upstream_plugin.STOP_AFTER: str(stop_after), upstream_plugin.STOP_FILE: str(outcomes.parent / progress.STOP_FILE)})
+    return env
+
+
+def how_it_ended(code: int, stop: Stop, outcomes: Path) -> str:
+    """"exit N", "signal N", "stopped" (an interrupt), or STOPPED_EARLY: its own early stop ended it,
+    or the run's, where it did not end on its own (0, 1, 5)."""
+    if stop.flag.is_set():
+        return "stopped"
+    if stopped_itself(outcomes) or (stop.early.is_set() and code not in (0, 1, 5)):
+        return STOPPED_EARLY
+    return f"signal {-code}" if code < 0 else f"exit {code}"
+
+
+def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int], run_dir: Path, tree: Path, argv: list[str],
+             limit_s: float, stop: Stop, stop_after: int = 0) -> FileResult:
+    """One file's pytest process (or one part's), pinned to `gpu` (None: nothing to pin), its output in the run folder."""
+    rel = relative(file, tree)
+    junit, log, outcomes = (run_dir / f"{stem(rel, part)}{ext}" for ext in (".xml", ".log", ".jsonl"))
+    env = process_env(outcomes, gpu, part, stop_after)
     cmd = [sys.executable, "-c", PYTEST, *nodes, "-q", "-rfE", "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-p", "fidev.upstream.plugin",
            f"--junitxml={junit}", *argv]
     started = time.perf_counter()
@@ -315,6 +367,8 @@ def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int]
             stop.live.add(proc)
         if stop.flag.is_set():
             os.killpg(proc.pid, signal.SIGKILL)
+        elif stop.early.is_set():
+            os.killpg(proc.pid, signal.SIGINT)
 
         def pump() -> None:  # the whole output to the log; the plugin's compile lines to the terminal too
             for line in proc.stdout:
@@ -325,8 +379,7 @@ def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int]
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         try:
-            code = proc.wait(timeout=limit_s)
-            ended = "stopped" if stop.flag.is_set() else f"signal {-code}" if code < 0 else f"exit {code}"
+            ended = how_it_ended(proc.wait(timeout=limit_s), stop, outcomes)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -334,16 +387,26 @@ def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int]
         reader.join()
         with stop.lock:
             stop.live.discard(proc)
-    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes), str(junit), part, read_collected(outcomes))
+    early = ended == STOPPED_EARLY
+    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes, early), str(junit), part, read_collected(outcomes),
+                      not_run(outcomes) if early else 0)
+
+
+def stem(rel: str, part: tuple[int, int]) -> str:
+    """A process's files' name in the run folder (its JUnit XML, log, outcomes)."""
+    return rel.replace("/", "__").removesuffix(".py") + (f".part{part[0]}of{part[1]}" if part[1] > 1 else "")
 
 
 def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree: Path, argv: list[str], limit_s: float,
-              times: dict[str, float], per_gpu: int = 1) -> list[FileResult]:
+              times: dict[str, float], per_gpu: int = 1, stop_after: int = 0, every_s: float = progress.EVERY_S) -> list[FileResult]:
     """Every file once, in parts() by its last time, a worker per GPU (one unpinned worker where
     none can be seen) taking the longest process left (by its file's last time over its parts,
-    else the file's size); a line per process as it ends. With `per_gpu` N, each file in N times
-    as many parts and N workers a GPU. An interrupt (Ctrl-C, SIGTERM) kills the running processes
-    and raises KeyboardInterrupt."""
+    else the file's size); a line per process as it ends, and the run's progress meanwhile
+    (fidev.upstream.progress, a line every `every_s` in a log). With `per_gpu` N, each file in N
+    times as many parts and N workers a GPU. With `stop_after` N, once the run's processes have
+    named N failing cases no process starts and those running stop (STOPPED_EARLY); those never
+    started are results too (NOT_STARTED). An interrupt (Ctrl-C, SIGTERM) kills the running
+    processes and raises KeyboardInterrupt."""
     k = split(groups, len(gpus), tree, times, per_gpu)
     order = sorted(((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
                    key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp))
@@ -351,9 +414,10 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     for f in order:
         todo.put(f)
     results, lock, stop = [], threading.Lock(), Stop()
+    watch = progress.Watch(run_dir, len(order), stop_after, every_s, stop.stop_early, stop.kill_live)
 
     def worker(gpu: str | None) -> None:
-        while not stop.flag.is_set():
+        while not stop.flag.is_set() and not stop.early.is_set():
             if os.environ.get(GATE) and not owner_alive(os.environ.get(GATE_OWNER, "")):
                 stop.flag.set()  # what started the run behind a gate is gone: the gate never opens
                 return
@@ -361,15 +425,34 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
                 f, part = todo.get_nowait()
             except queue.Empty:
                 return
-            result = run_file(f, groups[f], gpu, part, run_dir, tree, argv, limit_s, stop)
+            with lock:
+                watch.started += 1
+            result = run_file(f, groups[f], gpu, part, run_dir, tree, argv, limit_s, stop, stop_after)
             with lock:
                 results.append(result)
                 say(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s"
-                    + (f", {result.ended}" if result.crashed else ""))
+                    + (f", {result.ended}" if result.crashed or result.ended == STOPPED_EARLY else ""))
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None]) for _ in range(per_gpu)]
+    watch.start()
+    try:
+        run_workers(threads, stop)
+    finally:
+        watch.end()
+    while not todo.empty():  # the run stopped early: what never started
+        f, part = todo.get_nowait()
+        rel = relative(f, tree)
+        results.append(FileResult(rel, None, 0.0, NOT_STARTED, junit=str(run_dir / f"{stem(rel, part)}.xml"), part=part, not_run=None))
+    results.sort(key=lambda r: (r.file, r.part))
+    for f in mismatched(results):
+        next(r for r in results if r.file == f).outcomes[f] = "error"
+    return results
+
+
+def run_workers(threads: list[threading.Thread], stop: Stop) -> None:
+    """The workers to their end; SIGTERM and SIGHUP (a closed ssh session) stop the run as Ctrl-C
+    does: the running processes killed, then KeyboardInterrupt."""
     main = threading.current_thread() is threading.main_thread()
-    # SIGTERM and SIGHUP (a closed ssh session) stop the run as Ctrl-C does
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     try:
         for t in threads:
@@ -385,10 +468,11 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    results.sort(key=lambda r: (r.file, r.part))
-    for f in mismatched(results):
-        next(r for r in results if r.file == f).outcomes[f] = "error"
-    return results
+
+
+def stopped_early(results: list[FileResult]) -> list[FileResult]:
+    """The processes the run's early stop ended or never started (none: it did not stop early)."""
+    return [r for r in results if r.ended in (STOPPED_EARLY, NOT_STARTED)]
 
 
 def outcomes(results: list[FileResult]) -> dict[str, str]:
@@ -439,12 +523,9 @@ def baseline_path(cache: Path, selection: list[str]) -> Path:
 
 
 def save_baseline(path: Path, selection: list[str], commit: str, gpu: str, results: list[FileResult]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = {"selection": selection, "commit": commit, "gpu": gpu, "outcomes": outcomes(results),
             "crashed": sorted({r.file for r in results if r.crashed})}
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(data, indent=1))
 
 
 def load_baseline(path: Path) -> dict | None:
@@ -474,6 +555,6 @@ def compare(baseline: dict, results: list[FileResult]) -> dict[str, list[str]]:
         "newly passing": sorted(n for n, o in now.items() if o == "passed" and was.get(n) in FAILING),
     }
     changes["newly erroring"] += sorted(f"{r.name} ({r.ended})" for r in results if r.crashed and r.file not in baseline.get("crashed", []))
-    ran = {r.file for r in results} - {r.file for r in results if r.crashed}
+    ran = {r.file for r in results} - {r.file for r in results if r.crashed or r.ended in (STOPPED_EARLY, NOT_STARTED)}
     changes["not run since"] = sorted(n for n in was if n.split("::")[0] in ran and n not in now)  # renamed or removed: say so
     return changes

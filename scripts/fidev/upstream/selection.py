@@ -14,6 +14,7 @@ from fidev.core.failure import USAGE, Failure
 from fidev.core.manifest import pins
 from fidev.tree import source_tree
 from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import progress as upstream_progress
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import sample as upstream_sample
 from fidev.upstream import summary as upstream_summary
@@ -30,6 +31,8 @@ class Options:
     baseline: bool = False  # --baseline: record, not compare
     summary: str | None = None  # --summary FILE: a copy of summary.json
     sample: int | None = None  # --sample: its seed (the processes read the spec fidev.upstream.plugin.SAMPLE names); None: every case
+    stop_after: int = 0  # --stop-after N: stop once the run's processes have N failing cases; 0: run everything
+    progress_s: float = upstream_progress.EVERY_S  # --progress SECONDS: a progress line this often where the output is no terminal
 
 
 @dataclass
@@ -79,12 +82,16 @@ def write_summary(record: Run, status: int, extra: str | None) -> None:
     results = record.results
     failed = upstream_runs.failing(results)
     processes = [upstream_summary.Process(r.file, list(r.part), r.gpu, round(r.seconds, 3), r.ended, upstream_runs.counts([r])) for r in results]
+    first = upstream_runs.first_failure(record.run_dir)
+    stopped = upstream_runs.stopped_early(results)
     done = upstream_summary.Summary(
         selection=record.key, kernel_source=record.mode, run_dir=str(record.run_dir), gpus=record.gpus, gpu_name=record.gpu,
         started=record.started, ended=time.time(), status=status, counts=upstream_runs.counts(results),
         skips=upstream_runs.skip_summary(results), failing=[what for word, what in failed if word == "FAILED"],
         erroring=[what for word, what in failed if word == "ERROR"], processes=processes,
-        last_case_end=upstream_runs.last_case_end(record.run_dir), compared=record.compared, sample=sampled(record))
+        last_case_end=upstream_runs.last_case_end(record.run_dir), compared=record.compared, sample=sampled(record),
+        first_failure_s=None if first is None else round(max(0.0, first - record.started), 3), stop_after=record.options.stop_after,
+        stopped_early=bool(stopped), not_run=sum(r.not_run or 0 for r in stopped), not_counted=[r.name for r in stopped if r.not_run is None])
     upstream_summary.write(done, record.run_dir / upstream_summary.NAME, *([Path(extra)] if extra else []))
 
 
@@ -106,6 +113,7 @@ def run_selection(record: Run) -> int:
     if record.options.sample is not None:
         for line in upstream_sample.coverage_lines(" ".join([*record.selection, *record.pytest_args]), sampled(record)):
             print(f"upstream-tests: {line}")
+    verdict.say_stopped(results, record.options.stop_after, record.mode)
     return judge(record)
 
 
@@ -154,7 +162,8 @@ def run_all(record: Run) -> None:
     try:
         record.results = upstream_runs.run_files(record.groups, record.gpus, record.run_dir, record.tests.parent,
                                                  [*pytest_options(record.tests), *record.pytest_args], record.options.file_timeout,
-                                                 record.times, record.options.per_gpu)
+                                                 record.times, record.options.per_gpu, record.options.stop_after,
+                                                 record.options.progress_s)
     except KeyboardInterrupt:
         raise Failure(f"interrupted: the running test files were stopped; what finished is in {record.run_dir}",
                       "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=130) from None
@@ -163,17 +172,20 @@ def run_all(record: Run) -> None:
 def keep_times(record: Run) -> None:
     """Each file's time for the next run's parts, where it is the file's own."""
     # behind affected's gate a file's time includes the wait for the build; with parts sharing a GPU, their sum is not its time
-    if not os.environ.get(upstream_plugin.GATE) and record.options.per_gpu == 1:
+    # a run stopped early has files whose processes did not all run to their end
+    if not os.environ.get(upstream_plugin.GATE) and record.options.per_gpu == 1 and not upstream_runs.stopped_early(record.results):
         upstream_runs.save_times(record.times_file, record.results)
 
 
 def judge(record: Run) -> int:
-    """The exit status: a baseline recorded, a comparison with the baseline, or the run's own counts."""
+    """The exit status: a baseline recorded, a comparison with the baseline, or the run's own counts;
+    1 for a run stopped early, whatever the comparison says (its cases did not all run)."""
     p = pins()
     commit = source_tree.inspect(p.source_dir, p).found or "unknown"
     if record.options.baseline:
         return verdict.record_baseline(record.results, record.key, record.baseline_file, commit, record.gpu)
     if record.baseline is not None:
         record.compared = upstream_runs.compare(record.baseline, record.results)
-        return verdict.say_compared(record.baseline, record.baseline_file, record.compared, record.run_dir)
-    return verdict.passed(record.results)
+        status = verdict.say_compared(record.baseline, record.baseline_file, record.compared, record.run_dir)
+        return 1 if upstream_runs.stopped_early(record.results) else status
+    return 1 if upstream_runs.stopped_early(record.results) else verdict.passed(record.results)

@@ -15,12 +15,19 @@ The fields (SCHEMA, version 1):
   skips         {kind: how many}: the skipped tests by reason
   failing       node ids that failed (an out-of-memory or missing-module skip fails too)
   erroring      node ids that errored, and "<file> (<how it ended>)" for each process that did not finish
-  processes     one per pytest process: {"file", "part": [i, k], "gpu", "seconds", "ended", "counts"}
+  processes     one per pytest process: {"file", "part": [i, k], "gpu", "seconds", "ended", "counts"};
+                "ended" is "stopped early" or "not started" for those a run stopped early stopped or never started
   last_case_end time.time() when the last test case finished; null where none did
   compared      against a baseline: {"newly failing": [...], ...}; null without one
   sample        with --sample (fidev.upstream.sample): {"selected", "total" (cases of the test functions
                 run), "seed", "functions", "whole" and "missed" (required modules: their functions run
                 whole, or nothing recorded for them)}; null for a run of every case
+  first_failure_s  seconds from the run's start (`started`) to the end of its first failing case; null where none failed
+  stop_after    --stop-after's count (0: the run was to run everything)
+  stopped_early true where the run stopped at stop_after failing cases: a failing run (status 1), whatever its counts say
+  not_run       the cases the processes stopped early had collected to run and did not run
+  not_counted   the processes of a run stopped early whose cases are not in not_run: never started, or
+                stopped before they had collected (their "ended" in processes says which)
 """
 
 from __future__ import annotations
@@ -65,6 +72,11 @@ class Summary:
     last_case_end: float | None = None
     compared: dict[str, list[str]] | None = None
     sample: dict | None = None
+    first_failure_s: float | None = None
+    stop_after: int = 0
+    stopped_early: bool = False
+    not_run: int = 0
+    not_counted: list[str] = field(default_factory=list)
 
     @property
     def failed_ids(self) -> set[str]:

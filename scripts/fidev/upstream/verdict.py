@@ -5,9 +5,11 @@ counts, a baseline recorded or compared against, and the exit status."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 from fidev.core.failure import USAGE, Failure
+from fidev.jit import kernel_source
 from fidev.upstream import runs as upstream_runs
 
 SHOWN = 200  # failing tests named after a run; the run folder's FAILING_LIST has all
@@ -64,6 +66,28 @@ def say_counts(results: list, mode: str, files: int, gpus: int, seconds: float) 
     if no_cutlass:  # FlashInfer 0.6.3's requirements.txt has nvidia-cutlass-dsl>=4.3.4; flashinfer-dev installs it with FlashInfer
         print(f"upstream-tests: {len(no_cutlass)} file(s) need `cutlass`, from nvidia-cutlass-dsl, which is not installed here: {', '.join(no_cutlass)}"
               "\nupstream-tests: fix: run inside flashinfer-dev (pixi install -e flashinfer-dev brings it with FlashInfer's requirements)")
+
+
+def rerun_command(what: str, mode: str) -> str:
+    """The command that runs one failing case again, alone, under the same kernel source mode (a
+    process that did not finish, "<file> (<how it ended>)": its file)."""
+    prefix = "" if mode == kernel_source.AUTO else f"{kernel_source.ENV}={mode} "
+    return f"{prefix}pixi run -e flashinfer-dev upstream-tests --no-plan {shlex.quote(what if '::' in what else what.split(' (')[0])}"
+
+
+def say_stopped(results: list, stop_after: int, mode: str) -> None:
+    """Where the run stopped early (--stop-after): that it did, what did not run, and each failing
+    case with the command that runs it again alone. A run stopped early fails (judged by its caller)."""
+    stopped = upstream_runs.stopped_early(results)
+    if not stopped:
+        return
+    not_run = sum(r.not_run or 0 for r in stopped)
+    uncounted = [r for r in stopped if r.not_run is None]
+    print(f"upstream-tests: stopped early: the run's failing cases reached --stop-after {stop_after}; {not_run} case(s) did not run"
+          + (f", nor did those of {len(uncounted)} process(es) that stopped before they counted theirs" if uncounted else "")
+          + ": a failing run, whatever the counts above")
+    for word, what in upstream_runs.failing(results):
+        print(f"upstream-tests: {word} {what}: rerun: {rerun_command(what, mode)}")
 
 
 def tree_name(found: str) -> str:
