@@ -767,3 +767,23 @@ def test_the_progress_line_says_the_cases_left_and_estimates_the_time():
     assert progress.line(some, 60) == ("upstream-tests: progress: 50 of 100+ cases done, 0 failed, 1 min 00 s spent, about 3 min 00 s left"
                                        " (2 of 4 processes started)")
     assert progress.left_s(progress.Tally(total=10, counted=1, processes=1), 5) is None  # nothing done yet: no rate
+
+
+def test_on_a_terminal_the_progress_line_stays_below_the_other_lines(monkeypatch):
+    """fidev.upstream.progress.Board: the line rewritten in place is cleared before a plain line and
+    drawn again after it, so that a process's line never lands inside it."""
+    import io
+
+    from fidev.upstream import progress
+
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    board = progress.Board()
+    board.say("first")
+    board.show("upstream-tests: progress: 1 of 4 cases done")
+    board.say("  [1/2] GPU 0 tests/x.py: 1 passed")
+    board.show("upstream-tests: progress: 2 of 4 cases done")
+    board.clear()
+    assert out.getvalue() == ("first\n\r\033[Kupstream-tests: progress: 1 of 4 cases done"
+                              "\r\033[K  [1/2] GPU 0 tests/x.py: 1 passed\nupstream-tests: progress: 1 of 4 cases done"
+                              "\r\033[Kupstream-tests: progress: 2 of 4 cases done\r\033[K")

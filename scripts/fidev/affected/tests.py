@@ -145,8 +145,9 @@ class FlashInferTests:
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
         sampled = ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])] if sample is not None else []
+        # no progress lines: its output is held until finish()
         cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, *sampled, "--stop-after", str(STOP_AFTER),
-               "--summary", str(self.summary)]
+               "--progress", "0", "--summary", str(self.summary)]
         said = [c for c in cmd if c not in ("--summary", str(self.summary))]  # as before: the command less where its summary goes
         which = "of the modules the edit may change" if deferred else ""
         then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"

@@ -142,6 +142,7 @@ class Watch:
         self.stop_early, self.kill = stop_early, kill
         self.started = 0  # processes started, counted by the run
         self.stopped_at: float | None = None
+        self.lock = threading.Lock()
         self.clock = time.perf_counter()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
@@ -155,6 +156,12 @@ class Watch:
         BOARD.clear()
 
     def check_stop(self) -> None:
+        """The run's early stop, where its failing cases reached stop_after (also asked by the run
+        before it starts a process, so that none starts between two of the watch's reads)."""
+        with self.lock:
+            self.check_stop_locked()
+
+    def check_stop_locked(self) -> None:
         if self.stopped_at is None and self.stop_after and len(failures_named(self.run_dir / STOP_FILE)) >= self.stop_after:
             self.stopped_at = time.perf_counter()
             self.stop_early()

@@ -418,6 +418,9 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
 
     def worker(gpu: str | None) -> None:
         while not stop.flag.is_set() and not stop.early.is_set():
+            watch.check_stop()
+            if stop.early.is_set():
+                return
             if os.environ.get(GATE) and not owner_alive(os.environ.get(GATE_OWNER, "")):
                 stop.flag.set()  # what started the run behind a gate is gone: the gate never opens
                 return
