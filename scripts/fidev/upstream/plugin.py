@@ -157,10 +157,8 @@ def make_cuda_context() -> None:
 
 
 def open_gate(path: Path, selection: list[str] | None = None) -> None:
-    """Let the gated tests run: all of them, or those `selection` names (written whole, then renamed)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join([GO, *(selection or [])]) + "\n")
-    os.replace(tmp, path)
+    """Let the gated tests run: all of them, or those `selection` names (written whole)."""
+    write_whole(path, "\n".join([GO, *(selection or [])]) + "\n")
 
 
 def in_part(value: str) -> tuple[int, int]:

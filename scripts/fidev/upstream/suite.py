@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fidev.core import workspace
 from fidev.core.failure import USAGE, Failure
+from fidev.core.files import write_whole
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import module_choice
 from fidev.tree import families as upstream_suites
@@ -144,10 +145,7 @@ def suite_map(tests: Path) -> dict | None:
     nodes, not_collected = collected
     known = {"suite": key, "total": len(nodes), "files": len({n.split("::")[0] for n in nodes}), "not_collected": not_collected,
              "families": family_counts(nodes)}
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(known))
-    os.replace(tmp, cache)
+    write_whole(cache, json.dumps(known))
     return known
 
 
