@@ -148,7 +148,7 @@ def options(ours: dict, seed: int | None) -> upstream_selection.Options:
                                       sample=seed, stop_after=ours.get("--stop-after", 0), progress_s=ours.get("--progress", upstream_progress.EVERY_S))
 
 
-def sample_spec(ours: dict, nodes: list[str], tests, folder: Path) -> int | None:
+def sample_spec(ours: dict, nodes: list[str], tests, folder: Path, ws: workspace.Workspace) -> int | None:
     """With --sample (or its seed or modules): the spec every process reads (fidev.upstream.sample:
     the seed, the modules the record names for the selection's files' cases, the modules it must
     exercise), its path put in the environment they inherit; the seed. None: every case runs."""
@@ -156,7 +156,7 @@ def sample_spec(ours: dict, nodes: list[str], tests, folder: Path) -> int | None
         return None
     seed = ours.get("--sample-seed", upstream_sample.SEED)
     recorded: dict[str, list[str]] = {}
-    for jit_dir in workspace.read(pins().flashinfer).jit_dirs():
+    for jit_dir in ws.jit_dirs():
         for module, cases in build_records.module_tests(jit_dir).items():
             recorded.setdefault(module, []).extend(cases)
     files = {upstream_runs.relative(f, tests.parent) for f in upstream_runs.by_file(nodes)}
@@ -209,17 +209,18 @@ def main() -> int:
     if "-h" in ours or "--help" in ours:
         print(__doc__)
         return 0
+    ws = workspace.read(pins().flashinfer)  # read once, here, and passed down
     if "--list" in ours:
-        return suite.list_families()
+        return suite.list_families(ws, kernel_source.mode())
     tests = suite.tests_dir()
     nodes = named(selection, tests)
     mode = apply_kernel_source()
     stop_as_ctrl_c()
     with tempfile.TemporaryDirectory(prefix="fidev-sample-") as folder:  # its processes are done when it goes
-        seed = sample_spec(ours, nodes, tests, Path(folder))
+        seed = sample_spec(ours, nodes, tests, Path(folder), ws)
         if "--no-plan" not in ours:
             planned(nodes, pytest_args, tests, budget_s, "--yes" in ours)
-        return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed), mode)
+        return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed), mode, ws)
 
 
 if __name__ == "__main__":

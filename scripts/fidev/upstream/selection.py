@@ -44,6 +44,7 @@ class Run:
     tests: Path
     mode: str
     options: Options
+    ws: workspace.Workspace
     groups: dict[str, list[str]] = field(default_factory=dict)
     gpus: list[str] = field(default_factory=list)
     gpu: str = ""
@@ -60,11 +61,11 @@ class Run:
     compared: dict[str, list[str]] | None = None
 
 
-def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: Path, options: Options, mode: str) -> int:
+def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: Path, options: Options, mode: str, ws: workspace.Workspace) -> int:
     """The selection a process per file over the host's GPUs (fidev.upstream.runs), then its counts,
     and with a baseline of the same selection, what changed since; its summary written at its end,
-    whatever the end."""
-    record = Run(selection, nodes, pytest_args, tests, mode, options)
+    whatever the end. `mode` and `ws`: the kernel source mode and the workspace the task read."""
+    record = Run(selection, nodes, pytest_args, tests, mode, options, ws)
     status = 1  # where it raises: what its Failure says, else not a pass
     try:
         status = run_selection(record)
@@ -127,7 +128,7 @@ def prepare(record: Run) -> None:
         raise Failure(f"--gpus {wanted}: this host shows {len(host)} GPU(s) (CUDA_VISIBLE_DEVICES included)",
                       f"ask for at most {len(host)}, or leave --gpus out to use them all", exit_status=USAGE)
     record.gpus = host[:wanted] if wanted else host
-    record.cache = workspace.read(pins().flashinfer).version_dir
+    record.cache = record.ws.version_dir
     record.run_dir = upstream_runs.run_folder(record.cache / upstream_runs.RUNS)
     # a sample's baseline is its own: another selection than every case
     record.key = [*record.selection, *record.pytest_args, *sample_key(record.options.sample)]

@@ -107,11 +107,11 @@ def known_map(cache: Path, key: str) -> dict | None:
     return None
 
 
-def collect(tests: Path) -> tuple[list[str], int] | None:
-    """(node ids, files that did not collect) of `pytest --collect-only` of the whole tests/; None
-    when it cannot collect here (no pytest, no FlashInfer)."""
+def collect(tests: Path, mode: str) -> tuple[list[str], int] | None:
+    """(node ids, files that did not collect) of `pytest --collect-only` of the whole tests/, under
+    the kernel source `mode` the task read; None when it cannot collect here (no pytest, no FlashInfer)."""
     env = {**os.environ, "PYTHONPATH": scripts_path()}
-    module_choice.apply()
+    module_choice.apply(mode)
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", str(tests), "--collect-only", "-q", "--continue-on-collection-errors",
                                "-p", "no:cacheprovider", *pytest_options(tests)], capture_output=True, text=True, timeout=1200, env=env)
@@ -128,18 +128,17 @@ def family_counts(nodes: list[str]) -> dict[str, int]:
                                               for x in f.nodes)) for f in upstream_suites.FAMILIES}
 
 
-def suite_map(tests: Path) -> dict | None:
+def suite_map(tests: Path, ws: workspace.Workspace, mode: str) -> dict | None:
     """The suite's test cases, counted once while its files stay as they are: `pytest --collect-only`
-    of the whole tests/ (over half a minute for v0.6.3's: docs/measurements.md), kept beside the JIT dirs. None
-    when it cannot collect here (no pytest, no FlashInfer)."""
-    p = pins()
+    of the whole tests/ (over half a minute for v0.6.3's: docs/measurements.md), kept beside the JIT
+    dirs of `ws` (the task's workspace). None when it cannot collect here (no pytest, no FlashInfer)."""
     key = suite_key(tests)
-    cache = workspace.read(p.flashinfer).suite_map
+    cache = ws.suite_map
     known = known_map(cache, key)
     if known is not None:
         return known
     print(f"upstream-tests: counting the suite's test cases (pytest --collect-only of {source_tree.shown(tests)}, once until it changes) ...", flush=True)
-    collected = collect(tests)
+    collected = collect(tests, mode)
     if collected is None:
         return None
     nodes, not_collected = collected
@@ -149,10 +148,11 @@ def suite_map(tests: Path) -> dict | None:
     return known
 
 
-def list_families() -> int:
-    """The families, each with its test cases where the suite can be counted here, and what they leave out."""
+def list_families(ws: workspace.Workspace, mode: str) -> int:
+    """The families, each with its test cases where the suite can be counted here (under the task's
+    workspace and kernel source mode), and what they leave out."""
     try:
-        counted = suite_map(tests_dir())
+        counted = suite_map(tests_dir(), ws, mode)
     except Failure as failure:  # no runnable suite: the families alone, and why no counts
         counted = None
         print(f"upstream-tests: no counts: {failure.problem}")
