@@ -736,6 +736,11 @@ def test_upstream_tests_option_without_its_value():
     expect(run("upstream_tests.py", "norm", "--budget"), "upstream-option-value", status=2)
 
 
+@fault("upstream-stop-after-baseline")
+def test_upstream_tests_stop_after_with_a_baseline():
+    expect(run("upstream_tests.py", "norm", "--stop-after", "3", "--baseline"), "upstream-stop-after-baseline", status=2)
+
+
 @fault("smoke-nothing-selected")
 def test_smoke_with_a_selection_that_matches_nothing():
     require("torch", why="pytest collects tests/smoke only where torch imports")
