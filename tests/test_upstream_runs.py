@@ -787,3 +787,14 @@ def test_on_a_terminal_the_progress_line_stays_below_the_other_lines(monkeypatch
     assert out.getvalue() == ("first\n\r\033[Kupstream-tests: progress: 1 of 4 cases done"
                               "\r\033[K  [1/2] GPU 0 tests/x.py: 1 passed\nupstream-tests: progress: 1 of 4 cases done"
                               "\r\033[Kupstream-tests: progress: 2 of 4 cases done\r\033[K")
+
+
+def test_a_compare_run_stopped_early_fails_though_nothing_newly_fails(ws):
+    """The baseline knows the failure the run stopped at: the comparison finds nothing new, yet the
+    cases after it did not run, so the run is no pass, and they are not "not run since"."""
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "def test_known_broken():\n    assert False\ndef test_fine():\n    pass\ndef test_also():\n    pass\n")
+    assert upstream(root, env, "rope", "--no-plan", "--baseline").returncode == 0
+    done = upstream(root, env, "rope", "--no-plan", "--stop-after", "1")
+    assert done.returncode == 1 and "  newly failing: 0\n" in done.stdout, done.stdout + done.stderr
+    assert "  not run since: 0\n" in done.stdout and "upstream-tests: stopped early" in done.stdout, done.stdout
