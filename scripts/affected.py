@@ -14,11 +14,13 @@
    record the upstream-tests plan keeps beside the JIT dir (which test asked for which module), as
    a sample of their cases (upstream-tests --sample: every value of every parameter of each test
    function, and a recorded case of each changed module; it says what the sample covered);
-   --whole-family runs every case.
+   --whole-family runs every case. Each kernel family an edited include/ or csrc/ file reaches
+   (fidev.tree.families: the tree's #include lines from the family's sources) and no recorded
+   test covers runs its FlashInfer tests too, as a sample, building what they load.
 3. It rebuilds just those modules and runs just those tests, then prints one table and a line
    naming what failed and the command that reruns it alone. --list stops after the table's first
    three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not
-   covered, nothing failed but the edit reaches a kernel family whose FlashInfer tests did not run
+   covered, nothing failed but the edit reaches a kernel family whose FlashInfer tests could not run
    (the last line names the upstream-tests command that covers it; kept, so asking again says it
    again until the edit is reverted or covered); 130: interrupted. A verdict that is not a pass
    is kept per module (fidev.affected.verdicts): asking again reruns its tests.
@@ -102,7 +104,7 @@ def run_affected(args, record: affected_summary.Summary) -> int:
         return 0
     selection = report.selection(changed.by_file, changed.changed, found.tier, found.recorded, found.tree)
     record.changed, record.tests = selection.changed_files(), [*selection.ours, *selection.theirs]
-    if args.list or not changed.changed:
+    if args.list or not (changed.changed or selection.families):
         print(report.table(selection.rows()))
         report.hints(selection)
         return no_module_changed(args.list, selection, found, record, changed, kept)

@@ -33,6 +33,10 @@ class Selection:
     tier: dict[str, str]
     recorded: dict[str, list[str]]
     reaching: dict[str, list[str]] = field(default_factory=dict)
+    # {kernel family: its FlashInfer test nodes} that the edited files reach and no recorded test of a
+    # changed module covers, whose tests are in the tree: they run too (a sample), building what they load
+    families: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    reached: dict[str, list[str]] = field(default_factory=dict)  # {edited file: those of `families` it reaches}
 
     def selectors(self, names) -> set[str]:
         """What a module's tests are, as node ids or function prefixes of pytest's failure lines."""
@@ -44,12 +48,22 @@ class Selection:
         return sorted({t for name in self.changed if name in self.tier for t in smoke_modules.BY_KEY[self.tier[name]].tests})
 
     @property
-    def theirs(self) -> list[str]:
+    def recorded_tests(self) -> list[str]:
+        """FlashInfer's tests recorded for the changed modules, by test function."""
         return sorted({t.split("[")[0] for name in self.changed for t in self.recorded.get(name, [])})
+
+    @property
+    def theirs(self) -> list[str]:
+        """FlashInfer's tests to run: the changed modules' recorded ones and the reached families'."""
+        return sorted({*self.recorded_tests, *(f"tests/{node}" for nodes in self.families.values() for node in nodes)})
 
     @property
     def unmapped(self) -> list[str]:
         return sorted(name for name in self.changed if name not in self.tier and not self.recorded.get(name))
+
+    def file_tests(self, f: str, names) -> set[str]:
+        """The tests of an edited file: its modules' (selectors), and the reached families' it is compiled by."""
+        return self.selectors(names) | {f"tests/{node}" for fam in self.reached.get(f, []) for node in self.families[fam]}
 
     def files(self) -> list[tuple[str, set[str]]]:
         return sorted(self.by_file.items())
@@ -58,7 +72,7 @@ class Selection:
         """The table's rows, its result column empty."""
         rows = [HEADER]
         for f, names in self.files():
-            tests = self.selectors(names)
+            tests = self.file_tests(f, names)
             rows.append((source_tree.shown(Path(f)) if f.startswith("/") else f, short(names, 2) if names else "no built module",
                          f"{len(tests)} test(s)" if tests else "-", ""))
         return rows
@@ -72,13 +86,39 @@ def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], 
               tree: Path) -> Selection:
     """The selection, with the kernel families that compile each file no built module does."""
     reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith(("/", "("))])
-    return Selection(by_file, changed, tier, recorded, reaching)
+    sel = Selection(by_file, changed, tier, recorded, reaching)
+    reach = upstream_suites.families_compiling(tree, tree_files(by_file))
+    sel.families = families_to_run(sel, reach, tree)
+    sel.reached = {f: [fam for fam in fams if fam in sel.families] for f, fams in reach.items() if any(fam in sel.families for fam in fams)}
+    return sel
+
+
+def families_to_run(sel: Selection, reach: dict[str, list[str]], tree: Path) -> dict[str, tuple[str, ...]]:
+    """{family: its test nodes} for each kernel family whose sources compile an edited file of the
+    tree (`reach`: fidev.tree.families.families_compiling) and whose tests no recorded test of a
+    changed module is, where its test files are in the tree (the source fetch's tree has none: such
+    a family stays a gap, said)."""
+    wanted = {fam for fams in reach.values() for fam in fams}
+    covered = families_covered(sel.recorded_tests)
+    return {fam.name: fam.nodes for fam in upstream_suites.FAMILIES
+            if fam.name in wanted and fam.name not in covered and all((tree / "tests" / node.split("::")[0]).is_file() for node in fam.nodes)}
+
+
+def families_covered(ran: list[str]) -> set[str]:
+    """The kernel families some test of `ran` (ids under tests/, or their function prefixes) is a test of."""
+    return {fam.name for fam in upstream_suites.FAMILIES
+            if any(t.startswith(f"tests/{node.split('::')[0]}") for node in fam.nodes for t in ran)}
 
 
 def hints(sel: Selection) -> None:
+    if sel.families:
+        print(f"affected: the edit reaches {', '.join(sorted(sel.families))}, whose modules no recorded test of a changed module "
+              "loads: their FlashInfer tests run too (a sample), building what they load")
     if sel.unmapped:
         print(f"affected: no test is recorded for {short(sel.unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
     for f, families in sorted(sel.reaching.items()):
+        if families and all(fam in sel.families for fam in families):
+            continue  # said above: their tests run
         print(f"affected: {f} reaches no built module; " + (
             f"the tests of {', '.join(families)} would build one: pixi run -e flashinfer-dev upstream-tests {families[0]}" if families
             else "no kernel family's sources include it"))
@@ -99,8 +139,8 @@ def build_failed(sel: Selection) -> str:
 def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
     """The table with each file's result: how many of its tests failed, or passed."""
     result = []
-    for row, (_, names) in zip(sel.rows()[1:], sel.files(), strict=True):
-        chosen = sel.selectors(names)
+    for row, (f, names) in zip(sel.rows()[1:], sel.files(), strict=True):
+        chosen = sel.file_tests(f, names)
         mine = failures_of(failed, chosen)
         result.append((*row[:3], f"{len(mine)} failed" if mine else "passed" if chosen and not broken else "-" if not chosen else "unknown"))
     return table([HEADER, *result])
@@ -121,8 +161,7 @@ def coverage_gaps(sel: Selection, tree: Path, ran: list[str]) -> dict[str, list[
     reach = upstream_suites.families_compiling(tree, tree_files(sel.by_file))
     if UNTOLD in sel.by_file:  # an edit no built module compiles cannot be told: it may reach any family
         reach[UNTOLD] = [fam.name for fam in upstream_suites.FAMILIES]
-    covered = {fam.name for fam in upstream_suites.FAMILIES
-               if any(t.startswith(f"tests/{node.split('::')[0]}") for node in fam.nodes for t in ran)}
+    covered = families_covered(ran)
     return {f: [fam for fam in families if fam not in covered] for f, families in sorted(reach.items())
             if any(fam not in covered for fam in families)}
 

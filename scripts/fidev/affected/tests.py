@@ -282,7 +282,8 @@ def rebuild(to_build: list, failed_table) -> Outcome:
     except Failure as failure:
         print(failed_table())
         raise BuildFailed(f"the build of {short(names)} failed: {failure.problem}", failure.fix) from None
-    built = f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s" + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
+    built = (f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s" + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
+             if to_build else "no built module to rebuild")
     return Outcome(built, build_s, sorted(names))
 
 

@@ -1,0 +1,87 @@
+"""`affected` runs FlashInfer's tests of every kernel family an edit reaches, not only those of the
+modules already built: an edit of a header that only a family no module was built for compiles (a
+RoPE header, the rope family) runs that family's sample, which builds what it loads, and fails
+where it fails; a rerun fails again; without the family's tests in the tree it is not covered (3).
+
+The tree is tests/support/upstream_standin.py's stand-in of FlashInfer's suite at v0.6.3, with
+a csrc/rope.cu that includes the header, as FlashInfer's does include/flashinfer/pos_enc.cuh."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from fidev.tree import release_reference
+from script_runs import require
+from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
+
+TREE = "extern/tracked/flashinfer"
+HEADER = "include/flashinfer/pos_enc.cuh"
+# The stand-in of FlashInfer's rope tests: 4 * 2 = 8 cases; each fails where the header has the planted bug.
+ROPE = """\
+import json, os, pathlib, pytest
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("batch", [1, 19, 99, 989])
+def test_rope(batch, dtype):
+    with open(os.environ["SEEN"], "a") as f:
+        f.write(json.dumps(["test_rope", batch, dtype]) + "\\n")
+    header = pathlib.Path(__file__).parents[2] / "include/flashinfer/pos_enc.cuh"
+    assert "1.01f" not in header.read_text(), "rotary frequency off by 1%"
+"""
+NORM = """\
+import flashinfer
+def test_norm():
+    assert flashinfer.load("norm", 3) == "jit"
+"""
+
+
+def affected(root, env):
+    done = subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+    return done, done.stdout + done.stderr
+
+
+def seen(env) -> list[list]:
+    path = Path(env["SEEN"])
+    cases = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    path.unlink(missing_ok=True)
+    return cases
+
+
+@needs_a_build
+def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tmp_path):
+    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    env = {**env, "SEEN": str(tmp_path / "seen.jsonl")}
+    tree = root / TREE
+    (tree / "include/flashinfer").mkdir(parents=True)
+    (tree / HEADER).write_text("inline float rope_freq(float x) { return x; }\n")
+    (tree / "csrc").mkdir(exist_ok=True)
+    (tree / "csrc/rope.cu").write_text('#include "flashinfer/pos_enc.cuh"\n')
+    (tree / "tests/attention/test_rope.py").write_text(ROPE)
+    (tree / "tests/utils/test_norm.py").write_text(NORM)
+    release_reference.record_release(tree)  # the pinned release, with these files in it
+    done = upstream(root, env, "norm", "--yes")  # builds norm, and records the tree as built
+    assert done.returncode == 0, done.stdout + done.stderr
+    saved = tmp_path / "pos_enc.cuh"
+    shutil.copy2(tree / HEADER, saved)
+
+    (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
+    for attempt in ("edit", "rerun"):
+        done, out = affected(root, env)
+        assert done.returncode == 1, f"{attempt}: {out}"
+        assert "the edit reaches rope" in out and "tests/attention/test_rope.py::test_rope[" in out, out
+        ran = seen(env)
+        assert 0 < len(ran) < 8, (attempt, ran)  # a sample, stopped at its first failures
+    shutil.copy2(saved, tree / HEADER)  # cp -p: the old bytes and mtime
+    done, out = affected(root, env)
+    assert done.returncode == 0, out
+
+    # the family's tests absent (a tree from the source fetch has none): not a pass, and said
+    (tree / "tests/attention/test_rope.py").unlink()
+    (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
+    done, out = affected(root, env)
+    assert done.returncode == 3 and "reaches rope, whose FlashInfer tests did not run here" in out, out
+    assert seen(env) == []
