@@ -13,13 +13,14 @@ import argparse
 import sys
 
 from fidev.core.failure import ArgumentParser, run_main
+from fidev.jit import kernel_source
 from fidev.smoke import gpu_suite
 
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage="%(prog)s [PYTEST_ARGS ...]")
     _, pytest_args = parser.parse_known_args()
-    return gpu_suite.run("abi-smoke", "abi_smoke", pytest_args)
+    return gpu_suite.run("abi-smoke", "abi_smoke", pytest_args, kernel_source.mode())
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     try:
         outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
                                        ws.version_dir, lambda: report.build_failed(selection), lambda: kept.record(unfinished),
-                                       not args.whole_family)
+                                       not args.whole_family, found.mode)
     except (Failure, KeyboardInterrupt):
         kept.record(unfinished)
         raise

@@ -12,6 +12,7 @@ import time
 
 from fidev.core.failure import ArgumentParser, run_main
 from fidev.core.manifest import pins
+from fidev.jit import kernel_source
 from fidev.jit.flashinfer_import import import_flashinfer, vendored_rows
 
 
@@ -19,7 +20,7 @@ def main() -> int:
     ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1]).parse_args()
     pins()  # a broken manifest is its own two lines, before the import
     started = time.perf_counter()
-    imported = import_flashinfer()
+    imported = import_flashinfer(kernel_source.mode())
     for name, value in vendored_rows(imported.flashinfer, imported.jit_env, imported.mode):
         print(f"  {name:21} {value}")
     print(f"import-check: ok in {time.perf_counter() - started:.1f} s (import {imported.seconds:.1f} s)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from fidev.core.failure import ArgumentParser, run_main
+from fidev.jit import kernel_source
 from fidev.smoke import gpu_suite
 
 
@@ -16,7 +17,7 @@ def main() -> int:
                             usage="%(prog)s [--wide] [PYTEST_ARGS ...]")
     parser.add_argument("--wide", action="store_true", help="also run the wider tier (batch prefill/decode, paged KV append, top-k)")
     args, pytest_args = parser.parse_known_args()
-    return gpu_suite.run("smoke", "smoke", [*(["--wide"] if args.wide else []), *pytest_args])
+    return gpu_suite.run("smoke", "smoke", [*(["--wide"] if args.wide else []), *pytest_args], kernel_source.mode())
 
 
 if __name__ == "__main__":

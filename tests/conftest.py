@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.failure import Failure
-from fidev.jit import flashinfer_import, module_choice
+from fidev.jit import flashinfer_import, kernel_source, module_choice
 from fidev.upstream import runs as upstream_runs
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
@@ -125,7 +125,8 @@ def gpu():
 def fi(gpu):
     """The flashinfer package, imported in the workspace's kernel source mode, and proved to be the
     vendored tree at the pin (import-check's proof, made here so that the chain imports once)."""
-    mode = module_choice.apply()
+    # the task's mode where a task runs the suite in its process (smoke, abi-smoke, affected), else read now
+    mode = module_choice.in_force() or module_choice.apply(kernel_source.mode())
     with _users_flashinfer_settings():
         try:
             import flashinfer

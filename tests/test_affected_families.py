@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fidev.affected import report
 from fidev.tree import release_reference
 from script_runs import require
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
@@ -85,3 +86,22 @@ def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tm
     done, out = affected(root, env)
     assert done.returncode == 3 and "reaches rope, whose FlashInfer tests did not run here" in out, out
     assert seen(env) == []
+
+
+def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed_module_is_not_run_twice(tmp_path):
+    """flashinfer/jit/activation.py generates the activation modules' sources: an edit of it reaches
+    the activation family, whose tests run; where a changed module's recorded tests are that
+    family's, they are the run, not the family's sample besides."""
+    tree = tmp_path / "flashinfer"
+    for rel in ("flashinfer/jit/activation.py", "tests/utils/test_activation.py", "csrc/norm.cu", "tests/utils/test_norm.py"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text("")
+    edit = {"flashinfer/jit/activation.py": {"silu_and_mul"}, "csrc/norm.cu": {"norm"}}
+    recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1-fp16]"]}
+    sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree)
+    assert sel.families == {"activation": ("utils/test_activation.py",)}
+    assert sel.theirs == ["tests/utils/test_activation.py", "tests/utils/test_norm.py::test_norm"]
+    assert report.coverage_gaps(sel, tree, sel.theirs) == {}
+    (tree / "tests/utils/test_activation.py").unlink()  # not in the tree: a gap, not a run
+    sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree)
+    assert sel.families == {} and report.coverage_gaps(sel, tree, sel.theirs) == {"flashinfer/jit/activation.py": ["activation"]}

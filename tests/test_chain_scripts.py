@@ -24,7 +24,7 @@ def test_steps_fail_in_two_lines_without_flashinfer(script, problem):
 def test_vendored_mode_hides_the_jit_cache(tmp_path, mode, visible):
     (tmp_path / "flashinfer_jit_cache").mkdir()
     (tmp_path / "flashinfer_jit_cache" / "__init__.py").write_text("")
-    probe = ("import importlib.util; from fidev.jit import module_choice; module_choice.apply();"
+    probe = ("import importlib.util; from fidev.jit import kernel_source, module_choice; module_choice.apply(kernel_source.mode());"
              "print(importlib.util.find_spec('flashinfer_jit_cache') is not None)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}",

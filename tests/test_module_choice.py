@@ -94,10 +94,10 @@ def gen_norm_module():
 DRIVER = """\
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from fidev.jit import module_choice
+from fidev.jit import kernel_source, module_choice
 from fidev.core.failure import run_main
 def main():
-    module_choice.apply()
+    module_choice.apply(kernel_source.mode())
     from flashinfer.jit.activation import gen_act_and_mul_module
     from flashinfer.jit.quantization import gen_quantization_module
     from flashinfer.norm import get_norm_module

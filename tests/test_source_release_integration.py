@@ -198,8 +198,8 @@ def test_auto_compiles_only_the_modules_whose_release_inputs_were_edited(install
     probe = f"""
 import json, sys
 sys.path.insert(0, {str(ws / "scripts")!r})
-from fidev.jit import module_choice
-module_choice.apply()
+from fidev.jit import kernel_source, module_choice
+module_choice.apply(kernel_source.mode())
 from flashinfer.jit.activation import gen_act_and_mul_module
 from flashinfer.jit.norm import gen_norm_module
 norm, silu = gen_norm_module(), gen_act_and_mul_module("silu")
@@ -249,8 +249,8 @@ def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tm
     head = f"""
 import json, sys
 sys.path.insert(0, {str(ws / "scripts")!r})
-from fidev.jit import module_choice
-module_choice.apply()
+from fidev.jit import kernel_source, module_choice
+module_choice.apply(kernel_source.mode())
 import torch
 """
     record = head + """

@@ -33,8 +33,8 @@ def main() -> int:
     parser.add_argument("build_dir", type=Path, help="where FlashInfer's JIT dirs point while the modules compile")
     parser.add_argument("out_dir", type=Path, help="where each module's <name>/<name>.so is copied: the prebuilt module set")
     args = parser.parse_args()
-    os.environ[kernel_source.ENV] = kernel_source.VENDORED
-    module_choice.apply()
+    os.environ[kernel_source.ENV] = kernel_source.VENDORED  # for what FlashInfer's own build starts too
+    module_choice.apply(kernel_source.VENDORED)
     from flashinfer.aot import copy_built_kernels
     from flashinfer.jit import core
     from flashinfer.jit import env as jit_env

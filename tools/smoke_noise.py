@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.jit import kernel_source  # noqa: E402
 from fidev.smoke import gpu_suite  # noqa: E402
 
 MIN_MARGIN = 1.5
@@ -31,9 +32,9 @@ def main() -> int:
                         help="runs of the suite, each with fresh random inputs (default 20)")
     parser.add_argument("--suite", choices=["smoke", "abi_smoke"], default="smoke", help="the suite to run: %(choices)s (default smoke)")
     args, pytest_args = parser.parse_known_args()
-    failed_runs = 0
+    failed_runs, mode = 0, kernel_source.mode()
     for _ in range(args.runs):
-        failed_runs += gpu_suite.run(f"{args.suite} (noise)", args.suite, ["-q", *pytest_args]) != 0
+        failed_runs += gpu_suite.run(f"{args.suite} (noise)", args.suite, ["-q", *pytest_args], mode) != 0
         if "gpu_checks" in sys.modules:
             sys.modules["gpu_checks"].RESULTS.clear()  # each run prints its own table, not all runs' so far
     checks = sys.modules.get("gpu_checks")

@@ -116,13 +116,14 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
 class Found:
     """What affected starts from: the vendored tree, the JIT dirs, their modules, smoke's module
     keys by name (tier), the tests the upstream-tests plan recorded for each module, and the
-    task's workspace (read at its start)."""
+    task's workspace and kernel source mode (read at its start, the mode applied)."""
     tree: Path
     dirs: list[Path]
     modules: list[Built]
     tier: dict[str, str]
     recorded: dict[str, list[str]]
     ws: workspace.Workspace
+    mode: str
 
 
 def find(ws: workspace.Workspace, mode: str) -> Found:
@@ -144,4 +145,4 @@ def find(ws: workspace.Workspace, mode: str) -> Found:
                       "run the build again, which rewrites it: pixi run -e flashinfer-dev build (and build-abi for abi-smoke's modules)")
     tier = {name: key for d in dirs for name, key in tier_keys(ws, d).items()}
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
-    return Found(tree, dirs, modules, tier, recorded, ws)
+    return Found(tree, dirs, modules, tier, recorded, ws, mode)

@@ -41,7 +41,7 @@ class Changes:
     before: dict[str, list | None] = field(default_factory=dict)  # the tree's record as the run started
 
 
-def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str]) -> tuple[dict, bool, set[str]]:
+def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str], mode: str) -> tuple[dict, bool, set[str]]:
     """Write the generated sources of the modules again, compiling nothing: smoke's by their
     generators, FlashInfer's tests' by the call that made each one's JitSpec where its build recorded
     one (fidev.jit.module_choice.call_again), both after one import of flashinfer, in a thread; the rest
@@ -55,7 +55,7 @@ def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str
         try:
             from fidev.jit.flashinfer_import import import_flashinfer
 
-            import_flashinfer()
+            import_flashinfer(mode)
             for key in tier:
                 spec = smoke_modules.BY_KEY[key].make()  # the generator writes its sources (write_if_different)
                 specs[spec.name] = spec
@@ -135,7 +135,8 @@ def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = T
         ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.version_dir, deferred=True,
                                    sample=[n for n in may_change if recorded.get(n)] if sampled else None)
     regenerating = time.perf_counter()
-    ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}))
+    ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}),
+                                                found.mode)
     print(regenerated_line(time.perf_counter() - regenerating, sum(m.name in tier for m in stale), len(calls), len(dry), len(plain)), flush=True)
     # their tests regenerate them when they run: run those, and keep the edit unrecorded
     ch.unregenerated = missed | (set(dry) if not dry_run_done else set())

@@ -151,8 +151,9 @@ UNTOLD = "(its tree record cannot be read: any edit)"  # a changed "file" that m
 
 
 def tree_files(by_file: dict[str, set[str]]) -> list[str]:
-    """The changed files that are the tree's own include/ and csrc/ files (relative to it)."""
-    return [f for f in by_file if f.startswith(("include/", "csrc/"))]
+    """The changed files that are the tree's own include/ and csrc/ files, and its generators
+    (flashinfer/jit/: the activation family's sources name its generator), relative to it."""
+    return [f for f in by_file if f.startswith(("include/", "csrc/", "flashinfer/jit/"))]
 
 
 def coverage_gaps(sel: Selection, tree: Path, ran: list[str]) -> dict[str, list[str]]:

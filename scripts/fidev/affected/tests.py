@@ -43,7 +43,7 @@ THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user
 PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
 
 
-def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
+def run_ours(tests: list[str], wide: list[str], mode: str) -> tuple[int, set[str]]:
     """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.smoke.gpu_suite: no
     third-party plugin), so that a flashinfer the regeneration imported is not imported again:
     (status, the node ids that failed or errored). Our conftest redirects FlashInfer's variables
@@ -63,7 +63,7 @@ def run_ours(tests: list[str], wide: list[str]) -> tuple[int, set[str]]:
     collector, saved = Failed(), dict(os.environ)
     os.environ[gpu_suite.NO_AUTOLOAD] = "1"
     try:
-        status = gpu_suite.run_paths("affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *wide], plugins=(collector,))
+        status = gpu_suite.run_paths("affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *wide], mode, plugins=(collector,))
     except Failure as failure:  # nothing passed: every test skipped, or none selected
         print(f"affected: {failure.problem}")
         status = NOTHING_PASSED
@@ -287,11 +287,11 @@ def rebuild(to_build: list, failed_table) -> Outcome:
     return Outcome(built, build_s, sorted(names))
 
 
-def ours_step(ours: list[str], importing: threading.Thread | None, outcome: Outcome) -> None:
+def ours_step(ours: list[str], importing: threading.Thread | None, outcome: Outcome, mode: str) -> None:
     if importing:
         importing.join()
     wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
-    status, bad = run_ours(ours, wide)
+    status, bad = run_ours(ours, wide, mode)
     outcome.failed |= bad
     if bad:
         outcome.reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(map(shlex.quote, sorted(bad)))
@@ -314,7 +314,7 @@ def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Out
 
 
 def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str], theirs: list[str], recorded: dict[str, list[str]],
-                   changed, version_dir: Path, failed_table, built: Callable[[], None], sampled: bool = True) -> Outcome:
+                   changed, version_dir: Path, failed_table, built: Callable[[], None], sampled: bool, mode: str) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
     tests here and let FlashInfer's through their gate; each stopped however it ends. `built()` is
     called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts)."""
@@ -328,7 +328,7 @@ def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str
             run.open(selection)
         print(f"affected: {outcome.built}")
         if ours:
-            ours_step(ours, importing, outcome)
+            ours_step(ours, importing, outcome, mode)
         if run:
             their_status, their_failed = run.finish()
     finally:

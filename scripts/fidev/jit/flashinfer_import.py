@@ -29,8 +29,8 @@ class Imported:
     seconds: float
 
 
-def import_flashinfer(mode: str | None = None) -> Imported:
-    """flashinfer imported in `mode` (the task's, read at its start; None: the one in force now)."""
+def import_flashinfer(mode: str) -> Imported:
+    """flashinfer imported in `mode` (the task's, read at its start)."""
     mode = module_choice.apply(mode)
     started = time.perf_counter()
     try:

@@ -35,7 +35,7 @@ from fidev.tree import families as upstream_suites
 from fidev.tree import release_reference, source_tree
 
 CORE = "flashinfer.jit.core"
-_STATE: dict = {"mode": None, "edited": None, "hooked": False}
+_STATE: dict = {"mode": None, "edited": None, "hooked": False, "applied": None}
 INPUTS: dict[str, list[str]] = {}  # module name -> its edited inputs ([]: none), for each module asked about
 PREBUILT: dict[str, bool] = {}  # module name -> whether it loaded prebuilt
 GENERATORS: dict[str, set[str]] = {}  # module name -> the tree's Python files on the stack when its JitSpec was made
@@ -78,11 +78,11 @@ def check(mode: str) -> None:
         edited()
 
 
-def apply(mode: str | None = None) -> str:
-    """Call before importing flashinfer, with the mode the task read at its start (None: read it
-    now). Returns the mode in force; in `auto`, reads the tree's edits now (two lines where there is
-    no release to tell them by)."""
-    current = kernel_source.mode() if mode is None else mode
+def apply(mode: str) -> str:
+    """Call before importing flashinfer, with the mode the task read at its start
+    (kernel_source.mode()). Returns it; in `auto`, reads the tree's edits now (two lines where there
+    is no release to tell them by)."""
+    current = _STATE["applied"] = mode
     if current == kernel_source.VENDORED:
         # importlib.util.find_spec() answers None for a name mapped to None in sys.modules,
         # which is how FlashInfer asks whether the jit-cache is there; imports of it fail.
@@ -91,6 +91,11 @@ def apply(mode: str | None = None) -> str:
         check(current)
         install(current)
     return current
+
+
+def in_force() -> str | None:
+    """The mode applied in this process, if one was: a suite run within a task uses the task's."""
+    return _STATE["applied"]
 
 
 def install(mode: str) -> None:

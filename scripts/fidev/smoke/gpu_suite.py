@@ -41,13 +41,13 @@ class Outcomes:
             self.counts["errors"] += 1
 
 
-def run(task: str, suite: str, pytest_args: list[str]) -> int:
+def run(task: str, suite: str, pytest_args: list[str], mode: str) -> int:
     """One of this workspace's suites, under tests/. They use no third-party pytest plugin, so none
     is loaded: on a host with many installed, loading them costs the warm chain a second."""
     autoload = os.environ.get(NO_AUTOLOAD)
     os.environ[NO_AUTOLOAD] = "1"
     try:
-        return run_paths(task, [str(ROOT / "tests" / suite)], pytest_args)
+        return run_paths(task, [str(ROOT / "tests" / suite)], pytest_args, mode)
     finally:
         if autoload is None:
             os.environ.pop(NO_AUTOLOAD)
@@ -55,13 +55,13 @@ def run(task: str, suite: str, pytest_args: list[str]) -> int:
             os.environ[NO_AUTOLOAD] = autoload
 
 
-def run_paths(task: str, paths: list[str], pytest_args: list[str], options: tuple[str, ...] = (), plugins: tuple = ()) -> int:
-    """pytest on `paths` in this interpreter, in the kernel source mode in force (applied before
+def run_paths(task: str, paths: list[str], pytest_args: list[str], mode: str, options: tuple[str, ...] = (), plugins: tuple = ()) -> int:
+    """pytest on `paths` in this interpreter, in the task's kernel source `mode` (applied before
     anything imports flashinfer), with a one-line count at the end; `plugins` join pytest's."""
     import pytest
 
     pins()  # pytest reads pyproject.toml too: a broken one is the manifest's two lines, not pytest's ERROR
-    mode = module_choice.apply()
+    module_choice.apply(mode)
     outcomes = Outcomes()
     started = time.perf_counter()
     code = pytest_usage.pytest_main(task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins])

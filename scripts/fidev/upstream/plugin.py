@@ -46,7 +46,7 @@ from pathlib import Path
 
 from fidev.builds import module_builds
 from fidev.core.files import write_whole
-from fidev.jit import module_choice
+from fidev.jit import kernel_source, module_choice
 from fidev.records import ninja_inputs
 from fidev.upstream import sample as upstream_sample
 
@@ -476,4 +476,4 @@ def pytest_configure(config):
 # Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the
 # kernel source mode must be in force by then, in every process of the dry run or the run.
 if os.environ.get(DRY_RUN_DIR) or os.environ.get(RUN_MODE):
-    module_choice.apply()
+    module_choice.apply(os.environ.get(RUN_MODE) or kernel_source.mode())  # the run's mode, else read at this process's start
