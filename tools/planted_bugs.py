@@ -22,8 +22,8 @@ every restored tree passed; 1: a bug survived or a restored tree did not pass; 3
 
 --list prints the bug table as JSON and runs nothing (no GPU, no tree needed). The sizes are stated
 against fp16's half-ulp, 2^-11 (about 4.9e-4) of a value, and FlashInfer's test tolerance for fp16,
-rtol = atol = 1e-3 (tests/utils/test_norm.py at v0.6.3, among others). docs/testing.md, "Planted
-bugs", says how to run it; its tables go to docs/measurements.md.
+rtol = atol = 1e-3 (tests/utils/test_norm.py at v0.6.3, among others). How to run it:
+docs/testing.md, "Planted bugs"; its tables go to docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ BUGS = [
     Bug("act-small-to-zero", "activation", "include/flashinfer/activation.cuh", "act_and_mul_kernel",
         "out_vec[i] = Activation(x_vec[i]) * y_vec[i];",
         "out_vec[i] = fabsf(Activation(x_vec[i]) * y_vec[i]) < 0.05f ? 0.f : Activation(x_vec[i]) * y_vec[i];",
-        "small values written as 0: outputs below 0.05 in magnitude become 0 (errors up to 50x the tests' atol), "
-        "larger ones exact"),
+        "small values written as 0: outputs below 0.05 in magnitude become 0, an error of the whole value (2048x its "
+        "fp16 half-ulp; up to 50x the tests' atol), larger ones exact"),
     Bug("softmax-scale", "sampling", "include/flashinfer/sampling.cuh", "OnlineSoftmaxFusedKernel",
         "const float inv_denominator = 1.0f / running_denominator;",
         "const float inv_denominator = 1.01f / running_denominator;",
@@ -218,7 +218,8 @@ def survived_because(bug: Bug, done: affected_summary.Summary | None, why: str |
         return f"exit {done.status}, {done.verdict}" + (f": {done.problem}" if done.problem else "")
     ran = [t for t in done.tests if family_of(t) == bug.family]
     if not ran:
-        return f"exit 0: no test of {bug.family} ran ({len(done.tests)} test(s) selected, of {caught_families(done.tests)})"
+        others = f": {caught_families(done.tests)}" if done.tests else ""
+        return f"exit 0: no test of {bug.family} ran ({len(done.tests)} test(s) selected{others})"
     return f"exit 0: {len(ran)} test(s) of {bug.family} ran and passed: the bug is within their tolerance or outside their cases"
 
 
