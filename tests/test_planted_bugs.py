@@ -17,7 +17,7 @@ import pytest
 
 from fidev.core.manifest import ROOT, pins
 from fidev.core.workspace import TREE_LOCK
-from fidev.tree import families, source_tree
+from fidev.tree import families, release_reference, source_tree
 from script_runs import two_line_failure, wait_until
 
 TOOL = "tools/planted_bugs.py"
@@ -102,7 +102,8 @@ def failing_test_of(b):
 
 
 def workspace(tmp_path, **config):
-    """A workspace copy with a tree of the bugs' files (each holds its lines) and the stand-in affected."""
+    """A workspace copy with a tree of the bugs' files (each holds its lines), recorded as the pinned
+    release, and the stand-in affected."""
     root = tmp_path / "ws"
     for d in ("scripts", "tools"):
         shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
@@ -118,6 +119,8 @@ def workspace(tmp_path, **config):
             (base / rel).parent.mkdir(parents=True, exist_ok=True)
             (base / rel).write_text(text)
         os.utime(tree / rel, ns=(OLD_NS, OLD_NS))
+    (tree / source_tree.MARKER).write_text(source_tree.marker_text(pins()))  # the pinned release, its files recorded
+    release_reference.record_release(tree)
     tests = {b["file"]: failing_test_of(b) for b in bugs}
     env = {**os.environ, "STANDIN_AFFECTED": json.dumps({"tree": str(tree), "pristine": str(pristine), "tests": tests,
                                                          "pids": str(tmp_path / "pids"), **config})}
@@ -143,7 +146,7 @@ def test_every_bug_is_planted_judged_from_the_summary_and_restored(tmp_path):
     assert len(rows) == 2 + len(bugs) and rows[0].split(" | ")[1:3] == ["family", "file kind"]
     row = {r.split(" | ")[0].removeprefix("| "): [c.strip() for c in r.strip("| ").split(" | ")] for r in rows[2:]}
     assert row["page-last-token-dropped"][7] == "not recorded" and row["rope-theta"][7] == "0.7"
-    assert row["rope-theta"][5:7] == ["failed", "1"] and row["rope-theta"][10] == "rope (1)" and row["rope-theta"][11] == "yes"
+    assert row["rope-theta"][5:7] == ["failed", "1"] and row["rope-theta"][10] == "rope (1 test); modules module_rope" and row["rope-theta"][11] == "yes"
     assert "SURVIVORS: 0 of" in done.stdout
     rec = json.loads((tmp_path / "record.json").read_text())
     assert rec["schema"] == "fidev-planted-bugs/1" and rec["complete"] and rec["left"] == [] and rec["survivors"] == []
@@ -181,6 +184,16 @@ def test_a_missing_line_is_two_lines_and_nothing_is_planted(tmp_path):
     before = state(tree)
     done = tool(root, env)
     two_line_failure(done, "packbits-last-byte: include/flashinfer/quantization.cuh lacks the line its bug replaces")
+    assert state(tree) == before and not (tmp_path / "pids").exists()
+
+
+def test_an_edit_of_the_trees_own_is_refused_before_anything_is_planted(tmp_path):
+    root, tree, env, _ = workspace(tmp_path)
+    header = tree / "include/flashinfer/norm.cuh"
+    header.write_text(header.read_text() + "// a contributor's edit\n")
+    before = state(tree)
+    done = tool(root, env, "--bugs", "softmax-scale")
+    two_line_failure(done, "the tree has edits of its own in what the bugs' modules compile: include/flashinfer/norm.cuh")
     assert state(tree) == before and not (tmp_path / "pids").exists()
 
 

@@ -44,7 +44,7 @@ from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import user_path, write_whole  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
-from fidev.tree import edits  # noqa: E402
+from fidev.tree import edits, release_reference  # noqa: E402
 from fidev.tree import families as kernel_families  # noqa: E402
 
 RECORD_SCHEMA = "fidev-planted-bugs/1"
@@ -155,6 +155,18 @@ def check_lines(tree: Path, chosen: list[Bug]) -> None:
                           "or leave the bug out with --bugs")
 
 
+def check_unedited(tree: Path) -> None:
+    """No edit of the tree's own in what the bugs' modules compile or generate (fidev.tree.release_reference,
+    against the pinned release or commit): each affected run would judge it with the bug."""
+    edited = [rel for rel in release_reference.edited_files(tree, pins()) if rel.startswith(tuple(KINDS))]
+    if edited:
+        more = f" and {len(edited) - 3} more" if len(edited) > 3 else ""
+        raise Failure(f"the tree has edits of its own in what the bugs' modules compile: {', '.join(edited[:3])}{more}; "
+                      "every affected run would judge them with the bug",
+                      "set them aside (git -C TREE stash in a checkout) or restore the pinned release "
+                      "(python scripts/fetch_flashinfer_source.py --replace), then run this again")
+
+
 def affected(summary: Path) -> tuple[affected_summary.Summary | None, str | None, float]:
     """`affected --summary` as a user runs it, its output on stderr: (its summary, or None with why,
     its wall seconds). Stopped with SIGTERM, then killed after STOP_S, when this run is interrupted."""
@@ -194,14 +206,14 @@ def family_of(test: str) -> str | None:
 
 
 def caught_by(done: affected_summary.Summary) -> str:
-    """The families of the failed tests (with their counts), else the modules the edit reached."""
+    """The families of the failed tests (with their counts), and the modules the edit reached."""
     counts: dict[str, int] = {}
     for test in done.failed:
         name = family_of(test) or "other"
         counts[name] = counts.get(name, 0) + 1
-    if counts:
-        return ", ".join(f"{name} ({n})" for name, n in sorted(counts.items()))
-    return f"modules {', '.join(sorted(done.modules))}" if done.modules else "-"
+    tests = ", ".join(f"{name} ({n} test{'s' if n > 1 else ''})" for name, n in sorted(counts.items()))
+    modules = f"modules {', '.join(sorted(done.modules))}" if done.modules else ""
+    return "; ".join(part for part in (tests, modules) if part) or "-"
 
 
 def survived_because(bug: Bug, done: affected_summary.Summary | None, why: str | None) -> str | None:
@@ -322,6 +334,7 @@ def main() -> int:
     chosen = chosen_bugs(args.bugs)
     tree = pins().source_dir
     check_lines(tree, chosen)
+    check_unedited(tree)
     results: list[dict] = []
     left: list[str] = []
     started, longest, complete = time.perf_counter(), BUG_S, False
