@@ -45,7 +45,9 @@ if changed:
     record.past_build = {"ended_s": 2.0, "last_case_s": 1.9}
     if seen and not any(rel in config.get("no_first_failure", []) for rel in changed):
         record.past_build["first_failure_s"] = 0.7
-if seen:
+if any(rel in config.get("build_fails", []) for rel in changed):
+    record.verdict, record.status, record.problem = "build failed", 1, "the build of module_x failed: nvcc exited 1"
+elif seen:
     record.verdict, record.status, record.failed = "failed", 1, list(record.tests)
 elif not changed and config.get("restored_fails"):
     record.verdict, record.status, record.failed = "failed", 1, ["tests/smoke/test_norm.py::test_rmsnorm"]
@@ -167,6 +169,13 @@ def test_a_bug_affected_passes_is_a_survivor_and_the_tool_exits_1(tmp_path):
     assert "- rope-theta (rope, csrc/rope.cu): exit 0: no test of rope ran" in done.stdout
     assert "NOT CAUGHT" in next(line for line in done.stdout.splitlines() if line.startswith("| rope-theta "))
     assert json.loads((tmp_path / "record.json").read_text())["survivors"] == ["rope-theta"]
+
+
+def test_a_bug_that_does_not_compile_is_no_catch(tmp_path):
+    root, tree, env, _ = workspace(tmp_path, build_fails=["csrc/topk.cu"])
+    done = tool(root, env, "--bugs", "topk-last-unwritten")
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "- topk-last-unwritten (topk, csrc/topk.cu): exit 1, build failed: the planted line does not compile" in done.stdout
 
 
 def test_a_restored_tree_that_fails_is_said_and_the_tool_exits_1(tmp_path):

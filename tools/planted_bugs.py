@@ -217,11 +217,14 @@ def caught_by(done: affected_summary.Summary) -> str:
 
 
 def survived_because(bug: Bug, done: affected_summary.Summary | None, why: str | None) -> str | None:
-    """None where affected failed the bug (a test failed, or its build); else the reason its summary tells."""
+    """None where a test of affected's failed the bug; else the reason its summary tells. A build that
+    failed is no catch: the bug table's line does not compile, and no test judged it."""
     if done is None:
         return why
-    if done.status == 1 and done.verdict in ("failed", "build failed"):
+    if done.status == 1 and done.verdict == "failed":
         return None
+    if done.verdict == "build failed":
+        return f"exit {done.status}, build failed: the planted line does not compile, so no test judged it (fix the bug table): {done.problem}"
     if done.verdict == "not covered":
         return f"exit 3, not covered: the edit reaches {bug.family}, whose FlashInfer tests did not run (their record names none)"
     if done.verdict in ("nothing changed", "no module changed"):
