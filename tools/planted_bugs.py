@@ -157,12 +157,12 @@ def check_lines(tree: Path, chosen: list[Bug]) -> None:
 
 def check_unedited(tree: Path) -> None:
     """No edit of the tree's own in what the bugs' modules compile or generate (fidev.tree.release_reference,
-    against the pinned release or commit): each affected run would judge it with the bug."""
+    against the pinned release or commit): each affected run would build it in with the bug."""
     edited = [rel for rel in release_reference.edited_files(tree, pins()) if rel.startswith(tuple(KINDS))]
     if edited:
         more = f" and {len(edited) - 3} more" if len(edited) > 3 else ""
         raise Failure(f"the tree has edits of its own in what the bugs' modules compile: {', '.join(edited[:3])}{more}; "
-                      "every affected run would judge them with the bug",
+                      "every affected run would build them in with the bug, and its verdict would be theirs too",
                       "set them aside (git -C TREE stash in a checkout) or restore the pinned release "
                       "(python scripts/fetch_flashinfer_source.py --replace), then run this again")
 
