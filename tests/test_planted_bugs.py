@@ -209,6 +209,7 @@ def test_an_edit_of_the_trees_own_is_refused_before_anything_is_planted(tmp_path
 def test_unknown_bugs_are_bad_usage():
     done = tool(ROOT, dict(os.environ), "--bugs", "norm-fused-add-offset,no-such-bug")
     two_line_failure(done, "--bugs names no bug no-such-bug", status=2)
+    two_line_failure(tool(ROOT, dict(os.environ), "--bugs", ""), "--bugs names no bug (empty)", status=2)
 
 
 def test_the_time_limit_starts_no_bug_that_would_not_fit(tmp_path):

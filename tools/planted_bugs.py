@@ -312,7 +312,7 @@ def record(path: Path, results: list[dict], left: list[str], complete: bool) -> 
 
 
 def chosen_bugs(text: str | None) -> list[Bug]:
-    if not text:
+    if text is None:
         return list(BUGS)
     ids = [i.strip() for i in text.split(",") if i.strip()]
     unknown = [i for i in ids if i not in BY_ID]
