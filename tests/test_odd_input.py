@@ -35,6 +35,7 @@ NUMBER_OPTIONS = [
     ("bench_upstream.py", [], "--runs", []),
     ("bench_upstream.py", [], "--gpus", []),
     ("gpu_acceptance.py", ["--work", "{tmp}/work"], "--time-limit", []),
+    ("planted_bugs.py", [], "--time-limit", []),
     ("smoke_noise.py", [], "--runs", []),
     ("module_uri.py", ["decode"], "--head-dim", []),
     ("module_uri.py", ["prefill"], "--head-dim-qk", []),

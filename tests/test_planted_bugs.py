@@ -1,0 +1,240 @@
+"""tools/planted_bugs.py on the CPU: its bug table (--list) covers the kernel families and kinds of
+file it must, and each bug's line is FlashInfer v0.6.3's; in a workspace copy whose `affected` is a
+stand-in (it compares the tree with a pristine copy, fails the tests of what differs, and writes its
+summary with fidev.affected.summary, as affected does), every bug is planted, judged from the summary
+and restored byte for byte, mtime too, also when the run is stopped with SIGTERM; a bug the stand-in
+does not see is a survivor, and the tool exits 1."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fidev.core.manifest import ROOT, pins
+from fidev.core.workspace import TREE_LOCK
+from fidev.tree import families, release_reference, source_tree
+from script_runs import two_line_failure, wait_until
+
+TOOL = "tools/planted_bugs.py"
+OLD_NS = 1_000_000_000_000_000_000  # the tree's files' mtime: restored as it was, or the test sees it
+# The stand-in of scripts/affected.py: what differs from the pristine copy is the edit; a file in
+# "blind" is not seen (the bug survives); "sleep" holds it while the bug is planted.
+STANDIN = """\
+import json, os, sys, time
+from pathlib import Path
+from fidev.affected import summary
+config = json.loads(os.environ["STANDIN_AFFECTED"])
+out = Path(sys.argv[sys.argv.index("--summary") + 1])
+tree, pristine = Path(config["tree"]), Path(config["pristine"])
+with open(config["pids"], "a") as pids:
+    pids.write(f"{os.getpid()}\\n")
+changed = [rel for rel in config["tests"] if (tree / rel).read_bytes() != (pristine / rel).read_bytes()]
+if changed:
+    time.sleep(config.get("sleep", 0))
+seen = [rel for rel in changed if rel not in config.get("blind", [])]
+record = summary.Summary(verdict="passed", status=0, seconds=0.1)
+record.changed = {rel: ["module_" + Path(rel).stem] for rel in changed}
+record.tests = [config["tests"][rel] for rel in seen]
+if changed:
+    record.rebuilt, record.build_s = ["module_" + Path(rel).stem for rel in changed], 1.5
+    record.past_build = {"ended_s": 2.0, "last_case_s": 1.9}
+    if seen and not any(rel in config.get("no_first_failure", []) for rel in changed):
+        record.past_build["first_failure_s"] = 0.7
+if any(rel in config.get("build_fails", []) for rel in changed):
+    record.verdict, record.status, record.problem = "build failed", 1, "the build of module_x failed: nvcc exited 1"
+elif seen:
+    record.verdict, record.status, record.failed = "failed", 1, list(record.tests)
+elif not changed and config.get("restored_fails"):
+    record.verdict, record.status, record.failed = "failed", 1, ["tests/smoke/test_norm.py::test_rmsnorm"]
+summary.write(record, out)
+sys.exit(record.status)
+"""
+
+
+def listed(root=ROOT):
+    done = subprocess.run([sys.executable, str(root / TOOL), "--list"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_bug_table_covers_families_kinds_and_sizes():
+    bugs = listed()
+    names = {b["family"] for b in bugs}
+    assert len(bugs) >= 12 and len({b["id"] for b in bugs}) == len(bugs)
+    assert len(names) >= 6 and names <= set(families.BY_NAME), names
+    assert names & {"decode", "prefill"}, "an attention family"
+    assert {b["kind"] for b in bugs} == {"header", "csrc", "generator"}
+    for b in bugs:
+        prefix = {"header": "include/flashinfer/", "csrc": "csrc/", "generator": "flashinfer/jit/"}[b["kind"]]
+        assert b["file"].startswith(prefix) and b["symbol"] and b["bug"] != b["line"], b
+        assert "fp16" in b["size"] or "rounding" in b["size"], f"{b['id']}: its size is not stated against fp16's rounding"
+    nonuniform = ("only", "offset", "as 0", "tail", "dropped", "grow")
+    assert sum(any(word in b["size"] for word in nonuniform) for b in bugs) >= 4, "non-uniform bugs, not only scales"
+
+
+def release_tree():
+    """The pinned release's tree: the vendored one where it is the pinned release or commit, else an
+    unpacked source release named by FIDEV_RELEASE_TREE or left in /tmp/fi063 (the GPU host's staging)."""
+    p = pins()
+    if source_tree.inspect(p.source_dir, p).pinned:
+        return p.source_dir
+    for candidate in (os.environ.get("FIDEV_RELEASE_TREE"), f"/tmp/fi063/flashinfer_python-{p.flashinfer}"):
+        info = Path(candidate or "/nonexistent") / "PKG-INFO"
+        if info.is_file() and f"\nVersion: {p.flashinfer}\n" in info.read_text(errors="replace"):
+            return info.parent
+    pytest.skip(f"no FlashInfer {p.flashinfer} tree here (the vendored tree is not the pinned release; set FIDEV_RELEASE_TREE)")
+
+
+def test_every_bugs_line_is_the_releases_once_and_the_bug_changes_it():
+    tree = release_tree()
+    for b in listed():
+        text = (tree / b["file"]).read_text()
+        assert text.count(b["line"]) == 1, f"{b['id']}: {b['file']} has its line {text.count(b['line'])} times"
+        assert text.replace(b["line"], b["bug"], 1) != text
+
+
+def failing_test_of(b):
+    node = families.BY_NAME[b["family"]].nodes[0]
+    return f"tests/{node}[case]" if "::" in node else f"tests/{node}::test_case[case]"
+
+
+def workspace(tmp_path, **config):
+    """A workspace copy with a tree of the bugs' files (each holds its lines), recorded as the pinned
+    release, and the stand-in affected."""
+    root = tmp_path / "ws"
+    for d in ("scripts", "tools"):
+        shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root)
+    (root / "scripts/affected.py").write_text(STANDIN)
+    tree, pristine = root / pins().source_dir.relative_to(ROOT), tmp_path / "pristine"
+    bugs = listed(root)
+    texts = {}
+    for b in bugs:
+        texts[b["file"]] = texts.get(b["file"], "// FlashInfer's file\n") + b["line"] + "\n// more\n"
+    for rel, text in texts.items():
+        for base in (tree, pristine):
+            (base / rel).parent.mkdir(parents=True, exist_ok=True)
+            (base / rel).write_text(text)
+        os.utime(tree / rel, ns=(OLD_NS, OLD_NS))
+    (tree / source_tree.MARKER).write_text(source_tree.marker_text(pins()))  # the pinned release, its files recorded
+    release_reference.record_release(tree)
+    tests = {b["file"]: failing_test_of(b) for b in bugs}
+    env = {**os.environ, "STANDIN_AFFECTED": json.dumps({"tree": str(tree), "pristine": str(pristine), "tests": tests,
+                                                         "pids": str(tmp_path / "pids"), **config})}
+    return root, tree, env, bugs
+
+
+def state(tree):
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(tree.rglob("*")) if p.is_file()}
+
+
+def tool(root, env, *args, timeout=300):
+    return subprocess.run([sys.executable, str(root / TOOL), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=root.parent)
+
+
+def test_every_bug_is_planted_judged_from_the_summary_and_restored(tmp_path):
+    root, tree, env, bugs = workspace(tmp_path, no_first_failure=["csrc/page.cu"])
+    before = state(tree)
+    done = tool(root, env, "--record", str(tmp_path / "record.json"))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert state(tree) == before
+    assert not (tree.parent / f".{tree.name}{TREE_LOCK}").exists()
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert len(rows) == 2 + len(bugs) and rows[0].split(" | ")[1:3] == ["family", "file kind"]
+    row = {r.split(" | ")[0].removeprefix("| "): [c.strip() for c in r.strip("| ").split(" | ")] for r in rows[2:]}
+    assert row["page-last-token-dropped"][7] == "not recorded" and row["rope-theta"][7] == "0.7"
+    assert row["rope-theta"][5:7] == ["failed", "1"] and row["rope-theta"][10] == "rope (1 test); modules module_rope" and row["rope-theta"][11] == "yes"
+    assert "SURVIVORS: 0 of" in done.stdout
+    rec = json.loads((tmp_path / "record.json").read_text())
+    assert rec["schema"] == "fidev-planted-bugs/1" and rec["complete"] and rec["left"] == [] and rec["survivors"] == []
+    assert [b["id"] for b in rec["bugs"]] == [b["id"] for b in bugs] and rec["restored_failures"] == []
+    one = rec["bugs"][0]
+    assert {"id", "family", "kind", "file", "symbol", "line", "bug", "size", "planted", "caught", "survived_because", "restored"} <= set(one)
+    assert {"verdict", "status", "first_failure_s", "build_s", "seconds", "failed", "caught_by"} <= set(one["planted"])
+    assert one["planted"]["build_s"] == 1.5 and one["restored"]["passes"] and one["restored"]["status"] == 0
+
+
+def test_a_bug_affected_passes_is_a_survivor_and_the_tool_exits_1(tmp_path):
+    root, tree, env, bugs = workspace(tmp_path, blind=["csrc/rope.cu"])
+    before = state(tree)
+    done = tool(root, env, "--bugs", "rope-theta,norm-fused-add-offset", "--record", str(tmp_path / "record.json"))
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert state(tree) == before
+    assert "SURVIVORS: 1 of 2" in done.stdout
+    assert "- rope-theta (rope, csrc/rope.cu): exit 0: no test of rope ran" in done.stdout
+    assert "NOT CAUGHT" in next(line for line in done.stdout.splitlines() if line.startswith("| rope-theta "))
+    assert json.loads((tmp_path / "record.json").read_text())["survivors"] == ["rope-theta"]
+
+
+def test_a_bug_that_does_not_compile_is_no_catch(tmp_path):
+    root, tree, env, _ = workspace(tmp_path, build_fails=["csrc/topk.cu"])
+    done = tool(root, env, "--bugs", "topk-last-unwritten")
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "- topk-last-unwritten (topk, csrc/topk.cu): exit 1, build failed: the planted line does not compile" in done.stdout
+
+
+def test_a_restored_tree_that_fails_is_said_and_the_tool_exits_1(tmp_path):
+    root, tree, env, _ = workspace(tmp_path, restored_fails=True)
+    done = tool(root, env, "--bugs", "softmax-scale")
+    assert done.returncode == 1 and "SURVIVORS: 0 of 1" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "NO (exit 1, failed)" in done.stdout and "restored tree failed after softmax-scale" in done.stdout
+
+
+def test_a_missing_line_is_two_lines_and_nothing_is_planted(tmp_path):
+    root, tree, env, _ = workspace(tmp_path)
+    header = tree / "include/flashinfer/quantization.cuh"
+    header.write_text("// FlashInfer's file, edited away from the release\n")
+    os.utime(header, ns=(OLD_NS, OLD_NS))
+    before = state(tree)
+    done = tool(root, env)
+    two_line_failure(done, "packbits-last-byte: include/flashinfer/quantization.cuh lacks the line its bug replaces")
+    assert state(tree) == before and not (tmp_path / "pids").exists()
+
+
+def test_an_edit_of_the_trees_own_is_refused_before_anything_is_planted(tmp_path):
+    root, tree, env, _ = workspace(tmp_path)
+    header = tree / "include/flashinfer/norm.cuh"
+    header.write_text(header.read_text() + "// a contributor's edit\n")
+    before = state(tree)
+    done = tool(root, env, "--bugs", "softmax-scale")
+    two_line_failure(done, "the tree has edits of its own in what the bugs' modules compile: include/flashinfer/norm.cuh")
+    assert state(tree) == before and not (tmp_path / "pids").exists()
+
+
+def test_unknown_bugs_are_bad_usage():
+    done = tool(ROOT, dict(os.environ), "--bugs", "norm-fused-add-offset,no-such-bug")
+    two_line_failure(done, "--bugs names no bug no-such-bug", status=2)
+    two_line_failure(tool(ROOT, dict(os.environ), "--bugs", ""), "--bugs names no bug (empty)", status=2)
+
+
+def test_the_time_limit_starts_no_bug_that_would_not_fit(tmp_path):
+    root, tree, env, bugs = workspace(tmp_path)
+    done = tool(root, env, "--bugs", "rope-theta,softmax-scale", "--time-limit", "1")
+    assert done.returncode == 3, done.stdout + done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 1 s: --bugs rope-theta,softmax-scale"
+    assert not (tmp_path / "pids").exists()
+
+
+def test_sigterm_mid_run_restores_the_tree_and_stops_affected(tmp_path):
+    root, tree, env, _ = workspace(tmp_path, sleep=60)
+    before = state(tree)
+    header = tree / "include/flashinfer/sampling.cuh"
+    proc = subprocess.Popen([sys.executable, str(root / TOOL), "--bugs", "softmax-scale", "--record", str(tmp_path / "record.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    wait_until(lambda: header.read_bytes() != before[str(header)][0] and (tmp_path / "pids").is_file(), 60, "the bug planted, affected started",
+               proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert state(tree) == before
+    assert not (tree.parent / f".{tree.name}{TREE_LOCK}").exists()
+    pid = int((tmp_path / "pids").read_text().split()[0])
+    with pytest.raises(ProcessLookupError):  # affected was stopped (and reaped), not left running
+        os.kill(pid, 0)
+    rec = json.loads((tmp_path / "record.json").read_text())
+    assert rec["complete"] is False and rec["bugs"] == []

@@ -1,0 +1,360 @@
+"""How well `affected` catches kernel bugs: one-line bugs planted in the vendored FlashInfer, one at a time.
+
+  python3 tools/planted_bugs.py [--bugs ID,...] [--time-limit SECONDS] [--record FILE]
+  python3 tools/planted_bugs.py --list
+
+For each bug of BUGS (a line of FlashInfer v0.6.3's source, in a header, a csrc/ file or a Python
+generator, and the line with the bug), on a GPU host whose JIT dir `build` and `upstream-tests`
+filled: it takes the tree's lock and plants the bug (fidev.tree.edits.planted: the file is restored
+as `cp -p` would, its bytes and mtime, on every way out, Ctrl-C and SIGTERM included), runs
+`python scripts/affected.py --summary FILE` in the workspace as a user would, restores the file and
+runs `affected` again, which must pass. What it keeps of each run comes from affected's summary
+(fidev.affected.summary), never from its output, which goes to stderr as it runs.
+
+stdout gets one Markdown table, a row per bug: its family, the kind of file, the file, how large the
+bug is against fp16's rounding, affected's verdict and exit status, the time to its first failing test
+(where the summary records one), the compile time, the total time, the family of the tests that
+failed (the modules named, where no test of a known family did), and whether the restored tree
+passed; then the SURVIVORS, the bugs affected did not fail, each with the reason its summary tells.
+--record FILE keeps the same as JSON (RECORD_SCHEMA). Exit status 0: every bug run was caught and
+every restored tree passed; 1: a bug survived or a restored tree did not pass; 3: nothing failed, but
+--time-limit left bugs unstarted (named at the end, as the --bugs of the next part).
+
+--list prints the bug table as JSON and runs nothing (no GPU, no tree needed). The sizes are stated
+against fp16's half-ulp, 2^-11 (about 4.9e-4) of a value, and FlashInfer's test tolerance for fp16,
+rtol = atol = 1e-3 (tests/utils/test_norm.py at v0.6.3, among others). How to run it:
+docs/testing.md, "Planted bugs"; its tables go to docs/measurements.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from fidev.affected import summary as affected_summary  # noqa: E402
+from fidev.core import numbers  # noqa: E402
+from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.files import user_path, write_whole  # noqa: E402
+from fidev.core.manifest import pins  # noqa: E402
+from fidev.tree import edits, release_reference  # noqa: E402
+from fidev.tree import families as kernel_families  # noqa: E402
+
+RECORD_SCHEMA = "fidev-planted-bugs/1"
+KINDS = {"include/": "header", "csrc/": "csrc", "flashinfer/jit/": "generator"}
+BUG_S = 240.0  # what --time-limit expects of a bug (both affected runs) before one has run here
+STOP_S = 60  # how long a stopped affected has to end its builds and tests before it is killed
+
+
+@dataclass(frozen=True)
+class Bug:
+    id: str
+    family: str  # a family of fidev.tree.families
+    file: str  # relative to the tree
+    symbol: str  # where the line is, at v0.6.3
+    line: str  # exactly once in the file at v0.6.3 (leading spaces included where they make it so)
+    bug: str  # what replaces it
+    size: str  # how large the error is, against fp16's rounding and the tests' tolerance
+
+    @property
+    def kind(self) -> str:
+        return next(kind for prefix, kind in KINDS.items() if self.file.startswith(prefix))
+
+
+BUGS = [
+    Bug("norm-fused-add-offset", "norm", "include/flashinfer/norm.cuh", "FusedAddRMSNormKernel",
+        "input_vec[j] = x_vec[j] * rms_rcp * (weight_bias + float(weight_vec[j]));",
+        "input_vec[j] = x_vec[j] * rms_rcp * (weight_bias + float(weight_vec[j])) + 0.01f;",
+        "additive offset 0.01 on every output: 10x the tests' atol, ~20x fp16's half-ulp at |y| = 1"),
+    Bug("norm-last-row-unwritten", "norm", "csrc/norm.cu", "rmsnorm",
+        "          static_cast<c_type*>(output.data_ptr()), batch_size, hidden_size, input.stride(0),",
+        "          static_cast<c_type*>(output.data_ptr()), batch_size - 1, hidden_size, input.stride(0),",
+        "tail only: the batch's last row never written (a batch of 1: no block launched); the row is whatever "
+        "the output held, not a rounding matter"),
+    Bug("silu-below-one", "activation", "flashinfer/jit/activation.py", "silu_def_cu_str",
+        "return val / (1.0f + __expf(-val));",
+        "return (fabsf(val) < 1.0f ? 1.02f : 1.0f) * val / (1.0f + __expf(-val));",
+        "only where |x| < 1: 2% of silu(x) there (~40x fp16's half-ulp, 20x the tests' rtol), exact elsewhere"),
+    Bug("gelu-tanh-cubic-dropped", "activation", "flashinfer/jit/activation.py", "gelu_def_tanh_cu_str",
+        "0.5f * (1.0f + math::tanh((0.7978845608028654f * (val + 0.044715f * val * val * val))));",
+        "0.5f * (1.0f + math::tanh((0.7978845608028654f * (val))));",
+        "a dropped term (0.044715 x^3): 0 at x = 0, 0.3% at |x| = 0.5, 1.2% at 1, 1.8% at 1.5 of gelu_tanh(x): "
+        "up to ~35x fp16's half-ulp, 18x the tests' rtol"),
+    Bug("act-small-to-zero", "activation", "include/flashinfer/activation.cuh", "act_and_mul_kernel",
+        "out_vec[i] = Activation(x_vec[i]) * y_vec[i];",
+        "out_vec[i] = fabsf(Activation(x_vec[i]) * y_vec[i]) < 0.05f ? 0.f : Activation(x_vec[i]) * y_vec[i];",
+        "small values written as 0: outputs below 0.05 in magnitude become 0, an error of the whole value (2048x its "
+        "fp16 half-ulp; up to 50x the tests' atol), larger ones exact"),
+    Bug("softmax-scale", "sampling", "include/flashinfer/sampling.cuh", "OnlineSoftmaxFusedKernel",
+        "const float inv_denominator = 1.0f / running_denominator;",
+        "const float inv_denominator = 1.01f / running_denominator;",
+        "1% of every probability (rows sum to 1.01): ~20x fp16's half-ulp; test_softmax's atol is 1e-5, "
+        "so every probability above 1e-3 is out"),
+    Bug("top-p-threshold", "sampling", "csrc/renorm.cu", "top_p_renorm_probs",
+        "top_p_val, vocab_size, stream);",
+        "top_p_val * 0.9, vocab_size, stream);",
+        "the top-p threshold 10% low: up to 10% of the kept mass dropped and the rest ~10% larger (~200x "
+        "fp16's half-ulp), out of the tests' atol (1e-3) where kept probabilities are above ~1e-2"),
+    Bug("topk-last-unwritten", "topk", "csrc/topk.cu", "radix_topk",
+        "static_cast<c_type*>(output_values.data_ptr()), batch_size, static_cast<uint32_t>(top_k), d,",
+        "static_cast<c_type*>(output_values.data_ptr()), batch_size, static_cast<uint32_t>(top_k) - 1, d,",
+        "tail only: the last of each row's k values and indices never written (an index out of range or a "
+        "wrong value, not a rounding matter)"),
+    Bug("page-last-token-dropped", "page", "csrc/page.cu", "append_paged_kv_cache",
+        "static_cast<int32_t*>(positions.data_ptr()), nnz, append_k_stride_n,",
+        "static_cast<int32_t*>(positions.data_ptr()), nnz - 1, append_k_stride_n,",
+        "tail only: the last appended token's K and V never written (whole vectors wrong, not a rounding matter)"),
+    Bug("rope-theta", "rope", "csrc/rope.cu", "apply_rope",
+        "k_rope_stride_h, interleave, rope_scale, rope_theta, stream);",
+        "k_rope_stride_h, interleave, rope_scale, rope_theta * 1.05, stream);",
+        "rope_theta 5% high: exact at position 0, an angle error growing with the position (up to ~0.03 rad "
+        "at 15, ~0.2 rad at 100: 60x to 400x fp16's half-ulp of |x|)"),
+    Bug("packbits-last-byte", "quantization", "include/flashinfer/quantization.cuh", "PackBitsKernel",
+        "if (start_offset + tx * 8 < num_elements) output[start_offset / 8 + tx] = ret;",
+        "if (start_offset + tx * 8 + 8 < num_elements) output[start_offset / 8 + tx] = ret;",
+        "tail only: the output's last byte never written (bits are exact or wrong: no rounding)"),
+    Bug("packbits-last-bit", "quantization", "csrc/quantization.cu", "packbits",
+        "int64_t num_elements = x.numel();",
+        "int64_t num_elements = x.numel() - 1;",
+        "tail only: the last input read as False: the last byte wrong wherever the last element is True "
+        "(bits are exact or wrong: no rounding)"),
+    Bug("decode-output-offset", "decode", "include/flashinfer/attention/decode.cuh", "BatchDecodeWithPagedKVCacheDevice",
+        "st.o[i] = variant.OutputTransform(params, st.o[i], bx, /*qo_idx=*/0, qo_head_idx, st.m, st.d,",
+        "st.o[i] = 0.01f + variant.OutputTransform(params, st.o[i], bx, /*qo_idx=*/0, qo_head_idx, st.m, st.d,",
+        "additive offset 0.01 on every output (split-KV partials merge to the same +0.01): 10x the tests' atol, "
+        "~20x fp16's half-ulp at |o| = 1, more for smaller o"),
+]
+BY_ID = {bug.id: bug for bug in BUGS}
+
+
+def listing() -> str:
+    """--list: every bug, as JSON."""
+    return json.dumps([{**asdict(bug), "kind": bug.kind} for bug in BUGS], indent=1)
+
+
+def check_lines(tree: Path, chosen: list[Bug]) -> None:
+    """Every chosen bug's line, exactly once in its file, before anything is planted; else two lines."""
+    for bug in chosen:
+        path = tree / bug.file
+        try:
+            count = path.read_text().count(bug.line)
+        except OSError as e:
+            raise Failure(f"{bug.id}: {path} cannot be read ({e.strerror or e})",
+                          "get the pinned FlashInfer source (README: First, the FlashInfer source), then run this again") from None
+        if count != 1:
+            said = "lacks" if count == 0 else f"has {count} copies of"
+            raise Failure(f"{bug.id}: {bug.file} {said} the line its bug replaces ({bug.symbol}, FlashInfer v0.6.3): {bug.line.strip()[:80]}",
+                          "restore the tree to the pinned release (git checkout -- FILE in the tree, or fetch the source again), "
+                          "or leave the bug out with --bugs")
+
+
+def check_unedited(tree: Path) -> None:
+    """No edit of the tree's own in what the bugs' modules compile or generate (fidev.tree.release_reference,
+    against the pinned release or commit): each affected run would build it in with the bug."""
+    edited = [rel for rel in release_reference.edited_files(tree, pins()) if rel.startswith(tuple(KINDS))]
+    if edited:
+        more = f" and {len(edited) - 3} more" if len(edited) > 3 else ""
+        raise Failure(f"the tree has edits of its own in what the bugs' modules compile: {', '.join(edited[:3])}{more}; "
+                      "every affected run would build them in with the bug, and its verdict would be theirs too",
+                      "set them aside (git -C TREE stash in a checkout) or restore the pinned release "
+                      "(python scripts/fetch_flashinfer_source.py --replace), then run this again")
+
+
+def affected(summary: Path) -> tuple[affected_summary.Summary | None, str | None, float]:
+    """`affected --summary` as a user runs it, its output on stderr: (its summary, or None with why,
+    its wall seconds). Stopped with SIGTERM, then killed after STOP_S, when this run is interrupted."""
+    summary.unlink(missing_ok=True)
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "scripts/affected.py", "--summary", str(summary)], cwd=ROOT,
+                            stdout=sys.stderr, stderr=sys.stderr, stdin=subprocess.DEVNULL)
+    try:
+        proc.wait()
+    except BaseException:  # Ctrl-C, SIGTERM: affected stops what it started, then the file is restored
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    seconds = time.perf_counter() - started
+    try:
+        return affected_summary.read(summary), None, seconds
+    except Failure as failure:
+        return None, f"exit {proc.returncode}, no summary: {failure.problem}", seconds
+
+
+def family_of(test: str) -> str | None:
+    """The family of a failed test id: FlashInfer's (fidev.tree.families' nodes, under the tree's
+    tests/), or the workspace's own GPU suites (smoke, abi-smoke); None where no family has it."""
+    rel = test.removeprefix("tests/")
+    own = {"smoke/": "smoke", "abi_smoke/": "abi-smoke"}
+    for prefix, name in own.items():
+        if rel.startswith(prefix):
+            return name
+    for family in kernel_families.FAMILIES:
+        if any(rel == node or rel.startswith(f"{node}::") or rel.startswith(f"{node}[") for node in family.nodes):
+            return family.name
+    return None
+
+
+def caught_by(done: affected_summary.Summary) -> str:
+    """The families of the failed tests (with their counts), and the modules the edit reached."""
+    counts: dict[str, int] = {}
+    for test in done.failed:
+        name = family_of(test) or "other"
+        counts[name] = counts.get(name, 0) + 1
+    tests = ", ".join(f"{name} ({n} test{'s' if n > 1 else ''})" for name, n in sorted(counts.items()))
+    modules = f"modules {', '.join(sorted(done.modules))}" if done.modules else ""
+    return "; ".join(part for part in (tests, modules) if part) or "-"
+
+
+def survived_because(bug: Bug, done: affected_summary.Summary | None, why: str | None) -> str | None:
+    """None where a test of affected's failed the bug; else the reason its summary tells. A build that
+    failed is no catch: the bug table's line does not compile, and no test judged it."""
+    if done is None:
+        return why
+    if done.status == 1 and done.verdict == "failed":
+        return None
+    if done.verdict == "build failed":
+        return f"exit {done.status}, build failed: the planted line does not compile, so no test judged it (fix the bug table): {done.problem}"
+    if done.verdict == "not covered":
+        return f"exit 3, not covered: the edit reaches {bug.family}, whose FlashInfer tests did not run (their record names none)"
+    if done.verdict in ("nothing changed", "no module changed"):
+        return f"exit {done.status}, {done.verdict}: the edit reached no built module (build them: `build`, `upstream-tests {bug.family}`)"
+    if done.verdict != "passed":
+        return f"exit {done.status}, {done.verdict}" + (f": {done.problem}" if done.problem else "")
+    ran = [t for t in done.tests if family_of(t) == bug.family]
+    if not ran:
+        others = f": {caught_families(done.tests)}" if done.tests else ""
+        return f"exit 0: no test of {bug.family} ran ({len(done.tests)} test(s) selected{others})"
+    return f"exit 0: {len(ran)} test(s) of {bug.family} ran and passed: the bug is within their tolerance or outside their cases"
+
+
+def caught_families(tests: list[str]) -> str:
+    return ", ".join(sorted({family_of(t) or "other" for t in tests})) or "none"
+
+
+def outcome(done: affected_summary.Summary | None, why: str | None, seconds: float) -> dict:
+    """What the record keeps of one affected run."""
+    if done is None:
+        return {"verdict": "no summary", "status": None, "problem": why, "seconds": round(seconds, 1)}
+    past = done.past_build or {}
+    return {"verdict": done.verdict, "status": done.status, "first_failure_s": past.get("first_failure_s"), "build_s": done.build_s,
+            "seconds": round(seconds, 1), "summary_seconds": done.seconds, "rebuilt": done.rebuilt, "modules": sorted(done.modules),
+            "tests": len(done.tests), "failed": done.failed, "caught_by": caught_by(done), "problem": done.problem}
+
+
+def run_bug(tree: Path, bug: Bug, scratch: Path) -> dict:
+    """Plant the bug, `affected`; restore the file (cp -p), `affected` again, which must pass."""
+    path = tree / bug.file
+    print(f"\n=== planted_bugs: {bug.id}: {bug.file} ({bug.symbol})", file=sys.stderr, flush=True)
+    with edits.planted(tree, path, lambda text: text.replace(bug.line, bug.bug, 1), f"planted_bugs {bug.id}") as planted:
+        done, why, seconds = affected(scratch / f"{bug.id}.json")
+        planted.restore()
+        print(f"\n=== planted_bugs: {bug.id}: restored (cp -p)", file=sys.stderr, flush=True)
+        again, why_again, seconds_again = affected(scratch / f"{bug.id}.restored.json")
+    restored = outcome(again, why_again, seconds_again)
+    restored["passes"] = again is not None and again.status == 0 and again.verdict in ("passed", "nothing changed")
+    reason = survived_because(bug, done, why)
+    return {**asdict(bug), "kind": bug.kind, "planted": outcome(done, why, seconds), "caught": reason is None, "survived_because": reason,
+            "restored": restored}
+
+
+def seconds_cell(value) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
+def table(results: list[dict]) -> str:
+    """The Markdown table, a row per bug run."""
+    head = ["id", "family", "file kind", "file", "size vs fp16 rounding", "verdict", "exit", "first failure s", "compile s", "total s",
+            "caught by", "restored tree passes"]
+    rows = [head, ["---"] * len(head)]
+    for r in results:
+        p, back = r["planted"], r["restored"]
+        first = p.get("first_failure_s")
+        rows.append([r["id"], r["family"], r["kind"], f"`{r['file']}` ({r['symbol']})", r["size"], p["verdict"], str(p["status"]),
+                     "not recorded" if first is None else seconds_cell(first), seconds_cell(p.get("build_s")), seconds_cell(p["seconds"]),
+                     p.get("caught_by", "-") if r["caught"] else "NOT CAUGHT",
+                     "yes" if back["passes"] else f"NO (exit {back['status']}, {back['verdict']})"])
+    return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows)
+
+
+def report(results: list[dict], left: list[str], limit: float | None) -> int:
+    """The table, the survivors and the restored trees that failed, what was left; the exit status."""
+    print(table(results))
+    survivors = [r for r in results if not r["caught"]]
+    print(f"\nSURVIVORS: {len(survivors)} of {len(results)}" + ("" if survivors else " (affected failed every bug planted)"))
+    for r in survivors:
+        print(f"- {r['id']} ({r['family']}, {r['file']}): {r['survived_because']}")
+    broken = [r for r in results if not r["restored"]["passes"]]
+    for r in broken:
+        back = r["restored"]
+        print(f"restored tree failed after {r['id']}: exit {back['status']}, {back['verdict']}" + (f": {back['problem']}" if back.get("problem") else ""))
+    if left:
+        print(f"\nnot started, past --time-limit {limit:.0f} s: --bugs {','.join(left)}")
+    if survivors or broken:
+        return 1
+    return 3 if left else 0
+
+
+def record(path: Path, results: list[dict], left: list[str], complete: bool) -> None:
+    write_whole(path, json.dumps({"schema": RECORD_SCHEMA, "complete": complete, "bugs": results, "left": left,
+                                  "survivors": [r["id"] for r in results if not r["caught"]],
+                                  "restored_failures": [r["id"] for r in results if not r["restored"]["passes"]]}, indent=1))
+
+
+def chosen_bugs(text: str | None) -> list[Bug]:
+    if text is None:
+        return list(BUGS)
+    ids = [i.strip() for i in text.split(",") if i.strip()]
+    unknown = [i for i in ids if i not in BY_ID]
+    if unknown or not ids:
+        raise Failure(f"--bugs names no bug {', '.join(unknown) or '(empty)'}", f"name them from: {', '.join(BY_ID)} (--list shows each)",
+                      exit_status=2)
+    return [BY_ID[i] for i in dict.fromkeys(ids)]
+
+
+def main() -> int:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bugs", metavar="ID,...", help="comma-separated bug ids, of --list (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the bug table as JSON; run nothing")
+    parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="--time-limit 580")),
+                        help=f"seconds this run may take: no bug starts that would not end in time (by the longest bug so far, else {BUG_S:.0f} s)")
+    parser.add_argument("--record", type=option(user_path), metavar="FILE", help=f"also write the results to FILE as JSON ({RECORD_SCHEMA})")
+    args = parser.parse_args()
+    if args.list:
+        print(listing())
+        return 0
+    chosen = chosen_bugs(args.bugs)
+    tree = pins().source_dir
+    check_lines(tree, chosen)
+    check_unedited(tree)
+    results: list[dict] = []
+    left: list[str] = []
+    started, longest, complete = time.perf_counter(), BUG_S, False
+    try:
+        with tempfile.TemporaryDirectory(prefix="fidev-planted-") as scratch:
+            for i, bug in enumerate(chosen):
+                if args.time_limit is not None and time.perf_counter() - started + longest > args.time_limit:
+                    left = [b.id for b in chosen[i:]]
+                    break
+                results.append(run_bug(tree, bug, Path(scratch)))
+                longest = max(longest if results[1:] else 0.0, results[-1]["planted"]["seconds"] + results[-1]["restored"]["seconds"])
+        complete = True
+    finally:
+        if args.record:
+            record(args.record, results, left, complete)
+    return report(results, left, args.time_limit)
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
