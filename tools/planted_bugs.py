@@ -4,8 +4,8 @@
   python3 tools/planted_bugs.py --list
 
 For each bug of BUGS (a line of FlashInfer v0.6.3's source, in a header, a csrc/ file or a Python
-generator, and the line with the bug), on a GPU host whose JIT dir `build` and `upstream-tests`
-filled: it takes the tree's lock and plants the bug (fidev.tree.edits.planted: the file is restored
+generator, and the line with the bug), on a GPU host whose JIT dir `build` filled, with
+FlashInfer's tests in the tree: it takes the tree's lock and plants the bug (fidev.tree.edits.planted: the file is restored
 as `cp -p` would, its bytes and mtime, on every way out, Ctrl-C and SIGTERM included), runs
 `python scripts/affected.py --summary FILE` in the workspace as a user would, restores the file and
 runs `affected` again, which must pass. What it keeps of each run comes from affected's summary
@@ -226,9 +226,9 @@ def survived_because(bug: Bug, done: affected_summary.Summary | None, why: str |
     if done.verdict == "build failed":
         return f"exit {done.status}, build failed: the planted line does not compile, so no test judged it (fix the bug table): {done.problem}"
     if done.verdict == "not covered":
-        return f"exit 3, not covered: the edit reaches {bug.family}, whose FlashInfer tests did not run (their record names none)"
+        return f"exit 3, not covered: the edit reaches {bug.family}, whose FlashInfer tests did not run (are they in the tree?)"
     if done.verdict in ("nothing changed", "no module changed"):
-        return f"exit {done.status}, {done.verdict}: the edit reached no built module (build them: `build`, `upstream-tests {bug.family}`)"
+        return f"exit {done.status}, {done.verdict}: the edit reached no built module and no kernel family's tests (run `build`)"
     if done.verdict != "passed":
         return f"exit {done.status}, {done.verdict}" + (f": {done.problem}" if done.problem else "")
     ran = [t for t in done.tests if family_of(t) == bug.family]
