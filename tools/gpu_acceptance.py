@@ -61,7 +61,7 @@ import conda_prefix  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import user_path  # noqa: E402
+from fidev.core.files import read_record, user_path  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
 from fidev.tree import edits  # noqa: E402
@@ -94,7 +94,8 @@ STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "
          "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header", "affected-source",
          "affected-generator", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header", "auto-generator",
          "auto-restore"]
-NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus"]  # a 2-GPU host's: not part of the default run
+# a 2-GPU host's, and tools/planted_bugs.py's table (long: a part or two of its own): not part of the default run
+NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus", "planted-bugs"]
 # The table's rows of a step that records more than one (every other step records one, its own name):
 # the edit loop's bug stays planted across its four, so they are one step, under the tree's lock.
 ROWS = {"edit-loop": ["edit-build", "edit-smoke", "restore-build", "restore-smoke"]}
@@ -116,7 +117,8 @@ STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137,
           "upstream-quantization": 46, "affected-upstream": 42, "prebuilt-set": 121, "auto-fresh": 13, "auto-header": 41,
           "auto-generator": 20, "auto-restore": 14,
           # the 2-GPU steps: the warm-up builds what norm, activation and sampling need; on 2 GPUs about half of 1
-          "bench-warm-up": 320, "bench-1-gpu": 460, "bench-2-gpus": 260}
+          "bench-warm-up": 320, "bench-1-gpu": 460, "bench-2-gpus": 260,
+          "planted-bugs": 60}  # at least one short bug: the tool itself starts no bug past the part's time limit
 
 
 class Run:
@@ -126,6 +128,7 @@ class Run:
         self.logs = work / "logs"
         self.results_file = work / "results.json"
         self.results = json.loads(self.results_file.read_text()) if self.results_file.is_file() else {}
+        self.deadline: float | None = None  # when --time-limit ends this part (time.perf_counter())
 
     @property
     def tree(self) -> Path:
@@ -412,6 +415,25 @@ def bench_upstream(run: Run, name: str) -> None:
     run.record(name, status == 0, seconds, f"exit {status}; " + " | ".join(said))
 
 
+def planted_bugs(run: Run) -> None:
+    """tools/planted_bugs.py on --planted-bugs (default all), within what is left of --time-limit;
+    its result from the record it writes (fidev-planted-bugs/1), kept in logs/ beside its log."""
+    record = run.logs / f"planted-bugs-{time.strftime('%H%M%S')}.json"
+    argv = ["tools/planted_bugs.py", "--record", str(record), *(["--bugs", ARGS.planted_bugs] if ARGS.planted_bugs else [])]
+    if run.deadline is not None:
+        argv += ["--time-limit", f"{max(1.0, run.deadline - time.perf_counter() - 5):.0f}"]
+    status, _, seconds = run.sh("planted-bugs", [sys.executable, *argv])
+    try:
+        done = read_record(record, edits.PLANTED_BUGS_SCHEMA, "planted_bugs.py's record", "see logs/planted-bugs.log")
+    except Failure as failure:
+        run.record("planted-bugs", False, seconds, f"exit {status}; {failure.problem}")
+        return
+    caught = [b["id"] for b in done["bugs"] if b["caught"]]
+    run.record("planted-bugs", status in (0, 3), seconds,
+               f"exit {status}; caught {len(caught)} of {len(done['bugs'])}; survivors: {', '.join(done['survivors']) or 'none'}; "
+               f"restored trees failing: {', '.join(done['restored_failures']) or 'none'}; left: {', '.join(done['left']) or 'none'}; {record.name}")
+
+
 def steps(run: Run) -> dict:
     return {
         "setup": lambda: setup(run),
@@ -442,7 +464,8 @@ def steps(run: Run) -> dict:
         **{name: (lambda name=name: affected_round(run, name)) for name in AFFECTED_EDITS},
         "prebuilt-set": lambda: prebuilt_set(run),
         **{name: (lambda name=name: auto_round(run, name)) for name in AUTO_ROUNDS},
-        **{name: (lambda name=name: bench_upstream(run, name)) for name in NAMED_ONLY},
+        **{name: (lambda name=name: bench_upstream(run, name)) for name in NAMED_ONLY if name.startswith("bench-")},
+        "planted-bugs": lambda: planted_bugs(run),
     }
 
 
@@ -485,6 +508,7 @@ def main() -> int:
     parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="--time-limit 580")),
                         help="seconds this part may take: no step starts that would not end in time")
     parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
+    parser.add_argument("--planted-bugs", metavar="ID,...", help="the planted-bugs step's bugs (tools/planted_bugs.py --bugs; default all)")
     parser.add_argument("--list-steps", action="store_true", help="print each step and the seconds it is expected to take, as JSON; run nothing")
     global ARGS
     ARGS = parser.parse_args()
@@ -505,6 +529,7 @@ def main() -> int:
         chosen = [name for name in chosen if not recorded(run, name)]
     todo = steps(run)
     started, left = time.perf_counter(), []
+    run.deadline = started + ARGS.time_limit if ARGS.time_limit is not None else None
     for i, name in enumerate(chosen):
         expected = expected_s(run, name)
         if ARGS.time_limit is not None and time.perf_counter() - started + expected > ARGS.time_limit:

@@ -47,7 +47,7 @@ from fidev.core.manifest import pins  # noqa: E402
 from fidev.tree import edits, release_reference  # noqa: E402
 from fidev.tree import families as kernel_families  # noqa: E402
 
-RECORD_SCHEMA = "fidev-planted-bugs/1"
+RECORD_SCHEMA = edits.PLANTED_BUGS_SCHEMA
 KINDS = {"include/": "header", "csrc/": "csrc", "flashinfer/jit/": "generator"}
 BUG_S = 240.0  # what --time-limit expects of a bug (both affected runs) before one has run here
 STOP_S = 60  # how long a stopped affected has to end its builds and tests before it is killed

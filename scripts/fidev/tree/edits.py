@@ -26,6 +26,9 @@ from pathlib import Path
 from fidev.core.failure import Failure
 from fidev.core.workspace import TREE_LOCK
 
+# The record tools/planted_bugs.py writes of its bugs' verdicts (--record), which the acceptance run reads.
+PLANTED_BUGS_SCHEMA = "fidev-planted-bugs/1"
+
 
 class Planted:
     def __init__(self, path: Path, saved: Path):
