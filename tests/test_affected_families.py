@@ -96,12 +96,15 @@ def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed
     for rel in ("flashinfer/jit/activation.py", "tests/utils/test_activation.py", "csrc/norm.cu", "tests/utils/test_norm.py"):
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text("")
-    edit = {"flashinfer/jit/activation.py": {"silu_and_mul"}, "csrc/norm.cu": {"norm"}}
+    # a generator's edit shows in by_file as the generated sources it changed
+    edit = {"activation.py -> silu_and_mul.cu": {"silu_and_mul"}, "csrc/norm.cu": {"norm"}}
+    generators = [str(tree / "flashinfer/jit/activation.py")]
     recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1-fp16]"]}
-    sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree)
+    sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
     assert sel.families == {"activation": ("utils/test_activation.py",)}
     assert sel.theirs == ["tests/utils/test_activation.py", "tests/utils/test_norm.py::test_norm"]
     assert report.coverage_gaps(sel, tree, sel.theirs) == {}
+    assert sel.file_tests("activation.py -> silu_and_mul.cu", {"silu_and_mul"}) >= {"tests/utils/test_activation.py"}  # its row's result
     (tree / "tests/utils/test_activation.py").unlink()  # not in the tree: a gap, not a run
-    sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree)
+    sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
     assert sel.families == {} and report.coverage_gaps(sel, tree, sel.theirs) == {"flashinfer/jit/activation.py": ["activation"]}

@@ -37,6 +37,12 @@ class Selection:
     # changed module covers, whose tests are in the tree: they run too (a sample), building what they load
     families: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reached: dict[str, list[str]] = field(default_factory=dict)  # {edited file: those of `families` it reaches}
+    generators: list[str] = field(default_factory=list)  # the edited Python files of the tree, relative to it
+
+    def tree_edits(self) -> list[str]:
+        """The edited include/ and csrc/ files and generators (flashinfer/jit/), relative to the tree:
+        a generator's edit shows in by_file as the generated sources it changed, not as itself."""
+        return sorted({*tree_files(self.by_file), *(g for g in self.generators if g.startswith("flashinfer/jit/"))})
 
     def selectors(self, names) -> set[str]:
         """What a module's tests are, as node ids or function prefixes of pytest's failure lines."""
@@ -63,7 +69,8 @@ class Selection:
 
     def file_tests(self, f: str, names) -> set[str]:
         """The tests of an edited file: its modules' (selectors), and the reached families' it is compiled by."""
-        return self.selectors(names) | {f"tests/{node}" for fam in self.reached.get(f, []) for node in self.families[fam]}
+        families = self.reached.get(f, []) if " -> " not in f else {fam for g in self.generators for fam in self.reached.get(g, [])}
+        return self.selectors(names) | {f"tests/{node}" for fam in families for node in self.families[fam]}
 
     def files(self) -> list[tuple[str, set[str]]]:
         return sorted(self.by_file.items())
@@ -83,14 +90,21 @@ class Selection:
 
 
 def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], tier: dict[str, str], recorded: dict[str, list[str]],
-              tree: Path) -> Selection:
-    """The selection, with the kernel families that compile each file no built module does."""
+              tree: Path, generators: list[str]) -> Selection:
+    """The selection, with the kernel families that compile each file no built module does;
+    `generators`: the edited Python files of the tree (paths)."""
     reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith(("/", "("))])
-    sel = Selection(by_file, changed, tier, recorded, reaching)
-    reach = upstream_suites.families_compiling(tree, tree_files(by_file))
+    sel = Selection(by_file, changed, tier, recorded, reaching, generators=[under(tree, g) for g in generators])
+    reach = upstream_suites.families_compiling(tree, sel.tree_edits())
     sel.families = families_to_run(sel, reach, tree)
     sel.reached = {f: [fam for fam in fams if fam in sel.families] for f, fams in reach.items() if any(fam in sel.families for fam in fams)}
     return sel
+
+
+def under(tree: Path, path: str) -> str:
+    """`path` relative to the tree where it lies inside (resolved: the editable install's links), else as given."""
+    resolved, real = (tree / path).resolve(), tree.resolve()
+    return str(resolved.relative_to(real)) if resolved.is_relative_to(real) else path
 
 
 def families_to_run(sel: Selection, reach: dict[str, list[str]], tree: Path) -> dict[str, tuple[str, ...]]:
@@ -152,14 +166,14 @@ UNTOLD = "(its tree record cannot be read: any edit)"  # a changed "file" that m
 
 def tree_files(by_file: dict[str, set[str]]) -> list[str]:
     """The changed files that are the tree's own include/ and csrc/ files, and its generators
-    (flashinfer/jit/: the activation family's sources name its generator), relative to it."""
+    (flashinfer/jit/: the activation family's sources name its generator), relative to it, as by_file has them."""
     return [f for f in by_file if f.startswith(("include/", "csrc/", "flashinfer/jit/"))]
 
 
 def coverage_gaps(sel: Selection, tree: Path, ran: list[str]) -> dict[str, list[str]]:
     """{changed file: the kernel families whose sources compile it (fidev.tree.families) and whose
     FlashInfer tests did not run}: smoke's tests are a verdict on what they call, not on a family."""
-    reach = upstream_suites.families_compiling(tree, tree_files(sel.by_file))
+    reach = upstream_suites.families_compiling(tree, sel.tree_edits())
     if UNTOLD in sel.by_file:  # an edit no built module compiles cannot be told: it may reach any family
         reach[UNTOLD] = [fam.name for fam in upstream_suites.FAMILIES]
     covered = families_covered(ran)
