@@ -108,3 +108,17 @@ def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed
     (tree / "tests/utils/test_activation.py").unlink()  # not in the tree: a gap, not a run
     sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
     assert sel.families == {} and report.coverage_gaps(sel, tree, sel.theirs) == {"flashinfer/jit/activation.py": ["activation"]}
+
+
+def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):
+    """FlashInfer's page test appends and checks nothing (tests/attention/test_page.py at v0.6.3):
+    an edit of csrc/page.cu runs smoke's exact check of append_paged_kv_cache (wide tier) too,
+    which builds the page module where no build did."""
+    tree = tmp_path / "flashinfer"
+    for rel in ("csrc/page.cu", "tests/attention/test_page.py"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text("")
+    sel = report.selection({"csrc/page.cu": set()}, {}, {}, {}, tree, [])
+    assert sel.families == {"page": ("attention/test_page.py",)}
+    assert sel.ours == ["smoke/test_wide.py::test_append_paged_kv_cache"]
+    assert sel.file_tests("csrc/page.cu", set()) == {"tests/attention/test_page.py", "tests/smoke/test_wide.py::test_append_paged_kv_cache"}

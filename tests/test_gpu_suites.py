@@ -197,3 +197,19 @@ def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_pa
     assert done.returncode == 3, done.stdout + done.stderr
     assert "build-cold  pass    104.4 s  exit 0; 21 objects compiled" in done.stdout, done.stdout
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps smoke,bench-1-gpu", done.stdout
+
+
+def test_each_smoke_module_names_a_kernel_family_whose_sources_are_its():
+    """affected runs a smoke module's tests when an edit reaches its family (fidev.tree.families):
+    each names one, and that family's sources are what the module compiles (by its name's stem)."""
+    from fidev.builds import smoke_modules
+    from fidev.tree import families as upstream_suites
+
+    families = {fam.name: fam for fam in upstream_suites.FAMILIES}
+    assert {m.key: m.family for m in smoke_modules.MODULES if m.family not in families} == {}
+    stems = {"norm": "norm", "silu": "activation", "sampling": "sampling", "single_decode": "single_decode", "single_prefill_fa2": "single_prefill",
+             "single_prefill_fa3": "single_prefill_sm90", "gdn_prefill": "gdn_prefill", "batch_prefill_fa2": "batch_prefill",
+             "batch_prefill_fa3": "batch_prefill_sm90", "batch_decode": "batch_decode", "page": "page", "topk": "topk"}
+    assert set(stems) == set(smoke_modules.BY_KEY)
+    wrong = {m.key: m.family for m in smoke_modules.MODULES if not any(stems[m.key] in source for source in families[m.family].sources)}
+    assert wrong == {}

@@ -51,7 +51,9 @@ class Selection:
 
     @property
     def ours(self) -> list[str]:
-        return sorted({t for name in self.changed if name in self.tier for t in smoke_modules.BY_KEY[self.tier[name]].tests})
+        """smoke's and abi-smoke's tests of the changed modules, and of the reached families' (they build what they load)."""
+        return sorted({t for name in self.changed if name in self.tier for t in smoke_modules.BY_KEY[self.tier[name]].tests}
+                      | {t for fam in self.families for t in family_smoke_tests(fam)})
 
     @property
     def recorded_tests(self) -> list[str]:
@@ -70,7 +72,8 @@ class Selection:
     def file_tests(self, f: str, names) -> set[str]:
         """The tests of an edited file: its modules' (selectors), and the reached families' it is compiled by."""
         families = self.reached.get(f, []) if " -> " not in f else {fam for g in self.generators for fam in self.reached.get(g, [])}
-        return self.selectors(names) | {f"tests/{node}" for fam in families for node in self.families[fam]}
+        return self.selectors(names) | {f"tests/{node}" for fam in families for node in self.families[fam]} | \
+            {f"tests/{t}" for fam in families for t in family_smoke_tests(fam)}
 
     def files(self) -> list[tuple[str, set[str]]]:
         return sorted(self.by_file.items())
@@ -101,6 +104,11 @@ def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], 
     return sel
 
 
+def family_smoke_tests(family: str) -> set[str]:
+    """smoke's and abi-smoke's tests of the modules whose sources are the family's (under tests/)."""
+    return {t for m in smoke_modules.MODULES if m.family == family for t in m.tests}
+
+
 def under(tree: Path, path: str) -> str:
     """`path` relative to the tree where it lies inside (resolved: the editable install's links), else as given."""
     resolved, real = (tree / path).resolve(), tree.resolve()
@@ -127,7 +135,7 @@ def families_covered(ran: list[str]) -> set[str]:
 def hints(sel: Selection) -> None:
     if sel.families:
         print(f"affected: the edit reaches {', '.join(sorted(sel.families))}, whose modules no recorded test of a changed module "
-              "loads: their FlashInfer tests run too (a sample), building what they load")
+              "loads: their FlashInfer tests (a sample) and smoke's tests of them run too, building what they load")
     if sel.unmapped:
         print(f"affected: no test is recorded for {short(sel.unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
     for f, families in sorted(sel.reaching.items()):

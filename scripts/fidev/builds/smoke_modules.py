@@ -23,6 +23,7 @@ class SmokeModule:
     tier: str = DEFAULT
     abi: bool = False  # called directly through TVM-FFI by abi-smoke, as the Rust bindings call it
     tests: tuple[str, ...] = ()  # the tests under tests/ that load it (a function's every case), for `affected`
+    family: str = ""  # the kernel family (fidev.tree.families) whose sources it compiles: an edit that reaches it runs these tests too
 
 
 def _attention_args():
@@ -123,26 +124,27 @@ def _batch_prefill_tests(backend: str) -> tuple[str, ...]:
 MODULES = [
     SmokeModule("norm", "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm", _norm, abi=True,
                 tests=_tests(_K + "test_rmsnorm", _K + "test_fused_add_rmsnorm", _A + "test_norm", _A + "test_bad_norm_call_is_a_decoded_error",
-                             _case(_SIGNATURES, "norm.rmsnorm"), _case(_SIGNATURES, "norm.gemma_rmsnorm"))),
-    SmokeModule("silu", "silu_and_mul", _silu, tests=_tests(_K + "test_silu_and_mul")),
-    SmokeModule("sampling", "top_k_top_p_sampling_from_probs", _sampling, tests=_tests(_K + "test_top_k_top_p_sampling")),
-    SmokeModule("single_decode", "single_decode_with_kv_cache", _single_decode, tests=_tests(_K + "test_single_decode")),
+                             _case(_SIGNATURES, "norm.rmsnorm"), _case(_SIGNATURES, "norm.gemma_rmsnorm")), family="norm"),
+    SmokeModule("silu", "silu_and_mul", _silu, tests=_tests(_K + "test_silu_and_mul"), family="activation"),
+    SmokeModule("sampling", "top_k_top_p_sampling_from_probs", _sampling, tests=_tests(_K + "test_top_k_top_p_sampling"), family="sampling"),
+    SmokeModule("single_decode", "single_decode_with_kv_cache", _single_decode, tests=_tests(_K + "test_single_decode"), family="single_decode"),
     SmokeModule("single_prefill_fa2", "single_prefill_with_kv_cache(backend='fa2')", lambda: _single_prefill("fa2"), abi=True,
-                tests=_tests(*_single_prefill_tests("fa2"))),
+                tests=_tests(*_single_prefill_tests("fa2")), family="single_prefill"),
     SmokeModule("single_prefill_fa3", "single_prefill_with_kv_cache(backend='fa3'|'auto')", lambda: _single_prefill("fa3"), sm90=True,
-                abi=True, tests=_tests(*_single_prefill_tests("fa3"), _K + "test_auto_backend_is_fa3_on_sm90")),
+                abi=True, tests=_tests(*_single_prefill_tests("fa3"), _K + "test_auto_backend_is_fa3_on_sm90"), family="hopper"),
     # Wide tier: its 32 kernel instantiations alone take minutes of a cold build, past the default
     # tier's 3-minute budget (build-abi's time in docs/measurements.md).
     SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True, tier=WIDE, abi=True,
                 tests=_tests(_W + "test_gdn_prefill", _A + "test_gdn_prefill", _A + "test_bad_gdn_prefill_call_is_a_decoded_error",
-                             _case(_SIGNATURES, "gdn_prefill.gdn_prefill"))),
+                             _case(_SIGNATURES, "gdn_prefill.gdn_prefill")), family="gdn"),
     SmokeModule("batch_prefill_fa2", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa2')", lambda: _batch_prefill("fa2"), tier=WIDE,
-                tests=_tests(*_batch_prefill_tests("fa2"))),
+                tests=_tests(*_batch_prefill_tests("fa2")), family="prefill"),
     SmokeModule("batch_prefill_fa3", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa3')", lambda: _batch_prefill("fa3"),
-                sm90=True, tier=WIDE, tests=_tests(*_batch_prefill_tests("fa3"))),
-    SmokeModule("batch_decode", "BatchDecodeWithPagedKVCacheWrapper", _batch_decode, tier=WIDE, tests=_tests(_W + "test_batch_decode_paged")),
-    SmokeModule("page", "append_paged_kv_cache", _page, tier=WIDE, tests=_tests(_W + "test_append_paged_kv_cache")),
-    SmokeModule("topk", "top_k", _topk, tier=WIDE, tests=_tests(_W + "test_top_k")),
+                sm90=True, tier=WIDE, tests=_tests(*_batch_prefill_tests("fa3")), family="hopper"),
+    SmokeModule("batch_decode", "BatchDecodeWithPagedKVCacheWrapper", _batch_decode, tier=WIDE, tests=_tests(_W + "test_batch_decode_paged"),
+                family="decode"),
+    SmokeModule("page", "append_paged_kv_cache", _page, tier=WIDE, tests=_tests(_W + "test_append_paged_kv_cache"), family="page"),
+    SmokeModule("topk", "top_k", _topk, tier=WIDE, tests=_tests(_W + "test_top_k"), family="topk"),
 ]
 BY_KEY = {m.key: m for m in MODULES}
 
