@@ -64,6 +64,40 @@ def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = No
     build_records.record_tree(build_dir.parent, tree)
 
 
+def recording_build(original: Callable, say: Callable[[str], None]) -> Callable:
+    """FlashInfer's `JitSpec.build` (`original`, flashinfer/jit/core.py at v0.6.3) for a test process
+    whose tests compile the modules they load: each build guarded against a restored older copy of an
+    input (`cp -p`, which ninja's mtimes miss: fidev.records.ninja_inputs) and, where it compiled,
+    recorded (record_build), so that `affected` and the next build know what it was built from; the
+    compile said through `say`. The guard, the build and the record hold the module's own lock
+    (`JitSpec.lock_path`, which `JitSpec.build` takes; `JitSpec.build_and_load` holds it already and
+    passes need_lock=False): another process that took the lock between the build and its record
+    would take the fresh objects for a restored copy and build them again under a loading process."""
+    def build(spec, verbose, need_lock=True):
+        if need_lock:
+            from filelock import FileLock
+
+            with FileLock(spec.lock_path, thread_local=False):
+                locked_build(spec, verbose)
+        else:
+            locked_build(spec, verbose)
+
+    def locked_build(spec, verbose):
+        ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
+        fresh = not spec.jit_library_path.exists()
+        if fresh:
+            say(f"compiling {spec.name} ({len(spec.sources)} sources)")
+        started = time.perf_counter()
+        original(spec, verbose, need_lock=False)
+        took = time.perf_counter() - started
+        if fresh or took > 1:  # it compiled: keep what from
+            record_build(spec.build_dir, spec.ninja_path)
+            say(f"{spec.name} built in {took:.0f} s")
+
+    build.fidev_recording = True  # installed once per process
+    return build
+
+
 def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`."""

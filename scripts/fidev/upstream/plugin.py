@@ -270,31 +270,7 @@ class FlashInferBuilds:
                 self.record([spec])
                 original(spec, verbose, need_lock)  # raises MissingJITCacheError under FLASHINFER_DISABLE_JIT
         else:
-            def build(spec, verbose, need_lock=True):
-                # Under the module's own lock (flashinfer/jit/core.py at v0.6.3: `JitSpec.lock_path`, which `JitSpec.build`
-                # takes; `JitSpec.build_and_load` holds it already and passes need_lock=False) from build's guard against a
-                # restored older copy (`cp -p`, which ninja's mtimes miss) to the record of what was built: another
-                # process (a part of the same file on another GPU) that took the lock between the build and its record
-                # would take the fresh objects for a restored copy and build them again under a loading process.
-                if need_lock:
-                    from filelock import FileLock
-
-                    with FileLock(spec.lock_path, thread_local=False):
-                        locked_build(spec, verbose)
-                else:
-                    locked_build(spec, verbose)
-
-            def locked_build(spec, verbose):
-                ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
-                fresh = not spec.jit_library_path.exists()
-                if fresh:
-                    self.say(f"upstream-tests: compiling {spec.name} ({len(spec.sources)} sources)")
-                started = time.perf_counter()
-                original(spec, verbose, need_lock=False)
-                took = time.perf_counter() - started
-                if fresh or took > 1:  # it compiled: keep what from, for `affected`
-                    module_builds.record_build(spec.build_dir, spec.ninja_path)
-                    self.say(f"upstream-tests: {spec.name} built in {took:.0f} s")
+            build = module_builds.recording_build(original, lambda line: self.say(f"upstream-tests: {line}"))
 
         core.JitSpec.build = build
 
