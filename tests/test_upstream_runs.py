@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fidev.core.manifest import pins
+from fidev.core.manifest import ROOT, pins
 from fidev.tree import families as upstream_suites
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import summary as upstream_summary
@@ -798,3 +798,22 @@ def test_a_compare_run_stopped_early_fails_though_nothing_newly_fails(ws):
     done = upstream(root, env, "rope", "--no-plan", "--stop-after", "1")
     assert done.returncode == 1 and "  newly failing: 0\n" in done.stdout, done.stdout + done.stderr
     assert "  not run since: 0\n" in done.stdout and "upstream-tests: stopped early" in done.stdout, done.stdout
+
+
+def test_each_process_of_a_run_applies_the_kernel_source_mode_it_was_started_in(tmp_path):
+    """The plugin, loaded in a process of the run (FIDEV_UPSTREAM_RUN names its outcomes file, not a
+    mode), applies the mode of the environment its parent passed, before flashinfer is imported."""
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from fidev.upstream import plugin; from fidev.jit import module_choice;"
+             "print(module_choice.in_force())")
+    for mode in ("vendored", "auto", "prebuilt"):
+        done = subprocess.run([sys.executable, "-c", probe, str(ROOT / "scripts")], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "FIDEV_UPSTREAM_RUN": str(tmp_path / "x.jsonl"), "FLASHINFER_DEV_KERNEL_SOURCE": mode})
+        assert done.returncode == 0 and done.stdout.strip() == mode, done.stdout + done.stderr
+
+
+def test_a_failing_case_still_being_written_is_not_counted_yet(tmp_path):
+    from fidev.upstream import plugin
+
+    shared = tmp_path / "failing-cases"
+    shared.write_text("tests/a.py::test_x[1]\ntests/a.py::test_x[2]\ntests/a.py::test_")
+    assert plugin.failures_named(shared) == {"tests/a.py::test_x[1]", "tests/a.py::test_x[2]"}

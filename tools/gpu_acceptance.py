@@ -33,8 +33,10 @@ seconds it is expected to take, as JSON, and runs nothing.
 The affected rounds read affected's result from the summary it writes (`affected --summary FILE`,
 fidev.affected.summary: its verdict, the modules named, its times), not from its output.
 
-Three steps run only when named, on a host with two GPUs: bench-warm-up, bench-1-gpu and
-bench-2-gpus, tools/bench_upstream.py's warm-up (fidev.upstream.bench's families: norm, activation,
+Four steps run only when named. planted-bugs: tools/planted_bugs.py on --planted-bugs ID,...
+(default all) within what is left of --time-limit, passing where every bug it ran was caught and
+every restored tree passed; its record stays in WORK/logs. On a host with two GPUs: bench-warm-up,
+bench-1-gpu and bench-2-gpus, tools/bench_upstream.py's warm-up (fidev.upstream.bench's families: norm, activation,
 sampling; it builds what they need), then its timed run on 1 GPU and on 2, each short enough for a
 GPU host that limits each command to 10 minutes.
 """
@@ -61,7 +63,7 @@ import conda_prefix  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import read_record, user_path  # noqa: E402
+from fidev.core.files import read_record, user_path, write_whole  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
 from fidev.tree import edits  # noqa: E402
@@ -172,9 +174,7 @@ class Run:
         self.save()
 
     def save(self) -> None:
-        tmp = self.results_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.results, indent=1))
-        tmp.replace(self.results_file)
+        write_whole(self.results_file, json.dumps(self.results, indent=1))
 
     def task(self, name: str, argv: list[str], expect_ok: bool = True, **env: str) -> tuple[str, float]:
         """A task or script as a user runs it; records pass when its status is what it must be.
@@ -429,7 +429,10 @@ def planted_bugs(run: Run) -> None:
         run.record("planted-bugs", False, seconds, f"exit {status}; {failure.problem}")
         return
     caught = [b["id"] for b in done["bugs"] if b["caught"]]
-    run.record("planted-bugs", status in (0, 3), seconds,
+    if not done["bugs"]:  # too little time was left for one: no result, so that --resume starts it again
+        print(f"planted-bugs: no bug started (left: {', '.join(done['left'])}); the step is left for the next part", flush=True)
+        return
+    run.record("planted-bugs", status in (0, 3) and len(caught) == len(done["bugs"]), seconds,
                f"exit {status}; caught {len(caught)} of {len(done['bugs'])}; survivors: {', '.join(done['survivors']) or 'none'}; "
                f"restored trees failing: {', '.join(done['restored_failures']) or 'none'}; left: {', '.join(done['left']) or 'none'}; {record.name}")
 

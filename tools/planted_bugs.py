@@ -221,8 +221,10 @@ def survived_because(bug: Bug, done: affected_summary.Summary | None, why: str |
     failed is no catch: the bug table's line does not compile, and no test judged it."""
     if done is None:
         return why
-    if done.status == 1 and done.verdict == "failed":
+    if done.status == 1 and done.verdict == "failed" and done.failed:
         return None
+    if done.status == 1 and done.verdict == "failed":
+        return f"exit 1, failed, but no test failed: {done.problem or 'what broke is in its output'}"
     if done.verdict == "build failed":
         return f"exit {done.status}, build failed: the planted line does not compile, so no test judged it (fix the bug table): {done.problem}"
     if done.verdict == "not covered":

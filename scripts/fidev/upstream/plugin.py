@@ -80,11 +80,13 @@ def progress_path(outcomes: str | Path) -> Path:
 
 
 def failures_named(path: Path) -> set[str]:
-    """The distinct failing cases the run's processes appended to STOP_FILE (none where it is missing)."""
+    """The distinct failing cases the run's processes appended to STOP_FILE (none where it is missing);
+    a last line without its newline is still being written, and not one yet."""
     try:
-        return {line for line in path.read_text(errors="replace").splitlines() if line}
+        text = path.read_text(errors="replace")
     except OSError:
         return set()
+    return {line for line in text[:text.rfind("\n") + 1].splitlines() if line}
 
 
 def spec_record(test_name: str, spec, warmup: bool = False) -> str:
@@ -452,4 +454,4 @@ def pytest_configure(config):
 # Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the
 # kernel source mode must be in force by then, in every process of the dry run or the run.
 if os.environ.get(DRY_RUN_DIR) or os.environ.get(RUN_MODE):
-    module_choice.apply(os.environ.get(RUN_MODE) or kernel_source.mode())  # the run's mode, else read at this process's start
+    module_choice.apply(kernel_source.mode())  # a process of the run: the mode its parent ran in, from the environment it passed
