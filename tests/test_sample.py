@@ -174,3 +174,20 @@ def test_the_spec_is_written_whole_and_read_back(tmp_path):
     path = tmp_path / "sample.json"
     sample.write_spec(path, 5, {"tests/a.py::test_a[1]": ["m"]}, ["m"])
     assert sample.read_spec(path) == (5, {"tests/a.py::test_a[1]": ["m"]}, ["m"])
+
+
+def test_a_required_module_another_files_process_exercised_is_not_missed():
+    """Every process of a sampled run is given every required module: one whose recorded cases are
+    in another file is missed in this one's sample, but exercised in the run."""
+    file_a = [sample.Case.of(f"tests/a.py::f[{n}]", "tests/a.py::f", {"n": str(n)}) for n in range(3)]
+    file_b = [sample.Case.of(f"tests/b.py::g[{n}]", "tests/b.py::g", {"n": str(n)}) for n in range(3)]
+    record = {"tests/a.py::f[2]": ["mod_a"], "tests/b.py::g[1]": ["mod_b"]}
+    in_a = sample.select(file_a, {k: v for k, v in record.items() if k.startswith("tests/a.py")}, required=["mod_a", "mod_b"])
+    in_b = sample.select(file_b, {k: v for k, v in record.items() if k.startswith("tests/b.py")}, required=["mod_a", "mod_b"])
+    assert in_a.missed == ["mod_b"] and in_b.missed == ["mod_a"]  # each alone misses the other's
+    assert "tests/a.py::f[2]" in in_a.selected and "tests/b.py::g[1]" in in_b.selected
+    merged = sample.merge_records([sample.sample_record(in_a), sample.sample_record(in_b)])
+    assert merged["missed"] == [] and merged["whole"] == []
+    # a module no process had a case of stays missed
+    lone = sample.merge_records([sample.sample_record(sample.select(file_a, {}, required=["mod_c"]))])
+    assert lone["missed"] == ["mod_c"]

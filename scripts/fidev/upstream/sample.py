@@ -66,6 +66,7 @@ class Sample:
     whole: list[str] = field(default_factory=list)  # required modules without a collected recorded case: their functions run whole
     missed: list[str] = field(default_factory=list)  # required modules no collected case is recorded for, nor a function
     per_function: dict[str, list[int]] = field(default_factory=dict)  # {test function: [selected, collected]}
+    exercised: list[str] = field(default_factory=list)  # the required modules a selected case needs (by the record), or taken whole
 
     def line(self, label: str) -> str:
         """Such as "rope: N of M cases, every value of every parameter"."""
@@ -203,8 +204,9 @@ def select(cases: list[Case], modules: dict[str, list[str]] | None = None, seed:
     groups = by_function(cases)
     values = sum(len({v for c in group for v in c.values}) for group in groups.values())
     per_function = {f: [sum(1 for c in group if c.nodeid in cover.picked), len(group)] for f, group in groups.items()}
+    exercised = sorted(m for m in set(required) if m in cover.modules or m in whole)
     return Sample([c.nodeid for c in cases if c.nodeid in cover.picked], len(cases), len(groups), values, seed,
-                  len(cover.modules) if modules else None, whole, missed, per_function)
+                  len(cover.modules) if modules else None, whole, missed, per_function, exercised)
 
 
 # In a pytest process (fidev.upstream.plugin): the cases from pytest's items, the spec upstream-tests
@@ -267,14 +269,16 @@ def read_spec(path: Path) -> tuple[int, dict[str, list[str]], list[str]]:
 def sample_record(sample: Sample, kept: list[str] | None = None) -> dict:
     """What a process's sample covered: {function: [selected, collected]} for the functions still
     selected (`kept`: a gate may narrow them; None: all), the seed, and the required modules taken
-    whole or missed. The parts of a file and xdist's workers write the same, merged by function."""
+    whole, missed or exercised. The parts of a file and xdist's workers write the same, merged by function."""
     functions = {f: counts for f, counts in sample.per_function.items() if kept is None or f in kept}
-    return {"seed": sample.seed, "functions": functions, "whole": sample.whole, "missed": sample.missed}
+    return {"seed": sample.seed, "functions": functions, "whole": sample.whole, "missed": sample.missed, "exercised": sample.exercised}
 
 
 def merge_records(records: list[dict]) -> dict | None:
     """upstream-tests' `sample` field from its processes' records (sample_record): {selected,
-    total, seed, functions, whole, missed}; None where no process sampled."""
+    total, seed, functions, whole, missed}; None where no process sampled. Each process (a test file,
+    or a part of one) is given every required module: one that another process's file exercised is
+    not missed, and one another process took a recorded case of is not whole."""
     if not records:
         return None
     functions: dict[str, list[int]] = {}
@@ -282,7 +286,15 @@ def merge_records(records: list[dict]) -> dict | None:
         functions.update({f: list(counts) for f, counts in r.get("functions", {}).items()})
     return {"selected": sum(s for s, _ in functions.values()), "total": sum(t for _, t in functions.values()),
             "seed": records[0].get("seed"), "functions": len(functions),
-            "whole": sorted({m for r in records for m in r.get("whole", [])}), "missed": sorted({m for r in records for m in r.get("missed", [])})}
+            **covering(records)}
+
+
+def covering(records: list[dict]) -> dict[str, list[str]]:
+    """{whole, missed} over the run's processes (merge_records)."""
+    exercised = {m for r in records for m in r.get("exercised", [])}
+    by_a_case = {m for r in records for m in r.get("exercised", []) if m not in r.get("whole", [])}
+    return {"whole": sorted({m for r in records for m in r.get("whole", [])} - by_a_case),
+            "missed": sorted({m for r in records for m in r.get("missed", [])} - exercised)}
 
 
 # upstream-tests' side: the record it passes down, and the coverage its processes wrote.
