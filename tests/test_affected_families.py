@@ -20,14 +20,17 @@ from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (
 
 TREE = "extern/tracked/flashinfer"
 HEADER = "include/flashinfer/pos_enc.cuh"
-# The stand-in of FlashInfer's rope tests: 4 * 2 = 8 cases; each fails where the header has the planted bug.
+# The stand-in of FlashInfer's rope tests: 4 * 2 = 8 cases; each builds the rope module (which records
+# the tree as it was built from: the edited one), and fails where the header has the planted bug.
 ROPE = """\
 import json, os, pathlib, pytest
+import flashinfer
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("batch", [1, 19, 99, 989])
 def test_rope(batch, dtype):
     with open(os.environ["SEEN"], "a") as f:
         f.write(json.dumps(["test_rope", batch, dtype]) + "\\n")
+    flashinfer.load("rope", 1)
     header = pathlib.Path(__file__).parents[2] / "include/flashinfer/pos_enc.cuh"
     assert "1.01f" not in header.read_text(), "rotary frequency off by 1%"
 """
@@ -70,10 +73,11 @@ def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tm
     shutil.copy2(tree / HEADER, saved)
 
     (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
-    for attempt in ("edit", "rerun"):
+    for attempt in ("edit", "rerun", "rerun again"):  # the failed run's rope build recorded the edited tree: kept all the same
         done, out = affected(root, env)
         assert done.returncode == 1, f"{attempt}: {out}"
         assert "the edit reaches rope" in out and "tests/attention/test_rope.py::test_rope[" in out, out
+        assert (attempt == "edit") != ("the tests of rope it reaches failed at" in out), out
         ran = seen(env)
         assert 0 < len(ran) < 8, (attempt, ran)  # a sample, stopped at its first failures
     shutil.copy2(saved, tree / HEADER)  # cp -p: the old bytes and mtime
@@ -122,3 +126,33 @@ def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):
     assert sel.families == {"page": ("attention/test_page.py",)}
     assert sel.ours == ["smoke/test_wide.py::test_append_paged_kv_cache"]
     assert sel.file_tests("csrc/page.cu", set()) == {"tests/attention/test_page.py", "tests/smoke/test_wide.py::test_append_paged_kv_cache"}
+
+
+def test_a_kept_edit_of_a_generator_ends_when_the_generator_is_reverted(tmp_path):
+    """A generator's content before the edit comes from the modules' generators record (the tree's
+    record holds include/ and csrc/ only): reverting it ends a kept gap, as reverting a header does."""
+    import json as json_
+
+    from fidev.affected import verdicts
+    from fidev.core.files import file_fact
+    from fidev.core.workspace import GENERATORS
+    from fidev.records import build_records
+
+    tree = tmp_path / "flashinfer"
+    generator = tree / "flashinfer/jit/activation.py"
+    generator.parent.mkdir(parents=True)
+    generator.write_text("silu = 'val / (1 + exp(-val))'\n")
+    build_dir = tmp_path / "cached_ops/silu_and_mul"
+    build_dir.mkdir(parents=True)
+    (build_dir / GENERATORS).write_text(json_.dumps({str(generator): file_fact(generator)}))
+    before = build_records.generators_before(build_dir, tree)
+    assert list(before) == ["flashinfer/jit/activation.py"]
+    saved = tmp_path / "activation.py"
+    shutil.copy2(generator, saved)
+    generator.write_text("silu = '1.02 * val / (1 + exp(-val))'\n")
+    kept = verdicts.Kept(tmp_path / "verdicts.json")
+    kept.keep_gaps({"flashinfer/jit/activation.py": ["activation"]}, before, set())
+    gap = kept.gaps["flashinfer/jit/activation.py"]
+    assert not gap.reverted(generator)
+    shutil.copy2(saved, generator)  # cp -p
+    assert gap.reverted(generator)

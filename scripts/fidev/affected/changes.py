@@ -215,8 +215,12 @@ def uncovered_edits(found: Found, ch: Changes, kept: Kept) -> None:
         if gap.reverted(path):
             ch.reverted.add(rel)
             continue
-        print(f"affected: {rel} reached {', '.join(gap.families)} untested at {gap.when} (kept): "
-              "not covered until those tests run and pass, or it is reverted")
+        if gap.result == "failed":
+            print(f"affected: {rel}: the tests of {', '.join(gap.families)} it reaches failed at {gap.when} (kept): "
+                  "they run again until they pass, or it is reverted")
+        else:
+            print(f"affected: {rel} reached {', '.join(gap.families)} untested at {gap.when} (kept): "
+                  "not covered until those tests run and pass, or it is reverted")
         modules = compiling(found, path)
         for name in modules:
             ch.changed.setdefault(name, {})[str(path)] = "not covered"
@@ -244,6 +248,8 @@ def find(found: Found, listing: bool, kept: Kept, sampled: bool = True) -> Chang
     last verdict stands as not a pass."""
     generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
     ch = Changes(sorted({f for files in generators.values() for f in files}), generators)
+    for m in found.modules:  # the generators (flashinfer/jit/) as the modules were built from them
+        ch.before.update(build_records.generators_before(m.build_dir, found.tree))
     for d in reversed(found.dirs):  # before the rebuild records it again: what a not-covered edit was
         ch.before.update(build_records.tree_record(d))
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed

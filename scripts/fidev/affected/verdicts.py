@@ -7,15 +7,18 @@ over passing verdicts only, with when and what passed.
 An edit that reaches a kernel family whose FlashInfer tests did not run is kept too, per file
 (`uncovered`), with the file's content before the edit: until the edit is reverted to that, or
 covered by a run of those tests that passes, every run takes the file as changed and says it is
-not covered again, whatever build records the tree meanwhile.
+not covered again, whatever build records the tree meanwhile. So is an edit whose reached
+families' tests ran in a run that failed (result "failed"): the modules they built record the
+edited tree, so without it asking again would find nothing changed; it runs them again instead.
 
 The file: fidev.core.workspace.VERDICTS in the version folder, {"schema": SCHEMA, "modules":
 {name: {"inputs", "result", "when", "tests", "failed"}}, "uncovered": {file relative to the tree:
-{"was", "families", "when"}}}, written whole (a temporary file renamed); a file without
+{"was", "families", "when", "result"}}}, written whole (a temporary file renamed); a file without
 `uncovered` keeps none. A result is "passed", "failed", "not covered" (its tests passed in a run
 whose edit went untested: status 3) or "unfinished" (recorded once the rebuild is done, before the
 tests start, and where the build fails or is stopped: a run that does not end leaves that). `was`
-is fidev.core.files.file_fact's list, or null for a file the tree did not have."""
+is fidev.core.files.file_fact's list, or null for a file the tree did not have; a file's `result`
+is "not covered" (the default, where it is absent) or "failed"."""
 
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ class Gap:
     was: list | None
     families: list[str]
     when: str
+    result: str = "not covered"  # or "failed": the families' tests ran in a run that failed
 
     def reverted(self, path: Path) -> bool:
         """Whether the file holds what it held before the edit again (a new file: removed)."""
@@ -71,7 +75,8 @@ class Gap:
 
 def gaps_well_formed(gaps) -> bool:
     return isinstance(gaps, dict) and all(
-        isinstance(g, dict) and set(g) == set(Gap.__dataclass_fields__) and is_fact(g["was"]) and isinstance(g["when"], str)
+        isinstance(g, dict) and set(g) | {"result"} == set(Gap.__dataclass_fields__) and is_fact(g["was"]) and isinstance(g["when"], str)
+        and g.get("result", "not covered") in ("not covered", "failed")
         and isinstance(g["families"], list) and all(isinstance(f, str) for f in g["families"]) for g in gaps.values())
 
 
@@ -121,11 +126,17 @@ class Kept:
         write_whole(self.path, json.dumps({"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())},
                                            "uncovered": {rel: vars(g) for rel, g in sorted(self.gaps.items())}}, indent=1))
 
-    def keep_gaps(self, gaps: dict[str, list[str]], before: dict[str, list | None], pending: set[str]) -> None:
-        """The run's gaps ({file: families}), each with its content before the edit: a kept gap's,
-        else `before` (the tree's record as the run started, before its rebuild recorded it again);
-        and the kept gaps of `pending`, files reverted that a tree record still holds as edited."""
+    def keep_gaps(self, gaps: dict[str, list[str]], before: dict[str, list | None], pending: set[str],
+                  failed: dict[str, list[str]] | None = None) -> None:
+        """The run's gaps ({file: families}), and the files whose reached families' tests ran in a
+        run that failed (`failed`), each with its content before the edit: a kept one's, else
+        `before` (the tree's record as the run started, before its rebuild recorded it again); and
+        the kept ones of `pending`, files reverted that a tree record still holds as edited."""
         when = time.strftime("%Y-%m-%d %H:%M:%S")
+
+        def kept(rel: str, families: list[str], result: str) -> Gap:
+            return Gap(self.gaps[rel].was if rel in self.gaps else before.get(rel), sorted(families), when, result)
+
         self.gaps = {**{rel: self.gaps[rel] for rel in pending if rel in self.gaps},
-                     **{rel: Gap(self.gaps[rel].was if rel in self.gaps else before.get(rel), sorted(families), when)
-                        for rel, families in gaps.items()}}
+                     **{rel: kept(rel, families, "failed") for rel, families in (failed or {}).items()},
+                     **{rel: kept(rel, families, "not covered") for rel, families in gaps.items()}}

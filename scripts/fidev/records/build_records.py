@@ -154,6 +154,14 @@ def tree_record(jit_dir: Path) -> dict[str, list | None]:
     return _read(jit_dir.parent / TREE, facts) or {}
 
 
+def generators_before(build_dir: Path, tree: Path) -> dict[str, list]:
+    """{the tree's Python file, relative to it: its file fact} as the module's generators record
+    holds them (at its last build); empty where it left none it can read."""
+    recorded = _read(build_dir / GENERATORS, facts) or {}
+    real = tree.resolve()
+    return {str(Path(p).resolve().relative_to(real)): fact for p, fact in recorded.items() if Path(p).resolve().is_relative_to(real)}
+
+
 def unreadable_tree(jit_dir: Path) -> Path | None:
     """The JIT dir's tree record, where it is there but cannot be read (truncated, not JSON, another shape)."""
     path = jit_dir.parent / TREE
