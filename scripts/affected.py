@@ -124,7 +124,9 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     print(report.results(selection, outcome.failed, outcome.broken))
     report.hints(selection)
     status = report.final(outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started)
-    status = covered_or_not(status, selection, found, record, changed, kept)
+    # a family is covered by its tests that ran to a result, not by those selected (every case may skip here)
+    ran = [t for t in selection.theirs if t.split("::")[0] in outcome.exercised_files]
+    status = covered_or_not(status, selection, found, record, changed, kept, ran)
     results = report.module_results(selection, outcome.failed, outcome.broken, covered=status != report.NOT_COVERED)
     kept.record({name: (dirs[name], *result) for name, result in results.items() if name in dirs})
     return status
@@ -152,18 +154,19 @@ def no_module_changed(listing: bool, selection: report.Selection, found: built.F
     if listing:
         record.verdict = "listed"
         return 0
-    status = covered_or_not(0, selection, found, record, changed, kept, "no module changed")
+    status = covered_or_not(0, selection, found, record, changed, kept, [], "no module changed")
     kept.record({})
     return status
 
 
 def covered_or_not(status: int, selection: report.Selection, found: built.Found, record: affected_summary.Summary,
-                   changed: changes.Changes, kept: verdicts.Kept, passed: str = "passed") -> int:
+                   changed: changes.Changes, kept: verdicts.Kept, ran: list[str], passed: str = "passed") -> int:
     """The verdict: failed as the tests said; else not a pass where the edit reaches a kernel family
-    whose FlashInfer tests did not run (report.NOT_COVERED); else passed. The gaps are kept (written
-    with the modules' verdicts), so that asking again says them again; an edit reverted to what it
-    was before its gap went untested is none."""
-    gaps = {f: fams for f, fams in report.coverage_gaps(selection, found.tree, selection.theirs).items() if f not in changed.reverted}
+    none of whose FlashInfer tests ran to a result (`ran`: those of a file where a case passed or
+    failed, not skipped alone; report.NOT_COVERED); else passed. The gaps are kept (written with the
+    modules' verdicts), so that asking again says them again; an edit reverted to what it was before
+    its gap went untested is none."""
+    gaps = {f: fams for f, fams in report.coverage_gaps(selection, found.tree, ran).items() if f not in changed.reverted}
     # a failed run's reached families built their modules from the edited tree, which their build
     # recorded: kept, or asking again would find nothing changed
     ran_and_failed = {f: fams for f, fams in selection.reached.items() if f not in changed.reverted} if status not in (0, report.NOT_COVERED) else {}

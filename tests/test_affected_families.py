@@ -54,8 +54,9 @@ def seen(env) -> list[list]:
     return cases
 
 
-@needs_a_build
-def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tmp_path):
+def rope_tree(ws, tmp_path, rope_tests: str):
+    """The stand-in workspace with a header only csrc/rope.cu includes, `rope_tests` as the rope
+    family's tests, and norm built (which records the tree as built)."""
     require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     root, _, env = ws
     env = {**env, "SEEN": str(tmp_path / "seen.jsonl")}
@@ -64,11 +65,17 @@ def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tm
     (tree / HEADER).write_text("inline float rope_freq(float x) { return x; }\n")
     (tree / "csrc").mkdir(exist_ok=True)
     (tree / "csrc/rope.cu").write_text('#include "flashinfer/pos_enc.cuh"\n')
-    (tree / "tests/attention/test_rope.py").write_text(ROPE)
+    (tree / "tests/attention/test_rope.py").write_text(rope_tests)
     (tree / "tests/utils/test_norm.py").write_text(NORM)
     release_reference.record_release(tree)  # the pinned release, with these files in it
-    done = upstream(root, env, "norm", "--yes")  # builds norm, and records the tree as built
+    done = upstream(root, env, "norm", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
+    return root, env, tree
+
+
+@needs_a_build
+def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tmp_path):
+    root, env, tree = rope_tree(ws, tmp_path, ROPE)
     saved = tmp_path / "pos_enc.cuh"
     shutil.copy2(tree / HEADER, saved)
 
@@ -156,3 +163,14 @@ def test_a_kept_edit_of_a_generator_ends_when_the_generator_is_reverted(tmp_path
     assert not gap.reverted(generator)
     shutil.copy2(saved, generator)  # cp -p
     assert gap.reverted(generator)
+
+
+@needs_a_build
+def test_a_reached_family_whose_every_case_skips_here_is_not_covered(ws, tmp_path):
+    """Selected is not covered: where every case of the family skips on this host (an architecture
+    it lacks), the edit went untested, whatever passed beside it."""
+    skipping = "import pytest\n@pytest.mark.parametrize('n', [1, 2])\ndef test_rope(n):\n    pytest.skip('not supported here')\n"
+    root, env, tree = rope_tree(ws, tmp_path, skipping)
+    (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
+    done, out = affected(root, env)
+    assert done.returncode == 3 and "reaches rope, whose FlashInfer tests did not run here" in out, out

@@ -139,6 +139,8 @@ class FlashInferTests:
         self.opened: float | None = None  # when the gate opened (time.time())
         self.past: dict[str, float] | None = None  # the PAST_BUILD line's figures, once finished
         self.unread: Failure | None = None  # why its summary could not be read, once finished
+        self.exercised_files: set[str] = set()  # the test files with a case that passed or failed (tests/...), once finished
+        self.all_skipped = False  # every case skipped here, once finished
         # a sample is a few dozen cases a file, whatever the record counts (docs/measurements.md): a process a file or part
         workers, threads = processes(cases_per_file if sample is None else {f: min(n, CASES_PER_PROCESS) for f, n in cases_per_file.items()},
                                      version_dir)
@@ -194,6 +196,10 @@ class FlashInferTests:
         failed = {what.split()[0] for what in done.failed_ids if what.split()} if done else set()
         if done and done.sample:
             self.say_sample(done.sample)
+        if done:
+            self.exercised_files = {p.file for p in done.processes if p.counts.get("passed") or p.counts.get("failed")}
+            # every case skipped (nothing failed, nothing errored): no verdict of theirs, which the coverage says
+            self.all_skipped = not any(done.counts.get(k) for k in ("passed", "failed", "error")) and not done.failed_ids
         if self.opened is not None:
             last = done.last_case_end if done else None
             first = done.started + done.first_failure_s if done and done.first_failure_s is not None else None
@@ -255,6 +261,7 @@ class Outcome:
     broken: list[str] = field(default_factory=list)
     reruns: list[str] = field(default_factory=list)
     past: dict[str, float] | None = None
+    exercised_files: set[str] = field(default_factory=set)  # FlashInfer's test files with a case that passed or failed: what covers a family
 
 
 def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, version_dir: Path,
@@ -337,9 +344,10 @@ def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str
         if importing:  # not left importing torch while the interpreter exits (a failed build)
             importing.join(timeout=60)
     if theirs:
-        theirs_step(their_status, their_failed, run.unread, outcome)
+        theirs_step(0 if run.all_skipped else their_status, their_failed, run.unread, outcome)
         if missed := [m for m in run.missed if m in changed]:  # no case of theirs ran it: not a pass
             outcome.broken.append(f"no collected FlashInfer test is recorded for {short(missed)}, so the sample did not exercise it "
                                   "(upstream-tests FAMILY records them again)")
         outcome.past = run.past
+        outcome.exercised_files = run.exercised_files
     return outcome
