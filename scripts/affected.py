@@ -102,7 +102,8 @@ def run_affected(args, record: affected_summary.Summary) -> int:
         nothing_changed(found, kept, time.perf_counter() - started)
         record.verdict = "nothing changed"
         return 0
-    selection = report.selection(changed.by_file, changed.changed, found.tier, found.recorded, found.tree, changed.python_edits)
+    selection = report.selection(changed.by_file, changed.changed, found.tier, found.recorded, found.tree, changed.python_edits,
+                                 not args.whole_family)
     record.changed, record.tests = selection.changed_files(), [*selection.ours, *selection.theirs]
     if args.list or not (changed.changed or selection.families):
         print(report.table(selection.rows()))

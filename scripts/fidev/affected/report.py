@@ -38,6 +38,7 @@ class Selection:
     families: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reached: dict[str, list[str]] = field(default_factory=dict)  # {edited file: those of `families` it reaches}
     generators: list[str] = field(default_factory=list)  # the edited Python files of the tree, relative to it
+    sampled: bool = True  # FlashInfer's tests run as a sample (else --whole-family: every case)
 
     def tree_edits(self) -> list[str]:
         """The edited include/ and csrc/ files and generators (flashinfer/jit/), relative to the tree:
@@ -93,11 +94,11 @@ class Selection:
 
 
 def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], tier: dict[str, str], recorded: dict[str, list[str]],
-              tree: Path, generators: list[str]) -> Selection:
+              tree: Path, generators: list[str], sampled: bool = True) -> Selection:
     """The selection, with the kernel families that compile each file no built module does;
     `generators`: the edited Python files of the tree (paths)."""
     reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith(("/", "("))])
-    sel = Selection(by_file, changed, tier, recorded, reaching, generators=[under(tree, g) for g in generators])
+    sel = Selection(by_file, changed, tier, recorded, reaching, generators=[under(tree, g) for g in generators], sampled=sampled)
     reach = upstream_suites.families_compiling(tree, sel.tree_edits())
     sel.families = families_to_run(sel, reach, tree)
     sel.reached = {f: [fam for fam in fams if fam in sel.families] for f, fams in reach.items() if any(fam in sel.families for fam in fams)}
@@ -135,7 +136,8 @@ def families_covered(ran: list[str]) -> set[str]:
 def hints(sel: Selection) -> None:
     if sel.families:
         print(f"affected: the edit reaches {', '.join(sorted(sel.families))}, whose modules no recorded test of a changed module "
-              "loads: their FlashInfer tests (a sample) and smoke's tests of them run too, building what they load")
+              f"loads: their FlashInfer tests ({'a sample' if sel.sampled else 'every case'}) and smoke's tests of them run too, "
+              "building what they load")
     if sel.unmapped:
         print(f"affected: no test is recorded for {short(sel.unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
     for f, families in sorted(sel.reaching.items()):
