@@ -80,7 +80,6 @@ from fidev.core import numbers, workspace
 from fidev.core.failure import USAGE, Failure, report, run_main
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
-from fidev.records import build_records
 from fidev.upstream import plan as upstream_plan
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import progress as upstream_progress
@@ -155,15 +154,8 @@ def sample_spec(ours: dict, nodes: list[str], tests, folder: Path, ws: workspace
     if not {"--sample", "--sample-seed", "--sample-modules"} & set(ours):
         return None
     seed = ours.get("--sample-seed", upstream_sample.SEED)
-    recorded: dict[str, list[str]] = {}
-    for jit_dir in ws.jit_dirs():
-        for module, cases in build_records.module_tests(jit_dir).items():
-            recorded.setdefault(module, []).extend(cases)
-    files = {upstream_runs.relative(f, tests.parent) for f in upstream_runs.by_file(nodes)}
-    path = folder / "sample.json"
-    upstream_sample.write_spec(path, seed, upstream_sample.recorded_modules(recorded, files),
-                               [m for m in ours.get("--sample-modules", "").split(",") if m])
-    os.environ[upstream_plugin.SAMPLE] = str(path)
+    required = [m for m in ours.get("--sample-modules", "").split(",") if m]
+    os.environ[upstream_plugin.SAMPLE] = str(upstream_selection.sample_spec(folder, seed, required, nodes, tests, ws))
     return seed
 
 

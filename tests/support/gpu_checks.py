@@ -38,9 +38,11 @@ TOLERANCE = {
 # Row sizes past the last full vector of 16 bytes, as FlashInfer's norm tests use (test_norm.py's hidden_size)
 TAIL_SIZES = [111, 500]
 # silu_and_mul's rows must be whole 16-byte vectors (flashinfer/activation.py, silu_and_mul, at v0.6.3,
-# refuses others; a half row that is not, 500, faults the GPU). Its kernel's tail is past 1024
-# threads' vectors (flashinfer/jit/activation.py: blockDim = min(d / vec_size, 1024);
-# include/flashinfer/activation.cuh, act_and_mul_kernel's remaining loop): 8192 + 8 in fp16 and bf16.
+# refuses others; a half row that is not, 500, faults the GPU), so it has no partial vector to test.
+# What it has past the plain case is a row longer than its 1024 threads' vectors
+# (flashinfer/jit/activation.py: blockDim = min(d / vec_size, 1024)): 8192 + 8 in fp16 and bf16, where
+# act_and_mul_kernel's vector loop takes a second pass (thread 0), and its scalar remainder loop
+# (include/flashinfer/activation.cuh) writes the last 8 elements again.
 SILU_TAIL_SIZES = [8200]
 
 

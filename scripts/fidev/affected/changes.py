@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fidev.affected.built import Found, Resolver
 from fidev.affected.report import UNTOLD, short
-from fidev.affected.tests import FlashInferTests, cases_by_file
+from fidev.affected.tests import FlashInferTests, cases_by_file, sample_of
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
 from fidev.core.failure import Failure
@@ -133,7 +133,7 @@ def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = T
     may_change = [m.name for m in stale if m.generated]  # what the regeneration may show changed
     if not listing and (early_tests := sorted({t.split("[")[0] for n in may_change for t in recorded.get(n, [])})):
         ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.version_dir, deferred=True,
-                                   sample=[n for n in may_change if recorded.get(n)] if sampled else None)
+                                   sample=sample_of(may_change, recorded, sampled))
     regenerating = time.perf_counter()
     ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}),
                                                 found.mode)

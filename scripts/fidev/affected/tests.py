@@ -264,6 +264,12 @@ class Outcome:
     exercised_files: set[str] = field(default_factory=set)  # FlashInfer's test files with a case that passed or failed: what covers a family
 
 
+def sample_of(modules, recorded: dict[str, list[str]], sampled: bool) -> list[str] | None:
+    """The modules a sample of FlashInfer's tests must exercise: those of `modules` a test is
+    recorded for; None where every case runs (--whole-family)."""
+    return [m for m in sorted(modules) if recorded.get(m)] if sampled else None
+
+
 def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, version_dir: Path,
               sampled: bool = True) -> tuple:
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
@@ -275,7 +281,7 @@ def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[s
     if early:
         early.stop()
     return (FlashInferTests(theirs, cases_by_file(recorded, changed), version_dir,
-                            sample=[m for m in sorted(changed) if recorded.get(m)] if sampled else None)
+                            sample=sample_of(changed, recorded, sampled))
             if theirs else None), None
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from fidev.core import workspace
 from fidev.core.failure import USAGE, Failure
 from fidev.core.manifest import pins
+from fidev.records import build_records
 from fidev.tree import source_tree
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import progress as upstream_progress
@@ -190,3 +191,17 @@ def judge(record: Run) -> int:
         status = verdict.say_compared(record.baseline, record.baseline_file, record.compared, record.run_dir)
         return 1 if upstream_runs.stopped_early(record.results) else status
     return 1 if upstream_runs.stopped_early(record.results) else verdict.passed(record.results)
+
+
+def sample_spec(folder: Path, seed: int, required: list[str], nodes: list[str], tests: Path, ws: workspace.Workspace) -> Path:
+    """The spec every process of a sampled run reads (fidev.upstream.sample), written in `folder`:
+    the seed, the modules the JIT dirs' record names for the selection's files' cases, and the
+    modules it must exercise. Returns its path, for the processes' environment (plugin.SAMPLE)."""
+    recorded: dict[str, list[str]] = {}
+    for jit_dir in ws.jit_dirs():
+        for module, cases in build_records.module_tests(jit_dir).items():
+            recorded.setdefault(module, []).extend(cases)
+    files = {upstream_runs.relative(f, tests.parent) for f in upstream_runs.by_file(nodes)}
+    path = folder / "sample.json"
+    upstream_sample.write_spec(path, seed, upstream_sample.recorded_modules(recorded, files), required)
+    return path
