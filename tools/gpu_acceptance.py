@@ -107,11 +107,11 @@ def rows(step: str) -> list[str]:
     return ROWS.get(step, [step])
 
 
-# What each step took in an H100 run of docs/measurements.md (with the bench steps' estimates), for
-# --time-limit where WORK has no time of its own for it yet: on a GPU host that limits each command to
-# 10 minutes, they pack the run into 3 parts.
+# What each step took in an H100 run of docs/measurements.md (the wide tier's steps: in a one-GPU H200
+# run there, a little over; the bench steps: estimates), for --time-limit where WORK has no time of
+# its own for it yet: on a GPU host that limits each command to 10 minutes, they pack the run into parts.
 STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
-          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "build-wide": 150, "smoke-wide": 15, "smoke-noise-wide": 40,
+          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "build-wide": 230, "smoke-wide": 10, "smoke-noise-wide": 15,
           "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
           "edit-loop": 28 + 10 + 29 + 8,  # its rows': edit-build, edit-smoke, restore-build, restore-smoke
           "upstream-baseline": 26, "upstream-compare-bug": 100,
