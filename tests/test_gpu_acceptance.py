@@ -166,3 +166,41 @@ def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps edit-loop", done.stdout
     assert "edit-smoke  pass" in done.stdout, done.stdout
+
+
+# tools/planted_bugs.py's stand-in: it notes its arguments and writes the record RECORD_CASE names
+# (fidev.tree.edits.PLANTED_BUGS_SCHEMA, the fields the acceptance run reads), then exits as the tool would.
+PLANTED_STANDIN = """\
+import json, os, sys
+args = sys.argv[1:]
+with open({argv!r}, "w") as f:
+    json.dump(args, f)
+bug = lambda i, caught: {{"id": i, "caught": caught}}
+case = os.environ["RECORD_CASE"]
+bugs = {{"caught": [bug("a", True), bug("b", True)], "survivor": [bug("a", True), bug("b", False)], "none started": []}}[case]
+record = {{"schema": {schema!r}, "complete": True, "bugs": bugs, "left": ["a", "b"] if case == "none started" else [],
+          "survivors": [b["id"] for b in bugs if not b["caught"]], "restored_failures": []}}
+with open(args[args.index("--record") + 1], "w") as f:
+    json.dump(record, f)
+sys.exit({{"caught": 0, "survivor": 1, "none started": 3}}[case])
+"""
+
+
+@pytest.mark.parametrize(("case", "result"), [("caught", "pass"), ("survivor", "FAIL"), ("none started", None)])
+def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp_path, case, result):
+    """Within what is left of the part's --time-limit, on --planted-bugs; a part where no bug
+    started keeps no result, so that --resume starts the step again."""
+    from fidev.tree import edits
+
+    work, _, _, _ = acceptance_work(tmp_path)
+    argv = tmp_path / "argv.json"
+    (work / "ws/tools/planted_bugs.py").write_text(PLANTED_STANDIN.format(argv=str(argv), schema=edits.PLANTED_BUGS_SCHEMA))
+    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--steps", "planted-bugs", "--planted-bugs", "a,b",
+                           "--time-limit", "300"], capture_output=True, text=True, timeout=120, env={**os.environ, "RECORD_CASE": case})
+    given = json.loads(argv.read_text())
+    assert given[given.index("--bugs") + 1] == "a,b" and 0 < float(given[given.index("--time-limit") + 1]) <= 300, given
+    results = json.loads((work / "results.json").read_text()) if (work / "results.json").is_file() else {}
+    assert results.get("planted-bugs", {}).get("result") == result, done.stdout + done.stderr
+    assert done.returncode == {"pass": 0, "FAIL": 1, None: 3}[result] and "Traceback" not in done.stderr, done.stdout + done.stderr
+    if result is None:
+        assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 300 s: --steps planted-bugs", done.stdout
