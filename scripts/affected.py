@@ -114,12 +114,18 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     # a run stopped mid-way is no pass: kept with the inputs the rebuild records, as the tests start, or as the build fails or is stopped
     unfinished = {name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
                   if name in dirs and (chosen := selection.selectors({name}))}
+    reached = {f: fams for f, fams in selection.reached.items() if f not in changed.reverted}
+
+    def keep_unfinished() -> None:  # the reached families' tests build from the edited tree, and record it: kept too
+        kept.keep_gaps({}, changed.before, set(kept.gaps), reached, "unfinished")
+        kept.record(unfinished)
+
     try:
         outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                       ws.version_dir, lambda: report.build_failed(selection), lambda: kept.record(unfinished),
+                                       ws.version_dir, lambda: report.build_failed(selection), keep_unfinished,
                                        not args.whole_family, found.mode)
     except (Failure, KeyboardInterrupt):
-        kept.record(unfinished)
+        keep_unfinished()
         raise
     record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past
     print(report.results(selection, outcome.failed, outcome.broken))

@@ -9,6 +9,7 @@ a csrc/rope.cu that includes the header, as FlashInfer's does include/flashinfer
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,33 @@ def test_a_reached_family_whose_every_case_skips_here_is_not_covered(ws, tmp_pat
     (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
     done, out = affected(root, env)
     assert done.returncode == 3 and "reaches rope, whose FlashInfer tests did not run here" in out, out
+
+
+@needs_a_build
+def test_a_run_stopped_in_a_reached_familys_tests_runs_them_again(ws, tmp_path):
+    """The family's tests built their module from the edited tree, which its build recorded: a run
+    stopped in them (SIGTERM, as a closed terminal or a CI's timeout sends) leaves the edit kept as
+    unfinished, so asking again runs them again instead of finding nothing changed."""
+    from script_runs import wait_until
+
+    loaded = '    flashinfer.load("rope", 1)\n'
+    waiting = ROPE.replace(loaded, loaded + "    while os.path.exists(os.environ['HOLD']):\n        import time; time.sleep(0.05)\n")
+    assert waiting != ROPE
+    root, env, tree = rope_tree(ws, tmp_path, waiting)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    env = {**env, "HOLD": str(hold)}
+    (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
+    proc = subprocess.Popen([sys.executable, str(root / "scripts/affected.py")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **env})
+    try:
+        wait_until(lambda: Path(env["SEEN"]).is_file(), 120, "the rope tests started", proc)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        hold.unlink()
+    assert proc.returncode == 130, out
+    seen(env)
+    done, out = affected(root, env)
+    assert done.returncode == 1 and "the tests of rope it reaches did not finish at" in out, out
+    assert seen(env), "the rope tests did not run again"

@@ -215,8 +215,9 @@ def uncovered_edits(found: Found, ch: Changes, kept: Kept) -> None:
         if gap.reverted(path):
             ch.reverted.add(rel)
             continue
-        if gap.result == "failed":
-            print(f"affected: {rel}: the tests of {', '.join(gap.families)} it reaches failed at {gap.when} (kept): "
+        if gap.result != "not covered":
+            print(f"affected: {rel}: the tests of {', '.join(gap.families)} it reaches "
+                  f"{'failed' if gap.result == 'failed' else 'did not finish'} at {gap.when} (kept): "
                   "they run again until they pass, or it is reverted")
         else:
             print(f"affected: {rel} reached {', '.join(gap.families)} untested at {gap.when} (kept): "

@@ -34,6 +34,7 @@ from fidev.core.workspace import GENERATORS, INPUTS
 
 SCHEMA = "fidev-affected-verdicts/1"
 RESULTS = ("passed", "failed", "not covered", "unfinished")
+GAP_RESULTS = ("not covered", "failed", "unfinished")
 
 
 def fingerprint(build_dir: Path) -> str | None:
@@ -66,7 +67,7 @@ class Gap:
     was: list | None
     families: list[str]
     when: str
-    result: str = "not covered"  # or "failed": the families' tests ran in a run that failed
+    result: str = "not covered"  # or "failed" (the families' tests ran in a run that failed), or "unfinished" (in one that did not end)
 
     def reverted(self, path: Path) -> bool:
         """Whether the file holds what it held before the edit again (a new file: removed)."""
@@ -76,7 +77,7 @@ class Gap:
 def gaps_well_formed(gaps) -> bool:
     return isinstance(gaps, dict) and all(
         isinstance(g, dict) and set(g) | {"result"} == set(Gap.__dataclass_fields__) and is_fact(g["was"]) and isinstance(g["when"], str)
-        and g.get("result", "not covered") in ("not covered", "failed")
+        and g.get("result", "not covered") in GAP_RESULTS
         and isinstance(g["families"], list) and all(isinstance(f, str) for f in g["families"]) for g in gaps.values())
 
 
@@ -127,16 +128,17 @@ class Kept:
                                            "uncovered": {rel: vars(g) for rel, g in sorted(self.gaps.items())}}, indent=1))
 
     def keep_gaps(self, gaps: dict[str, list[str]], before: dict[str, list | None], pending: set[str],
-                  failed: dict[str, list[str]] | None = None) -> None:
+                  ran: dict[str, list[str]] | None = None, ran_result: str = "failed") -> None:
         """The run's gaps ({file: families}), and the files whose reached families' tests ran in a
-        run that failed (`failed`), each with its content before the edit: a kept one's, else
-        `before` (the tree's record as the run started, before its rebuild recorded it again); and
-        the kept ones of `pending`, files reverted that a tree record still holds as edited."""
+        run that did not pass (`ran`, kept as `ran_result`: "failed", or "unfinished" as the tests
+        start), each with its content before the edit: a kept one's, else `before` (the tree's
+        record as the run started, before its rebuild recorded it again); and the kept ones of
+        `pending`, files reverted that a tree record still holds as edited (or every kept one)."""
         when = time.strftime("%Y-%m-%d %H:%M:%S")
 
         def kept(rel: str, families: list[str], result: str) -> Gap:
             return Gap(self.gaps[rel].was if rel in self.gaps else before.get(rel), sorted(families), when, result)
 
         self.gaps = {**{rel: self.gaps[rel] for rel in pending if rel in self.gaps},
-                     **{rel: kept(rel, families, "failed") for rel, families in (failed or {}).items()},
+                     **{rel: kept(rel, families, ran_result) for rel, families in (ran or {}).items()},
                      **{rel: kept(rel, families, "not covered") for rel, families in gaps.items()}}
