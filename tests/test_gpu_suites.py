@@ -42,21 +42,6 @@ FLASHINFER_AOT_DIR = pathlib.Path(__file__).resolve().parents[1] / "data" / "aot
 with open(os.environ["FAKE_RECORD"], "a") as f:
     f.write(json.dumps({"jit_dir": str(FLASHINFER_JIT_DIR)}) + "\\n")
 """
-# flashinfer/jit/core.py at v0.6.3, what the suites touch: the registry gen_jit_spec registers each spec
-# with, JitSpec's is_aot property (fidev.jit.module_choice patches both) and JitSpec.build(self,
-# verbose, need_lock=True), which the fi fixture wraps; no module is built here.
-FAKE_JIT_CORE = """\
-class JitSpecRegistry:
-    def register(self, spec):
-        pass
-jit_spec_registry = JitSpecRegistry()
-class JitSpec:
-    is_aot = property(lambda self: False)
-    def build(self, verbose, need_lock=True):
-        pass
-def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
-    pass
-"""
 PROBE = """\
 import os, json
 def test_probe(fi):
@@ -96,7 +81,6 @@ def fake_flashinfer(tree):
     (tree / "flashinfer/__init__.py").write_text(f"__version__ = {pins().flashinfer!r}\nfrom flashinfer.jit import env as _env\n")
     (tree / "flashinfer/jit/__init__.py").write_text("")
     (tree / "flashinfer/jit/env.py").write_text(FAKE_FLASHINFER_ENV.replace("{version}", pins().flashinfer))
-    (tree / "flashinfer/jit/core.py").write_text(FAKE_JIT_CORE)
 
 
 def seen(record):
