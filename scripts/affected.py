@@ -174,12 +174,13 @@ def covered_or_not(status: int, selection: report.Selection, found: built.Found,
     modules' verdicts), so that asking again says them again; an edit reverted to what it was before
     its gap went untested is none."""
     gaps = {f: fams for f, fams in report.coverage_gaps(selection, found.tree, ran).items() if f not in changed.reverted}
+    untested = report.modules_untested(selection, ran, changed.lost)
     # a failed run's reached families built their modules from the edited tree, which their build
     # recorded: kept, or asking again would find nothing changed
     ran_and_failed = {f: fams for f, fams in selection.reached.items() if f not in changed.reverted} if status not in (0, report.NOT_COVERED) else {}
     kept.keep_gaps({f: fams for f, fams in gaps.items() if f != report.UNTOLD}, changed.before, changed.pending, ran_and_failed)
-    if gaps and status == 0:
-        report.not_covered(gaps)
+    if (gaps or untested) and status == 0:
+        report.not_covered(gaps, untested)
         record.verdict = "not covered"
         return report.NOT_COVERED
     if gaps:

@@ -205,3 +205,18 @@ def test_a_run_stopped_in_a_reached_familys_tests_runs_them_again(ws, tmp_path):
     done, out = affected(root, env)
     assert done.returncode == 1 and "the tests of rope it reaches did not finish at" in out, out
     assert seen(env), "the rope tests did not run again"
+
+
+def test_a_changed_module_no_test_of_which_ran_to_a_result_is_untested(tmp_path):
+    """Selected is not run: a module of FlashInfer's tests whose recorded file's cases all skipped
+    (or were never collected) is untested, and so is a module a generator edit may have changed with
+    no test to regenerate it by, unless a reached family's tests ran: not a pass (3)."""
+    tree = tmp_path / "flashinfer"
+    tree.mkdir()
+    recorded = {"rope_a": ["tests/attention/test_rope.py::test_rope[1]"], "topk_b": ["tests/utils/test_topk.py::test_top_k[1]"]}
+    sel = report.selection({"(generated)": {"rope_a", "topk_b"}}, {"rope_a": {}, "topk_b": {}}, {}, recorded, tree, [])
+    ran = ["tests/utils/test_topk.py::test_top_k"]  # test_rope.py: every case skipped
+    assert report.modules_untested(sel, ran, []) == ["rope_a"]
+    assert report.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == ["gen_only"]
+    sel.families = {"activation": ("utils/test_activation.py",)}
+    assert report.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == []

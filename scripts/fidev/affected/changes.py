@@ -39,6 +39,7 @@ class Changes:
     reverted: set[str] = field(default_factory=set)  # kept not-covered edits reverted since
     pending: set[str] = field(default_factory=set)  # those of them a tree record still holds as edited
     before: dict[str, list | None] = field(default_factory=dict)  # the tree's record as the run started
+    lost: list[str] = field(default_factory=list)  # modules a generator edit may change that nothing here can regenerate
 
 
 def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str], mode: str) -> tuple[dict, bool, set[str]]:
@@ -123,7 +124,7 @@ def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = T
     # a module of csrc/ files alone is as built (smoke's are made again all the same: cheaply, and build needs their JitSpecs)
     plain = [m.name for m in stale if m.name not in tier and not m.generated]
     stale = [m for m in stale if m.name not in plain]
-    lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
+    lost = ch.lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
     print(f"affected: {short(Path(f).name for f in ch.python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
           f"module(s), compiling nothing" + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else ""))
     theirs_stale = [m for m in stale if m.name not in tier and recorded.get(m.name)]

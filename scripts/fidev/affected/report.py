@@ -191,9 +191,25 @@ def coverage_gaps(sel: Selection, tree: Path, ran: list[str]) -> dict[str, list[
             if any(fam not in covered for fam in families)}
 
 
-def not_covered(gaps: dict[str, list[str]]) -> None:
+def modules_untested(sel: Selection, ran: list[str], lost: list[str]) -> list[str]:
+    """The changed modules no test of which ran to a result: none of smoke's (not in its tier), and
+    none of FlashInfer's recorded for them in a file where a case passed or failed (`ran`); and those
+    a generator edit may have changed that nothing here could regenerate (`lost`), unless a reached
+    family's tests ran."""
+    files = {t.split("::")[0] for t in ran}
+    untested = {name for name in sel.changed if name not in sel.tier
+                and not any(t.split("::")[0] in files for t in sel.recorded.get(name, []))}
+    return sorted(untested | (set() if sel.families and files else set(lost)))
+
+
+def not_covered(gaps: dict[str, list[str]], untested: list[str] = ()) -> None:
     """The lines that make an edit's gaps its own status, with the command that covers them."""
     families = sorted({fam for fams in gaps.values() for fam in fams})
+    if untested:
+        print(f"affected: no test of {short(untested)} ran here (none of smoke's, and none of FlashInfer's recorded for them ran "
+              "to a result): not a pass; `upstream-tests FAMILY` of their family runs and records them")
+    if not gaps:
+        return
     for f, fams in gaps.items():
         print(f"affected: {f} reaches {', '.join(fams)}, whose FlashInfer tests did not run here")
     print(f"affected: not a pass: {len(families)} kernel family(ies) the edit reaches went untested; "

@@ -198,8 +198,10 @@ class FlashInferTests:
             self.say_sample(done.sample)
         if done:
             self.exercised_files = {p.file for p in done.processes if p.counts.get("passed") or p.counts.get("failed")}
-            # every case skipped (nothing failed, nothing errored): no verdict of theirs, which the coverage says
-            self.all_skipped = not any(done.counts.get(k) for k in ("passed", "failed", "error")) and not done.failed_ids
+            # every case skipped (nothing failed, nothing errored): no verdict of theirs, but a gap the coverage
+            # says (affected's modules_untested, coverage_gaps); nothing selected at all stays a failure
+            self.all_skipped = (done.counts.get("skipped", 0) > 0 and not any(done.counts.get(k) for k in ("passed", "failed", "error"))
+                                and not done.failed_ids)
         if self.opened is not None:
             last = done.last_case_end if done else None
             first = done.started + done.first_failure_s if done and done.first_failure_s is not None else None
