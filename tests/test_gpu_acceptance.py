@@ -177,19 +177,23 @@ with open({argv!r}, "w") as f:
     json.dump(args, f)
 bug = lambda i, caught: {{"id": i, "caught": caught}}
 case = os.environ["RECORD_CASE"]
-bugs = {{"caught": [bug("a", True), bug("b", True)], "survivor": [bug("a", True), bug("b", False)], "none started": []}}[case]
-record = {{"schema": {schema!r}, "complete": True, "bugs": bugs, "left": ["a", "b"] if case == "none started" else [],
+bugs = {{"caught": [bug("a", True), bug("b", True)], "survivor": [bug("a", True), bug("b", False)], "none started": [],
+        "partly": [bug("a", True)], "broke": []}}[case]
+left = {{"none started": ["a", "b"], "partly": ["b"]}}.get(case, [])
+record = {{"schema": {schema!r}, "complete": True, "bugs": bugs, "left": left,
           "survivors": [b["id"] for b in bugs if not b["caught"]], "restored_failures": []}}
 with open(args[args.index("--record") + 1], "w") as f:
     json.dump(record, f)
-sys.exit({{"caught": 0, "survivor": 1, "none started": 3}}[case])
+sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "broke": 1}}[case])
 """
 
 
-@pytest.mark.parametrize(("case", "result"), [("caught", "pass"), ("survivor", "FAIL"), ("none started", None)])
+@pytest.mark.parametrize(("case", "result"), [("caught", "pass"), ("survivor", "FAIL"), ("none started", None), ("partly", None),
+                                              ("broke", "FAIL")])
 def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp_path, case, result):
-    """Within what is left of the part's --time-limit, on --planted-bugs; a part where no bug
-    started keeps no result, so that --resume starts the step again."""
+    """Within what is left of the part's --time-limit, on --planted-bugs; a part that ran out of
+    time with no failure keeps no result and names the bugs left for the next part; one whose tool
+    broke before any bug ran fails."""
     from fidev.tree import edits
 
     work, _, _, _ = acceptance_work(tmp_path)

@@ -429,10 +429,12 @@ def planted_bugs(run: Run) -> None:
         run.record("planted-bugs", False, seconds, f"exit {status}; {failure.problem}")
         return
     caught = [b["id"] for b in done["bugs"] if b["caught"]]
-    if not done["bugs"]:  # too little time was left for one: no result, so that --resume starts it again
-        print(f"planted-bugs: no bug started (left: {', '.join(done['left'])}); the step is left for the next part", flush=True)
+    if status == 3 and done["left"] and len(caught) == len(done["bugs"]) and not done["restored_failures"]:
+        # time ran out with no failure so far: no result, so that the next part runs the bugs left
+        print(f"planted-bugs: {len(caught)} caught so far ({record.name}); left for the next part: --steps planted-bugs "
+              f"--planted-bugs {','.join(done['left'])}", flush=True)
         return
-    run.record("planted-bugs", status in (0, 3) and len(caught) == len(done["bugs"]), seconds,
+    run.record("planted-bugs", status == 0 and done["bugs"] and len(caught) == len(done["bugs"]), seconds,
                f"exit {status}; caught {len(caught)} of {len(done['bugs'])}; survivors: {', '.join(done['survivors']) or 'none'}; "
                f"restored trees failing: {', '.join(done['restored_failures']) or 'none'}; left: {', '.join(done['left']) or 'none'}; {record.name}")
 
@@ -547,7 +549,7 @@ def main() -> int:
     left = [name for name in ran if not recorded(run, name)] + left  # one that kept no result: planted-bugs with no time for a bug
     print("\n" + table(run))
     if left:  # said last, after the table: what the next part runs
-        print(f"\nnot started, past --time-limit {ARGS.time_limit:.0f} s: --steps {','.join(left)}")
+        print(f"\nnot started, past --time-limit {ARGS.time_limit or 0:.0f} s: --steps {','.join(left)}")
         return 3
     return 0 if all(run.results[row]["result"] == "pass" for name in chosen for row in rows(name)) else 1
 
