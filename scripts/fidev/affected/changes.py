@@ -16,6 +16,7 @@ from fidev.affected.tests import FlashInferTests, cases_by_file, sample_of
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
 from fidev.core.failure import Failure
+from fidev.core.files import differs
 from fidev.core.workspace import GENERATORS
 from fidev.jit import module_choice
 from fidev.records import build_records, ninja_inputs
@@ -245,15 +246,33 @@ def standing_failures(found: Found, ch: Changes, kept: Kept) -> None:
             ch.changed[m.name] = {f"(the last run {verdict.result} at {verdict.when}: its tests run again)": verdict.result}
 
 
+def before_edits(found: Found) -> dict[str, list | None]:
+    """{file of the tree: its fact before the edit} as the run starts, before its rebuild records
+    it again: the generators (flashinfer/jit/) as the modules' records hold them, include/ and csrc/
+    as the JIT dirs' tree records do. Of several records, one that differs from the file now: a
+    record a later build made of the edited file is no content before the edit (a gap kept with it
+    would read as reverted at once)."""
+    facts: dict[str, list] = {}
+    for m in found.modules:
+        for rel, fact in build_records.generators_before(m.build_dir, found.tree).items():
+            facts.setdefault(rel, []).append(fact)
+    for d in found.dirs:
+        for rel, fact in build_records.tree_record(d).items():
+            facts.setdefault(rel, []).append(fact)
+    before = {}
+    for rel, candidates in facts.items():
+        differing = [fact for fact in candidates if differs(found.tree / rel, fact)]
+        if differing:
+            before[rel] = differing[0]
+    return before
+
+
 def find(found: Found, listing: bool, kept: Kept, sampled: bool = True) -> Changes:
     """What changed since the builds, each changed file with its modules, and the modules whose
     last verdict stands as not a pass."""
     generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
     ch = Changes(sorted({f for files in generators.values() for f in files}), generators)
-    for m in found.modules:  # the generators (flashinfer/jit/) as the modules were built from them
-        ch.before.update(build_records.generators_before(m.build_dir, found.tree))
-    for d in reversed(found.dirs):  # before the rebuild records it again: what a not-covered edit was
-        ch.before.update(build_records.tree_record(d))
+    ch.before = before_edits(found)
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         regenerate_edits(found, ch, listing, sampled)
     changed_modules(found, ch)
