@@ -114,10 +114,8 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     # a run stopped mid-way is no pass: kept with the inputs the rebuild records, as the tests start, or as the build fails or is stopped
     unfinished = {name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
                   if name in dirs and (chosen := selection.selectors({name}))}
-    reached = {f: fams for f, fams in selection.reached.items() if f not in changed.reverted}
-
     def keep_unfinished() -> None:  # the reached families' tests build from the edited tree, and record it: kept too
-        kept.keep_gaps({}, changed.before, set(kept.gaps), reached, "unfinished")
+        kept.keep_gaps({}, changed.before, set(kept.gaps), reached_edits(selection, changed), "unfinished")
         kept.record(unfinished)
 
     try:
@@ -166,6 +164,11 @@ def no_module_changed(listing: bool, selection: report.Selection, found: built.F
     return status
 
 
+def reached_edits(selection: report.Selection, changed: changes.Changes) -> dict[str, list[str]]:
+    """{edited file, not reverted since: the families whose tests it made run}."""
+    return {f: fams for f, fams in selection.reached.items() if f not in changed.reverted}
+
+
 def covered_or_not(status: int, selection: report.Selection, found: built.Found, record: affected_summary.Summary,
                    changed: changes.Changes, kept: verdicts.Kept, ran: list[str], passed: str = "passed") -> int:
     """The verdict: failed as the tests said; else not a pass where the edit reaches a kernel family
@@ -173,11 +176,11 @@ def covered_or_not(status: int, selection: report.Selection, found: built.Found,
     failed, not skipped alone; report.NOT_COVERED); else passed. The gaps are kept (written with the
     modules' verdicts), so that asking again says them again; an edit reverted to what it was before
     its gap went untested is none."""
-    gaps = {f: fams for f, fams in report.coverage_gaps(selection, found.tree, ran).items() if f not in changed.reverted}
+    gaps = {f: fams for f, fams in report.coverage_gaps(selection, ran).items() if f not in changed.reverted}
     untested = report.modules_untested(selection, ran, changed.lost)
     # a failed run's reached families built their modules from the edited tree, which their build
     # recorded: kept, or asking again would find nothing changed
-    ran_and_failed = {f: fams for f, fams in selection.reached.items() if f not in changed.reverted} if status not in (0, report.NOT_COVERED) else {}
+    ran_and_failed = reached_edits(selection, changed) if status not in (0, report.NOT_COVERED) else {}
     kept.keep_gaps({f: fams for f, fams in gaps.items() if f != report.UNTOLD}, changed.before, changed.pending, ran_and_failed)
     if (gaps or untested) and status == 0:
         report.not_covered(gaps, untested)

@@ -115,11 +115,11 @@ def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed
     sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
     assert sel.families == {"activation": ("utils/test_activation.py",)}
     assert sel.theirs == ["tests/utils/test_activation.py", "tests/utils/test_norm.py::test_norm"]
-    assert report.coverage_gaps(sel, tree, sel.theirs) == {}
+    assert report.coverage_gaps(sel, sel.theirs) == {}
     assert sel.file_tests("activation.py -> silu_and_mul.cu", {"silu_and_mul"}) >= {"tests/utils/test_activation.py"}  # its row's result
     (tree / "tests/utils/test_activation.py").unlink()  # not in the tree: a gap, not a run
     sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
-    assert sel.families == {} and report.coverage_gaps(sel, tree, sel.theirs) == {"flashinfer/jit/activation.py": ["activation"]}
+    assert sel.families == {} and report.coverage_gaps(sel, sel.theirs) == {"flashinfer/jit/activation.py": ["activation"]}
 
 
 def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):

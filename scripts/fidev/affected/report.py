@@ -37,6 +37,7 @@ class Selection:
     # changed module covers, whose tests are in the tree: they run too (a sample), building what they load
     families: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reached: dict[str, list[str]] = field(default_factory=dict)  # {edited file: those of `families` it reaches}
+    reach: dict[str, list[str]] = field(default_factory=dict)  # {edited file of the tree: every kernel family it reaches}
     generators: list[str] = field(default_factory=list)  # the edited Python files of the tree, relative to it
     sampled: bool = True  # FlashInfer's tests run as a sample (else --whole-family: every case)
 
@@ -97,11 +98,13 @@ def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], 
               tree: Path, generators: list[str], sampled: bool = True) -> Selection:
     """The selection, with the kernel families that compile each file no built module does;
     `generators`: the edited Python files of the tree (paths)."""
-    reaching = upstream_suites.families_compiling(tree, [f for f, names in by_file.items() if not names and not f.startswith(("/", "("))])
-    sel = Selection(by_file, changed, tier, recorded, reaching, generators=[under(tree, g) for g in generators], sampled=sampled)
-    reach = upstream_suites.families_compiling(tree, sel.tree_edits())
-    sel.families = families_to_run(sel, reach, tree)
-    sel.reached = {f: [fam for fam in fams if fam in sel.families] for f, fams in reach.items() if any(fam in sel.families for fam in fams)}
+    sel = Selection(by_file, changed, tier, recorded, generators=[under(tree, g) for g in generators], sampled=sampled)
+    unbuilt = [f for f, names in by_file.items() if not names and not f.startswith(("/", "("))]
+    # one walk of the tree's #include lines for every edited file (it reads the families' sources and headers)
+    sel.reach = upstream_suites.families_compiling(tree, sorted({*sel.tree_edits(), *unbuilt}))
+    sel.reaching = {f: sel.reach[f] for f in unbuilt}
+    sel.families = families_to_run(sel, tree)
+    sel.reached = {f: [fam for fam in fams if fam in sel.families] for f, fams in sel.reach.items() if any(fam in sel.families for fam in fams)}
     return sel
 
 
@@ -116,12 +119,12 @@ def under(tree: Path, path: str) -> str:
     return str(resolved.relative_to(real)) if resolved.is_relative_to(real) else path
 
 
-def families_to_run(sel: Selection, reach: dict[str, list[str]], tree: Path) -> dict[str, tuple[str, ...]]:
+def families_to_run(sel: Selection, tree: Path) -> dict[str, tuple[str, ...]]:
     """{family: its test nodes} for each kernel family whose sources compile an edited file of the
-    tree (`reach`: fidev.tree.families.families_compiling) and whose tests no recorded test of a
+    tree (sel.reach: fidev.tree.families.families_compiling) and whose tests no recorded test of a
     changed module is, where its test files are in the tree (the source fetch's tree has none: such
     a family stays a gap, said)."""
-    wanted = {fam for fams in reach.values() for fam in fams}
+    wanted = {fam for fams in sel.reach.values() for fam in fams}
     covered = families_covered(sel.recorded_tests)
     return {fam.name: fam.nodes for fam in upstream_suites.FAMILIES
             if fam.name in wanted and fam.name not in covered and all((tree / "tests" / node.split("::")[0]).is_file() for node in fam.nodes)}
@@ -180,10 +183,10 @@ def tree_files(by_file: dict[str, set[str]]) -> list[str]:
     return [f for f in by_file if f.startswith(("include/", "csrc/", "flashinfer/jit/"))]
 
 
-def coverage_gaps(sel: Selection, tree: Path, ran: list[str]) -> dict[str, list[str]]:
-    """{changed file: the kernel families whose sources compile it (fidev.tree.families) and whose
-    FlashInfer tests did not run}: smoke's tests are a verdict on what they call, not on a family."""
-    reach = upstream_suites.families_compiling(tree, sel.tree_edits())
+def coverage_gaps(sel: Selection, ran: list[str]) -> dict[str, list[str]]:
+    """{changed file: the kernel families whose sources compile it (sel.reach) and whose FlashInfer
+    tests did not run}: smoke's tests are a verdict on what they call, not on a family."""
+    reach = dict(sel.reach)
     if UNTOLD in sel.by_file:  # an edit no built module compiles cannot be told: it may reach any family
         reach[UNTOLD] = [fam.name for fam in upstream_suites.FAMILIES]
     covered = families_covered(ran)

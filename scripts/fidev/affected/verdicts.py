@@ -18,7 +18,8 @@ The file: fidev.core.workspace.VERDICTS in the version folder, {"schema": SCHEMA
 whose edit went untested: status 3) or "unfinished" (recorded once the rebuild is done, before the
 tests start, and where the build fails or is stopped: a run that does not end leaves that). `was`
 is fidev.core.files.file_fact's list, or null for a file the tree did not have; a file's `result`
-is "not covered" (the default, where it is absent) or "failed"."""
+is "not covered" (the default, where it is absent), "failed", or "unfinished" (kept as the
+families' tests start, for a run that does not end)."""
 
 from __future__ import annotations
 
