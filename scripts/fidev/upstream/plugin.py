@@ -74,6 +74,12 @@ def skip_kind(message: str) -> str:
     return FEATURE
 
 
+def fails_the_run(outcome: str | None, message: str = "") -> bool:
+    """Whether a case's outcome, as the outcomes lines say it, fails the run: a failure, an error,
+    or a skip FlashInfer's conftest made of a failure (an out-of-memory or missing-module skip)."""
+    return outcome in ("failed", "error") or (outcome == "skipped" and skip_kind(message) != FEATURE)
+
+
 def progress_path(outcomes: str | Path) -> Path:
     """Where a process whose outcomes go to `outcomes` writes its progress."""
     return Path(f"{outcomes}.progress")
@@ -369,7 +375,7 @@ class Outcomes:
         if report.skipped:
             message = self.skip_message(report)
             self.write(report.nodeid, "skipped", message)
-            if skip_kind(message) != FEATURE:
+            if fails_the_run("skipped", message):
                 self.failing(report.nodeid)
         elif report.when == "call":
             self.write(report.nodeid, report.outcome)

@@ -222,16 +222,11 @@ def not_run(path: Path) -> int | None:
     return max(0, found["total"] - len(done))
 
 
-def failing_entry(entry: dict) -> bool:
-    """An outcomes line that fails the run: a failure, an error, or a skip FlashInfer's conftest made of a failure."""
-    outcome = entry.get("outcome")
-    return outcome in ("failed", "error") or (outcome == "skipped" and skip_kind(entry.get("message", "")) != FEATURE)
-
-
 def first_failure(run_dir: Path) -> float | None:
     """When the run's first failing case ended (time.time()), by its processes' outcomes files; None where none failed."""
     return min((entry["t"] for f in run_dir.glob("*.jsonl") for entry in entries(f)
-                if failing_entry(entry) and isinstance(entry.get("t"), (int, float))), default=None)
+                if upstream_plugin.fails_the_run(entry.get("outcome"), entry.get("message", "")) and isinstance(entry.get("t"), (int, float))),
+               default=None)
 
 
 def read_collected(path: Path) -> set[str]:
