@@ -9,7 +9,9 @@
    Python file changed, the modules with generated sources are regenerated without compiling
    (smoke's through fidev.builds.smoke_modules; FlashInfer's tests' by the generator call their build
    recorded, else a dry run of a test recorded for them, FLASHINFER_DISABLE_JIT=1) and their
-   generated sources compared by content.
+   generated sources compared by content. And what changed since affected's own last verdict,
+   where build, smoke or upstream-tests built the edit first, so no build record shows it
+   (fidev.affected.changes.since_judged; before any verdict, against the pinned release).
 2. The modules' tests: smoke's and abi-smoke's from fidev.builds.smoke_modules; FlashInfer's own from the
    record the upstream-tests plan keeps beside the JIT dir (which test asked for which module), as
    a sample of their cases (upstream-tests --sample: every value of every parameter of each test
@@ -100,10 +102,13 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     changed = changes.find(found, args.list, kept, not args.whole_family)
     if not changed.by_file:
         nothing_changed(found, kept, time.perf_counter() - started)
+        if not args.list:
+            kept.judged = changed.now
+            kept.record({})
         record.verdict = "nothing changed"
         return 0
-    selection = report.selection(changed.by_file, changed.changed, found.tier, found.recorded, found.tree, changed.python_edits,
-                                 not args.whole_family)
+    selection = report.selection(changed.by_file, changed.changed, found.tier, found.recorded, found.tree,
+                                 [*changed.python_edits, *changed.unjudged_generators], not args.whole_family)
     record.changed, record.tests = selection.changed_files(), [*selection.ours, *selection.theirs]
     if args.list or not (changed.changed or selection.families):
         print(report.table(selection.rows()))
@@ -133,6 +138,7 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     ran = [t for t in selection.theirs if t.split("::")[0] in outcome.exercised_files]
     status = covered_or_not(status, selection, found, record, changed, kept, ran)
     results = report.module_results(selection, outcome.failed, outcome.broken, covered=status != report.NOT_COVERED)
+    kept.judged = changed.now  # judged: what it did not pass is kept above, per module and per file
     kept.record({name: (dirs[name], *result) for name, result in results.items() if name in dirs})
     return status
 
@@ -160,6 +166,7 @@ def no_module_changed(listing: bool, selection: report.Selection, found: built.F
         record.verdict = "listed"
         return 0
     status = covered_or_not(0, selection, found, record, changed, kept, [], "no module changed")
+    kept.judged = changed.now
     kept.record({})
     return status
 

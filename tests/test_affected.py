@@ -315,6 +315,58 @@ def test_a_module_whose_tests_passed_in_a_not_covered_run_is_not_covered_until_t
     assert last.returncode == 0 and "nothing changed" in last.stdout and ": passed (" in last.stdout, last.stdout
 
 
+def rebuild(jit_dir, name, tree):
+    """A module built again as `build` does (ninja, then its records, the tree's among them)."""
+    subprocess.run(["ninja", "-C", str(jit_dir / name)], check=True, capture_output=True)
+    module_builds.record_build(jit_dir / name, jit_dir / name / "build.ninja", tree=tree)
+
+
+def test_an_edit_built_by_build_before_affected_ran_is_judged_and_a_failure_stays(ws):
+    """affected judges the tree, not only the builds: an edit that `build` (or smoke, through it)
+    compiled and recorded before affected ran shows in no build record, yet it differs from the
+    tree as affected's last verdict judged it. Its module's tests run and fail (exit 1), asking
+    again fails again; the header reverted, it passes, then nothing changed."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, jit_dir, env = ws
+    header = tree / "include/flashinfer/norm.cuh"
+    smoke = PASSING_SMOKE["smoke/test_kernels.py"].replace("def test_rmsnorm():\n    pass",
+                                                             f"def test_rmsnorm():\n    assert 'K = 2' not in open({str(header)!r}).read()")
+    for rel, text in {**PASSING_SMOKE, "smoke/test_kernels.py": smoke}.items():
+        (root / "tests" / rel).write_text(text)
+    first = affected(root, env)
+    assert first.returncode == 0 and "nothing changed" in first.stdout, first.stdout + first.stderr
+    header.write_text("constexpr int K = 2;\n")
+    rebuild(jit_dir, "norm", tree)
+    listed = affected(root, env, "--list").stdout
+    assert "include/flashinfer/norm.cuh changed since its last verdict, and a build recorded the edit since" in listed, listed
+    for attempt in ("edit", "again"):  # again: the failure kept (fidev.affected.verdicts)
+        done = affected(root, env)
+        assert done.returncode == 1 and "nothing changed" not in done.stdout, (attempt, done.stdout + done.stderr)
+        assert "test_rmsnorm" in done.stdout, done.stdout
+    header.write_text("constexpr int K = 1;\n")
+    rebuild(jit_dir, "norm", tree)  # reverted, and built before affected ran: judged all the same
+    back = affected(root, env)
+    assert back.returncode == 0 and "every selected test passed" in back.stdout, back.stdout + back.stderr
+    last = affected(root, env)
+    assert last.returncode == 0 and "nothing changed" in last.stdout, last.stdout
+
+
+def test_a_family_only_edit_built_before_affected_ran_is_not_covered(ws):
+    """An edit only the page family compiles, then a build of another module that records the tree
+    with it: not covered (3), as if no build had run between, not "nothing changed"."""
+    tree, root, jit_dir, env = ws
+    (tree / "csrc/page.cu").write_text('#include "flashinfer/page.cuh"\n')
+    page = tree / "include/flashinfer/page.cuh"
+    page.write_text("constexpr int P = 1;\n")
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
+    assert "nothing changed" in affected(root, env).stdout  # the verdict that judges P = 1
+    page.write_text("constexpr int P = 2;\n")
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # the edit recorded as built
+    done = affected(root, env)
+    assert done.returncode == 3 and "nothing changed" not in done.stdout, done.stdout + done.stderr
+    assert "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
+
+
 def test_the_prebuilt_mode_with_a_jit_cache_is_refused_and_auto_needs_the_release(ws, tmp_path):
     """With flashinfer-jit-cache importable, FlashInfer loads its copy of a module instead of the
     rebuilt one (flashinfer/jit/core.py, JitSpec.build_and_load, at v0.6.3): affected would test nothing."""

@@ -220,3 +220,35 @@ def test_a_changed_module_no_test_of_which_ran_to_a_result_is_untested(tmp_path)
     assert report.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == ["gen_only"]
     sel.families = {"activation": ("utils/test_activation.py",)}
     assert report.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == []
+
+
+@needs_a_build
+def test_an_edit_a_build_recorded_before_affected_judged_it_runs_its_familys_tests(ws, tmp_path):
+    """The rope bug, then a build that records the tree with it (as `build`, `smoke` and
+    upstream-tests do, fidev.builds.module_builds.record_build): no build record shows the edit.
+    affected's first verdict tells it against the pinned release, a later one against the tree as
+    its last verdict judged it: both run rope's tests and fail, never "nothing changed"."""
+    from fidev.builds import module_builds
+
+    root, env, tree = rope_tree(ws, tmp_path, ROPE)
+    (build_dir,) = [p.parent for p in Path(env["FLASHINFER_WORKSPACE_BASE"]).glob(".cache/flashinfer/*/*/cached_ops/*/build.ninja")]
+    saved = tmp_path / "pos_enc.cuh"
+    shutil.copy2(tree / HEADER, saved)
+
+    def edit_then_build() -> None:
+        (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
+        module_builds.record_build(build_dir, build_dir / "build.ninja", tree=tree)
+
+    edit_then_build()  # before any verdict of affected
+    done, out = affected(root, env)
+    assert done.returncode == 1 and "nothing changed" not in out, out
+    assert "include/flashinfer/pos_enc.cuh changed since its last verdict, and a build recorded the edit since" in out, out
+    assert "tests/attention/test_rope.py::test_rope[" in out and seen(env), out
+    shutil.copy2(saved, tree / HEADER)  # cp -p: reverted, and passing
+    done, out = affected(root, env)
+    assert done.returncode == 0, out
+    seen(env)
+    edit_then_build()  # after a passing verdict
+    done, out = affected(root, env)
+    assert done.returncode == 1 and "nothing changed" not in out and seen(env), out
+    assert "changed since its last verdict" in out, out

@@ -17,9 +17,11 @@ from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
 from fidev.core.failure import Failure
 from fidev.core.files import differs
+from fidev.core.manifest import pins
 from fidev.core.workspace import GENERATORS
 from fidev.jit import module_choice
 from fidev.records import build_records, ninja_inputs
+from fidev.tree import release_reference
 
 
 @dataclass
@@ -41,6 +43,8 @@ class Changes:
     pending: set[str] = field(default_factory=set)  # those of them a tree record still holds as edited
     before: dict[str, list | None] = field(default_factory=dict)  # the tree's record as the run started
     lost: list[str] = field(default_factory=list)  # modules a generator edit may change that nothing here can regenerate
+    now: dict[str, list | None] = field(default_factory=dict)  # the tree as this run judges it (build_records.tree_snapshot)
+    unjudged_generators: list[str] = field(default_factory=list)  # generators edited since affected's last verdict, built since
 
 
 def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str], mode: str) -> tuple[dict, bool, set[str]]:
@@ -204,8 +208,65 @@ def files_changed(found: Found, ch: Changes) -> None:
 
 def compiling(found: Found, path: Path) -> list[str]:
     """The built modules that compile `path`, by their recorded inputs (resolved as built.Resolver does)."""
-    resolved, real = Resolver(), str(path.resolve())
-    return [m.name for m in found.modules if any(resolved(p) == real for p in ninja_inputs.inputs(m.build_dir, m.ninja_path))]
+    return compilers(found).get(str(path.resolve()), [])
+
+
+def compilers(found: Found) -> dict[str, list[str]]:
+    """{input of a built module, resolved as built.Resolver does: the modules that compile it}."""
+    resolved, by_input = Resolver(), {}
+    for m in found.modules:
+        for p in ninja_inputs.inputs(m.build_dir, m.ninja_path):
+            names = by_input.setdefault(resolved(p), [])
+            if m.name not in names:
+                names.append(m.name)
+    return by_input
+
+
+def unjudged(found: Found, ch: Changes, judged: dict[str, list | None] | None) -> list[str]:
+    """The files of affected's snapshot (build_records.tree_snapshot) that differ from its last
+    verdict's (`judged`); where it has given none here, those that differ from the pinned release
+    (fidev.tree.release_reference), or none where the tree has no release to tell them by (said)."""
+    if judged is not None:
+        return sorted(rel for rel in set(ch.now) | set(judged)
+                      if rel not in judged or rel not in ch.now or (judged[rel] or [None] * 3)[2:] != (ch.now[rel] or [None] * 3)[2:])
+    try:
+        return [rel for rel in release_reference.edited_files(found.tree, pins()) if build_records.judged_part(rel)]
+    except Failure as failure:
+        print(f"affected: no verdict of its own is kept here yet, and {failure.problem}: an edit a build recorded before this run "
+              "is not seen (every later one is)")
+        return []
+
+
+def since_judged(found: Found, ch: Changes, kept: Kept) -> None:
+    """The files edited since affected's last verdict that no build record shows, because a build
+    (build, smoke, upstream-tests) recorded them since: each with the modules that compile it (an
+    include/ or csrc/ file, by their recorded inputs) or that were generated after it (a generator,
+    by their generators record), whose tests run (rebuilding them is a no-op); the kernel families
+    it reaches run theirs (fidev.affected.report.selection). A kept gap's file reverted to its
+    content before the edit is none."""
+    shown = set(ch.by_file) | ch.reverted | {under for f in ch.python_edits if (under := _in(found.tree, f))}
+    edits = [rel for rel in unjudged(found, ch, kept.judged) if rel not in shown and (found.tree / rel).exists()]
+    if not edits:
+        return
+    by_input = compilers(found) if any(not rel.startswith("flashinfer/") for rel in edits) else {}
+    for rel in edits:
+        path = found.tree / rel
+        if rel.startswith("flashinfer/"):
+            modules = [m.name for m in found.modules if (m.generated or m.name in found.tier)
+                       and (fact := build_records.generators_before(m.build_dir, found.tree).get(rel)) and not differs(path, fact)]
+            ch.unjudged_generators.append(str(path))
+        else:
+            modules = by_input.get(str(path.resolve()), [])
+        for name in modules:
+            ch.changed.setdefault(name, {})[str(path)] = "built since"
+        ch.by_file[rel] = set(modules)
+    print(f"affected: {short(edits)} changed since its last verdict, and a build recorded the edit since: "
+          "its modules' tests and its kernel families' run")
+
+
+def _in(tree: Path, path: str) -> str | None:
+    resolved, real = Path(path).resolve(), tree.resolve()
+    return str(resolved.relative_to(real)) if resolved.is_relative_to(real) else None
 
 
 def uncovered_edits(found: Found, ch: Changes, kept: Kept) -> None:
@@ -272,6 +333,7 @@ def find(found: Found, listing: bool, kept: Kept, sampled: bool = True) -> Chang
     last verdict stands as not a pass."""
     generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
     ch = Changes(sorted({f for files in generators.values() for f in files}), generators)
+    ch.now = build_records.tree_snapshot(found.tree, kept.judged)
     ch.before = before_edits(found)
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         regenerate_edits(found, ch, listing, sampled)
@@ -279,4 +341,5 @@ def find(found: Found, listing: bool, kept: Kept, sampled: bool = True) -> Chang
     uncovered_edits(found, ch, kept)
     standing_failures(found, ch, kept)
     files_changed(found, ch)
+    since_judged(found, ch, kept)
     return ch

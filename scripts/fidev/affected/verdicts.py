@@ -11,10 +11,16 @@ not covered again, whatever build records the tree meanwhile. So is an edit whos
 families' tests ran in a run that failed (result "failed"): the modules they built record the
 edited tree, so without it asking again would find nothing changed; it runs them again instead.
 
+And the tree as affected last gave a verdict on it (`judged`: include/, csrc/ and the generators
+of flashinfer/jit/, as the run that gave it started): a file that differs from it is an edit
+affected has not judged, even where a build (build, smoke, upstream-tests) recorded the edited file
+since and so no build record shows it (fidev.affected.changes.since_judged).
+
 The file: fidev.core.workspace.VERDICTS in the version folder, {"schema": SCHEMA, "modules":
 {name: {"inputs", "result", "when", "tests", "failed"}}, "uncovered": {file relative to the tree:
-{"was", "families", "when", "result"}}}, written whole (a temporary file renamed); a file without
-`uncovered` keeps none. A result is "passed", "failed", "not covered" (its tests passed in a run
+{"was", "families", "when", "result"}}, "judged": {file relative to the tree: its fact}}, written
+whole (a temporary file renamed); a file without `uncovered` keeps none, one without `judged` has
+judged nothing yet. A result is "passed", "failed", "not covered" (its tests passed in a run
 whose edit went untested: status 3) or "unfinished" (recorded once the rebuild is done, before the
 tests start, and where the build fails or is stopped: a run that does not end leaves that). `was`
 is fidev.core.files.file_fact's list, or null for a file the tree did not have; a file's `result`
@@ -98,6 +104,7 @@ class Kept:
     def __init__(self, path: Path):
         self.path, self.problem, self.modules = path, None, {}
         self.gaps: dict[str, Gap] = {}
+        self.judged: dict[str, list | None] | None = None
         if not path.exists():
             return
         try:
@@ -105,11 +112,14 @@ class Kept:
         except Failure as failure:
             self.problem = failure.problem
             return
-        if not well_formed(data.get("modules")) or not gaps_well_formed(data.get("uncovered", {})):
+        judged = data.get("judged", {})
+        if not well_formed(data.get("modules")) or not gaps_well_formed(data.get("uncovered", {})) or \
+                not (isinstance(judged, dict) and all(is_fact(fact) for fact in judged.values())):
             self.problem = f"affected's kept verdicts {path} cannot be read (they are not of the shape {SCHEMA} gives them)"
             return
         self.modules = {name: Verdict(**v) for name, v in data["modules"].items()}
         self.gaps = {rel: Gap(**g) for rel, g in data.get("uncovered", {}).items()}
+        self.judged = data.get("judged")
 
     def standing(self, name: str, build_dir: Path) -> Verdict | None:
         """The module's verdict, where its inputs are still those it was given on."""
@@ -125,8 +135,11 @@ class Kept:
                 self.modules.pop(name, None)
             else:
                 self.modules[name] = Verdict(inputs, result, when, sorted(tests), sorted(failed))
-        write_whole(self.path, json.dumps({"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())},
-                                           "uncovered": {rel: vars(g) for rel, g in sorted(self.gaps.items())}}, indent=1))
+        data = {"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())},
+                "uncovered": {rel: vars(g) for rel, g in sorted(self.gaps.items())}}
+        if self.judged is not None:
+            data["judged"] = dict(sorted(self.judged.items()))
+        write_whole(self.path, json.dumps(data, indent=1))
 
     def keep_gaps(self, gaps: dict[str, list[str]], before: dict[str, list | None], pending: set[str],
                   ran: dict[str, list[str]] | None = None, ran_result: str = "failed") -> None:
