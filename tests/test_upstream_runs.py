@@ -17,6 +17,7 @@ import pytest
 
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import families as upstream_suites
+from fidev.tree import release_reference
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import summary as upstream_summary
 from script_runs import require, two_line_failure, wait_until
@@ -546,6 +547,7 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     by_generator = "    from flashinfer.jit import gens\n    return gens.gen_module(name, n)"
     init.write_text(init.read_text().replace("    return core.gen_jit_spec(name, n)", by_generator))
     (tree / "tests/utils/test_norm.py").write_text(TEST_NORM_GENERATED)
+    release_reference.record_release(tree)  # the stand-in package is the release's: gens.py's edit below is the one edit
     env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), str(site)])}
     done = upstream(root, env, "norm", "--yes")  # the plan records which test needs which module; the run builds them, and keeps calls
     assert done.returncode == 0 and "upstream-tests: 4 passed" in done.stdout, done.stdout + done.stderr
