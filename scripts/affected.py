@@ -184,7 +184,7 @@ def covered_or_not(status: int, selection: report.Selection, found: built.Found,
     modules' verdicts), so that asking again says them again; an edit reverted to what it was before
     its gap went untested is none."""
     gaps = {f: fams for f, fams in report.coverage_gaps(selection, ran).items() if f not in changed.reverted}
-    untested = report.modules_untested(selection, ran, changed.lost)
+    untested = report.modules_untested(selection, ran, changed.lost, changed.owners)
     # a failed run's reached families built their modules from the edited tree, which their build
     # recorded: kept, or asking again would find nothing changed
     ran_and_failed = reached_edits(selection, changed) if status not in (0, report.NOT_COVERED) else {}

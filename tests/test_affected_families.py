@@ -252,3 +252,22 @@ def test_an_edit_a_build_recorded_before_affected_judged_it_runs_its_familys_tes
     done, out = affected(root, env)
     assert done.returncode == 1 and "nothing changed" not in out and seen(env), out
     assert "changed since its last verdict" in out, out
+
+
+def test_a_module_built_from_a_familys_sources_is_tested_by_a_run_of_that_familys_tests(tmp_path):
+    """The rope module a run of rope's tests built (with no plan, so no record of which test needs
+    it) compiles csrc/rope.cu, one of the family's sources: once rope's tests run to a result it is
+    tested, so reverting the edit passes; a module that compiles only the header is no family's,
+    and a run of norm's tests tests neither."""
+    from fidev.tree import families
+
+    tree = tmp_path / "flashinfer"
+    for rel in ("csrc/rope.cu", "csrc/norm.cu", HEADER):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text("")
+    header = str((tree / HEADER).resolve())
+    owners = families.owners(tree, {"rope": {str((tree / "csrc/rope.cu").resolve()), header}, "other": {header}})
+    assert owners == {"rope": ["rope"]}
+    sel = report.Selection({HEADER: {"rope", "other"}}, {"rope": {}, "other": {}}, {}, {})
+    assert report.modules_untested(sel, ["tests/attention/test_rope.py::test_rope"], [], owners) == ["other"]
+    assert report.modules_untested(sel, ["tests/utils/test_norm.py::test_norm"], [], owners) == ["other", "rope"]

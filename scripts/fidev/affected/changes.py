@@ -5,8 +5,10 @@ sources regenerated without compiling, so that their sources show what changed."
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from fidev.core.manifest import pins
 from fidev.core.workspace import GENERATORS
 from fidev.jit import module_choice
 from fidev.records import build_records, ninja_inputs
-from fidev.tree import release_reference
+from fidev.tree import families, release_reference
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Changes:
     lost: list[str] = field(default_factory=list)  # modules a generator edit may change that nothing here can regenerate
     now: dict[str, list | None] = field(default_factory=dict)  # the tree as this run judges it (build_records.tree_snapshot)
     unjudged_generators: list[str] = field(default_factory=list)  # generators edited since affected's last verdict, built since
+    owners: dict[str, list[str]] = field(default_factory=dict)  # {changed module: the families whose sources it compiles}
 
 
 def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str], mode: str) -> tuple[dict, bool, set[str]]:
@@ -237,7 +240,7 @@ def unjudged(found: Found, ch: Changes, judged: dict[str, list | None] | None) -
         return []
 
 
-def since_judged(found: Found, ch: Changes, kept: Kept) -> None:
+def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], dict[str, list[str]]]) -> None:
     """The files edited since affected's last verdict that no build record shows, because a build
     (build, smoke, upstream-tests) recorded them since: each with the modules that compile it (an
     include/ or csrc/ file, by their recorded inputs) or that were generated after it (a generator,
@@ -248,7 +251,6 @@ def since_judged(found: Found, ch: Changes, kept: Kept) -> None:
     edits = [rel for rel in unjudged(found, ch, kept.judged) if rel not in shown and (found.tree / rel).exists()]
     if not edits:
         return
-    by_input = compilers(found) if any(not rel.startswith("flashinfer/") for rel in edits) else {}
     for rel in edits:
         path = found.tree / rel
         if rel.startswith("flashinfer/"):
@@ -256,7 +258,7 @@ def since_judged(found: Found, ch: Changes, kept: Kept) -> None:
                        and (fact := build_records.generators_before(m.build_dir, found.tree).get(rel)) and not differs(path, fact)]
             ch.unjudged_generators.append(str(path))
         else:
-            modules = by_input.get(str(path.resolve()), [])
+            modules = by_input().get(str(path.resolve()), [])
         for name in modules:
             ch.changed.setdefault(name, {})[str(path)] = "built since"
         ch.by_file[rel] = set(modules)
@@ -341,5 +343,13 @@ def find(found: Found, listing: bool, kept: Kept, sampled: bool = True) -> Chang
     uncovered_edits(found, ch, kept)
     standing_failures(found, ch, kept)
     files_changed(found, ch)
-    since_judged(found, ch, kept)
+    by_input = functools.cache(lambda: compilers(found))  # read once, where a change needs it
+    since_judged(found, ch, kept, by_input)
+    if ch.changed:
+        inputs: dict[str, set[str]] = {}
+        for path, names in by_input().items():
+            for name in names:
+                if name in ch.changed:
+                    inputs.setdefault(name, set()).add(path)
+        ch.owners = families.owners(found.tree, inputs)
     return ch

@@ -121,3 +121,13 @@ def families_compiling(tree: Path, changed: list[str]) -> dict[str, list[str]]:
         for path in seen & wanted.keys():
             reach[wanted[path]].append(family.name)
     return reach
+
+
+def owners(tree: Path, inputs: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{module: the families whose sources (`Family.sources`, resolved) it compiles}, of modules
+    given with their inputs (resolved paths): a module built from csrc/rope.cu is rope's, whichever
+    test built it, so a run of rope's tests is a run of its tests."""
+    tree = tree.resolve()
+    sources = {str(p.resolve()): family.name for family in FAMILIES for pattern in family.sources for p in tree.glob(pattern) if p.is_file()}
+    return {name: sorted({sources[p] for p in paths if p in sources}) for name, paths in inputs.items()
+            if any(p in sources for p in paths)}
