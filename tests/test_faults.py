@@ -166,6 +166,14 @@ def fake_flashinfer(tmp_path, *, where=None, data=True, archs="{(9, 0)}"):
     return {"PYTHONPATH": f"{pkg.parent}{os.pathsep}{ROOT / 'scripts'}"}
 
 
+def as_a_terminal_starts_it() -> None:
+    """In the child, before it runs: Ctrl-C's default action, as a process a terminal starts has. A
+    runner that starts the suite in the background (a non-interactive shell's `&` ignores SIGINT,
+    and an ignored signal stays ignored across exec) would pass that on: Python then raises no
+    KeyboardInterrupt, and the interrupted script would run on to its own stall limit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_when(proc, ready, within=30, late=0.0):
     """SIGINT to `proc` (as Ctrl-C sends it) once ready() holds, `late` seconds after (a busy host's
     delay: the signal must still be what ends the run, not a timeout of the script's own)."""
@@ -272,7 +280,8 @@ def test_ctrl_c_during_the_download_leaves_no_temporary_folder(tmp_path, index_s
     publish_sdist(index_server, os.urandom(4 << 20), behaviour="stall")
     dest = tmp_path / "extern" / "fi"
     proc = subprocess.Popen([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(dest)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **index_env(index_server, timeout_s=120)})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **index_env(index_server, timeout_s=120)},
+                            preexec_fn=as_a_terminal_starts_it)
     # the stall limit far past the signal, which comes 6 s late: it, not the limit, ends the download
     done = interrupt_when(proc, lambda: index_server.hits.get(f"/files/{P.sdist_name}"), late=6)
     expect(done, "fetch-interrupted", status=130)
@@ -544,7 +553,7 @@ def test_ctrl_c_during_a_download(tmp_path, index_server):
     cache = tmp_path / "cache"
     proc = subprocess.Popen([sys.executable, str(ROOT / "scripts/prefetch.py"), str(crate(tmp_path, index_server, "stall", os.urandom(8 << 20))),
                              "--arch", "x86_64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)})
+                            env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)}, preexec_fn=as_a_terminal_starts_it)
     done = interrupt_when(proc, lambda: (cache / "wheels").exists() and any(".tmp-" in p.name for p in (cache / "wheels").iterdir()))
     expect(done, "download-interrupted", status=130)
     assert leftovers(cache) == []
