@@ -196,15 +196,15 @@ def coverage_gaps(sel: Selection, ran: list[str]) -> dict[str, list[str]]:
 
 def modules_untested(sel: Selection, ran: list[str], lost: list[str], owners: dict[str, list[str]] | None = None) -> list[str]:
     """The changed modules no test of which ran to a result: none of smoke's (not in its tier), none
-    of FlashInfer's recorded for them in a file where a case passed or failed (`ran`), and none of
-    the family whose sources they compile (`owners`, fidev.tree.families.owners: a module the
-    family's tests built with no record of which test needs it); and those a generator edit may
+    of FlashInfer's recorded for them in a file where a case passed or failed (`ran`), and, for a
+    module with no test recorded (one the family's tests built without a plan), none of the family
+    whose sources it compiles (`owners`, fidev.tree.families.owners); and those a generator edit may
     have changed that nothing here could regenerate (`lost`), unless a reached family's tests ran."""
     files = {t.split("::")[0] for t in ran}
     by_family = {fam.name: {f"tests/{node.split('::')[0]}" for node in fam.nodes} for fam in upstream_suites.FAMILIES}
     untested = {name for name in sel.changed if name not in sel.tier
                 and not any(t.split("::")[0] in files for t in sel.recorded.get(name, []))
-                and not any(by_family[fam] & files for fam in (owners or {}).get(name, []))}
+                and not (not sel.recorded.get(name) and any(by_family[fam] & files for fam in (owners or {}).get(name, [])))}
     return sorted(untested | (set() if sel.families and files else set(lost)))
 
 
