@@ -367,6 +367,43 @@ def test_a_family_only_edit_built_before_affected_ran_is_not_covered(ws):
     assert "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
 
 
+def test_a_not_covered_edit_a_build_recorded_first_ends_once_it_is_reverted(ws):
+    """No build record holds page.cuh as it was before the edit (a build recorded the edit first):
+    its content as affected's last verdict judged it is its content before the edit, so reverting
+    it ends the kept not-covered verdict."""
+    tree, root, jit_dir, env = ws
+    (tree / "csrc/page.cu").write_text('#include "flashinfer/page.cuh"\n')
+    page = tree / "include/flashinfer/page.cuh"
+    page.write_text("constexpr int P = 1;\n")
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
+    assert "nothing changed" in affected(root, env).stdout
+    page.write_text("constexpr int P = 2;\n")
+    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
+    assert affected(root, env).returncode == 3
+    page.write_text("constexpr int P = 1;\n")  # reverted
+    back = affected(root, env)
+    assert back.returncode == 0 and "nothing changed" in back.stdout, back.stdout + back.stderr
+
+
+@pytest.mark.parametrize("rel", ["flashinfer/jit/activation.py", "flashinfer/fp4_quantization.py"])
+def test_a_python_edit_a_build_recorded_first_is_judged_wherever_in_the_package(ws, rel):
+    """A generator may be any of the package's Python files (flashinfer/fp4_quantization.py's
+    gen_fp4_quantization_module at v0.6.3): edited, then built, it is an edit to affected, with the
+    modules generated after it (smoke's norm here)."""
+    tree, root, jit_dir, env = ws
+    generator = tree / rel
+    generator.write_text("# a generator\n")
+    for name in ("norm", "norm_upstream"):
+        module_builds.record_build(jit_dir / name, jit_dir / name / "build.ninja", tree=tree)
+    assert "nothing changed" in affected(root, env).stdout
+    generator.write_text("# a generator, edited\n")
+    for name in ("norm", "norm_upstream"):
+        module_builds.record_build(jit_dir / name, jit_dir / name / "build.ninja", tree=tree)
+    done = affected(root, env, "--list")
+    assert "nothing changed" not in done.stdout and f"{rel} changed since its last verdict" in done.stdout, done.stdout
+    assert any(line.startswith(rel) and line.split()[1] == "norm" for line in done.stdout.splitlines()), done.stdout
+
+
 def test_the_prebuilt_mode_with_a_jit_cache_is_refused_and_auto_needs_the_release(ws, tmp_path):
     """With flashinfer-jit-cache importable, FlashInfer loads its copy of a module instead of the
     rebuilt one (flashinfer/jit/core.py, JitSpec.build_and_load, at v0.6.3): affected would test nothing."""

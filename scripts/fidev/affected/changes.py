@@ -225,19 +225,21 @@ def compilers(found: Found) -> dict[str, list[str]]:
     return by_input
 
 
-def unjudged(found: Found, ch: Changes, judged: dict[str, list | None] | None) -> list[str]:
+def unjudged(found: Found, ch: Changes, judged: dict[str, list | None] | None) -> tuple[list[str], dict[str, list | None]]:
     """The files of affected's snapshot (build_records.tree_snapshot) that differ from its last
-    verdict's (`judged`); where it has given none here, those that differ from the pinned release
-    (fidev.tree.release_reference), or none where the tree has no release to tell them by (said)."""
+    verdict's (`judged`), with their facts there; where it has given none here, those that differ
+    from the pinned release (fidev.tree.release_reference), with their released facts where the
+    release's record has them, or none where the tree has no release to tell them by (said)."""
     if judged is not None:
         return sorted(rel for rel in set(ch.now) | set(judged)
-                      if rel not in judged or rel not in ch.now or (judged[rel] or [None] * 3)[2:] != (ch.now[rel] or [None] * 3)[2:])
+                      if rel not in judged or rel not in ch.now or (judged[rel] or [None] * 3)[2:] != (ch.now[rel] or [None] * 3)[2:]), judged
     try:
-        return [rel for rel in release_reference.edited_files(found.tree, pins()) if build_records.judged_part(rel)]
+        edits = [rel for rel in release_reference.edited_files(found.tree, pins()) if build_records.judged_part(rel)]
     except Failure as failure:
         print(f"affected: no verdict of its own is kept here yet, and {failure.problem}: an edit a build recorded before this run "
               "is not seen (every later one is)")
-        return []
+        return [], {}
+    return edits, release_reference.released_facts(found.tree)
 
 
 def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], dict[str, list[str]]]) -> None:
@@ -246,13 +248,17 @@ def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], d
     include/ or csrc/ file, by their recorded inputs) or that were generated after it (a generator,
     by their generators record), whose tests run (rebuilding them is a no-op); the kernel families
     it reaches run theirs (fidev.affected.report.selection). A kept gap's file reverted to its
-    content before the edit is none."""
+    content before the edit is none. Its content as judged (or released) is its content before the
+    edit (`ch.before`), so that a gap kept on it ends once it is reverted."""
     shown = set(ch.by_file) | ch.reverted | {under for f in ch.python_edits if (under := _in(found.tree, f))}
-    edits = [rel for rel in unjudged(found, ch, kept.judged) if rel not in shown and (found.tree / rel).exists()]
+    found_edits, baseline = unjudged(found, ch, kept.judged)
+    edits = [rel for rel in found_edits if rel not in shown and (found.tree / rel).exists()]
     if not edits:
         return
     for rel in edits:
         path = found.tree / rel
+        if baseline.get(rel) is not None:
+            ch.before[rel] = baseline[rel]
         if rel.startswith("flashinfer/"):
             modules = [m.name for m in found.modules if (m.generated or m.name in found.tier)
                        and (fact := build_records.generators_before(m.build_dir, found.tree).get(rel)) and not differs(path, fact)]
@@ -262,8 +268,8 @@ def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], d
         for name in modules:
             ch.changed.setdefault(name, {})[str(path)] = "built since"
         ch.by_file[rel] = set(modules)
-    print(f"affected: {short(edits)} changed since its last verdict, and a build recorded the edit since: "
-          "its modules' tests and its kernel families' run")
+    since = "since its last verdict" if kept.judged is not None else "from the pinned release (it has given no verdict here yet)"
+    print(f"affected: {short(edits)} changed {since}, and a build recorded the edit since: its modules' tests and its kernel families' run")
 
 
 def _in(tree: Path, path: str) -> str | None:

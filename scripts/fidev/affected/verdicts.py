@@ -11,8 +11,8 @@ not covered again, whatever build records the tree meanwhile. So is an edit whos
 families' tests ran in a run that failed (result "failed"): the modules they built record the
 edited tree, so without it asking again would find nothing changed; it runs them again instead.
 
-And the tree as affected last gave a verdict on it (`judged`: include/, csrc/ and the generators
-of flashinfer/jit/, as the run that gave it started): a file that differs from it is an edit
+And the tree as affected last gave a verdict on it (`judged`: include/, csrc/ and the package's
+Python files, fidev.records.build_records.judged_part, as the run that gave it started): a file that differs from it is an edit
 affected has not judged, even where a build (build, smoke, upstream-tests) recorded the edited file
 since and so no build record shows it (fidev.affected.changes.since_judged).
 

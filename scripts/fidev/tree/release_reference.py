@@ -92,3 +92,14 @@ def _against_record(tree: Path) -> list[str]:
     now = {str(p.relative_to(tree)): p for p in _files(tree)}
     changed = sorted(set(recorded) ^ set(now))
     return sorted(changed + [rel for rel in set(recorded) & set(now) if differs(now[rel], recorded[rel])])
+
+
+def released_facts(tree: Path) -> dict[str, list]:
+    """{file relative to the tree: its fact as released}, from the source release's record; empty
+    for a git checkout (its released content is a commit's, with no file fact) or without a
+    readable record."""
+    try:
+        recorded = json.loads((tree / RELEASE_FILES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
