@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.affected.built import Found, Resolver
-from fidev.affected.report import UNTOLD, short
+from fidev.affected.report import UNTOLD, short, under
 from fidev.affected.tests import FlashInferTests, cases_by_file, sample_of
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
@@ -209,11 +209,6 @@ def files_changed(found: Found, ch: Changes) -> None:
     ch.by_file = by_file
 
 
-def compiling(found: Found, path: Path) -> list[str]:
-    """The built modules that compile `path`, by their recorded inputs (resolved as built.Resolver does)."""
-    return compilers(found).get(str(path.resolve()), [])
-
-
 def compilers(found: Found) -> dict[str, list[str]]:
     """{input of a built module, resolved as built.Resolver does: the modules that compile it}."""
     resolved, by_input = Resolver(), {}
@@ -250,7 +245,7 @@ def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], d
     it reaches run theirs (fidev.affected.report.selection). A kept gap's file reverted to its
     content before the edit is none. Its content as judged (or released) is its content before the
     edit (`ch.before`), so that a gap kept on it ends once it is reverted."""
-    shown = set(ch.by_file) | ch.reverted | {under for f in ch.python_edits if (under := _in(found.tree, f))}
+    shown = set(ch.by_file) | ch.reverted | {under(found.tree, f) for f in ch.python_edits}
     found_edits, baseline = unjudged(found, ch, kept.judged)
     edits = [rel for rel in found_edits if rel not in shown and (found.tree / rel).exists()]
     if not edits:
@@ -272,12 +267,7 @@ def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], d
     print(f"affected: {short(edits)} changed {since}, and a build recorded the edit since: its modules' tests and its kernel families' run")
 
 
-def _in(tree: Path, path: str) -> str | None:
-    resolved, real = Path(path).resolve(), tree.resolve()
-    return str(resolved.relative_to(real)) if resolved.is_relative_to(real) else None
-
-
-def uncovered_edits(found: Found, ch: Changes, kept: Kept) -> None:
+def uncovered_edits(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], dict[str, list[str]]]) -> None:
     """The edits kept as not covered: reverted since (content as before the edit), or still there,
     and then changed again, with the modules that compile them (their tests run), whatever a
     later build recorded of the tree."""
@@ -293,7 +283,7 @@ def uncovered_edits(found: Found, ch: Changes, kept: Kept) -> None:
         else:
             print(f"affected: {rel} reached {', '.join(gap.families)} untested at {gap.when} (kept): "
                   "not covered until those tests run and pass, or it is reverted")
-        modules = compiling(found, path)
+        modules = by_input().get(str(path.resolve()), [])  # the built modules that compile it
         for name in modules:
             ch.changed.setdefault(name, {})[str(path)] = "not covered"
         if not modules:
@@ -346,10 +336,10 @@ def find(found: Found, listing: bool, kept: Kept, sampled: bool = True) -> Chang
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         regenerate_edits(found, ch, listing, sampled)
     changed_modules(found, ch)
-    uncovered_edits(found, ch, kept)
+    by_input = functools.cache(lambda: compilers(found))  # read once, where a change needs it
+    uncovered_edits(found, ch, kept, by_input)
     standing_failures(found, ch, kept)
     files_changed(found, ch)
-    by_input = functools.cache(lambda: compilers(found))  # read once, where a change needs it
     since_judged(found, ch, kept, by_input)
     if ch.changed:
         inputs: dict[str, set[str]] = {}

@@ -200,11 +200,10 @@ def modules_untested(sel: Selection, ran: list[str], lost: list[str], owners: di
     module with no test recorded (one the family's tests built without a plan), none of the family
     whose sources it compiles (`owners`, fidev.tree.families.owners); and those a generator edit may
     have changed that nothing here could regenerate (`lost`), unless a reached family's tests ran."""
-    files = {t.split("::")[0] for t in ran}
-    by_family = {fam.name: {f"tests/{node.split('::')[0]}" for node in fam.nodes} for fam in upstream_suites.FAMILIES}
+    files, covered = {t.split("::")[0] for t in ran}, families_covered(ran)
     untested = {name for name in sel.changed if name not in sel.tier
                 and not any(t.split("::")[0] in files for t in sel.recorded.get(name, []))
-                and not (not sel.recorded.get(name) and any(by_family[fam] & files for fam in (owners or {}).get(name, [])))}
+                and not (not sel.recorded.get(name) and any(fam in covered for fam in (owners or {}).get(name, [])))}
     return sorted(untested | (set() if sel.families and files else set(lost)))
 
 
