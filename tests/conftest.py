@@ -141,7 +141,24 @@ def fi(gpu):
         _IMPORT_CHECK[:] = flashinfer_import.vendored_rows(flashinfer, jit_env, mode)
     except Failure as failure:
         pytest.fail(f"import-check: {failure.problem} (fix: {failure.fix})", pytrace=False)
+    _record_jit_builds()
     return flashinfer
+
+
+def _record_jit_builds() -> None:
+    """A module a test compiles (one `build` did not: the wide tier without `build --wide`, a module
+    of a family an edit reaches) is guarded against restored older inputs and recorded, as `build`'s
+    and upstream-tests' are (fidev.builds.module_builds.recording_build): `affected` then sees a later
+    edit of its inputs, or their restore, instead of taking the module for one no build made (a
+    module built from a bug stayed loaded after a `cp -p` restore, which ninja's mtimes miss). The
+    record of the tree it writes again hides no edit from `affected`, which keeps the tree it last
+    judged (fidev.affected.changes.since_judged)."""
+    from flashinfer.jit import core
+
+    from fidev.builds import module_builds
+
+    if not getattr(core.JitSpec.build, "fidev_recording", False):
+        core.JitSpec.build = module_builds.recording_build(core.JitSpec.build, lambda line: print(f"smoke: {line}", flush=True))
 
 
 @pytest.fixture(scope="session")

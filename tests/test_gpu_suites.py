@@ -42,11 +42,28 @@ FLASHINFER_AOT_DIR = pathlib.Path(__file__).resolve().parents[1] / "data" / "aot
 with open(os.environ["FAKE_RECORD"], "a") as f:
     f.write(json.dumps({"jit_dir": str(FLASHINFER_JIT_DIR)}) + "\\n")
 """
+# flashinfer/jit/core.py at v0.6.3, what the suites touch: the registry gen_jit_spec registers each spec
+# with, JitSpec's is_aot property (fidev.jit.module_choice patches both) and JitSpec.build(self,
+# verbose, need_lock=True), which the fi fixture wraps; no module is built here.
+FAKE_JIT_CORE = """\
+class JitSpecRegistry:
+    def register(self, spec):
+        pass
+jit_spec_registry = JitSpecRegistry()
+class JitSpec:
+    is_aot = property(lambda self: False)
+    def build(self, verbose, need_lock=True):
+        pass
+def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
+    pass
+"""
 PROBE = """\
 import os, json
 def test_probe(fi):
     with open(os.environ["FAKE_RECORD"], "a") as f:  # what a CPU test started after it would inherit
         f.write(json.dumps({"later_base": os.environ.get("FLASHINFER_WORKSPACE_BASE")}) + "\\n")
+        from flashinfer.jit import core  # what a module a test compiles goes through
+        f.write(json.dumps({"recording": getattr(core.JitSpec.build, "fidev_recording", False)}) + "\\n")
 """
 
 
@@ -81,6 +98,7 @@ def fake_flashinfer(tree):
     (tree / "flashinfer/__init__.py").write_text(f"__version__ = {pins().flashinfer!r}\nfrom flashinfer.jit import env as _env\n")
     (tree / "flashinfer/jit/__init__.py").write_text("")
     (tree / "flashinfer/jit/env.py").write_text(FAKE_FLASHINFER_ENV.replace("{version}", pins().flashinfer))
+    (tree / "flashinfer/jit/core.py").write_text(FAKE_JIT_CORE)
 
 
 def seen(record):
@@ -100,6 +118,8 @@ def test_the_gpu_suites_use_the_users_jit_dir(ws, script, users_base):
     assert jit_dirs == [f"{users_base or home}/.cache/flashinfer/{pins().flashinfer}/90/cached_ops"], "the GPU suite compiled into another JIT dir than build's"
     # what the suite starts afterwards is back in the scratch folder (and the guard did not fire on the JIT dir)
     assert later and later[0] != users_base and "fidev-tests-" in later[0]
+    # a module a test compiles is recorded, as build's are: affected sees its inputs' later edit or cp -p restore
+    assert [json.loads(line)["recording"] for line in record.read_text().splitlines() if "recording" in line] == [True]
 
 
 def test_the_cpu_suite_keeps_what_it_starts_out_of_home(ws):
