@@ -49,6 +49,8 @@ if any(rel in config.get("build_fails", []) for rel in changed):
     record.verdict, record.status, record.problem = "build failed", 1, "the build of module_x failed: nvcc exited 1"
 elif seen:
     record.verdict, record.status, record.failed = "failed", 1, list(record.tests)
+elif not changed and config.get("restored_unchanged"):
+    record.verdict = "nothing changed"
 elif not changed and config.get("restored_fails"):
     record.verdict, record.status, record.failed = "failed", 1, ["tests/smoke/test_norm.py::test_rmsnorm"]
 summary.write(record, out)
@@ -182,7 +184,17 @@ def test_a_restored_tree_that_fails_is_said_and_the_tool_exits_1(tmp_path):
     root, tree, env, _ = workspace(tmp_path, restored_fails=True)
     done = tool(root, env, "--bugs", "softmax-scale")
     assert done.returncode == 1 and "SURVIVORS: 0 of 1" in done.stdout, done.stdout + done.stderr[-3000:]
-    assert "NO (exit 1, failed)" in done.stdout and "restored tree failed after softmax-scale" in done.stdout
+    assert "NO (exit 1, failed)" in done.stdout and "restored tree did not pass after softmax-scale" in done.stdout
+
+
+def test_a_restore_after_a_failure_that_affected_calls_no_change_is_no_pass(tmp_path):
+    # the tests that failed must run again on the restored file (a stale module built from the bug
+    # would fail them); "nothing changed" there ran nothing
+    root, tree, env, _ = workspace(tmp_path, restored_unchanged=True)
+    done = tool(root, env, "--bugs", "page-last-token-dropped")
+    assert done.returncode == 1 and "SURVIVORS: 0 of 1" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "NO (exit 0, nothing changed)" in done.stdout
+    assert "restored tree did not pass after page-last-token-dropped: exit 0, nothing changed: the restore of a file whose tests failed" in done.stdout
 
 
 def test_a_missing_line_is_two_lines_and_nothing_is_planted(tmp_path):

@@ -264,10 +264,21 @@ def run_bug(tree: Path, bug: Bug, scratch: Path) -> dict:
         print(f"\n=== planted_bugs: {bug.id}: restored (cp -p)", file=sys.stderr, flush=True)
         again, why_again, seconds_again = affected(scratch / f"{bug.id}.restored.json")
     restored = outcome(again, why_again, seconds_again)
-    restored["passes"] = again is not None and again.status == 0 and again.verdict in ("passed", "nothing changed")
+    restored["passes"] = restored_passes(done, again)
+    if again is not None and again.verdict == "nothing changed" and not restored["passes"]:
+        restored["problem"] = "the restore of a file whose tests failed was no change to affected: they did not run again"
     reason = survived_because(bug, done, why)
     return {**asdict(bug), "kind": bug.kind, "planted": outcome(done, why, seconds), "caught": reason is None, "survived_because": reason,
             "restored": restored}
+
+
+def restored_passes(done: affected_summary.Summary | None, again: affected_summary.Summary | None) -> bool:
+    """Whether the restored tree passed: its tests ran and passed. "Nothing changed" passes only
+    where the planted run failed nothing (a not-covered edit, reverted, is none); after a failure the
+    tests that failed must run again on the restored file."""
+    if again is None or again.status != 0:
+        return False
+    return again.verdict == "passed" or (again.verdict == "nothing changed" and not (done is not None and done.verdict == "failed"))
 
 
 def seconds_cell(value) -> str:
@@ -299,7 +310,7 @@ def report(results: list[dict], left: list[str], limit: float | None) -> int:
     broken = [r for r in results if not r["restored"]["passes"]]
     for r in broken:
         back = r["restored"]
-        print(f"restored tree failed after {r['id']}: exit {back['status']}, {back['verdict']}" + (f": {back['problem']}" if back.get("problem") else ""))
+        print(f"restored tree did not pass after {r['id']}: exit {back['status']}, {back['verdict']}" + (f": {back['problem']}" if back.get("problem") else ""))
     if left:
         print(f"\nnot started, past --time-limit {limit:.0f} s: --bugs {','.join(left)}")
     if survivors or broken:
