@@ -1,6 +1,6 @@
 """Rebuild and test what your edits of the vendored FlashInfer touch: changed file, then modules, then tests, then result.
 
-  affected.py [--list] [--whole-family] [--summary FILE]
+  affected.py [--list] [--whole-family] [--keep-going] [--summary FILE]
 
 1. What changed, since each built module of FlashInfer's JIT dir was built (smoke's and
    abi-smoke's, and any upstream-tests built): its sources and headers, by content against the
@@ -18,10 +18,16 @@
    function, and a recorded case of each changed module; it says what the sample covered);
    --whole-family runs every case. Each kernel family an edited include/ or csrc/ file reaches
    (fidev.tree.families: the tree's #include lines from the family's sources) and no recorded
-   test covers runs its FlashInfer tests too, as a sample, building what they load.
+   test covers runs its FlashInfer tests too, as a sample, building what they load; so does each
+   family whose API an edited Python file of the package holds (a wrapper such as flashinfer/norm.py:
+   the family's `api`), with smoke's tests of it. An edited Python file of the package that is no
+   generator and holds no family's API is not covered (3): which tests execute it cannot be told.
 3. It rebuilds just those modules and runs just those tests, then prints one table and a line
-   naming what failed and the command that reruns it alone. --list stops after the table's first
-   three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not
+   naming what failed and the command that reruns it alone. The first failing test ends the run:
+   smoke's or abi-smoke's first failure stops FlashInfer's tests, and FlashInfer's first failing case
+   (upstream-tests --stop-after 1) ends theirs and smoke's; the tests left unrun are no pass (their
+   modules' verdicts are kept as unfinished, so the next run runs them again). --keep-going runs every
+   selected test instead. --list stops after the table's first three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not
    covered, nothing failed but the edit reaches a kernel family whose FlashInfer tests could not run
    (the last line names the upstream-tests command that covers it; kept, so asking again says it
    again until the edit is reverted or covered); 130: interrupted. A verdict that is not a pass
@@ -62,6 +68,8 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="name the changed files, modules and tests; build and run nothing")
     parser.add_argument("--whole-family", action="store_true",
                         help="run every case of FlashInfer's tests of the changed modules, not the sample (upstream-tests --sample)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="run every selected test: the first failure does not end the run (by default it does, and what did not run is no pass)")
     parser.add_argument("--summary", type=Path, metavar="FILE",
                         help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, times)")
     args = parser.parse_args()
@@ -99,7 +107,8 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     ws = workspace.read(pins().flashinfer)  # read once, here
     found = built.find(ws, kernel_source.mode())
     kept = kept_verdicts(ws)
-    changed = changes.find(found, args.list, kept, not args.whole_family)
+    stop_after = 0 if args.keep_going else tests.STOP_AFTER
+    changed = changes.find(found, args.list, kept, not args.whole_family, stop_after)
     if not changed.by_file:
         nothing_changed(found, kept, time.perf_counter() - started)
         if not args.list:
@@ -126,18 +135,18 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     try:
         outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
                                        ws.version_dir, lambda: report.build_failed(selection), keep_unfinished,
-                                       not args.whole_family, found.mode)
+                                       not args.whole_family, found.mode, args.keep_going)
     except (Failure, KeyboardInterrupt):
         keep_unfinished()
         raise
     record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past
     print(report.results(selection, outcome.failed, outcome.broken))
     report.hints(selection)
-    status = report.final(outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started)
+    status = report.final(outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started, outcome.stopped)
     # a family is covered by its tests that ran to a result, not by those selected (every case may skip here)
     ran = [t for t in selection.theirs if t.split("::")[0] in outcome.exercised_files]
     status = covered_or_not(status, selection, found, record, changed, kept, ran)
-    results = report.module_results(selection, outcome.failed, outcome.broken, covered=status != report.NOT_COVERED)
+    results = report.module_results(selection, outcome.failed, outcome.broken, covered=status != report.NOT_COVERED, stopped=outcome.stopped)
     kept.judged = changed.now  # judged: what it did not pass is kept above, per module and per file
     kept.record({name: (dirs[name], *result) for name, result in results.items() if name in dirs})
     return status
@@ -190,7 +199,7 @@ def covered_or_not(status: int, selection: report.Selection, found: built.Found,
     ran_and_failed = reached_edits(selection, changed) if status not in (0, report.NOT_COVERED) else {}
     kept.keep_gaps({f: fams for f, fams in gaps.items() if f != report.UNTOLD}, changed.before, changed.pending, ran_and_failed)
     if (gaps or untested) and status == 0:
-        report.not_covered(gaps, untested)
+        report.not_covered(gaps, untested, selection.untold)
         record.verdict = "not covered"
         return report.NOT_COVERED
     if gaps:

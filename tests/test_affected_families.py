@@ -275,3 +275,48 @@ def test_a_module_built_from_a_familys_sources_is_tested_by_a_run_of_that_family
     recorded = report.Selection({HEADER: {"rope"}}, {"rope": {}}, {}, {"rope": ["tests/attention/test_rope.py::test_rope_pos_ids[1]"]})
     assert report.modules_untested(recorded, ["tests/attention/test_rope.py::test_rope"], [], owners) == []
     assert report.modules_untested(recorded, ["tests/utils/test_norm.py::test_norm"], [], owners) == ["rope"]
+
+
+
+ROPE_WRAPPER = """\
+import pathlib
+import flashinfer
+def test_rope():
+    flashinfer.load("rope", 1)
+    wrapper = pathlib.Path(__file__).parents[2] / "flashinfer/rope.py"
+    assert "theta * 1.05" not in wrapper.read_text(), "the wrapper passes a wrong rope_theta"
+"""
+
+
+@needs_a_build
+def test_a_wrapper_edit_runs_its_familys_tests_and_untold_python_is_not_covered(ws, tmp_path):
+    """flashinfer/rope.py holds the rope family's API (families' `api`): an edit of it that changes no
+    module's generated sources still runs rope's tests, and fails where they fail, again on a rerun,
+    until it is reverted (cp -p), which passes. An edited Python file of the package that holds no
+    family's API (flashinfer/utils.py) is not covered (3): which tests execute it cannot be told."""
+    root = ws[0]
+    package = root / TREE / "flashinfer"
+    package.mkdir(parents=True)
+    (package / "rope.py").write_text("def apply_rope(x, theta=1e4):\n    return x\n")
+    (package / "utils.py").write_text("def helper():\n    return 1\n")
+    root, env, tree = rope_tree(ws, tmp_path, ROPE_WRAPPER)
+    done = upstream(root, env, "rope", "--yes")  # rope built, and its test recorded
+    assert done.returncode == 0, done.stdout + done.stderr
+    saved = tmp_path / "rope.py"
+    shutil.copy2(package / "rope.py", saved)
+
+    (package / "rope.py").write_text("def apply_rope(x, theta=1e4):\n    theta = theta * 1.05\n    return x\n")
+    for attempt in ("edit", "rerun"):
+        done, out = affected(root, env)
+        assert done.returncode == 1, f"{attempt}: {out}"
+        assert "affected: 1 failed (tests/attention/test_rope.py::test_rope)" in out and "no module changed" not in out, out
+    shutil.copy2(saved, package / "rope.py")  # cp -p: reverted
+    done, out = affected(root, env)
+    assert done.returncode == 0 and "every selected test passed" in out, out
+
+    (package / "utils.py").write_text("def helper():\n    return 2\n")
+    done, out = affected(root, env)
+    assert done.returncode == 3, out
+    assert "flashinfer/utils.py holds no kernel family's API" in out and "which tests execute it cannot be told" in out, out
+    done, out = affected(root, env)
+    assert done.returncode == 3, f"asked again: {out}"

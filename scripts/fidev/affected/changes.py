@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.affected.built import Found, Resolver
-from fidev.affected.report import UNTOLD, short, under
-from fidev.affected.tests import FlashInferTests, cases_by_file, sample_of
+from fidev.affected.report import GENERATOR_DIR, UNTOLD, short, under
+from fidev.affected.tests import STOP_AFTER, FlashInferTests, cases_by_file, sample_of
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
 from fidev.core.failure import Failure
@@ -124,9 +124,10 @@ def regenerated_line(seconds: float, by_smoke: int, calls: int, dry: int, plain:
                                     (dry, "by a dry run of a recorded test"), (plain, "of csrc/ files alone, as built")) if n) + ")"
 
 
-def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = True) -> None:
+def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = True, stop_after: int = STOP_AFTER) -> None:
     """After a Python edit: regenerate, compiling nothing, so that generated sources show what
-    changed; FlashInfer's tests of every module it may change start first (unless listing)."""
+    changed; FlashInfer's tests of every module it may change start first (unless listing), to
+    stop at `stop_after` failing cases (0: none)."""
     tier, recorded = found.tier, found.recorded
     stale = [m for m in found.modules if ch.generators[m.name]]
     # a module of csrc/ files alone is as built (smoke's are made again all the same: cheaply, and build needs their JitSpecs)
@@ -142,7 +143,7 @@ def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = T
     may_change = [m.name for m in stale if m.generated]  # what the regeneration may show changed
     if not listing and (early_tests := sorted({t.split("[")[0] for n in may_change for t in recorded.get(n, [])})):
         ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.version_dir, deferred=True,
-                                   sample=sample_of(may_change, recorded, sampled))
+                                   sample=sample_of(may_change, recorded, sampled), stop_after=stop_after)
     regenerating = time.perf_counter()
     ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}),
                                                 found.mode)
@@ -190,9 +191,11 @@ def files_changed(found: Found, ch: Changes) -> None:
             via_generator = ch.python_edits and ("/generated/" in f or f == "(not regenerated)")
             shown = f"{short(Path(g).name for g in ch.python_edits)} -> {Path(f).name}" if via_generator else in_tree(f)
             by_file.setdefault(shown, set()).add(name)
-    if ch.python_edits and not any(" -> " in k for k in by_file):  # regenerated, and no module's sources changed
-        for f in ch.python_edits:
-            by_file.setdefault(in_tree(f), set())
+    # regenerated, and no module's sources changed; the package's Python outside its generators (a wrapper
+    # such as flashinfer/norm.py) is named whatever the regeneration showed: its family's tests run it
+    wrappers = [f for f in ch.python_edits if not in_tree(f).startswith(GENERATOR_DIR)]
+    for f in ch.python_edits if not any(" -> " in k for k in by_file) else wrappers:
+        by_file.setdefault(in_tree(f), set())
     # include/ and csrc/ files no built module compiles: named with the families that would; a reverted
     # not-covered edit is no change, though a build after the edit recorded it
     in_records = {f for d in found.dirs for f in build_records.changed_tree_files(d, found.tree) or []}
@@ -326,15 +329,16 @@ def before_edits(found: Found) -> dict[str, list | None]:
     return before
 
 
-def find(found: Found, listing: bool, kept: Kept, sampled: bool = True) -> Changes:
+def find(found: Found, listing: bool, kept: Kept, sampled: bool = True, stop_after: int = STOP_AFTER) -> Changes:
     """What changed since the builds, each changed file with its modules, and the modules whose
-    last verdict stands as not a pass."""
+    last verdict stands as not a pass; FlashInfer's tests a Python edit starts early stop at
+    `stop_after` failing cases (0: every case runs)."""
     generators = {m.name: build_records.changed_generators(m.build_dir, found.tree) or [] for m in found.modules}
     ch = Changes(sorted({f for files in generators.values() for f in files}), generators)
     ch.now = build_records.tree_snapshot(found.tree, kept.judged)
     ch.before = before_edits(found)
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
-        regenerate_edits(found, ch, listing, sampled)
+        regenerate_edits(found, ch, listing, sampled, stop_after)
     changed_modules(found, ch)
     by_input = functools.cache(lambda: compilers(found))  # read once, where a change needs it
     uncovered_edits(found, ch, kept, by_input)

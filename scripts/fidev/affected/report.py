@@ -42,9 +42,16 @@ class Selection:
     sampled: bool = True  # FlashInfer's tests run as a sample (else --whole-family: every case)
 
     def tree_edits(self) -> list[str]:
-        """The edited include/ and csrc/ files and generators (flashinfer/jit/), relative to the tree:
-        a generator's edit shows in by_file as the generated sources it changed, not as itself."""
-        return sorted({*tree_files(self.by_file), *(g for g in self.generators if g.startswith("flashinfer/jit/"))})
+        """The edited include/ and csrc/ files and the package's Python files (generators, and the
+        wrappers that hold a family's API), relative to the tree: a generator's edit shows in by_file
+        as the generated sources it changed, not as itself."""
+        return sorted({*tree_files(self.by_file), *(g for g in self.generators if g.startswith(PACKAGE))})
+
+    @property
+    def untold(self) -> list[str]:
+        """The edited Python files of the package, not generators (outside flashinfer/jit/), that hold no
+        kernel family's API (fidev.tree.families' `api`): which tests execute them cannot be told."""
+        return sorted(f for f, fams in self.reach.items() if f.startswith(PACKAGE) and not f.startswith(GENERATOR_DIR) and not fams)
 
     def selectors(self, names) -> set[str]:
         """What a module's tests are, as node ids or function prefixes of pytest's failure lines."""
@@ -175,6 +182,7 @@ def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
 
 NOT_COVERED = 3  # the exit status of an edit that reaches a kernel family whose tests did not run: not a pass
 UNTOLD = "(its tree record cannot be read: any edit)"  # a changed "file" that may be any include/ or csrc/ file
+PACKAGE, GENERATOR_DIR = "flashinfer/", "flashinfer/jit/"  # the package's Python files, and its module generators, in the tree
 
 
 def tree_files(by_file: dict[str, set[str]]) -> list[str]:
@@ -187,8 +195,10 @@ def coverage_gaps(sel: Selection, ran: list[str]) -> dict[str, list[str]]:
     """{changed file: the kernel families whose sources compile it (sel.reach) and whose FlashInfer
     tests did not run}: smoke's tests are a verdict on what they call, not on a family."""
     reach = dict(sel.reach)
+    every = [fam.name for fam in upstream_suites.FAMILIES]
     if UNTOLD in sel.by_file:  # an edit no built module compiles cannot be told: it may reach any family
-        reach[UNTOLD] = [fam.name for fam in upstream_suites.FAMILIES]
+        reach[UNTOLD] = every
+    reach.update((f, every) for f in sel.untold)  # Python whose callers cannot be told: any family's tests may run it
     covered = families_covered(ran)
     return {f: [fam for fam in families if fam not in covered] for f, families in sorted(reach.items())
             if any(fam not in covered for fam in families)}
@@ -207,7 +217,7 @@ def modules_untested(sel: Selection, ran: list[str], lost: list[str], owners: di
     return sorted(untested | (set() if sel.families and files else set(lost)))
 
 
-def not_covered(gaps: dict[str, list[str]], untested: list[str] = ()) -> None:
+def not_covered(gaps: dict[str, list[str]], untested: list[str] = (), untold: list[str] = ()) -> None:
     """The lines that make an edit's gaps its own status, with the command that covers them."""
     families = sorted({fam for fams in gaps.values() for fam in fams})
     if untested:
@@ -216,27 +226,38 @@ def not_covered(gaps: dict[str, list[str]], untested: list[str] = ()) -> None:
     if not gaps:
         return
     for f, fams in gaps.items():
-        print(f"affected: {f} reaches {', '.join(fams)}, whose FlashInfer tests did not run here")
+        if f in untold:
+            print(f"affected: {f} holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told here")
+        else:
+            print(f"affected: {f} reaches {', '.join(fams)}, whose FlashInfer tests did not run here")
     print(f"affected: not a pass: {len(families)} kernel family(ies) the edit reaches went untested; "
           f"cover them: pixi run -e flashinfer-dev upstream-tests {' '.join(families)}")
 
 
-def module_results(sel: Selection, failed: set[str], broken: list[str], covered: bool = True) -> dict[str, tuple[str, list[str], list[str]]]:
+def module_results(sel: Selection, failed: set[str], broken: list[str], covered: bool = True,
+                   stopped: bool = False) -> dict[str, tuple[str, list[str], list[str]]]:
     """{module: (result, its tests, those that failed)} for each changed module that had tests; one
-    whose tests passed in a run that was not covered (NOT_COVERED) is `not covered`, no pass."""
+    whose tests passed in a run that was not covered (NOT_COVERED) is `not covered`, and one none of
+    whose tests failed in a run the first failure ended (`stopped`: some did not run) `unfinished`:
+    no pass either way, so the next run runs its tests again."""
     found = {}
     for name in sel.changed:
         chosen = sel.selectors({name})
         if not chosen:
             continue
         mine = failures_of(failed, chosen)
-        found[name] = ("failed" if mine or broken else "passed" if covered else "not covered", sorted(chosen), mine)
+        result = "failed" if mine or broken else "unfinished" if stopped else "passed" if covered else "not covered"
+        found[name] = (result, sorted(chosen), mine)
     return found
 
 
-def final(failed: set[str], broken: list[str], reruns: list[str], built: str, total: float) -> int:
-    """The last lines: what failed and how to rerun it, or that every selected test passed."""
+def final(failed: set[str], broken: list[str], reruns: list[str], built: str, total: float, stopped: bool = False) -> int:
+    """The last lines: what failed and how to rerun it, or that every selected test passed; where the
+    first failure ended the run (`stopped`), that the rest did not run."""
     if failed or broken:
+        if stopped:
+            print("affected: the first failure ended the run: the other selected tests did not run, and are no pass "
+                  "(the next run runs them again; --keep-going runs every one)")
         print(f"affected: {len(failed)} failed ({short(failed, 4)}){'; ' + '; '.join(broken) if broken else ''}; {built}; {total:.1f} s "
               f"in all\naffected: rerun alone: " + ("; ".join(reruns) or "see the output above"))
         return 1

@@ -36,21 +36,26 @@ NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 # rate FlashInfer's small cases run; MAX_PROCESSES bounds them. The rates and the silu round's
 # times with 4 and 8 processes that set them are in docs/measurements.md.
 CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
-# FlashInfer's tests of an edit stop once this many of their cases fail (upstream-tests --stop-after):
-# the answer is "failed" by then, and the rerun commands name those cases
-STOP_AFTER = 5
+# The first failing test ends the run (affected --keep-going runs every one): FlashInfer's tests stop at
+# their first failing case (upstream-tests --stop-after), smoke's at their first failure (pytest -x), and
+# either stops the other; the answer is "failed" by then, and the rerun commands name what failed
+STOP_AFTER = 1
 THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
 PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
 
 
-def run_ours(tests: list[str], wide: list[str], mode: str) -> tuple[int, set[str]]:
-    """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.smoke.gpu_suite: no
-    third-party plugin), so that a flashinfer the regeneration imported is not imported again:
-    (status, the node ids that failed or errored). Our conftest redirects FlashInfer's variables
-    for the session; the environment is restored after it, for FlashInfer's own tests."""
+def collector(stop: Callable[[], bool] | None = None):
+    """The plugin run_ours gives smoke's pytest session: it collects the failing node ids (`ids`)
+    and Ctrl-C (`interrupted`); with `stop` (a callable that says FlashInfer's tests failed), no
+    test runs once stop() is true, and the session ends as -x ends it (`stopped`; pytest's
+    shouldfail, not a KeyboardInterrupt). pytest is imported here: this runs in pytest's process."""
+    import pytest
+
     class Failed:
+        REASON = "FlashInfer's tests failed: the first failure ends the run (--keep-going runs every test)"
+
         def __init__(self):
-            self.ids, self.interrupted = set(), False
+            self.ids, self.interrupted, self.stopped = set(), False, False
 
         def pytest_runtest_logreport(self, report):
             if report.failed:
@@ -59,20 +64,40 @@ def run_ours(tests: list[str], wide: list[str], mode: str) -> tuple[int, set[str
         def pytest_keyboard_interrupt(self, excinfo):  # pytest.main keeps Ctrl-C (SIGTERM, here) to itself: status 2
             self.interrupted = True
 
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            if stop is None or self.stopped or not stop():
+                return None
+            self.stopped = True
+            item.session.shouldfail = self.REASON
+            return True  # not run
+
+    return Failed()
+
+
+def run_ours(tests: list[str], wide: list[str], mode: str, stop: Callable[[], bool] | None = None) -> tuple[int, set[str], bool]:
+    """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.smoke.gpu_suite: no
+    third-party plugin), so that a flashinfer the regeneration imported is not imported again:
+    (status, the node ids that failed or errored, whether tests were left unrun). With `stop`, the
+    first failure ends them (-x), and so does `stop()` turning true before a test (Failed). Our
+    conftest redirects FlashInfer's variables for the session; the environment is restored after
+    it, for FlashInfer's own tests."""
+
     print(f"affected: smoke and abi-smoke tests: {short(tests, 4)}", flush=True)
-    collector, saved = Failed(), dict(os.environ)
+    plugin, saved = collector(stop), dict(os.environ)
     os.environ[gpu_suite.NO_AUTOLOAD] = "1"
+    first = ["-x"] if stop is not None else []
     try:
-        status = gpu_suite.run_paths("affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *wide], mode, plugins=(collector,))
+        status = gpu_suite.run_paths("affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *first, *wide], mode, plugins=(plugin,))
     except Failure as failure:  # nothing passed: every test skipped, or none selected
         print(f"affected: {failure.problem}")
         status = NOTHING_PASSED
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    if collector.interrupted:
+    if plugin.interrupted:
         raise KeyboardInterrupt  # so that what runs beside them is stopped too
-    return status, collector.ids
+    return status, plugin.ids, plugin.stopped or bool(first and plugin.ids)
 
 
 def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
@@ -131,10 +156,12 @@ class FlashInferTests:
     started: set[FlashInferTests] = set()  # stopped by run() however it ends
 
     def __init__(self, tests: list[str], cases_per_file: dict[str, int], version_dir: Path, deferred: bool = False,
-                 sample: list[str] | None = None):
+                 sample: list[str] | None = None, stop_after: int = STOP_AFTER):
         """`sample`: the modules the sample of their cases must exercise (upstream-tests --sample
-        --sample-modules, fidev.upstream.sample); None: every case of the tests (--whole-family)."""
+        --sample-modules, fidev.upstream.sample); None: every case of the tests (--whole-family).
+        `stop_after`: the failing cases that end their run (0: every case runs, --keep-going)."""
         self.tests = tests
+        self.stopped_early = False  # their run stopped at its first failures, or was stopped by smoke's: cases left unrun
         self.missed: list[str] = []  # modules the sample had no recorded case of, once finished
         self.opened: float | None = None  # when the gate opened (time.time())
         self.past: dict[str, float] | None = None  # the PAST_BUILD line's figures, once finished
@@ -148,7 +175,8 @@ class FlashInferTests:
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
         sampled = ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])] if sample is not None else []
         # no progress lines: its output is held until finish()
-        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, *sampled, "--stop-after", str(STOP_AFTER),
+        stopping = ["--stop-after", str(stop_after)] if stop_after else []
+        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, *sampled, *stopping,
                "--progress", "0", "--summary", str(self.summary)]
         said = [c for c in cmd if c not in ("--summary", str(self.summary))]  # as before: the command less where its summary goes
         which = "of the modules the edit may change" if deferred else ""
@@ -171,6 +199,10 @@ class FlashInferTests:
         for line in self.proc.stdout:
             self.lines.put(line)
         self.lines.put(None)
+
+    def ended_failing(self) -> bool:
+        """Their run has ended, and not with a pass (at its first failing case, under --stop-after)."""
+        return self.proc.poll() not in (None, 0)
 
     def open(self, selection: list[str] | None = None) -> None:
         """The modules are built: the tests may load them; all, or those `selection` names."""
@@ -197,6 +229,7 @@ class FlashInferTests:
         if done and done.sample:
             self.say_sample(done.sample)
         if done:
+            self.stopped_early = done.stopped_early
             self.exercised_files = {p.file for p in done.processes if p.counts.get("passed") or p.counts.get("failed")}
             # every case skipped (nothing failed, nothing errored): no verdict of theirs, but a gap the coverage
             # says (affected's modules_untested, coverage_gaps); nothing selected at all stays a failure
@@ -264,6 +297,7 @@ class Outcome:
     reruns: list[str] = field(default_factory=list)
     past: dict[str, float] | None = None
     exercised_files: set[str] = field(default_factory=set)  # FlashInfer's test files with a case that passed or failed: what covers a family
+    stopped: bool = False  # the first failure ended the run: selected tests did not run (no module passes on them)
 
 
 def sample_of(modules, recorded: dict[str, list[str]], sampled: bool) -> list[str] | None:
@@ -273,7 +307,7 @@ def sample_of(modules, recorded: dict[str, list[str]], sampled: bool) -> list[st
 
 
 def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, version_dir: Path,
-              sampled: bool = True) -> tuple:
+              sampled: bool = True, stop_after: int = STOP_AFTER) -> tuple:
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
     regeneration where it has them all (the gate names these), else one that starts now, and
     imports and collects while the modules compile; a sample of their cases that exercises each
@@ -283,7 +317,7 @@ def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[s
     if early:
         early.stop()
     return (FlashInferTests(theirs, cases_by_file(recorded, changed), version_dir,
-                            sample=sample_of(changed, recorded, sampled))
+                            sample=sample_of(changed, recorded, sampled), stop_after=stop_after)
             if theirs else None), None
 
 
@@ -302,11 +336,17 @@ def rebuild(to_build: list, failed_table) -> Outcome:
     return Outcome(built, build_s, sorted(names))
 
 
-def ours_step(ours: list[str], importing: threading.Thread | None, outcome: Outcome, mode: str) -> None:
+def ours_step(ours: list[str], importing: threading.Thread | None, outcome: Outcome, mode: str,
+              stop: Callable[[], bool] | None = None) -> None:
+    """smoke's tests (run_ours); `stop`: the first failure ends them, and so does stop() turning true."""
     if importing:
         importing.join()
     wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
-    status, bad = run_ours(ours, wide, mode)
+    status, bad, unrun = run_ours(ours, wide, mode, stop)
+    outcome.stopped |= unrun
+    if unrun and not bad:  # FlashInfer's tests failed first: their failures are the answer
+        print("affected: smoke's tests stopped: FlashInfer's tests failed first (--keep-going runs every test)", flush=True)
+        return
     outcome.failed |= bad
     if bad:
         outcome.reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(map(shlex.quote, sorted(bad)))
@@ -329,12 +369,15 @@ def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Out
 
 
 def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str], theirs: list[str], recorded: dict[str, list[str]],
-                   changed, version_dir: Path, failed_table, built: Callable[[], None], sampled: bool, mode: str) -> Outcome:
+                   changed, version_dir: Path, failed_table, built: Callable[[], None], sampled: bool, mode: str,
+                   keep_going: bool = False) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
     tests here and let FlashInfer's through their gate; each stopped however it ends. `built()` is
-    called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts)."""
-    run, selection = their_run(early, theirs, recorded, changed, version_dir, sampled)
-    importing = None
+    called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts).
+    Unless `keep_going`, the first failing test ends the run: smoke's stops FlashInfer's, and
+    FlashInfer's first failing case ends theirs and smoke's."""
+    run, selection = their_run(early, theirs, recorded, changed, version_dir, sampled, 0 if keep_going else STOP_AFTER)
+    importing, their_status, their_failed, stopped_theirs = None, 0, set(), False
     try:
         importing = import_meanwhile() if ours else None
         outcome = rebuild(to_build, failed_table)
@@ -343,15 +386,20 @@ def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str
             run.open(selection)
         print(f"affected: {outcome.built}")
         if ours:
-            ours_step(ours, importing, outcome, mode)
-        if run:
+            ours_step(ours, importing, outcome, mode, None if keep_going else (run.ended_failing if run else lambda: False))
+        if run and outcome.failed and not keep_going:  # smoke's first failure is the answer: theirs are stopped, unrun
+            run.stop()
+            outcome.stopped = stopped_theirs = True
+            print("affected: FlashInfer's tests stopped: smoke's tests failed first (--keep-going runs every test)", flush=True)
+        elif run:
             their_status, their_failed = run.finish()
+            outcome.stopped |= run.stopped_early
     finally:
         if run:
             run.stop()
         if importing:  # not left importing torch while the interpreter exits (a failed build)
             importing.join(timeout=60)
-    if theirs:
+    if theirs and not stopped_theirs:
         theirs_step(0 if run.all_skipped else their_status, their_failed, run.unread, outcome)
         if missed := [m for m in run.missed if m in changed]:  # no case of theirs ran it: not a pass
             outcome.broken.append(f"no collected FlashInfer test is recorded for {short(missed)}, so the sample did not exercise it "

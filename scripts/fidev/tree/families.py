@@ -10,6 +10,10 @@ attention and gdn generators in jit/attention/modules.py and jit/gdn.py render
 csrc/*_kernel_inst.jinja and compile csrc/<kind>*.cu; the activation template includes
 <flashinfer/activation.cuh>, jit/activation.py's `activation_templ`). `affected` follows their #include lines
 to name the families whose tests would compile a file that no built module does.
+
+And the package's Python files that hold its API (`api`: flashinfer/norm.py defines rmsnorm, prefill.py the
+single and batch prefill wrappers of the fa2 and fa3 backends, decode.py the single and batch decode ones, at
+v0.6.3): an edit of one runs the family's tests, which call it.
 """
 
 from __future__ import annotations
@@ -25,49 +29,64 @@ class Family:
     what: str
     nodes: tuple[str, ...]  # paths under tests/, or path::test_function
     sources: tuple[str, ...] = field(default=())  # globs, relative to the tree: what its modules compile
+    api: tuple[str, ...] = field(default=())  # the package's Python files that hold the family's API, relative to the tree
 
 
 FAMILIES = [
     Family("norm", "rmsnorm, fused add rmsnorm, gemma rmsnorm, layernorm", ("utils/test_norm.py",),
-           ("csrc/norm.cu", "csrc/flashinfer_norm_binding.cu")),
+           ("csrc/norm.cu", "csrc/flashinfer_norm_binding.cu"),
+           api=("flashinfer/norm.py",)),
     Family("activation", "silu/gelu/gelu-tanh and mul", ("utils/test_activation.py",),
-           ("flashinfer/jit/activation.py", "include/flashinfer/activation.cuh")),
+           ("flashinfer/jit/activation.py", "include/flashinfer/activation.cuh"),
+           api=("flashinfer/activation.py",)),
     Family("sampling", "sampling from probs and logits, top-k/top-p/min-p", ("utils/test_sampling.py",),
-           ("csrc/sampling.cu", "csrc/renorm.cu", "csrc/flashinfer_sampling_binding.cu")),
+           ("csrc/sampling.cu", "csrc/renorm.cu", "csrc/flashinfer_sampling_binding.cu"),
+           api=("flashinfer/sampling.py",)),
     Family("topk", "top-k and its page-table/ragged transforms", ("utils/test_topk.py",),
-           ("csrc/topk.cu", "csrc/flashinfer_topk_binding.cu")),
+           ("csrc/topk.cu", "csrc/flashinfer_topk_binding.cu"),
+           api=("flashinfer/topk.py",)),
     Family("page", "appending to a paged KV cache", ("attention/test_page.py",),
-           ("csrc/page.cu", "csrc/flashinfer_page_binding.cu")),
+           ("csrc/page.cu", "csrc/flashinfer_page_binding.cu"),
+           api=("flashinfer/page.py",)),
     Family("rope", "rotary embeddings, with quantize-and-append", ("attention/test_rope.py",),
-           ("csrc/rope.cu", "csrc/flashinfer_rope_binding.cu")),
+           ("csrc/rope.cu", "csrc/flashinfer_rope_binding.cu"),
+           api=("flashinfer/rope.py",)),
     Family("single_decode", "single-request decode: soft cap, sliding window, ALiBi", (
         "attention/test_logits_cap.py::test_single_decode_logits_soft_cap",
         "attention/test_sliding_window.py::test_single_decode_sliding_window",
         "attention/test_alibi.py::test_single_decode_alibi"),
-        ("csrc/single_decode.cu", "csrc/single_decode_jit_binding.cu", "csrc/single_decode_*.jinja")),
+        ("csrc/single_decode.cu", "csrc/single_decode_jit_binding.cu", "csrc/single_decode_*.jinja"),
+        api=("flashinfer/decode.py",)),
     Family("single_prefill", "single-request prefill (fa2), soft cap, sliding window, ALiBi", (
         "attention/test_single_prefill.py",
         "attention/test_logits_cap.py::test_single_prefill_logits_soft_cap",
         "attention/test_sliding_window.py::test_single_prefill_sliding_window",
         "attention/test_alibi.py::test_single_prefill_alibi"),
         ("csrc/single_prefill.cu", "csrc/single_prefill_jit_binding.cu", "csrc/single_prefill_kernel_inst.jinja",
-         "csrc/single_prefill_customize_config.jinja")),
+         "csrc/single_prefill_customize_config.jinja"),
+        api=("flashinfer/prefill.py",)),
     Family("decode", "batch decode on paged KV, CUDA graphs, tensor cores", (
         "attention/test_batch_decode_kernels.py", "attention/test_tensor_cores_decode.py", "attention/test_non_contiguous_decode.py"),
         ("csrc/batch_decode.cu", "csrc/batch_decode_jit_binding.cu", "csrc/batch_decode_kernel_inst.jinja",
-         "csrc/batch_decode_customize_config.jinja")),
+         "csrc/batch_decode_customize_config.jinja"),
+        api=("flashinfer/decode.py",)),
     Family("prefill", "batch prefill on paged and ragged KV", (
         "attention/test_batch_prefill_kernels.py", "attention/test_non_contiguous_prefill.py"),
         ("csrc/batch_prefill.cu", "csrc/batch_prefill_jit_binding.cu", "csrc/batch_prefill_paged_kernel_inst.jinja",
-         "csrc/batch_prefill_ragged_kernel_inst.jinja", "csrc/batch_prefill_customize_config.jinja")),
+         "csrc/batch_prefill_ragged_kernel_inst.jinja", "csrc/batch_prefill_customize_config.jinja"),
+        api=("flashinfer/prefill.py",)),
     Family("hopper", "fa3 (sm_90) single, batch and paged prefill", ("attention/test_hopper.py",),
-           ("csrc/single_prefill_sm90*", "csrc/batch_prefill_sm90*")),
+           ("csrc/single_prefill_sm90*", "csrc/batch_prefill_sm90*"),
+           api=("flashinfer/prefill.py",)),
     Family("cascade", "shared-prefix (cascade) attention", ("attention/test_shared_prefix_kernels.py",),
-           ("csrc/cascade.cu", "csrc/flashinfer_cascade_binding.cu")),
+           ("csrc/cascade.cu", "csrc/flashinfer_cascade_binding.cu"),
+           api=("flashinfer/cascade.py",)),
     Family("gdn", "gated delta rule prefill and decode", ("gdn/test_prefill_delta_rule.py", "gdn/test_decode_delta_rule.py"),
-           ("csrc/gdn_prefill*",)),
+           ("csrc/gdn_prefill*",),
+           api=("flashinfer/gdn_prefill.py", "flashinfer/gdn_decode.py")),
     Family("quantization", "packbits and segment packbits", ("utils/test_quantization.py",),
-           ("csrc/quantization.cu", "csrc/flashinfer_quantization_binding.cu")),
+           ("csrc/quantization.cu", "csrc/flashinfer_quantization_binding.cu"),
+           api=("flashinfer/quantization.py",)),
 ]
 BY_NAME = {f.name: f for f in FAMILIES}
 
@@ -112,11 +131,12 @@ def closure(paths: list[Path], tree: Path, dirs: list[Path] = ()) -> set[Path]:
 
 def families_compiling(tree: Path, changed: list[str]) -> dict[str, list[str]]:
     """{changed file (relative to the tree): the families whose sources are it or include it,
-    directly or through other files of the tree}."""
+    directly or through other files of the tree, or whose API it holds (`Family.api`)}."""
     tree = tree.resolve()
     wanted = {(tree / rel).resolve(): rel for rel in changed}
     reach: dict[str, list[str]] = {rel: [] for rel in changed}
     for family in FAMILIES:
+        reach.update((rel, [*reach[rel], family.name]) for rel in changed if rel in family.api)
         seen = closure([p for pattern in family.sources for p in tree.glob(pattern) if p.is_file()], tree)
         for path in seen & wanted.keys():
             reach[wanted[path]].append(family.name)

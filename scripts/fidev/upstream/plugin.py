@@ -8,7 +8,10 @@ That function builds through one combined ninja at the JIT dir's root, which wou
 (fidev.builds.module_builds says why), and it ignores FLASHINFER_DISABLE_JIT, so a dry run would compile.
 This plugin replaces it: in a run, with one ninja per module, as `build` and FlashInfer's loader
 build, and it says when a test starts compiling a module and how long that took, past pytest's
-capture; in the dry run, nothing is built and every module a test or a warmup asks for is
+capture. Where the process runs a subset of its file's cases (a sample, the gate's selection, or
+pytest's own -k, -m or --deselect: not a part of a whole file), the warmup builds nothing: each case
+builds what it loads when it runs (FlashInfer's JitSpec.build_and_load), so the first case runs after
+its own module's compile, not after every module of the file's parameter space; in the dry run, nothing is built and every module a test or a warmup asks for is
 recorded, one JSON object per line in the format FlashInfer's tests/conftest.py writes its JIT
 report in (`pytest_runtest_call` and `pytest_terminal_summary` at v0.6.3), one file per process, since the dry run may
 spread over several pytest-xdist workers. A warmup's records carry one key FlashInfer's have not,
@@ -207,12 +210,20 @@ class FlashInferBuilds:
         self.dry_dir = Path(dry_dir) if dry_dir else None
         self.config = None
         self.current = "unknown"
+        self.narrowed = False  # a subset of the file's cases runs (not a part's share): the warmup builds nothing
+        self.parting = False  # while this plugin deselects a part's share
 
     def pytest_configure(self, config):
         self.config = config
 
     def pytest_runtest_setup(self, item):
         self.current = item.nodeid
+
+    def pytest_deselected(self, items):
+        """Cases left out: by -k, -m, --deselect, the sample or the gate's selection (a narrowed
+        run), or as another part's share (the file runs whole over its parts: not narrowed)."""
+        if items and not self.parting:
+            self.narrowed = True
 
     def pytest_sessionfinish(self, session):
         if self.dry_dir is None:  # a file's run: which of its modules ran from edited source
@@ -252,7 +263,11 @@ class FlashInferBuilds:
         kept = None  # the sample's functions the gate lets run; None: all
         if self.dry_dir is None and os.environ.get(PART):
             i, k = in_part(os.environ[PART])
-            config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % k != i - 1])
+            self.parting = True
+            try:
+                config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % k != i - 1])
+            finally:
+                self.parting = False
             items[:] = items[i - 1::k]
         if self.dry_dir is None and os.environ.get(GATE):  # collected (an xdist worker too): now wait for the build
             make_cuda_context()
@@ -298,6 +313,10 @@ class FlashInferBuilds:
         todo = [spec for spec in specs if not (skip_prebuilt and spec.is_aot)]
         if self.dry_dir is not None:
             self.record(todo, warmup=True)
+        elif self.narrowed:
+            if todo:
+                self.say(f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s); a subset of the "
+                         "file's cases runs, so each case builds what it loads")
         elif todo := [spec for spec in todo if not self.built_already(spec)]:
             self.say(f"upstream-tests: {self.current}: building {len(todo)} module(s) its warmup_jit fixture asks for")
             seconds, _ = module_builds.build_specs(todo, self.say)
