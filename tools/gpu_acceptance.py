@@ -17,7 +17,7 @@ smoke-noise, build-abi, abi-smoke, build-wide, smoke-wide, smoke-noise-wide (the
 measured in 10 runs), upstream-norm, upstream-activation, build-after-upstream,
 edit-loop (its rows: edit-build, edit-smoke, restore-build, restore-smoke), upstream-baseline,
 upstream-compare-bug, upstream-compare-clean, affected-noop, affected-header, affected-source,
-affected-generator, upstream-quantization, affected-upstream, prebuilt-set, auto-fresh, auto-header,
+affected-generator, affected-attention, upstream-quantization, affected-upstream, prebuilt-set, auto-fresh, auto-header,
 auto-generator, auto-restore. A result is `pass` when the step did what it must (the negative
 control and edit-smoke must fail). A step that plants a bug in the tree plants it, runs its checks
 and restores the file (`cp -p`: its old bytes and mtime) within itself, under the tree's lock
@@ -90,12 +90,18 @@ AFFECTED_EDITS = {
     # recorded which test needs the module: include/flashinfer/quantization.cuh, PackBitsKernel, big-endian
     "affected-upstream": ("include/flashinfer/quantization.cuh", "(input_vec[0] << 7) | (input_vec[1] << 6)",
                           "(input_vec[0] << 6) | (input_vec[1] << 6)", "quantization"),
+    # an attention header: the fa2 prefill's output, 1% off for query head 0 alone (not a uniform scale),
+    # include/flashinfer/attention/prefill.cuh, in the epilogue's OutputTransform loop; smoke's single prefill
+    # (fa2, built by build-cold) and the attention families it reaches run, and the first failure ends the run
+    "affected-attention": ("include/flashinfer/attention/prefill.cuh", "o_frag[mma_q][mma_d][reg_id] = variant.OutputTransform(",
+                           "o_frag[mma_q][mma_d][reg_id] = (qo_head_idx == 0 ? 1.01f : 1.0f) * variant.OutputTransform(",
+                           "single_prefill_with_kv_cache"),
 }
 STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi", "abi-smoke",
          "build-wide", "smoke-wide", "smoke-noise-wide", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-loop",
          "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header", "affected-source",
-         "affected-generator", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header", "auto-generator",
-         "auto-restore"]
+         "affected-generator", "affected-attention", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header",
+         "auto-generator", "auto-restore"]
 # a 2-GPU host's, and tools/planted_bugs.py's table (long: a part or two of its own): not part of the default run
 NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus", "planted-bugs"]
 # The table's rows of a step that records more than one (every other step records one, its own name):
@@ -115,7 +121,7 @@ STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137,
           "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
           "edit-loop": 28 + 10 + 29 + 8,  # its rows': edit-build, edit-smoke, restore-build, restore-smoke
           "upstream-baseline": 26, "upstream-compare-bug": 100,
-          "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61,
+          "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61, "affected-attention": 180,
           "upstream-quantization": 46, "affected-upstream": 42, "prebuilt-set": 121, "auto-fresh": 13, "auto-header": 41,
           "auto-generator": 20, "auto-restore": 14,
           # the 2-GPU steps: the warm-up builds what norm, activation and sampling need; on 2 GPUs about half of 1
@@ -321,13 +327,14 @@ def said(done: affected_summary.Summary | None, seconds: float) -> str:
 
 
 def affected_round(run: Run, name: str) -> None:
-    """Plant the bug, `affected` must fail naming the module; restore with `cp -p`, it must pass."""
+    """Plant the bug, `affected` must fail naming the module (a module whose name starts with it: an
+    attention module's name goes on with its dtypes and head dims); restore with `cp -p`, it must pass."""
     rel, line, bug, module = AFFECTED_EDITS[name]
     with plant(run, name, rel, line, bug) as planted:
         status, done, s1 = affected(run, name)
         planted.restore()
         status2, done2, s2 = affected(run, name)
-    named = done is not None and module in done.modules
+    named = done is not None and any(m.startswith(module) for m in done.modules)
     ok = status == 1 and named and done.verdict == "failed" and status2 == 0 and done2 is not None and done2.verdict == "passed"
     run.record(name, ok, s1 + s2, f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(done, s1)} | "
                                  f"restore: exit {status2}, {s2:.1f} s, {said(done2, s2)}")
