@@ -4,14 +4,16 @@ FlashInfer's tests, FlashInfer's first failing case stops smoke's (and upstream-
 runs them again); --keep-going runs every selected test. And a run of a subset of a test file's
 cases builds only what its cases load: FlashInfer's `warmup_jit` fixture builds nothing then."""
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fidev.affected import report
 from fidev.affected import tests as affected_tests
-from fidev.core.manifest import ROOT
+from fidev.core.manifest import ROOT, pins
 from script_runs import require
 from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
@@ -148,23 +150,29 @@ def test_silu():
     flashinfer.load("silu_and_mul", 1)
 def test_gelu():
     flashinfer.load("gelu_and_mul", 1)
+def test_tanh():
+    flashinfer.load("gelu_tanh_and_mul", 1)
 """
 
 
 @needs_a_build
-def test_a_subset_of_a_files_cases_builds_only_what_they_load(ws):
+def test_a_subset_of_a_files_cases_builds_first_what_its_first_case_loads(ws):
     """FlashInfer's warmup_jit asks for every module of its file's parameter space
     (tests/utils/test_activation.py at v0.6.3); under -k (as under a sample or the gate's selection)
-    the warmup builds nothing and the selected case builds its own module; the whole file still
-    builds what the warmup asks for, in one parallel step."""
+    the warmup builds nothing up front: the first case builds its own module first, the rest build
+    beside the next cases, and no module compiles twice; the whole file still builds what the warmup
+    asks for, in one parallel step, before its first case."""
     require("filelock", why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     root, _, env = ws
     (root / "extern/tracked/flashinfer/tests/utils/test_activation.py").write_text(WARMUP)
-    done = upstream(root, env, "activation", "--no-plan", "-k", "test_silu")
+    done = upstream(root, env, "activation", "--no-plan", "-k", "test_silu or test_gelu")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "a subset of the file's cases runs, so each case builds what it loads" in done.stdout, done.stdout
-    assert [line.rsplit("/", 2)[-2] for line in compiles(env)] == ["silu_and_mul"], compiles(env)
+    built = [line.rsplit("/", 2)[-2] for line in compiles(env)]
+    assert built[0] == "silu_and_mul" and built.count("gelu_and_mul") == 1 and len(built) == len(set(built)), built
+    shutil.rmtree(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/cached_ops")
+    Path(env["FAKE_COMPILES"]).unlink()
     done = upstream(root, env, "activation", "--no-plan")
-    assert done.returncode == 0 and "building 2 module(s) its warmup_jit fixture asks for" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "building 3 module(s) its warmup_jit fixture asks for" in done.stdout, done.stdout + done.stderr
+    assert "upstream-tests: 3 passed" in done.stdout, done.stdout
     assert sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == ["gelu_and_mul", "gelu_tanh_and_mul", "silu_and_mul"]
-

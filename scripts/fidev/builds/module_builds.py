@@ -98,9 +98,9 @@ def recording_build(original: Callable, say: Callable[[str], None]) -> Callable:
     return build
 
 
-def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
+def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True), running: list | None = None) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
-    [done/total elapsed], handed to `say`."""
+    [done/total elapsed], handed to `say`; each ninja process appended to `running` (to be stopped)."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
@@ -115,6 +115,8 @@ def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(lin
         cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=dict(os.environ, NINJA_STATUS="[%f/%t %es] "))
+        if running is not None:
+            running.append(proc)
         output = []
         for line in proc.stdout:
             status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
@@ -137,6 +139,32 @@ def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(lin
         thread.join()
     if failures:
         raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
+
+
+def build_beside(specs, say: Callable[[str], None], running: list) -> None:
+    """The modules whose own lock (`JitSpec.lock_path`, which `JitSpec.build` takes) is free, built
+    side by side (run_module_builds) while holding it: a test that loads one of them meanwhile waits
+    for the lock and then finds it built, and one whose lock another process holds is that one's to
+    build. A failure is said, not raised: the test that loads the module builds it again, and fails
+    where it fails."""
+    from filelock import FileLock, Timeout
+
+    held = []
+    try:
+        for spec in specs:
+            lock = FileLock(spec.lock_path, thread_local=False)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue
+            held.append((spec, lock))
+        if held:
+            run_module_builds([spec for spec, _ in held], say, running)
+    except Failure as failure:
+        say(f"the build beside the tests failed ({failure.problem}); the test that loads the module builds it again")
+    finally:
+        for _, lock in held:
+            lock.release()
 
 
 def ninja_log_lines(spec) -> list[str]:

@@ -9,9 +9,12 @@ That function builds through one combined ninja at the JIT dir's root, which wou
 This plugin replaces it: in a run, with one ninja per module, as `build` and FlashInfer's loader
 build, and it says when a test starts compiling a module and how long that took, past pytest's
 capture. Where the process runs a subset of its file's cases (a sample, the gate's selection, or
-pytest's own -k, -m or --deselect: not a part of a whole file), the warmup builds nothing: each case
-builds what it loads when it runs (FlashInfer's JitSpec.build_and_load), so the first case runs after
-its own module's compile, not after every module of the file's parameter space; in the dry run, nothing is built and every module a test or a warmup asks for is
+pytest's own -k, -m or --deselect: not a part of a whole file), the warmup builds nothing up front:
+the first case builds what it loads when it runs (FlashInfer's JitSpec.build_and_load), so it runs
+after its own module's compile, not after every module of the file's parameter space; once it has
+run, the warmup's other modules build side by side in a thread while the next cases run, each under
+its own lock (fidev.builds.module_builds.build_beside), so a later case waits for its module at most;
+the builds still running when the session ends are stopped; in the dry run, nothing is built and every module a test or a warmup asks for is
 recorded, one JSON object per line in the format FlashInfer's tests/conftest.py writes its JIT
 report in (`pytest_runtest_call` and `pytest_terminal_summary` at v0.6.3), one file per process, since the dry run may
 spread over several pytest-xdist workers. A warmup's records carry one key FlashInfer's have not,
@@ -210,7 +213,10 @@ class FlashInferBuilds:
         self.dry_dir = Path(dry_dir) if dry_dir else None
         self.config = None
         self.current = "unknown"
-        self.narrowed = False  # a subset of the file's cases runs (not a part's share): the warmup builds nothing
+        self.narrowed = False  # a subset of the file's cases runs (not a part's share): the warmup builds nothing up front
+        self.later: list = []  # the warmup's modules to build beside the tests once the first case has run
+        self.beside: threading.Thread | None = None
+        self.running: list = []  # the ninja processes of that build
         self.parting = False  # while this plugin deselects a part's share
 
     def pytest_configure(self, config):
@@ -225,7 +231,23 @@ class FlashInferBuilds:
         if items and not self.parting:
             self.narrowed = True
 
+    def pytest_runtest_logfinish(self, nodeid, location):
+        """The first case has run: the warmup's other modules build beside the next ones."""
+        if self.later and self.beside is None:
+            self.beside = threading.Thread(target=module_builds.build_beside, args=(self.later, self.say, self.running), daemon=True)
+            self.beside.start()
+
+    def stop_beside(self) -> None:
+        """The build beside the tests, stopped where it still runs: no case is left to load its modules."""
+        if self.beside is None:
+            return
+        for proc in list(self.running):
+            if proc.poll() is None:
+                proc.terminate()
+        self.beside.join(timeout=30)
+
     def pytest_sessionfinish(self, session):
+        self.stop_beside()
         if self.dry_dir is None:  # a file's run: which of its modules ran from edited source
             for line in module_choice.report("upstream-tests"):
                 self.say(line)
@@ -314,9 +336,10 @@ class FlashInferBuilds:
         if self.dry_dir is not None:
             self.record(todo, warmup=True)
         elif self.narrowed:
-            if todo:
-                self.say(f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s); a subset of the "
-                         "file's cases runs, so each case builds what it loads")
+            self.later = [spec for spec in todo if not self.built_already(spec)]
+            if self.later:
+                self.say(f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(self.later)} module(s); a subset of the "
+                         "file's cases runs, so each case builds what it loads, and the rest build beside them after the first case")
         elif todo := [spec for spec in todo if not self.built_already(spec)]:
             self.say(f"upstream-tests: {self.current}: building {len(todo)} module(s) its warmup_jit fixture asks for")
             seconds, _ = module_builds.build_specs(todo, self.say)
