@@ -70,10 +70,11 @@ def test_the_bug_table_covers_families_kinds_and_sizes():
     assert len(bugs) >= 12 and len({b["id"] for b in bugs}) == len(bugs)
     assert len(names) >= 6 and names <= set(families.BY_NAME), names
     assert names & {"decode", "prefill"}, "an attention family"
-    assert {b["kind"] for b in bugs} == {"header", "csrc", "generator"}
+    assert {b["kind"] for b in bugs} == {"header", "csrc", "generator", "wrapper"}
     for b in bugs:
-        prefix = {"header": "include/flashinfer/", "csrc": "csrc/", "generator": "flashinfer/jit/"}[b["kind"]]
+        prefix = {"header": "include/flashinfer/", "csrc": "csrc/", "generator": "flashinfer/jit/", "wrapper": "flashinfer/"}[b["kind"]]
         assert b["file"].startswith(prefix) and b["symbol"] and b["bug"] != b["line"], b
+        assert b["kind"] != "wrapper" or not b["file"].startswith("flashinfer/jit/"), f"{b['id']}: a generator is no wrapper"
         assert "fp16" in b["size"] or "rounding" in b["size"], f"{b['id']}: its size is not stated against fp16's rounding"
     nonuniform = ("only", "offset", "as 0", "tail", "dropped", "grow")
     assert sum(any(word in b["size"] for word in nonuniform) for b in bugs) >= 4, "non-uniform bugs, not only scales"

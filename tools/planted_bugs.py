@@ -3,8 +3,8 @@
   python3 tools/planted_bugs.py [--bugs ID,...] [--time-limit SECONDS] [--record FILE]
   python3 tools/planted_bugs.py --list
 
-For each bug of BUGS (a line of FlashInfer v0.6.3's source, in a header, a csrc/ file or a Python
-generator, and the line with the bug), on a GPU host whose JIT dir `build` filled, with
+For each bug of BUGS (a line of FlashInfer v0.6.3's source, in a header, a csrc/ file, a Python
+generator or a Python wrapper of the package, and the line with the bug), on a GPU host whose JIT dir `build` filled, with
 FlashInfer's tests in the tree: it takes the tree's lock and plants the bug (fidev.tree.edits.planted: the file is restored
 as `cp -p` would, its bytes and mtime, on every way out, Ctrl-C and SIGTERM included), runs
 `python scripts/affected.py --summary FILE` in the workspace as a user would, restores the file and
@@ -22,7 +22,7 @@ every restored tree passed; 1: a bug survived or a restored tree did not pass; 3
 
 --list prints the bug table as JSON and runs nothing (no GPU, no tree needed). The sizes are stated
 against fp16's half-ulp, 2^-11 (about 4.9e-4) of a value, and FlashInfer's test tolerance for fp16,
-rtol = atol = 1e-3 (tests/utils/test_norm.py at v0.6.3, among others). How to run it:
+rtol = atol = 1e-3 (tests/utils/test_norm.py and tests/attention/'s test files at v0.6.3, among others). How to run it:
 docs/testing.md, "Planted bugs"; its tables go to docs/measurements.md.
 """
 
@@ -44,11 +44,12 @@ from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import user_path, write_whole  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
+from fidev.records import build_records  # noqa: E402
 from fidev.tree import edits, release_reference  # noqa: E402
 from fidev.tree import families as kernel_families  # noqa: E402
 
 RECORD_SCHEMA = edits.PLANTED_BUGS_SCHEMA
-KINDS = {"include/": "header", "csrc/": "csrc", "flashinfer/jit/": "generator"}
+KINDS = {"include/": "header", "csrc/": "csrc", "flashinfer/jit/": "generator", "flashinfer/": "wrapper"}  # first match wins
 BUG_S = 240.0  # what --time-limit expects of a bug (both affected runs) before one has run here
 STOP_S = 60  # how long a stopped affected has to end its builds and tests before it is killed
 
@@ -130,6 +131,50 @@ BUGS = [
         "st.o[i] = 0.01f + variant.OutputTransform(params, st.o[i], bx, /*qo_idx=*/0, qo_head_idx, st.m, st.d,",
         "additive offset 0.01 on every output (split-KV partials merge to the same +0.01): 10x the tests' atol, "
         "~20x fp16's half-ulp at |o| = 1, more for smaller o"),
+    Bug("decode-last-head-unwritten", "decode", "include/flashinfer/attention/decode.cuh", "BatchDecodeWithPagedKVCacheDevice",
+        "st.o.cast_store(o + (bx * num_qo_heads + qo_head_idx) * head_dim + tx * vec_size);",
+        "if (qo_head_idx + 1 < num_qo_heads) st.o.cast_store(o + (bx * num_qo_heads + qo_head_idx) * head_dim + tx * vec_size);",
+        "tail only: the last query head's output (a split-KV partial too) never written: it is what the buffer held "
+        "(torch.empty, smoke's NaN), not a rounding matter; every other head exact"),
+    Bug("prefill-causal-diagonal", "single_prefill", "include/flashinfer/attention/prefill.cuh", "logits_mask",
+        "? (kv_idx + qo_len > kv_len + q_idx || (kv_idx >= chunk_end))",
+        "? (kv_idx + qo_len >= kv_len + q_idx || (kv_idx >= chunk_end))",
+        "causal only: each query's own key (the diagonal) masked, ~1/(keys it sees) of its row's weight: ~1e-2 at "
+        "hundreds of keys (10x the tests' atol, ~20x fp16's half-ulp), more in short rows; where qo_len = kv_len the first "
+        "row sees no key at all"),
+    Bug("hopper-rescale-unscaled", "hopper", "include/flashinfer/attention/hopper/attention_updater.cuh", "OnlineSoftmax::update",
+        "scores_scale(mi) = exp2f((scores_max_prev(mi) - scores_max_cur) * sm_scale_log2);",
+        "scores_scale(mi) = exp2f((scores_max_prev(mi) - scores_max_cur));",
+        "only where a row spans more than one KV tile (CTA_KV 128 at head dim 64) and its running max grows: the earlier "
+        "tiles rescaled without sm_scale*log2e (2^-8 for a raw gain of 8, not ~0.5), most of their weight lost: "
+        "O(1) relative error, >1000x fp16's half-ulp; exact within one tile (test_hopper's seq_len 11 and 99)"),
+    Bug("cascade-other-lse-head0", "cascade", "include/flashinfer/attention/cascade.cuh", "MergeStateInPlaceKernel",
+        "float s_other_val = s_other[pos * num_heads + head_idx];",
+        "float s_other_val = s_other[pos * num_heads];",
+        "only heads other than 0: merged with head 0's LSE of the other state, weights off by 2^(the heads' LSE gap, "
+        "~0.25 at 128 keys): errors ~1e-2 (10x the tests' atol, ~20x fp16's half-ulp); head 0 exact"),
+    Bug("page-k-never-written", "page", "include/flashinfer/page.cuh", "AppendPagedKVCacheKernel",
+        "    DType* k_ptr = paged_kv.get_k_ptr(page_iter, head_idx, entry_idx, tx * vec_size);",
+        "    DType* k_ptr = paged_kv.get_v_ptr(page_iter, head_idx, entry_idx, tx * vec_size);",
+        "K dropped: the K copy goes to V's slot, which the V copy overwrites, so the cache keeps its old K (zeros, "
+        "smoke's NaN) and V is exact: whole vectors wrong, not a rounding matter"),
+    Bug("mask-last-key", "single_prefill", "include/flashinfer/attention/variants.cuh", "DefaultAttention (LogitsMask)",
+        "bool mask = true;",
+        "bool mask = kv_idx + 1 < kv_len;",
+        "only the last key of each request masked (fa2 prefill and decode): ~1/kv_len of a row's weight, errors up to "
+        "~1e-2 at hundreds of keys (10x the tests' atol, ~20x fp16's half-ulp), shrinking as rows grow; in causal "
+        "prefill only the last query row sees that key"),
+    Bug("decode-wrapper-scale-no-sqrt", "decode", "flashinfer/decode.py", "BatchDecodeWithPagedKVCacheWrapper.run",
+        "            sm_scale = 1.0 / math.sqrt(head_dim)",
+        "            sm_scale = 1.0 / head_dim",
+        "the default sm_scale 1/head_dim, not 1/sqrt(head_dim) (11x too small at 128): attention nearly uniform, "
+        "outputs off by O(|o|) (~0.1: 100x the tests' atol, ~200x fp16's half-ulp); only where plan() got no sm_scale"),
+    Bug("single-prefill-causal-square-only", "single_prefill", "flashinfer/prefill.py", "single_prefill_with_kv_cache",
+        "        if causal:",
+        "        if causal and q.size(0) == k.size(0):",
+        "only causal calls with qo_len != kv_len: run unmasked, query i of qo_len sees qo_len - 1 - i later keys "
+        "(~7% of the first row's weight at 37 of 501): errors 1e-2 to 1e-1, far past the tests' atol and fp16's "
+        "half-ulp; the last row, square and non-causal calls exact"),
 ]
 BY_ID = {bug.id: bug for bug in BUGS}
 
@@ -156,9 +201,11 @@ def check_lines(tree: Path, chosen: list[Bug]) -> None:
 
 
 def check_unedited(tree: Path) -> None:
-    """No edit of the tree's own in what the bugs' modules compile or generate (fidev.tree.release_reference,
-    against the pinned release or commit): each affected run would build it in with the bug."""
-    edited = [rel for rel in release_reference.edited_files(tree, pins()) if rel.startswith(tuple(KINDS))]
+    """No edit of the tree's own in what the bugs' modules compile or generate, or in the package's Python
+    wrappers (fidev.tree.release_reference, against the pinned release or commit): each affected run would build
+    or call it with the bug. The install's own flashinfer/_build_meta.py is none (build_records.BUILD_META)."""
+    edited = [rel for rel in release_reference.edited_files(tree, pins())
+              if rel.startswith(tuple(KINDS)) and rel != build_records.BUILD_META]
     if edited:
         more = f" and {len(edited) - 3} more" if len(edited) > 3 else ""
         raise Failure(f"the tree has edits of its own in what the bugs' modules compile: {', '.join(edited[:3])}{more}; "
