@@ -27,8 +27,9 @@ a host that limits a command's time runs it in parts: `--steps setup,negative-co
 the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
 part starts no step that would not end in time (by the step's last time here, else STEP_S), and
 names the steps it left for the next part; `--resume` leaves out the steps WORK has every row for, so
-every part after the first can be the same command. `--list-steps` prints each step with the
-seconds it is expected to take, as JSON, and runs nothing.
+every part after the first can be the same command. `--fresh` removes what earlier runs made in WORK
+(MADE) once setup is known to have a source release, and refuses a WORK that holds anything else.
+`--list-steps` prints each step with the seconds it is expected to take, as JSON, and runs nothing.
 
 The affected rounds read affected's result from the summary it writes (`affected --summary FILE`,
 fidev.affected.summary: its verdict, the modules named, its times), not from its output.
@@ -123,6 +124,13 @@ STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137,
           "planted-bugs": 60}  # at least one short bug: the tool itself starts no bug past the part's time limit
 
 
+# What the run makes in WORK, and all that --fresh removes: Run's folders and files, and the JIT dirs and
+# build folder of negative-control, the auto rounds and prebuilt-set (a results.json half-written by a
+# killed run is `.results.json.tmp-*`, write_whole's temporary file).
+MADE = ("ws", "prefix", "jit-base", "logs", "results.json", ".wheels-installed", "negative-base", "auto-base", "prebuilt-build")
+MADE_TEMPORARY = ".results.json.tmp-"
+
+
 class Run:
     def __init__(self, work: Path, staged: Path | None, toolkit: Path):
         self.work, self.staged, self.toolkit = work, staged, toolkit
@@ -210,16 +218,45 @@ def checked(cmd: list[str], cwd: Path | None = None) -> None:
         raise Failure(f"setup failed (exit status {done.returncode}): {' '.join(cmd)[:200]}", "read its output above")
 
 
+def staged_release(tree: Path, staged: Path | None) -> Path | None:
+    """The source release setup materializes `tree` from: None where the tree has its sources; two
+    lines where it has none and none was staged."""
+    if (tree / "csrc").is_dir():
+        return None
+    archive = staged / pins().sdist_name if staged else None
+    if not archive or not archive.is_file():
+        raise Failure(f"{tree} is empty and no source release was staged", "python3 tools/stage_gpu_host.py DIR, then --staged DIR")
+    return archive
+
+
+def fresh(work: Path, staged: Path | None) -> None:
+    """--fresh: WORK's earlier results and builds removed (MADE), once setup is known to have what it
+    needs (its workspace copy is this checkout's: its tree, else the staged release). A WORK that
+    holds anything this tool did not make is refused in two lines, and nothing in it is removed."""
+    if not work.exists():
+        return
+    if not work.is_dir():
+        raise Failure(f"--work {work} is not a folder", "name a folder for the run's copy of the checkout, its builds and results")
+    staged_release(pins().source_dir, staged)
+    foreign = sorted(p.name for p in work.iterdir() if p.name not in MADE and not p.name.startswith(MADE_TEMPORARY))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise Failure(f"--fresh would empty {work}, which holds what this tool did not make: {shown}",
+                      "move them out of the folder, or name a folder of the acceptance run's own: --work DIR")
+    for path in [work / name for name in MADE] + [p for p in work.iterdir() if p.name.startswith(MADE_TEMPORARY)]:
+        try:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+        except OSError as e:
+            raise Failure(f"--fresh could not remove {path}: {e.strerror}", f"remove it yourself (rm -r {path}), then run again") from None
+
+
 def setup(run: Run) -> None:
     started = time.perf_counter()
     notes = []
     if not run.ws.exists():
         shutil.copytree(ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(".git", ".stage", "__pycache__", ".pixi", ".ci"))
         notes.append("workspace copied")
-    if not (run.tree / "csrc").is_dir():
-        archive = run.staged / pins().sdist_name if run.staged else None
-        if not archive or not archive.is_file():
-            raise Failure(f"{run.tree} is empty and no source release was staged", "python3 tools/stage_gpu_host.py DIR, then --staged DIR")
+    if archive := staged_release(run.tree, run.staged):
         checked([sys.executable, "scripts/fetch_flashinfer_source.py", "--archive", str(archive)], cwd=run.ws)
         notes.append("source release materialized")
     if not (run.tree / "pytest.ini").is_file() and run.staged and (run.staged / TESTS_ARCHIVE).is_file():
@@ -509,7 +546,8 @@ def main() -> int:
                         help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)")
     parser.add_argument("--toolkit", type=option(user_path), default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
     parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
-    parser.add_argument("--fresh", action="store_true", help="forget WORK's earlier results and builds first")
+    parser.add_argument("--fresh", action="store_true",
+                        help="forget WORK's earlier results and builds first (what this tool made there: a WORK holding more is refused)")
     parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="--time-limit 580")),
                         help="seconds this part may take: no step starts that would not end in time")
     parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
@@ -527,7 +565,7 @@ def main() -> int:
         parser.error(f"unknown step(s) {unknown}{' (' + '; '.join(within) + ')' if within else ''}\n"
                      f"name them from: {', '.join(STEPS + NAMED_ONLY)}")
     if ARGS.fresh:
-        shutil.rmtree(ARGS.work, ignore_errors=True)
+        fresh(ARGS.work, ARGS.staged)
     ARGS.work.mkdir(parents=True, exist_ok=True)
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
     if ARGS.resume:
