@@ -46,12 +46,12 @@ import argparse
 import signal
 import sys
 import time
-from pathlib import Path
 
 from fidev.affected import built, changes, report, tests, verdicts
 from fidev.affected import summary as affected_summary
 from fidev.core import workspace
-from fidev.core.failure import ArgumentParser, Failure, exit_now, run_main
+from fidev.core.failure import ArgumentParser, Failure, exit_now, option, run_main
+from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source
 
@@ -62,7 +62,7 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="name the changed files, modules and tests; build and run nothing")
     parser.add_argument("--whole-family", action="store_true",
                         help="run every case of FlashInfer's tests of the changed modules, not the sample (upstream-tests --sample)")
-    parser.add_argument("--summary", type=Path, metavar="FILE",
+    parser.add_argument("--summary", type=option(output_file), metavar="FILE",
                         help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, times)")
     args = parser.parse_args()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: what runs is stopped (run_tests), no traceback (run)

@@ -7,9 +7,11 @@ or tool added to scripts/ or tools/ must appear in COVERED (test_every_script_an
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +204,84 @@ def test_usage_errors_exit_2(tmp_path, script, argv, problem):
     done = run(script, argv, tmp_path)
     two_lines(done, {2})
     assert problem in done.stderr.strip().splitlines()[-2], done.stderr
+
+
+def fifo(tmp):
+    os.mkfifo(tmp / "fifo")
+    return str(tmp / "fifo")
+
+
+def device_link(tmp):
+    """A link to /dev/full, a character device: a rename into place would replace the link (a
+    test never names the device itself, which a tool that regressed would replace)."""
+    (tmp / "full").symlink_to("/dev/full")
+    return str(tmp / "full")
+
+
+def a_folder(tmp):
+    (tmp / "folder").mkdir()
+    return str(tmp / "folder")
+
+
+def under_a_file(tmp):
+    (tmp / "file").write_text("the user's")
+    return str(tmp / "file" / "out")
+
+
+def in_a_read_only_folder(tmp):
+    (tmp / "read-only").mkdir()
+    (tmp / "read-only").chmod(0o555)
+    return str(tmp / "read-only" / "out")
+
+
+ODD_OUTPUTS = {"a FIFO": fifo, "a link to a character device": device_link, "a folder": a_folder, "under a file": under_a_file,
+               "in a read-only folder": in_a_read_only_folder}
+# the files a long run writes at its end, and the folders a tool writes in: each checked before the work
+OUTPUT_FILES = [("affected.py", [], "--summary", []), ("upstream_tests.py", ["norm"], "--summary", []), ("planted_bugs.py", [], "--record", [])]
+OUTPUT_FOLDERS = [("stage_gpu_host.py", [], None, []), ("gpu_acceptance.py", ["--steps", "setup"], "--work", [])]
+
+
+def odd_output(tmp, make):
+    if make is in_a_read_only_folder and os.geteuid() == 0:
+        pytest.skip("root writes in a folder of mode 0555")
+    value = make(tmp)
+    return value, (os.lstat(value).st_mode if os.path.lexists(value) else None)
+
+
+@pytest.mark.parametrize("make", list(ODD_OUTPUTS.values()), ids=list(ODD_OUTPUTS))
+@pytest.mark.parametrize("script, before, option, after", OUTPUT_FILES, ids=[f"{c[0]} {c[2]}" for c in OUTPUT_FILES])
+def test_an_output_file_that_cannot_be_written_whole_is_refused_before_the_work(tmp_path, script, before, option, after, make):
+    """A FIFO, a device or a folder at the path is refused in two lines, and left as it was (a
+    write by rename would replace it); so is a path whose folder is none or read-only."""
+    value, mode = odd_output(tmp_path, make)
+    done = run(script, argv_for(before, option, value, after), tmp_path)
+    two_lines(done, {2})
+    assert option in done.stderr.strip().splitlines()[-2] and value in done.stderr.strip().splitlines()[-2], done.stderr
+    assert (os.lstat(value).st_mode if os.path.lexists(value) else None) == mode
+
+
+@pytest.mark.parametrize("make", [fifo, device_link, under_a_file, in_a_read_only_folder], ids=lambda make: make.__name__)
+@pytest.mark.parametrize("script, before, option, after", OUTPUT_FOLDERS, ids=[c[0] for c in OUTPUT_FOLDERS])
+def test_an_output_folder_that_is_none_or_read_only_is_refused_before_the_work(tmp_path, script, before, option, after, make):
+    value, mode = odd_output(tmp_path, make)
+    done = run(script, argv_for(before, option, value, after), tmp_path)
+    two_lines(done, {2})
+    assert value in done.stderr.strip().splitlines()[-2], done.stderr
+    assert (os.lstat(value).st_mode if os.path.lexists(value) else None) == mode
+
+
+def test_a_file_is_written_whole_only_where_it_is_a_regular_file_or_nothing(tmp_path):
+    """fidev.core.files: /dev/full is refused as an output; a write onto a FIFO is refused and
+    leaves it; one through a link writes the file it leads to and keeps the link."""
+    from fidev.core.failure import Failure
+    from fidev.core.files import output_file, write_whole
+
+    with pytest.raises(Failure, match="is a character device"):
+        output_file("/dev/full")
+    with pytest.raises(Failure, match="is a named pipe"):
+        write_whole(Path(fifo(tmp_path)), "x")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
+    (tmp_path / "target").write_text("old")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    write_whole(tmp_path / "link", "new")
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "target").read_text() == "new"

@@ -64,7 +64,7 @@ import conda_prefix  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import read_record, user_path, write_whole  # noqa: E402
+from fidev.core.files import output_folder, read_record, replaceable, user_path, write_whole  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
 from fidev.tree import edits  # noqa: E402
@@ -542,7 +542,7 @@ ARGS = argparse.Namespace()
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--staged", type=option(user_path), help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
-    parser.add_argument("--work", type=option(user_path), default=Path("/tmp/fidev-acceptance"),
+    parser.add_argument("--work", type=option(output_folder), default=Path("/tmp/fidev-acceptance"),
                         help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)")
     parser.add_argument("--toolkit", type=option(user_path), default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
     parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
@@ -567,6 +567,7 @@ def main() -> int:
     if ARGS.fresh:
         fresh(ARGS.work, ARGS.staged)
     ARGS.work.mkdir(parents=True, exist_ok=True)
+    replaceable(ARGS.work / "results.json")  # written after each step: a FIFO or a folder there is refused before the first
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
     if ARGS.resume:
         chosen = [name for name in chosen if not recorded(run, name)]

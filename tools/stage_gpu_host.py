@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import user_path  # noqa: E402
+from fidev.core.files import output_folder, replaceable, user_path  # noqa: E402
 from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 from fidev.tree import source_release  # noqa: E402
 
@@ -67,7 +67,9 @@ def stage_before(dest: Path, rev: str) -> None:
 
 
 def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: str) -> None:
-    """`git archive ARGS` into `target`, through a temporary file: nothing half-written."""
+    """`git archive ARGS` into `target`, through a temporary file: nothing half-written (a target
+    that is not a regular file is refused, never replaced)."""
+    replaceable(target)
     tmp = target.with_name(f"{target.name}.tmp")
     try:
         with open(tmp, "wb") as out:
@@ -82,7 +84,7 @@ def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: st
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dest", type=option(user_path), help="the folder to stage into (created where missing)")
+    parser.add_argument("dest", type=option(output_folder), help="the folder to stage into (created where missing)")
     parser.add_argument("--flashinfer-git", type=option(user_path), help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
     parser.add_argument("--bench-before", metavar="REV", help="also stage this workspace at REV, to time its chain (bench-before.tar)")
     args = parser.parse_args()
