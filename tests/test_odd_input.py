@@ -285,3 +285,27 @@ def test_a_file_is_written_whole_only_where_it_is_a_regular_file_or_nothing(tmp_
     (tmp_path / "link").symlink_to(tmp_path / "target")
     write_whole(tmp_path / "link", "new")
     assert (tmp_path / "link").is_symlink() and (tmp_path / "target").read_text() == "new"
+
+
+@pytest.mark.parametrize("value", ["--output={tmp}/out.tar", "-o{tmp}/out.tar", "no-such-revision", " "])
+def test_stage_gpu_host_takes_only_a_commit_of_the_checkout_for_bench_before(tmp_path, value):
+    """What --bench-before names goes to git archive only as the commit git resolved it to: a value
+    that reads as an option, or names no commit, is refused in two lines before anything is
+    staged (no DEST, no file the value names)."""
+    done = run("stage_gpu_host.py", ["{tmp}/stage", f"--bench-before={value}"], tmp_path)
+    two_lines(done, {2})
+    assert "--bench-before" in done.stderr.strip().splitlines()[-2], done.stderr
+    assert not (tmp_path / "out.tar").exists() and not (tmp_path / "stage").exists()
+
+
+@pytest.mark.parametrize("commit", ["--output=x", "HEAD", "d0886ce", "D0886CE2B67761A5B4F9396B4C3741F7860791B0"])
+def test_a_source_commit_that_is_no_full_hash_fails_in_two_lines(tmp_path, commit):
+    """source-commit goes to git (archive, diff, merge-base): a full hash only, never what git could take as an option."""
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "pyproject.toml").read_text()
+    (ws / "pyproject.toml").write_text(text.replace(f'source-commit = "{pins().source_commit}"', f'source-commit = "{commit}"', 1))
+    done = subprocess.run([sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--archive", str(tmp_path / "none.tar.gz")],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    two_lines(done, {1})
+    assert "source-commit must be a commit's full hash" in done.stderr.strip().splitlines()[-2], done.stderr
