@@ -260,3 +260,20 @@ def test_fresh_removes_what_the_tool_made_and_only_that(tmp_path):
                            "--time-limit", "1", "--steps", "build-cold"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert made(work) == set(), made(work)
+
+
+@pytest.mark.parametrize(("failed", "status"), [(None, 0), ("setup", 1), ("restore-smoke", 1)])
+@pytest.mark.parametrize("steps", [[], ["--steps", "setup,edit-loop"]], ids=["every step", "named"])
+def test_a_resumed_part_fails_where_a_step_it_left_out_failed(tmp_path, steps, failed, status):
+    """--resume leaves out every step WORK has a result for; a part that so runs nothing still ends
+    with their results: 1 where one failed (a failed setup recorded earlier included), 0 where all passed."""
+    work = tmp_path / "work"
+    work.mkdir()
+    every = [row for step in ast.literal_eval(tool_constant("STEPS")) for row in (EDIT_LOOP_ROWS if step == "edit-loop" else [step])]
+    results = {row: {"result": "FAIL" if row == failed else "pass", "seconds": 1.0, "note": "an earlier part's"} for row in every}
+    (work / "results.json").write_text(json.dumps(results))
+    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--resume", *steps], capture_output=True, text=True, timeout=60)
+    assert done.returncode == status and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert not (work / "ws").exists() and not (work / "logs").exists(), "a resumed part ran a step"
+    if failed:
+        assert done.stdout.strip().splitlines()[-1].endswith(f"WORK has a result for): {failed}"), done.stdout

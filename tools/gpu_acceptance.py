@@ -27,7 +27,7 @@ a host that limits a command's time runs it in parts: `--steps setup,negative-co
 the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
 part starts no step that would not end in time (by the step's last time here, else STEP_S), and
 names the steps it left for the next part; `--resume` leaves out the steps WORK has every row for, so
-every part after the first can be the same command. `--fresh` removes what earlier runs made in WORK
+every part after the first can be the same command, and a part fails where a step it left out failed. `--fresh` removes what earlier runs made in WORK
 (MADE) once setup is known to have a source release, and refuses a WORK that holds anything else.
 `--list-steps` prints each step with the seconds it is expected to take, as JSON, and runs nothing.
 
@@ -569,6 +569,7 @@ def main() -> int:
     ARGS.work.mkdir(parents=True, exist_ok=True)
     replaceable(ARGS.work / "results.json")  # written after each step: a FIFO or a folder there is refused before the first
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
+    named = chosen
     if ARGS.resume:
         chosen = [name for name in chosen if not recorded(run, name)]
     todo = steps(run)
@@ -590,7 +591,17 @@ def main() -> int:
     if left:  # said last, after the table: what the next part runs
         print(f"\nnot started, past --time-limit {ARGS.time_limit or 0:.0f} s: --steps {','.join(left)}")
         return 3
-    return 0 if all(run.results[row]["result"] == "pass" for name in chosen for row in rows(name)) else 1
+    return part_status(run, named, chosen)
+
+
+def part_status(run: Run, named: list[str], ran: list[str]) -> int:
+    """0 where every row of the steps named passed: those this part ran, and those --resume left out
+    for the result WORK has (a resumed part that runs nothing ends as the failure it keeps); else 1."""
+    failed = [row for name in named for row in rows(name) if run.results.get(row, {}).get("result") != "pass"]
+    earlier = [row for name in named if name not in ran for row in rows(name) if row in failed]
+    if earlier:
+        print(f"\nfailed in an earlier part (--resume leaves out the steps WORK has a result for): {', '.join(earlier)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
