@@ -238,7 +238,8 @@ ODD_OUTPUTS = {"a FIFO": fifo, "a link to a character device": device_link, "a f
                "in a read-only folder": in_a_read_only_folder}
 # the files a long run writes at its end, and the folders a tool writes in: each checked before the work
 OUTPUT_FILES = [("affected.py", [], "--summary", []), ("upstream_tests.py", ["norm"], "--summary", []), ("planted_bugs.py", [], "--record", [])]
-OUTPUT_FOLDERS = [("stage_gpu_host.py", [], None, []), ("gpu_acceptance.py", ["--steps", "setup"], "--work", [])]
+OUTPUT_FOLDERS = [("stage_gpu_host.py", [], None, []), ("gpu_acceptance.py", ["--steps", "setup"], "--work", []),
+                  ("prebuilt_set.py", [], None, ["{tmp}/out"]), ("prebuilt_set.py", ["{tmp}/build"], None, [])]
 
 
 def odd_output(tmp, make):
@@ -261,7 +262,7 @@ def test_an_output_file_that_cannot_be_written_whole_is_refused_before_the_work(
 
 
 @pytest.mark.parametrize("make", [fifo, device_link, under_a_file, in_a_read_only_folder], ids=lambda make: make.__name__)
-@pytest.mark.parametrize("script, before, option, after", OUTPUT_FOLDERS, ids=[c[0] for c in OUTPUT_FOLDERS])
+@pytest.mark.parametrize("script, before, option, after", OUTPUT_FOLDERS, ids=["stage DEST", "--work", "BUILD_DIR", "OUT_DIR"])
 def test_an_output_folder_that_is_none_or_read_only_is_refused_before_the_work(tmp_path, script, before, option, after, make):
     value, mode = odd_output(tmp_path, make)
     done = run(script, argv_for(before, option, value, after), tmp_path)

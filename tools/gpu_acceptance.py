@@ -542,9 +542,9 @@ ARGS = argparse.Namespace()
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--staged", type=option(user_path), help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
-    parser.add_argument("--work", type=option(output_folder), default=Path("/tmp/fidev-acceptance"),
+    parser.add_argument("--work", type=option(output_folder), default="/tmp/fidev-acceptance",  # a string: checked as a named one is
                         help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)")
-    parser.add_argument("--toolkit", type=option(user_path), default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
+    parser.add_argument("--toolkit", type=option(user_path), default="/usr/local/cuda", help="the host CUDA toolkit the replica is laid out from")
     parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
     parser.add_argument("--fresh", action="store_true",
                         help="forget WORK's earlier results and builds first (what this tool made there: a WORK holding more is refused)")
