@@ -310,3 +310,18 @@ def test_a_source_commit_that_is_no_full_hash_fails_in_two_lines(tmp_path, commi
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     two_lines(done, {1})
     assert "source-commit must be a commit's full hash" in done.stderr.strip().splitlines()[-2], done.stderr
+
+
+def test_an_output_in_a_folder_the_user_cannot_write_is_refused(tmp_path, monkeypatch):
+    """The read-only cases above skip as root, who writes in a folder of mode 0555: here the folder's
+    access is what os.access says for a user who cannot write it (a read-only mount answers so for root too)."""
+    from fidev.core import files
+    from fidev.core.failure import Failure
+
+    monkeypatch.setattr(files.os, "access", lambda path, mode: os.path.abspath(path) != str(tmp_path))
+    with pytest.raises(Failure, match="is read-only here"):
+        files.output_file(str(tmp_path / "summary.json"))
+    with pytest.raises(Failure, match="is read-only here"):
+        files.output_folder(str(tmp_path / "new" / "deeper"))  # the nearest folder that exists is the one written in
+    (tmp_path / "writable").mkdir()
+    assert files.output_file(str(tmp_path / "writable" / "summary.json")) == tmp_path / "writable" / "summary.json"
