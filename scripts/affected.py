@@ -52,12 +52,12 @@ import argparse
 import signal
 import sys
 import time
-from pathlib import Path
 
 from fidev.affected import built, changes, report, tests, verdicts
 from fidev.affected import summary as affected_summary
 from fidev.core import workspace
-from fidev.core.failure import ArgumentParser, Failure, exit_now, run_main
+from fidev.core.failure import ArgumentParser, Failure, exit_now, option, run_main
+from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source
 
@@ -70,7 +70,7 @@ def main() -> int:
                         help="run every case of FlashInfer's tests of the changed modules, not the sample (upstream-tests --sample)")
     parser.add_argument("--keep-going", action="store_true",
                         help="run every selected test: the first failure does not end the run (by default it does, and what did not run is no pass)")
-    parser.add_argument("--summary", type=Path, metavar="FILE",
+    parser.add_argument("--summary", type=option(output_file), metavar="FILE",
                         help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, times)")
     args = parser.parse_args()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: what runs is stopped (run_tests), no traceback (run)

@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--cuda", type=option(cuda_release),
                         help=f"CUDA key for wheels whose version names none: 12.9 or cu129 (default: the manifest's, {pins().cuda})")
     args = parser.parse_args()
+    args.wheels = list(dict.fromkeys(args.wheels))  # a wheel named twice is pinned once (its table written twice is no TOML)
     if args.url and len(args.wheels) > 1:
         raise Failure("--url names one wheel's URL, but several wheels were given", "pin them one at a time", exit_status=USAGE)
     cuda = cuda_tag(args.cuda or pins().cuda)

@@ -58,7 +58,8 @@ Options (the rest goes to pytest):
                      refused with --baseline)
   --progress S       in a log, a progress line every S seconds (default 30; 0: none); a terminal's is rewritten in place
   --summary FILE     write the run's summary.json to FILE too (fidev.upstream.summary: schema,
-                     counts, failing and erroring ids, each process's file, part, GPU and time)
+                     counts, failing and erroring ids, each process's file, part, GPU and time);
+                     checked before the run: a FILE that is a FIFO, a device or a folder is refused
   --sample           run a sample of each test function's cases in which every value of every
                      parameter appears, the fewest JIT modules by the record (fidev.upstream.sample);
                      it ends with what the sample covered ("rope: N of M cases, every value of
@@ -78,6 +79,7 @@ from pathlib import Path
 
 from fidev.core import numbers, workspace
 from fidev.core.failure import USAGE, Failure, report, run_main
+from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
 from fidev.upstream import plan as upstream_plan
@@ -135,6 +137,11 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str], float]:
     for name in ("--gpus", "--file-timeout", "--per-gpu", "--sample-seed", "--stop-after", "--progress"):
         if name in ours:
             ours[name] = number(name, ours[name])
+    if "--summary" in ours:  # written at the run's end: a path it cannot write is refused before the run
+        try:
+            ours["--summary"] = str(output_file(ours["--summary"]))
+        except Failure as failure:
+            raise Failure(f"--summary {failure.problem}", failure.fix) from None
     if ours.get("--stop-after") and "--baseline" in ours:
         raise Failure("--stop-after with --baseline: a baseline keeps every case's outcome, and a run stopped early leaves some unrun",
                       "leave --stop-after out when recording a baseline")

@@ -92,3 +92,23 @@ def test_sigterm_mid_edit_restores_the_tree(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert (header.read_bytes(), header.stat().st_mtime_ns) == before
+
+
+# A stand-in step that passes on its first run and fails on every later one (its count beside it)
+FAILS_LATER = ("import pathlib, sys\ncount = pathlib.Path(__file__).with_suffix('.count')\n"
+               "n = int(count.read_text()) + 1 if count.exists() else 1\ncount.write_text(str(n))\nsys.exit(int(n > 1))\n")
+
+
+def test_a_timed_run_that_fails_is_no_figure_unless_keep_going(tmp_path):
+    """The warm-up passed, a timed run's smoke failed: two lines and status 1, no table of its time."""
+    root = workspace(tmp_path)
+    smoke = next(command.split()[1] for name, command in task_chain("smoke") if name == "smoke")
+    (root / smoke).write_text(FAILS_LATER)
+    done = bench(root, "--runs", "2")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-2].startswith("error: the chain stopped at smoke (exit 1) in timed run 1") and lines[-1].lstrip().startswith("fix: ")
+    assert "median" not in done.stdout, done.stdout
+    (root / smoke).with_suffix(".count").unlink()
+    done = bench(root, "--runs", "2", "--keep-going")  # times it all the same, its exit in the table
+    assert done.returncode == 0 and any(line.startswith("smoke") and line.split()[4] == "1" for line in done.stdout.splitlines()), done.stdout

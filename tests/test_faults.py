@@ -733,6 +733,16 @@ def test_bench_preflight_reports_a_preflight_that_cannot_run():
     expect(run("bench_preflight.py", "--runs", "1", "--", "--cuda", "13"), "bench-preflight-fails")
 
 
+@fault("bench-command-fails")
+def test_bench_preflight_reports_a_failed_command_not_its_time(tmp_path):
+    """A torch that is there but cannot import: collect_env fails, and its time is no figure."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch/__init__.py").write_text('raise ImportError("libtorch_cuda.so: cannot open shared object file")\n')
+    done = run("bench_preflight.py", "--runs", "1", env={"PYTHONPATH": str(tmp_path)})
+    expect(done, "bench-command-fails")
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["command", "preflight.py"], done.stdout
+
+
 @fault("upstream-budget")
 @pytest.mark.parametrize("budget", ["abc", "-1", "inf"])
 def test_upstream_tests_budget_that_is_not_minutes(budget):

@@ -8,6 +8,7 @@ copy (WORK/ws, which the run takes as set up)."""
 import ast
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -208,3 +209,71 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
     assert done.returncode == {"pass": 0, "FAIL": 1, None: 3}[result] and "Traceback" not in done.stderr, done.stdout + done.stderr
     if result is None:
         assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 300 s: --steps planted-bugs", done.stdout
+
+
+def made(work) -> set[str]:
+    """What WORK holds, by name."""
+    return {p.name for p in work.iterdir()}
+
+
+def staged_release(tmp_path):
+    """A folder holding a file of the source release's name: what --fresh checks for before it removes anything."""
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / pins().sdist_name).write_bytes(b"not the release")
+    return staged
+
+
+def test_fresh_refuses_a_work_folder_holding_what_the_tool_did_not_make(tmp_path):
+    """A user's file in WORK: refused in two lines, and nothing in WORK removed, the tool's own included."""
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    (work / "results.json").write_text("{}")
+    (work / "notes.txt").write_text("the user's")
+    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged_release(tmp_path)), "--fresh",
+                           "--steps", "setup"], capture_output=True, text=True, timeout=120)
+    two_line_failure(done, "notes.txt")
+    assert made(work) == {"logs", "results.json", "notes.txt"} and (work / "notes.txt").read_text() == "the user's"
+
+
+def test_fresh_removes_nothing_where_no_source_release_was_staged(tmp_path):
+    if (pins().source_dir / "csrc").is_dir():
+        pytest.skip("this checkout has FlashInfer's tree: the workspace copy needs no staged release")
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    (work / "results.json").write_text("{}")
+    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--fresh", "--steps", "setup"],
+                          capture_output=True, text=True, timeout=120)
+    two_line_failure(done, "no source release was staged")
+    assert made(work) == {"logs", "results.json"}
+
+
+def test_fresh_removes_what_the_tool_made_and_only_that(tmp_path):
+    """Every name the tool makes in WORK is one --fresh removes (MADE), and it leaves WORK itself."""
+    made_names = ast.literal_eval(tool_constant("MADE"))
+    assert set(re.findall(r'work / "([^"]+)"', TOOL.read_text())) <= set(made_names)
+    work = tmp_path / "work"
+    for name in made_names:
+        (work / name / "inside").mkdir(parents=True) if "." not in name else (work / name).write_text("made")
+    (work / ".results.json.tmp-1-2").write_text("{")
+    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged_release(tmp_path)), "--fresh",
+                           "--time-limit", "1", "--steps", "build-cold"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert made(work) == set(), made(work)
+
+
+@pytest.mark.parametrize(("failed", "status"), [(None, 0), ("setup", 1), ("restore-smoke", 1)])
+@pytest.mark.parametrize("steps", [[], ["--steps", "setup,edit-loop"]], ids=["every step", "named"])
+def test_a_resumed_part_fails_where_a_step_it_left_out_failed(tmp_path, steps, failed, status):
+    """--resume leaves out every step WORK has a result for; a part that so runs nothing still ends
+    with their results: 1 where one failed (a failed setup recorded earlier included), 0 where all passed."""
+    work = tmp_path / "work"
+    work.mkdir()
+    every = [row for step in ast.literal_eval(tool_constant("STEPS")) for row in (EDIT_LOOP_ROWS if step == "edit-loop" else [step])]
+    results = {row: {"result": "FAIL" if row == failed else "pass", "seconds": 1.0, "note": "an earlier part's"} for row in every}
+    (work / "results.json").write_text(json.dumps(results))
+    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--resume", *steps], capture_output=True, text=True, timeout=60)
+    assert done.returncode == status and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert not (work / "ws").exists() and not (work / "logs").exists(), "a resumed part ran a step"
+    if failed:
+        assert done.stdout.strip().splitlines()[-1].endswith(f"WORK has a result for): {failed}"), done.stdout

@@ -7,9 +7,11 @@ or tool added to scripts/ or tools/ must appear in COVERED (test_every_script_an
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +204,124 @@ def test_usage_errors_exit_2(tmp_path, script, argv, problem):
     done = run(script, argv, tmp_path)
     two_lines(done, {2})
     assert problem in done.stderr.strip().splitlines()[-2], done.stderr
+
+
+def fifo(tmp):
+    os.mkfifo(tmp / "fifo")
+    return str(tmp / "fifo")
+
+
+def device_link(tmp):
+    """A link to /dev/full, a character device: a rename into place would replace the link (a
+    test never names the device itself, which a tool that regressed would replace)."""
+    (tmp / "full").symlink_to("/dev/full")
+    return str(tmp / "full")
+
+
+def a_folder(tmp):
+    (tmp / "folder").mkdir()
+    return str(tmp / "folder")
+
+
+def under_a_file(tmp):
+    (tmp / "file").write_text("the user's")
+    return str(tmp / "file" / "out")
+
+
+def in_a_read_only_folder(tmp):
+    (tmp / "read-only").mkdir()
+    (tmp / "read-only").chmod(0o555)
+    return str(tmp / "read-only" / "out")
+
+
+ODD_OUTPUTS = {"a FIFO": fifo, "a link to a character device": device_link, "a folder": a_folder, "under a file": under_a_file,
+               "in a read-only folder": in_a_read_only_folder}
+# the files a long run writes at its end, and the folders a tool writes in: each checked before the work
+OUTPUT_FILES = [("affected.py", [], "--summary", []), ("upstream_tests.py", ["norm"], "--summary", []), ("planted_bugs.py", [], "--record", [])]
+OUTPUT_FOLDERS = [("stage_gpu_host.py", [], None, []), ("gpu_acceptance.py", ["--steps", "setup"], "--work", []),
+                  ("prebuilt_set.py", [], None, ["{tmp}/out"]), ("prebuilt_set.py", ["{tmp}/build"], None, [])]
+
+
+def odd_output(tmp, make):
+    if make is in_a_read_only_folder and os.geteuid() == 0:
+        pytest.skip("root writes in a folder of mode 0555")
+    value = make(tmp)
+    return value, (os.lstat(value).st_mode if os.path.lexists(value) else None)
+
+
+@pytest.mark.parametrize("make", list(ODD_OUTPUTS.values()), ids=list(ODD_OUTPUTS))
+@pytest.mark.parametrize("script, before, option, after", OUTPUT_FILES, ids=[f"{c[0]} {c[2]}" for c in OUTPUT_FILES])
+def test_an_output_file_that_cannot_be_written_whole_is_refused_before_the_work(tmp_path, script, before, option, after, make):
+    """A FIFO, a device or a folder at the path is refused in two lines, and left as it was (a
+    write by rename would replace it); so is a path whose folder is none or read-only."""
+    value, mode = odd_output(tmp_path, make)
+    done = run(script, argv_for(before, option, value, after), tmp_path)
+    two_lines(done, {2})
+    assert option in done.stderr.strip().splitlines()[-2] and value in done.stderr.strip().splitlines()[-2], done.stderr
+    assert (os.lstat(value).st_mode if os.path.lexists(value) else None) == mode
+
+
+@pytest.mark.parametrize("make", [fifo, device_link, under_a_file, in_a_read_only_folder], ids=lambda make: make.__name__)
+@pytest.mark.parametrize("script, before, option, after", OUTPUT_FOLDERS, ids=["stage DEST", "--work", "BUILD_DIR", "OUT_DIR"])
+def test_an_output_folder_that_is_none_or_read_only_is_refused_before_the_work(tmp_path, script, before, option, after, make):
+    value, mode = odd_output(tmp_path, make)
+    done = run(script, argv_for(before, option, value, after), tmp_path)
+    two_lines(done, {2})
+    assert value in done.stderr.strip().splitlines()[-2], done.stderr
+    assert (os.lstat(value).st_mode if os.path.lexists(value) else None) == mode
+
+
+def test_a_file_is_written_whole_only_where_it_is_a_regular_file_or_nothing(tmp_path):
+    """fidev.core.files: /dev/full is refused as an output; a write onto a FIFO is refused and
+    leaves it; one through a link writes the file it leads to and keeps the link."""
+    from fidev.core.failure import Failure
+    from fidev.core.files import output_file, write_whole
+
+    with pytest.raises(Failure, match="is a character device"):
+        output_file("/dev/full")
+    with pytest.raises(Failure, match="is a named pipe"):
+        write_whole(Path(fifo(tmp_path)), "x")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
+    (tmp_path / "target").write_text("old")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    write_whole(tmp_path / "link", "new")
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "target").read_text() == "new"
+
+
+@pytest.mark.parametrize("value", ["--output={tmp}/out.tar", "-o{tmp}/out.tar", "no-such-revision", " "])
+def test_stage_gpu_host_takes_only_a_commit_of_the_checkout_for_bench_before(tmp_path, value):
+    """What --bench-before names goes to git archive only as the commit git resolved it to: a value
+    that reads as an option, or names no commit, is refused in two lines before anything is
+    staged (no DEST, no file the value names)."""
+    done = run("stage_gpu_host.py", ["{tmp}/stage", f"--bench-before={value}"], tmp_path)
+    two_lines(done, {2})
+    assert "--bench-before" in done.stderr.strip().splitlines()[-2], done.stderr
+    assert not (tmp_path / "out.tar").exists() and not (tmp_path / "stage").exists()
+
+
+@pytest.mark.parametrize("commit", ["--output=x", "HEAD", "d0886ce", "D0886CE2B67761A5B4F9396B4C3741F7860791B0"])
+def test_a_source_commit_that_is_no_full_hash_fails_in_two_lines(tmp_path, commit):
+    """source-commit goes to git (archive, diff, merge-base): a full hash only, never what git could take as an option."""
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "pyproject.toml").read_text()
+    (ws / "pyproject.toml").write_text(text.replace(f'source-commit = "{pins().source_commit}"', f'source-commit = "{commit}"', 1))
+    done = subprocess.run([sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--archive", str(tmp_path / "none.tar.gz")],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    two_lines(done, {1})
+    assert "source-commit must be a commit's full hash" in done.stderr.strip().splitlines()[-2], done.stderr
+
+
+def test_an_output_in_a_folder_the_user_cannot_write_is_refused(tmp_path, monkeypatch):
+    """The read-only cases above skip as root, who writes in a folder of mode 0555: here the folder's
+    access is what os.access says for a user who cannot write it (a read-only mount answers so for root too)."""
+    from fidev.core import files
+    from fidev.core.failure import Failure
+
+    monkeypatch.setattr(files.os, "access", lambda path, mode: os.path.abspath(path) != str(tmp_path))
+    with pytest.raises(Failure, match="is read-only here"):
+        files.output_file(str(tmp_path / "summary.json"))
+    with pytest.raises(Failure, match="is read-only here"):
+        files.output_folder(str(tmp_path / "new" / "deeper"))  # the nearest folder that exists is the one written in
+    (tmp_path / "writable").mkdir()
+    assert files.output_file(str(tmp_path / "writable" / "summary.json")) == tmp_path / "writable" / "summary.json"

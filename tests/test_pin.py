@@ -67,3 +67,34 @@ def test_pin_says_when_the_index_is_unreachable(tmp_path, norm_so, index_server)
     done = run("pin.py", wheel, "--index", "http://127.0.0.1:9/simple")  # nothing listens: unreachable
     two_line_failure(done, "cannot read the index page")
     assert "where the index is reachable" in done.stderr.splitlines()[-1]
+
+
+
+def test_pin_writes_a_wheel_named_twice_once(tmp_path, norm_so, index_server):
+    """The same wheel twice, or a copy of it elsewhere: one table (TOML refuses a table defined twice)."""
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    url = f"https://example.invalid/v{pins().flashinfer}/{JIT_CACHE_WHEEL}"
+    once = run("pin.py", wheel, "--url", url)
+    twice = run("pin.py", wheel, wheel, "--url", url)
+    assert twice.stdout == once.stdout and twice.stdout.count("[package.") == 1, twice.stdout
+    assert pinned(twice) == pinned(once)
+    (tmp_path / "copy").mkdir()
+    copy = tmp_path / "copy" / JIT_CACHE_WHEEL
+    copy.write_bytes(wheel.read_bytes())
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    index_server.publish("flashinfer-jit-cache", [(JIT_CACHE_WHEEL, f"{index_server.url}/w/{JIT_CACHE_WHEEL}", sha)], "html")
+    done = run("pin.py", wheel, copy, "--index", f"{index_server.url}/simple")
+    assert done.stdout.count("[package.") == 1, done.stdout
+    assert pinned(done)["flashinfer_jit_cache"][pins().cuda_tag]["x86_64"]["sha256"] == sha
+
+
+def test_pin_refuses_two_wheels_for_one_table(tmp_path, norm_so, index_server):
+    """Two releases of one package for one CUDA key and arch: two tables of one name, refused in two lines."""
+    older = JIT_CACHE_WHEEL.replace(f"-{pins().flashinfer}+", "-0.0.1+")
+    assert older != JIT_CACHE_WHEEL
+    wheels = [make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so), make_wheel(tmp_path / older, norm_so, modules=("norm",))]
+    index_server.publish("flashinfer-jit-cache", [(w.name, f"{index_server.url}/w/{w.name}", hashlib.sha256(w.read_bytes()).hexdigest())
+                                                  for w in wheels], "html")
+    done = run("pin.py", *wheels, "--index", f"{index_server.url}/simple")
+    two_line_failure(done, f"{JIT_CACHE_WHEEL} and {older} both pin flashinfer_jit_cache for {pins().cuda_tag} on x86_64")
+    assert "[package." not in done.stdout

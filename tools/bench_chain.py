@@ -4,7 +4,8 @@ and one edit-loop round; print each step's median, minimum and maximum and the c
 Through pixi where it is on PATH (the chain, then each step with --skip-deps); elsewhere through
 the tasks' own commands in the chain's order, read from the manifest (`python` is this interpreter).
 The chain stops at a failing step, as pixi's does, unless --keep-going (a GPU host that is not the
-pinned environment fails preflight). --edit-loop then appends a comment line to
+pinned environment fails preflight); without it, a chain that stops (the warm-up, a timed run, an
+edit round) ends the tool in two lines, since a failed command's time is no figure. --edit-loop then appends a comment line to
 include/flashinfer/norm.cuh, runs the chain once, restores the file with `cp -p` (its old mtime:
 build's restored-copy guard must rebuild), runs it again, and prints both rounds with the compile
 time build reports: its ninja time for the changed modules (their objects side by side, then the
@@ -63,6 +64,16 @@ def run_chain(chain: list[tuple[str, list[str]]], keep_going: bool) -> list[tupl
     return done
 
 
+def stopped(run: list[tuple[str, float, int, str]], keep_going: bool, where: str) -> list[tuple[str, float, int, str]]:
+    """The chain's run, or two lines where it stopped at a failing step (without --keep-going, which
+    times failing steps): a failed command's time is no result."""
+    if keep_going or run[-1][2] == 0:
+        return run
+    name, _, code, out = run[-1]
+    said = next((line for line in out.splitlines() if line.startswith("error: ")), (out.strip().splitlines() or [""])[-1][:200])
+    raise Failure(f"the chain stopped at {name} (exit {code}){where}: {said}", f"run `{name}` alone; or time past it with --keep-going")
+
+
 def table(runs: list[list[tuple[str, float, int, str]]]) -> list[str]:
     names = list(dict.fromkeys(step for run in runs for step, *_ in run))
     lines = [f"{'step':14} {'median':>8} {'min':>8} {'max':>8} {'exit':>5} {'runs':>5}"]
@@ -88,6 +99,7 @@ def edit_round(chain, keep_going: bool) -> list[str]:
         edit.restore()  # the old copy, with its old mtime (cp -p): build's restored-copy guard must rebuild
         rounds.append(("restore (cp -p)", run_chain(chain, keep_going)))
     for label, run in rounds:
+        stopped(run, keep_going, f" in the edit loop's {label} round")  # said once the tree is restored
         build_out = next((out for step, _, _, out in run if step.startswith("build")), "")
         slowest, ninja = SLOWEST.search(build_out), NINJA.search(build_out)
         total = sum(s for _, s, _, _ in run)
@@ -117,12 +129,8 @@ def main() -> int:
         raise Failure(f"--task {args.task!r} is not a task of {FEATURE}", f"name one of {', '.join(names)}", exit_status=USAGE)
     pixi = shutil.which("pixi") is not None
     chain = steps(args.task, pixi, WORKSPACE)
-    first = run_chain(chain, args.keep_going)  # warms the build, so the timed runs are the warm chain
-    if first[-1][2] != 0 and not args.keep_going:
-        name, _, code, out = first[-1]
-        said = next((line for line in out.splitlines() if line.startswith("error: ")), (out.strip().splitlines() or [""])[-1][:200])
-        raise Failure(f"the chain stopped at {name} (exit {code}): {said}", f"run `{name}` alone; or time past it with --keep-going")
-    runs = [run_chain(chain, args.keep_going) for _ in range(args.runs)]
+    stopped(run_chain(chain, args.keep_going), args.keep_going, "")  # warms the build, so the timed runs are the warm chain
+    runs = [stopped(run_chain(chain, args.keep_going), args.keep_going, f" in timed run {i}") for i in range(1, args.runs + 1)]
     print(f"warm chain ({'pixi run' if pixi else 'the tasks commands, no pixi'}): {' -> '.join(n for n, _ in chain)}")
     for line in table(runs):
         print(line)

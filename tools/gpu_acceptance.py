@@ -27,8 +27,9 @@ a host that limits a command's time runs it in parts: `--steps setup,negative-co
 the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
 part starts no step that would not end in time (by the step's last time here, else STEP_S), and
 names the steps it left for the next part; `--resume` leaves out the steps WORK has every row for, so
-every part after the first can be the same command. `--list-steps` prints each step with the
-seconds it is expected to take, as JSON, and runs nothing.
+every part after the first can be the same command, and a part fails where a step it left out failed. `--fresh` removes what earlier runs made in WORK
+(MADE) once setup is known to have a source release, and refuses a WORK that holds anything else.
+`--list-steps` prints each step with the seconds it is expected to take, as JSON, and runs nothing.
 
 The affected rounds read affected's result from the summary it writes (`affected --summary FILE`,
 fidev.affected.summary: its verdict, the modules named, its times), not from its output.
@@ -63,7 +64,7 @@ import conda_prefix  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import read_record, user_path, write_whole  # noqa: E402
+from fidev.core.files import output_folder, read_record, replaceable, user_path, write_whole  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
 from fidev.tree import edits  # noqa: E402
@@ -127,6 +128,13 @@ STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137,
           # the 2-GPU steps: the warm-up builds what norm, activation and sampling need; on 2 GPUs about half of 1
           "bench-warm-up": 320, "bench-1-gpu": 460, "bench-2-gpus": 260,
           "planted-bugs": 60}  # at least one short bug: the tool itself starts no bug past the part's time limit
+
+
+# What the run makes in WORK, and all that --fresh removes: Run's folders and files, and the JIT dirs and
+# build folder of negative-control, the auto rounds and prebuilt-set (a results.json half-written by a
+# killed run is `.results.json.tmp-*`, write_whole's temporary file).
+MADE = ("ws", "prefix", "jit-base", "logs", "results.json", ".wheels-installed", "negative-base", "auto-base", "prebuilt-build")
+MADE_TEMPORARY = ".results.json.tmp-"
 
 
 class Run:
@@ -216,16 +224,45 @@ def checked(cmd: list[str], cwd: Path | None = None) -> None:
         raise Failure(f"setup failed (exit status {done.returncode}): {' '.join(cmd)[:200]}", "read its output above")
 
 
+def staged_release(tree: Path, staged: Path | None) -> Path | None:
+    """The source release setup materializes `tree` from: None where the tree has its sources; two
+    lines where it has none and none was staged."""
+    if (tree / "csrc").is_dir():
+        return None
+    archive = staged / pins().sdist_name if staged else None
+    if not archive or not archive.is_file():
+        raise Failure(f"{tree} is empty and no source release was staged", "python3 tools/stage_gpu_host.py DIR, then --staged DIR")
+    return archive
+
+
+def fresh(work: Path, staged: Path | None) -> None:
+    """--fresh: WORK's earlier results and builds removed (MADE), once setup is known to have what it
+    needs (its workspace copy is this checkout's: its tree, else the staged release). A WORK that
+    holds anything this tool did not make is refused in two lines, and nothing in it is removed."""
+    if not work.exists():
+        return
+    if not work.is_dir():
+        raise Failure(f"--work {work} is not a folder", "name a folder for the run's copy of the checkout, its builds and results")
+    staged_release(pins().source_dir, staged)
+    foreign = sorted(p.name for p in work.iterdir() if p.name not in MADE and not p.name.startswith(MADE_TEMPORARY))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise Failure(f"--fresh would empty {work}, which holds what this tool did not make: {shown}",
+                      "move them out of the folder, or name a folder of the acceptance run's own: --work DIR")
+    for path in [work / name for name in MADE] + [p for p in work.iterdir() if p.name.startswith(MADE_TEMPORARY)]:
+        try:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+        except OSError as e:
+            raise Failure(f"--fresh could not remove {path}: {e.strerror}", f"remove it yourself (rm -r {path}), then run again") from None
+
+
 def setup(run: Run) -> None:
     started = time.perf_counter()
     notes = []
     if not run.ws.exists():
         shutil.copytree(ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(".git", ".stage", "__pycache__", ".pixi", ".ci"))
         notes.append("workspace copied")
-    if not (run.tree / "csrc").is_dir():
-        archive = run.staged / pins().sdist_name if run.staged else None
-        if not archive or not archive.is_file():
-            raise Failure(f"{run.tree} is empty and no source release was staged", "python3 tools/stage_gpu_host.py DIR, then --staged DIR")
+    if archive := staged_release(run.tree, run.staged):
         checked([sys.executable, "scripts/fetch_flashinfer_source.py", "--archive", str(archive)], cwd=run.ws)
         notes.append("source release materialized")
     if not (run.tree / "pytest.ini").is_file() and run.staged and (run.staged / TESTS_ARCHIVE).is_file():
@@ -512,11 +549,12 @@ ARGS = argparse.Namespace()
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--staged", type=option(user_path), help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
-    parser.add_argument("--work", type=option(user_path), default=Path("/tmp/fidev-acceptance"),
+    parser.add_argument("--work", type=option(output_folder), default="/tmp/fidev-acceptance",  # a string: checked as a named one is
                         help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)")
-    parser.add_argument("--toolkit", type=option(user_path), default=Path("/usr/local/cuda"), help="the host CUDA toolkit the replica is laid out from")
+    parser.add_argument("--toolkit", type=option(user_path), default="/usr/local/cuda", help="the host CUDA toolkit the replica is laid out from")
     parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
-    parser.add_argument("--fresh", action="store_true", help="forget WORK's earlier results and builds first")
+    parser.add_argument("--fresh", action="store_true",
+                        help="forget WORK's earlier results and builds first (what this tool made there: a WORK holding more is refused)")
     parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="--time-limit 580")),
                         help="seconds this part may take: no step starts that would not end in time")
     parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
@@ -534,9 +572,11 @@ def main() -> int:
         parser.error(f"unknown step(s) {unknown}{' (' + '; '.join(within) + ')' if within else ''}\n"
                      f"name them from: {', '.join(STEPS + NAMED_ONLY)}")
     if ARGS.fresh:
-        shutil.rmtree(ARGS.work, ignore_errors=True)
+        fresh(ARGS.work, ARGS.staged)
     ARGS.work.mkdir(parents=True, exist_ok=True)
+    replaceable(ARGS.work / "results.json")  # written after each step: a FIFO or a folder there is refused before the first
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
+    named = chosen
     if ARGS.resume:
         chosen = [name for name in chosen if not recorded(run, name)]
     todo = steps(run)
@@ -558,7 +598,17 @@ def main() -> int:
     if left:  # said last, after the table: what the next part runs
         print(f"\nnot started, past --time-limit {ARGS.time_limit or 0:.0f} s: --steps {','.join(left)}")
         return 3
-    return 0 if all(run.results[row]["result"] == "pass" for name in chosen for row in rows(name)) else 1
+    return part_status(run, named, chosen)
+
+
+def part_status(run: Run, named: list[str], ran: list[str]) -> int:
+    """0 where every row of the steps named passed: those this part ran, and those --resume left out
+    for the result WORK has (a resumed part that runs nothing ends as the failure it keeps); else 1."""
+    failed = [row for name in named for row in rows(name) if run.results.get(row, {}).get("result") != "pass"]
+    earlier = [row for name in named if name not in ran for row in rows(name) if row in failed]
+    if earlier:
+        print(f"\nfailed in an earlier part (--resume leaves out the steps WORK has a result for): {', '.join(earlier)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

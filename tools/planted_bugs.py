@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import user_path, write_whole  # noqa: E402
+from fidev.core.files import output_file, write_whole  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.records import build_records  # noqa: E402
 from fidev.tree import edits, release_reference  # noqa: E402
@@ -389,7 +389,8 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="print the bug table as JSON; run nothing")
     parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="--time-limit 580")),
                         help=f"seconds this run may take: no bug starts that would not end in time (by the longest bug so far, else {BUG_S:.0f} s)")
-    parser.add_argument("--record", type=option(user_path), metavar="FILE", help=f"also write the results to FILE as JSON ({RECORD_SCHEMA})")
+    parser.add_argument("--record", type=option(output_file), metavar="FILE",
+                        help=f"also write the results to FILE as JSON ({RECORD_SCHEMA}); checked before any bug is planted")
     args = parser.parse_args()
     if args.list:
         print(listing())

@@ -23,15 +23,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.builds import smoke_modules  # noqa: E402
-from fidev.core.failure import ArgumentParser, run_main  # noqa: E402
+from fidev.core.failure import ArgumentParser, option, run_main  # noqa: E402
+from fidev.core.files import output_folder  # noqa: E402
 from fidev.jit import kernel_source, module_choice
 
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("build_dir", type=Path, help="where FlashInfer's JIT dirs point while the modules compile")
-    parser.add_argument("out_dir", type=Path, help="where each module's <name>/<name>.so is copied: the prebuilt module set")
+    # both checked before the build, which takes minutes: a folder, or a path where nothing is yet, that can be written in
+    parser.add_argument("build_dir", type=option(output_folder), help="where FlashInfer's JIT dirs point while the modules compile")
+    parser.add_argument("out_dir", type=option(output_folder), help="where each module's <name>/<name>.so is copied: the prebuilt module set")
     args = parser.parse_args()
     os.environ[kernel_source.ENV] = kernel_source.VENDORED  # for what FlashInfer's own build starts too
     module_choice.apply(kernel_source.VENDORED)

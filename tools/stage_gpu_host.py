@@ -12,7 +12,8 @@ Run it where PyPI is reachable. DEST gets:
 - flashinfer-tests.tar: tests/ and the repository root's pytest.ini at the pinned commit, which
   the source release lacks (upstream-tests needs both), by `git archive` from a FlashInfer git
   checkout: the submodule when it is one, else --flashinfer-git DIR;
-- with --bench-before REV: bench-before.tar, this workspace at REV (`git archive`), for
+- with --bench-before REV: bench-before.tar, this workspace at REV (`git archive` of the commit REV
+  names, checked before anything is staged), for
   `tools/bench_chain.py --workspace` to time the chain before a change on the same host
   (extract it, then link its extern/tracked/flashinfer to the tree the acceptance run made).
 Wheels are downloaded with `pip download --only-binary=:all:`, which runs no code from them.
@@ -28,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import user_path  # noqa: E402
+from fidev.core.files import output_folder, replaceable, user_path  # noqa: E402
 from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 from fidev.tree import source_release  # noqa: E402
 
@@ -57,17 +58,37 @@ def stage_tests(dest: Path, checkout: Path | None) -> None:
     if has_commit.returncode != 0:
         raise Failure(f"{git_dir} is not a FlashInfer git checkout holding the pinned commit {p.source_commit}",
                       "git submodule update --init --recursive, or pass --flashinfer-git DIR (a clone of flashinfer-ai/flashinfer)")
-    git_archive(git_dir, [p.source_commit, "tests", "pytest.ini"], dest / TESTS_ARCHIVE,
+    git_archive(git_dir, [p.source_commit, "--", "tests", "pytest.ini"], dest / TESTS_ARCHIVE,
                 f"git archive of tests/ and pytest.ini at {p.source_commit}", "read git's message above; the checkout must hold the pinned commit whole")
 
 
-def stage_before(dest: Path, rev: str) -> None:
-    git_archive(ROOT, ["--prefix", "before/", rev], dest / BEFORE_ARCHIVE, f"git archive of this workspace at {rev!r}",
-                "name a commit of this checkout: git log --oneline")
+def revision(rev: str) -> str:
+    """The commit of this checkout that --bench-before names, by git (`rev-parse --verify`), checked
+    before anything is staged: two lines where it names none. A value that reads as an option
+    (`--output=PATH`) names none, and never reaches git."""
+    fix = "name a commit of this checkout: git log --oneline"
+    if rev.startswith("-") or not rev.strip():
+        raise Failure(f"{rev!r} is not a revision", fix)
+    try:
+        done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                              capture_output=True, text=True)
+    except OSError as e:
+        raise Failure(f"git could not run to read {rev!r}: {e.strerror}", "install git, or leave --bench-before out") from None
+    if done.returncode != 0:
+        raise Failure(f"{rev!r} names no commit of this checkout", fix)
+    return done.stdout.strip()
+
+
+def stage_before(dest: Path, commit: str) -> None:
+    """This workspace at `commit` (revision's answer: a commit's full hash, never an option)."""
+    git_archive(ROOT, ["--prefix", "before/", commit], dest / BEFORE_ARCHIVE, f"git archive of this workspace at {commit}",
+                "read git's message above")
 
 
 def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: str) -> None:
-    """`git archive ARGS` into `target`, through a temporary file: nothing half-written."""
+    """`git archive ARGS` into `target`, through a temporary file: nothing half-written (a target
+    that is not a regular file is refused, never replaced)."""
+    replaceable(target)
     tmp = target.with_name(f"{target.name}.tmp")
     try:
         with open(tmp, "wb") as out:
@@ -82,9 +103,10 @@ def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: st
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dest", type=option(user_path), help="the folder to stage into (created where missing)")
+    parser.add_argument("dest", type=option(output_folder), help="the folder to stage into (created where missing)")
     parser.add_argument("--flashinfer-git", type=option(user_path), help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
-    parser.add_argument("--bench-before", metavar="REV", help="also stage this workspace at REV, to time its chain (bench-before.tar)")
+    parser.add_argument("--bench-before", metavar="REV", type=option(revision),
+                        help="also stage this workspace at REV, a commit of this checkout, to time its chain (bench-before.tar)")
     args = parser.parse_args()
     args.dest.mkdir(parents=True, exist_ok=True)
     if args.bench_before:

@@ -65,10 +65,17 @@ class Pin:
 
 
 def pin_toml(pins_: list[Pin]) -> str:
-    """TOML tables for Cargo.toml. json.dumps writes a valid TOML basic string."""
-    blocks = []
+    """TOML tables for Cargo.toml, one per `<name>.<cuda>.<arch>` (TOML refuses a table defined
+    twice): a pin given twice is written once; two different pins of one table are refused in two
+    lines. json.dumps writes a valid TOML basic string."""
+    blocks, seen = [], {}
     for p in pins_:
         header = ".".join((*METADATA_PATH, p.name, p.cuda, p.arch))
+        if seen.setdefault(header, p) != p:
+            raise Failure(f"{seen[header].filename} and {p.filename} both pin {p.name} for {p.cuda} on {p.arch}",
+                          "pin one wheel of each package for each CUDA key and arch")
+        if seen[header] is not p:
+            continue
         blocks.append(f"[{header}]\nfilename = {json.dumps(p.filename)}\nurl = {json.dumps(p.url)}\nsha256 = {json.dumps(p.sha256)}\n")
     return "\n".join(blocks)
 

@@ -1,5 +1,8 @@
 """Reading large files (multi-GB wheels, the source release) in bounded memory, and writing a
-download so that nothing unverified is ever left where it is used."""
+download so that nothing unverified is ever left where it is used. A file is written through a
+temporary file renamed into place, so an output that exists and is not a regular file (a FIFO, a
+device such as /dev/full, a folder) is refused, never replaced; a tool checks the outputs it is
+named (output_file, output_folder) before its work."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -64,10 +68,63 @@ def differs(path: str | Path, recorded: list | None) -> bool:
         return True
 
 
+# What a path that exists and is no regular file is, as said (stat's file types)
+KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+
+
+def replaceable(path: Path) -> None:
+    """Two lines where `path` exists (through its links) and is not a regular file: writing it by a
+    rename into place would replace that special file (a FIFO, /dev/full, a folder) with a regular one."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing, or a way there that is no folder: the folder's own check says which
+        return
+    if not stat.S_ISREG(mode):
+        kind = KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise Failure(f"{path} exists and is {kind}, not a regular file: it would be replaced, not written",
+                      "name a regular file, or a path where nothing is yet")
+
+
+def writable_folder(folder: Path, what: str) -> None:
+    """Two lines where `folder`, or the nearest folder above it that exists (a write makes the rest),
+    is no folder or cannot be written in."""
+    folder = Path(os.path.abspath(folder))
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise Failure(f"{what}: {folder} is not a folder", "name a path whose folders are folders")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise Failure(f"{what}: the folder {folder} is read-only here", "name a path in a folder you can write")
+
+
+def output_file(text: str) -> Path:
+    """A file a tool is named to write (--summary, --record), checked before the work that fills it:
+    user_path's checks, then two lines where it exists and is not a regular file, or its folder is
+    none or read-only."""
+    path = user_path(text)
+    replaceable(path)
+    writable_folder(path.parent, f"{path} cannot be written")
+    return path
+
+
+def output_folder(text: str) -> Path:
+    """A folder a tool is named to write in (made where missing), checked before its work: two
+    lines where the path is something else, or it cannot be written in."""
+    path = user_path(text)
+    if path.exists() and not path.is_dir():
+        kind = KINDS.get(stat.S_IFMT(os.stat(path).st_mode), "a file")
+        raise Failure(f"{path} is {kind}, not a folder", "name a folder, or a path where nothing is yet")
+    writable_folder(path, f"{path} cannot be written in")
+    return path
+
+
 def write_verified(target: Path, chunks: Iterable[bytes], sha256: str, mismatch: Callable[[str], Exception]) -> int:
     """Stream `chunks` into `<target>.tmp-<pid>`, hashing on the way, and rename it to `target`
     only if its SHA-256 is `sha256`; else raise mismatch(actual). Whatever stops it (a failed
-    download, Ctrl-C), the temporary file is removed and `target` is untouched. Returns the size."""
+    download, Ctrl-C), the temporary file is removed and `target` is untouched; a target that is not
+    a regular file is refused first (replaceable). Returns the size."""
+    replaceable(target)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     digest, size = hashlib.sha256(), 0
     try:
@@ -111,7 +168,11 @@ def user_path(text: str) -> Path:
 
 def write_whole(path: Path, text: str) -> None:
     """`text` into `path`, whole or not at all: a temporary file beside it, renamed into place (one
-    per process and thread, so that writers of one path in threads of one process do not share it)."""
+    per process and thread, so that writers of one path in threads of one process do not share it).
+    A path through a link is written where the link leads (the link stays); one that exists and is
+    not a regular file is refused in two lines, never replaced (replaceable)."""
+    path = Path(os.path.realpath(path))
+    replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:

@@ -120,6 +120,14 @@ def _exact(spec: object, name: str) -> str:
     return match.group(1)
 
 
+def _commit(text: str, name: str) -> str:
+    """source-commit: a commit's full hash, which git takes as nothing else (never as an option)."""
+    if not re.fullmatch(r"[0-9a-f]{40}", text):
+        raise Failure(f"{name}: [tool.{FEATURE}] source-commit must be a commit's full hash (40 hex digits), found {text[:60]!r}",
+                      f"pin FlashInfer's commit by its hash (git -C <source-dir> rev-parse HEAD; `git diff {name}` shows what changed)")
+    return text
+
+
 @cache
 def pins(path: Path = MANIFEST) -> Pins:
     manifest = load_manifest(path)
@@ -137,7 +145,7 @@ def pins(path: Path = MANIFEST) -> Pins:
         jit_cache=_exact(_entry(pypi, "flashinfer-jit-cache", f"{where}.pypi-dependencies"), "flashinfer-jit-cache"),
         tvm_ffi_range=tvm,
         source_dir=path.parent / _text(facts, "source-dir", f"tool.{FEATURE}"),
-        source_commit=_text(facts, "source-commit", f"tool.{FEATURE}"),
+        source_commit=_commit(_text(facts, "source-commit", f"tool.{FEATURE}"), path.name),
         sdist_sha256=_text(facts, "source-sdist-sha256", f"tool.{FEATURE}"),
     )
 
