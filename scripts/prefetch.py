@@ -16,7 +16,7 @@ import sys
 from fidev.bindings import cargo_pins, wheel_cache
 from fidev.core import numbers
 from fidev.core.failure import ArgumentParser, Failure, option, run_main
-from fidev.core.files import user_path
+from fidev.core.files import read_input, user_path
 from fidev.core.manifest import cuda_release, cuda_tag, tomllib
 
 
@@ -65,10 +65,12 @@ def main() -> int:
 
     path = args.pins.expanduser()
     try:
-        with open(path, "rb") as f:
-            document = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        document = tomllib.loads(read_input(path).decode("utf-8"))
+    except (OSError, ValueError) as e:  # no regular file (a FIFO, /dev/zero), not UTF-8, not TOML
         raise Failure(f"cannot read {path}: {e}", "name the bindings crate's Cargo.toml, or a file with the `pin` task's output") from e
+    except RecursionError:
+        raise Failure(f"cannot read {path}: it nests its tables or arrays too deeply",
+                      "name the bindings crate's Cargo.toml, or a file with the `pin` task's output") from None
     every = cargo_pins.read_pins(document, str(path))
     chosen = [p for p in every if args.arch in ("all", p.arch) and args.cuda in ("all", p.cuda)]
     if not chosen:

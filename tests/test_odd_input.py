@@ -325,3 +325,120 @@ def test_an_output_in_a_folder_the_user_cannot_write_is_refused(tmp_path, monkey
         files.output_folder(str(tmp_path / "new" / "deeper"))  # the nearest folder that exists is the one written in
     (tmp_path / "writable").mkdir()
     assert files.output_file(str(tmp_path / "writable" / "summary.json")) == tmp_path / "writable" / "summary.json"
+
+
+DEEP_JSON = "[" * 10_000 + "]" * 10_000
+
+
+def odd_input(tmp_path, kind: str) -> Path:
+    """An input no reader of ours may hang on, run out of memory on, or raise a traceback for."""
+    path = tmp_path / f"input-{kind}"
+    if kind == "deep JSON":
+        path.write_text(DEEP_JSON)
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        return Path("/dev/zero")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["deep JSON", "FIFO", "/dev/zero", "folder"])
+def test_every_json_reader_refuses_an_odd_record_and_never_hangs(tmp_path, kind):
+    """Each record reader of the library (the build stamp, the build records, the kept verdicts and
+    other read_record readers, the file times, the baseline, the suite map, the sample's records, the
+    release record) takes a record nested 10,000 deep, a FIFO, /dev/zero or a folder as unreadable:
+    its documented answer (None, {}, or two lines), never a RecursionError, a MemoryError or a wait."""
+    from fidev.builds import build_stamp
+    from fidev.core.failure import Failure
+    from fidev.core.files import load_json, read_record
+    from fidev.records import build_records
+    from fidev.upstream import runs, suite
+
+    path = odd_input(tmp_path, kind)
+    with pytest.raises(ValueError):
+        load_json(path)
+    with pytest.raises(Failure):
+        read_record(path, "fidev-affected-verdicts/1", "affected's kept verdicts", "run it again")
+    assert build_stamp._read(path) is None
+    assert build_records._read(path, lambda data: True) is None
+    assert runs.load_times(path) == {}
+    assert suite.known_map(path, "key") is None
+    outcomes = tmp_path / "outcomes.jsonl"  # a process's outcomes, one JSON object a line: a deep line is skipped as a torn one is
+    outcomes.write_text(DEEP_JSON + '\n{"nodeid": "a", "outcome": "passed"}\n')
+    assert runs.entries(outcomes) == [{"nodeid": "a", "outcome": "passed"}]
+
+
+@pytest.mark.parametrize("kind", ["deep TOML", "BOM", "FIFO", "/dev/zero"])
+def test_an_odd_manifest_fails_in_two_lines(tmp_path, kind):
+    """The manifest reader (fidev.core.manifest.load_manifest): a TOML nested 10,000 deep, one that starts
+    with a byte-order mark (named), a FIFO (which would hang it) or /dev/zero (which never ends)."""
+    from fidev.core.failure import Failure
+    from fidev.core.manifest import load_manifest
+
+    path = tmp_path / "pyproject.toml"
+    if kind == "deep TOML":
+        path.write_text("a = " + "[" * 10_000 + "]" * 10_000 + "\n")
+    elif kind == "BOM":
+        path.write_bytes(b"\xef\xbb\xbf" + (ROOT / "pyproject.toml").read_bytes())
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+    with pytest.raises(Failure) as refused:
+        load_manifest(path)
+    assert refused.value.fix and ("byte-order mark" in refused.value.problem) == (kind == "BOM"), refused.value.problem
+
+
+@pytest.mark.parametrize("kind", ["deep TOML", "FIFO"])
+def test_prefetch_refuses_an_odd_pins_file_in_two_lines(tmp_path, kind):
+    path = tmp_path / "Cargo.toml"
+    if kind == "deep TOML":
+        path.write_text("a = " + "[" * 10_000 + "]" * 10_000 + "\n")
+    else:
+        os.mkfifo(path)
+    done = subprocess.run([sys.executable, str(task_path(ROOT, "prefetch.py")), str(path)], capture_output=True, text=True, timeout=60)
+    two_line_failure(done, f"cannot read {path}")
+
+
+def test_a_depends_on_cycle_fails_in_two_lines_and_a_single_name_is_one_dependency(tmp_path):
+    """fidev.core.manifest.task_chain, which bench_chain and the acceptance run read the chain by: a cycle
+    among the tasks' depends-on (which pixi refuses too) is two lines naming it, not a loop until memory
+    runs out; `depends-on = "build"` (pixi takes one name as a string) is the task build, not "b"."""
+    from fidev.core.failure import Failure
+    from fidev.core.manifest import task_chain
+
+    text = (ROOT / "pyproject.toml").read_text()
+    chain = [name for name, _ in task_chain("smoke")]
+    first = chain[0]
+    looped = tmp_path / "pyproject.toml"
+    head, sep, tail = text.partition(f"\n{first} = {{")
+    assert sep, f"no table for the chain's first task {first} in the manifest"
+    looped.write_text(f"{head}{sep} depends-on = [\"smoke\"],{tail}")
+    with pytest.raises(Failure) as refused:
+        task_chain("smoke", looped)
+    assert "cycle (smoke -> " in refused.value.problem and refused.value.fix.startswith("make the chain end"), refused.value.problem
+    single = tmp_path / "single.toml"
+    single.write_text(text.replace('depends-on = ["build"]', 'depends-on = "build"'))
+    assert [name for name, _ in task_chain("smoke", single)] == chain
+
+
+@pytest.mark.parametrize("what", ["missing", "not executable"])
+def test_conda_layout_with_a_command_it_cannot_run_fails_in_two_lines(tmp_path, what):
+    program = tmp_path / "prog"
+    if what == "not executable":
+        program.write_text("#!/bin/sh\nexit 0\n")
+    done = subprocess.run([sys.executable, str(task_path(ROOT, "conda_layout.py")), str(tmp_path / "prefix"), "--", str(program)],
+                          capture_output=True, text=True, timeout=120)
+    two_line_failure(done, "cannot run")
+
+
+def test_prebuilt_set_without_an_importable_flashinfer_fails_in_two_lines(tmp_path):
+    """A flashinfer that cannot be imported (here a stand-in that raises, first on the path): two lines
+    before any build, not the import's traceback."""
+    (tmp_path / "site/flashinfer").mkdir(parents=True)
+    (tmp_path / "site/flashinfer/__init__.py").write_text("raise ImportError('a half-installed flashinfer')\n")
+    done = subprocess.run([sys.executable, str(task_path(ROOT, "prebuilt_set.py")), str(tmp_path / "build"), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    two_line_failure(done, "import flashinfer failed")

@@ -56,7 +56,11 @@ def main() -> int:
             if name in env:
                 print(f"export {name}={env[name]!r}")
         return 0
-    return subprocess.run(command, env=env).returncode
+    try:
+        return subprocess.run(command, env=env).returncode
+    except OSError as e:  # no such program, or not executable: said, as a shell would
+        raise Failure(f"cannot run {command[0]!r} in the prefix: {e.strerror or e}",
+                      "name a program on the PATH, or a path to an executable file, after --") from None
 
 
 if __name__ == "__main__":

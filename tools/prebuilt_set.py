@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fide
 from fidev.builds import smoke_modules  # noqa: E402
 from fidev.core.failure import ArgumentParser, option, run_main  # noqa: E402
 from fidev.core.files import output_folder  # noqa: E402
-from fidev.jit import kernel_source, module_choice
+from fidev.jit import kernel_source  # noqa: E402
+from fidev.jit.flashinfer_import import import_flashinfer  # noqa: E402
 
 
 def main() -> int:
@@ -36,7 +37,7 @@ def main() -> int:
     parser.add_argument("out_dir", type=option(output_folder), help="where each module's <name>/<name>.so is copied: the prebuilt module set")
     args = parser.parse_args()
     os.environ[kernel_source.ENV] = kernel_source.VENDORED  # for what FlashInfer's own build starts too
-    module_choice.apply(kernel_source.VENDORED)
+    import_flashinfer(kernel_source.VENDORED)  # the mode applied first; two lines where flashinfer cannot be imported
     from flashinfer.aot import copy_built_kernels
     from flashinfer.jit import core
     from flashinfer.jit import env as jit_env

@@ -25,7 +25,7 @@ from importlib import metadata, util
 from pathlib import Path
 
 from fidev.core import workspace
-from fidev.core.files import write_whole
+from fidev.core.files import load_json, write_whole
 from fidev.jit import kernel_source, module_choice, uris
 from fidev.records import build_records, ninja_inputs
 
@@ -157,7 +157,7 @@ def _well_formed(data) -> bool:
 def _read(stamp: Path) -> dict | None:
     """The stamp at `stamp`; None where it is missing, cannot be read, or is of another shape."""
     try:
-        data = json.loads(stamp.read_text())
+        data = load_json(stamp)
     except (OSError, ValueError):
         return None
     return data if _well_formed(data) else None

@@ -2,7 +2,9 @@
 download so that nothing unverified is ever left where it is used. A file is written through a
 temporary file renamed into place, so an output that exists and is not a regular file (a FIFO, a
 device such as /dev/full, a folder) is refused, never replaced; a tool checks the outputs it is
-named (output_file, output_folder) before its work."""
+named (output_file, output_folder) before its work. And reading what our processes and the user hand
+us (records, manifests) in bounded measure: a regular file only (a FIFO would hang a reader, /dev/zero
+never end), up to MAX_INPUT_BYTES, and JSON nested no deeper than the parser's recursion allows."""
 
 from __future__ import annotations
 
@@ -18,6 +20,33 @@ from pathlib import Path
 from fidev.core.failure import Failure
 
 CHUNK = 1 << 20
+MAX_INPUT_BYTES = 256 << 20  # the largest record or manifest a reader takes: ours are far smaller
+
+
+def read_input(path: str | Path, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """A regular file's bytes. ValueError where it is no regular file (a FIFO, whose reading would wait
+    for a writer; a device such as /dev/zero, which never ends; a folder) or holds more than `limit`
+    bytes; OSError where it cannot be opened (FileNotFoundError where it is missing)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path} is not a regular file")
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} holds more than {limit >> 20} MiB")
+    return data
+
+
+def parse_json(text: str | bytes):
+    """json.loads, where nesting too deep for the parser (RecursionError) is a ValueError like any other bad JSON."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("it is nested too deeply to be JSON of ours") from None
+
+
+def load_json(path: str | Path):
+    """A JSON file read as read_input reads it; ValueError for bad JSON and for no regular file, OSError as open's."""
+    return parse_json(read_input(path))
 
 
 def read_chunks(path: Path) -> Iterator[bytes]:
@@ -186,7 +215,7 @@ def read_record(path: Path, schema: str, what: str, fix: str) -> dict:
     """A JSON record our processes pass each other, without its "schema" field; two lines (`what`
     names the writer's record) where it is missing, cannot be read, or is of another schema."""
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except FileNotFoundError:
         raise Failure(f"{what} is missing: {path}", fix) from None
     except (OSError, ValueError) as e:

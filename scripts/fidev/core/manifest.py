@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -19,6 +20,7 @@ except ModuleNotFoundError:  # Python 3.10: tomli, or the copy pip vendors, read
             tomllib = None  # load_manifest says so in two lines
 
 from fidev.core.failure import Failure
+from fidev.core.files import read_input
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFEST = ROOT / "pyproject.toml"
@@ -63,18 +65,26 @@ def load_manifest(path: Path = MANIFEST) -> dict:
     if tomllib is None:
         raise Failure("this Python 3.10 has no TOML reader (no tomli, no pip) to read the manifest",
                       "run it with Python >= 3.11 (the environments have 3.12), or with a Python 3.10 that has pip")
+    data = b""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_input(path)
+        if data.startswith(codecs.BOM_UTF8):  # tomllib reads it as an invalid statement at column 1
+            raise Failure(f"{path.name} starts with a byte-order mark (BOM), which TOML does not allow",
+                          "save it as UTF-8 without a BOM (most editors: 'UTF-8', not 'UTF-8 with BOM')")
         return tomllib.loads(data.decode("utf-8"))
     except OSError as e:
         raise Failure(f"cannot read the manifest {path}: {e.strerror or e}", "run it from a checkout of the workspace") from e
+    except RecursionError:
+        raise Failure(f"{path.name} nests its tables or arrays too deeply to be read",
+                      f"restore it (`git diff {path.name}` shows what changed)") from None
     except UnicodeDecodeError as e:  # TOML is UTF-8; an editor that saved it as Latin-1, say
         line = data[:e.start].count(b"\n") + 1
         raise Failure(f"{path.name} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}",
                       f"save it as UTF-8, which TOML requires (`git diff {path.name}` shows what changed)") from e
     except tomllib.TOMLDecodeError as e:
         raise Failure(f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)") from e
+    except ValueError as e:  # read_input's: no regular file (a FIFO, /dev/zero), or far too large
+        raise Failure(f"cannot read the manifest: {e}", "name the workspace's pyproject.toml, a regular file") from e
 
 
 def _table(manifest: dict, *keys: str) -> dict:
@@ -232,8 +242,13 @@ def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:
     tasks = _table(feature(load_manifest(path)), "tasks")
     steps, name = [], last
     while name:
+        if name in (seen := [n for n, _ in steps]):
+            cycle = " -> ".join([*seen[seen.index(name):], name])
+            raise Failure(f"{MANIFEST.name}: the tasks' depends-on go round in a cycle ({cycle}), which pixi refuses too",
+                          f"make the chain end: remove one depends-on of [tool.pixi.feature.{FEATURE}.tasks] (`git diff {MANIFEST.name}`)")
         task = _entry(tasks, name, f"tool.pixi.feature.{FEATURE}.tasks")
         steps.append((name, task["cmd"] if isinstance(task, dict) else task))
         deps = task.get("depends-on", []) if isinstance(task, dict) else []
+        deps = [deps] if isinstance(deps, str) else deps  # pixi takes one name as a string too
         name = deps[0] if deps else None
     return steps[::-1]

@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from fidev.core.files import differs, file_fact, is_fact, write_whole
+from fidev.core.files import differs, file_fact, is_fact, load_json, write_whole
 from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, TREE
 
 TREE_PARTS = ("include", "csrc")  # what FlashInfer's modules compile, besides 3rdparty/ and generated sources
@@ -45,7 +45,7 @@ def _read(path: Path, shape):
     """The record at `path` where `shape(data)` accepts it; else None (missing, truncated, not
     JSON, or of another shape: a list for a dict, a string for a file's fact)."""
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except (OSError, ValueError):
         return None
     return data if shape(data) else None

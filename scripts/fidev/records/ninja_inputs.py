@@ -19,7 +19,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from fidev.core.files import differs, file_fact, is_fact, write_whole
+from fidev.core.files import differs, file_fact, is_fact, load_json, write_whole
 from fidev.core.workspace import INPUTS
 
 STAMP = INPUTS
@@ -96,7 +96,7 @@ def _recorded(build_dir: Path) -> dict[str, dict[str, list | None]] | None:
         st = os.stat(build_dir / STAMP)
         key = (str(build_dir), st.st_mtime_ns, st.st_size, st.st_ino)
         if key not in _READ:
-            data = json.loads((build_dir / STAMP).read_text())
+            data = load_json(build_dir / STAMP)
             _READ[key] = data if well_formed(data) else None
         return _READ[key]
     except (OSError, ValueError):

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import differs, file_fact
+from fidev.core.files import differs, file_fact, load_json
 from fidev.core.manifest import Pins
 from fidev.core.workspace import RELEASE_FILES
 from fidev.tree import source_tree
@@ -86,7 +86,7 @@ def _git(tree: Path, *args: str, may_fail: bool = False) -> list[str]:
 
 def _against_record(tree: Path) -> list[str]:
     try:
-        recorded = json.loads((tree / RELEASE_FILES).read_text())
+        recorded = load_json(tree / RELEASE_FILES)
     except (OSError, ValueError) as e:
         raise Failure(f"{tree / RELEASE_FILES} cannot be read: {e}", "python scripts/fetch_flashinfer_source.py --replace writes it again") from e
     now = {str(p.relative_to(tree)): p for p in _files(tree)}
@@ -99,7 +99,7 @@ def released_facts(tree: Path) -> dict[str, list]:
     for a git checkout (its released content is a commit's, with no file fact) or without a
     readable record."""
     try:
-        recorded = json.loads((tree / RELEASE_FILES).read_text())
+        recorded = load_json(tree / RELEASE_FILES)
     except (OSError, ValueError):
         return {}
     return recorded if isinstance(recorded, dict) else {}

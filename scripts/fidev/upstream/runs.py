@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import write_whole
+from fidev.core.files import load_json, parse_json, write_whole
 from fidev.core.workspace import BASELINES, RUNS
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import progress
@@ -177,7 +177,7 @@ def entries(path: Path) -> list[dict]:
     found = []
     for line in lines:
         try:
-            found.append(json.loads(line))
+            found.append(parse_json(line))
         except ValueError:
             continue
     return found
@@ -302,7 +302,7 @@ def times_file(cache: Path) -> Path:
 def load_times(path: Path) -> dict[str, float]:
     """{test file (relative to the tree): seconds} of the files' last runs that finished."""
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except (OSError, ValueError):
         return {}
     return {f: float(s) for f, s in data.items() if isinstance(s, (int, float))} if isinstance(data, dict) else {}
@@ -533,7 +533,7 @@ def load_baseline(path: Path) -> dict | None:
         return None
     fix = "record it again: upstream-tests with the same selection and --baseline (on the tree before your edit)"
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path)
     except (OSError, ValueError) as e:
         raise Failure(f"the baseline {path} cannot be read ({e})", fix) from None
     if not (isinstance(data, dict) and isinstance(data.get("outcomes"), dict)):

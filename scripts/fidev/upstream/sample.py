@@ -34,7 +34,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fidev.core.files import read_record, write_whole
+from fidev.core.files import load_json, read_record, write_whole
 
 SEED = 20251126
 SCHEMA = "fidev-upstream-sample/1"  # the spec upstream-tests writes for its processes
@@ -315,7 +315,7 @@ def read_records(run_dir: Path) -> list[dict]:
     records = []
     for path in sorted(run_dir.glob(f"*{RECORD}")):
         try:
-            data = json.loads(path.read_text())
+            data = load_json(path)
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("functions"), dict):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fidev.core import workspace
 from fidev.core.failure import USAGE, Failure
-from fidev.core.files import write_whole
+from fidev.core.files import load_json, write_whole
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import module_choice
 from fidev.tree import families as upstream_suites
@@ -99,7 +99,7 @@ def suite_key(tests: Path) -> str:
 def known_map(cache: Path, key: str) -> dict | None:
     """The counts kept for the suite as it is; None where there are none, or of another suite."""
     try:
-        known = json.loads(cache.read_text())
+        known = load_json(cache)
         if isinstance(known, dict) and known.get("suite") == key:
             return known
     except (OSError, ValueError):
