@@ -39,7 +39,8 @@ MIN_DRIVER = {"12.8": "570.26", "12.9": "575.51.03", "13.0": "580.65.06"}
 # Newest host compiler majors each nvcc accepts: (gcc, clang). Both need C++17: >= 7.
 HOST_COMPILER_MAX = {"12.8": (14, 19), "12.9": (14, 19), "13.0": (15, 20)}
 MIN_COMPUTE_CAPABILITY = (7, 5)  # FlashInfer refuses anything older
-# About ten times what the smoke tiers leave in the JIT cache for one architecture (docs/measurements.md):
+# About ten times what the smoke tiers leave in the JIT cache for one architecture (docs/measurements.md,
+# row "JIT cache size, one architecture"):
 # room for other head dims and dtypes, a second architecture, and the larger GEMM/MoE modules a binding may add.
 MIN_FREE_GIB = 1
 ENV_FIX = "run it inside the environment: `pixi run -e flashinfer-dev preflight`, or `pixi shell -e flashinfer-dev`"

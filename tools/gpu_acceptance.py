@@ -114,8 +114,9 @@ def rows(step: str) -> list[str]:
     return ROWS.get(step, [step])
 
 
-# What each step took in an H100 run of docs/measurements.md (the wide tier's steps: in a one-GPU H200
-# run there, a little over; the bench steps: estimates), for --time-limit where WORK has no time of
+# What each step took in the H100 run behind docs/measurements.md's row "acceptance run's total" (the wide
+# tier's steps: in the one-GPU H200 run behind its rows "cold wide build", "smoke-wide" and "smoke-noise-wide",
+# a little over; the bench steps: estimates), for --time-limit where WORK has no time of
 # its own for it yet: on a GPU host that limits each command to 10 minutes, they pack the run into parts.
 STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
           "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "build-wide": 230, "smoke-wide": 10, "smoke-noise-wide": 15,

@@ -23,7 +23,8 @@ every restored tree passed; 1: a bug survived or a restored tree did not pass; 3
 --list prints the bug table as JSON and runs nothing (no GPU, no tree needed). The sizes are stated
 against fp16's half-ulp, 2^-11 (about 4.9e-4) of a value, and FlashInfer's test tolerance for fp16,
 rtol = atol = 1e-3 (tests/utils/test_norm.py and tests/attention/'s test files at v0.6.3, among others). How to run it:
-docs/testing.md, "Planted bugs"; its tables go to docs/measurements.md.
+docs/testing.md, "Planted bugs"; its tables go to docs/measurements-log.md, its counts to docs/measurements.md's
+rows "planted bugs caught" and "planted attention bugs caught, edit to exit".
 """
 
 from __future__ import annotations

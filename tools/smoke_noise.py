@@ -26,7 +26,7 @@ from fidev.smoke import gpu_suite  # noqa: E402
 MIN_MARGIN = 1.5
 # gdn_prefill's float32 state in bf16 is held to FlashInfer's own rule (tests/gdn/test_prefill_delta_rule.py
 # at v0.6.3: rtol 1e-3, atol 5e-3), which against the exact float64 recurrence, on FlashInfer's own
-# inputs, leaves it less than MIN_MARGIN (docs/measurements.md): it asks this much of that check
+# inputs, leaves it less than MIN_MARGIN (docs/measurements.md, row "gdn bf16 state margin"): it asks this much of that check
 # rather than a rule looser than FlashInfer's.
 MIN_MARGIN_OF = {("gdn_state", "bfloat16"): 1.2}
 

@@ -169,7 +169,8 @@ def gdn_inputs(dtype, heads=4, dim=128, seq_lens=(37, 130)):
     tests/gdn/test_prefill_delta_rule.py draws them at v0.6.3 (`_test_prefill_kernel`: unit-norm
     keys, forget gates `alpha` and `beta` uniform in [0, 1)), whose tolerances gpu_checks holds the
     output and state to: with longer-memory gates (in [0.8, 1)) the bf16 state's error against
-    the exact recurrence came near FlashInfer's bf16 allowance (docs/measurements.md)."""
+    the exact recurrence came near FlashInfer's bf16 allowance (docs/measurements.md,
+    row "gdn bf16 state margin, gates in [0.8, 1)")."""
     cu = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64, device="cuda")
     total = sum(seq_lens)
     q = torch.randn(total, heads, dim, dtype=dtype, device="cuda")

@@ -34,7 +34,8 @@ NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 # Past CASES_PER_PROCESS cases a process, another pytest process on the GPU pays for its start
 # (torch's import and the file's collection, and its CUDA context: all before the gate), at the
 # rate FlashInfer's small cases run; MAX_PROCESSES bounds them. The rates and the silu round's
-# times with 4 and 8 processes that set them are in docs/measurements.md.
+# times with 4 and 8 processes that set them are in docs/measurements.md, rows "upstream baseline of norm"
+# (2705 cases), "630 silu cases after the gate, 8 processes" and "630 silu cases, 4 against 8 processes".
 CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
 # The first failing test ends the run (affected --keep-going runs every one): FlashInfer's tests stop at
 # their first failing case (upstream-tests --stop-after), smoke's at their first failure (pytest -x), and
@@ -116,7 +117,8 @@ def processes(cases_per_file: dict[str, int], version_dir: Path) -> tuple[list[s
     by the GPUs in use; one for a few cases. The cores are shared among their torch thread pools
     too (THREADS), unless the user set it. Separate processes, not pytest-xdist's workers: those
     start only once xdist's controller has imported torch and flashinfer (FlashInfer's conftest
-    imports both), and the last of them was not ready when the gate opened (docs/measurements.md).
+    imports both), and the last of them was not ready when the gate opened (docs/measurements.md,
+    row "xdist workers ready after the gate").
     `version_dir` is the task's workspace's (fidev.core.workspace, read at its start): it keeps each
     file's last time."""
     from fidev.upstream import runs as upstream_runs
@@ -168,7 +170,8 @@ class FlashInferTests:
         self.unread: Failure | None = None  # why its summary could not be read, once finished
         self.exercised_files: set[str] = set()  # the test files with a case that passed or failed (tests/...), once finished
         self.all_skipped = False  # every case skipped here, once finished
-        # a sample is a few dozen cases a file, whatever the record counts (docs/measurements.md): a process a file or part
+        # a sample is a few dozen cases a file, whatever the record counts (docs/measurements.md, row "sample sizes"):
+        # a process a file or part
         workers, threads = processes(cases_per_file if sample is None else {f: min(n, CASES_PER_PROCESS) for f, n in cases_per_file.items()},
                                      version_dir)
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))

@@ -133,7 +133,7 @@ MODULES = [
     SmokeModule("single_prefill_fa3", "single_prefill_with_kv_cache(backend='fa3'|'auto')", lambda: _single_prefill("fa3"), sm90=True,
                 abi=True, tests=_tests(*_single_prefill_tests("fa3"), _K + "test_auto_backend_is_fa3_on_sm90"), family="hopper"),
     # Wide tier: its 32 kernel instantiations alone take minutes of a cold build, past the default
-    # tier's 3-minute budget (build-abi's time in docs/measurements.md).
+    # tier's 3-minute budget (docs/measurements.md, row "gdn_prefill_sm90 cold build").
     SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True, tier=WIDE, abi=True,
                 tests=_tests(_W + "test_gdn_prefill", _A + "test_gdn_prefill", _A + "test_bad_gdn_prefill_call_is_a_decoded_error",
                              _case(_SIGNATURES, "gdn_prefill.gdn_prefill")), family="gdn"),

@@ -29,9 +29,9 @@ def report(failure: Failure) -> None:
 
 def exit_now(status: int):
     """sys.exit(status) less the interpreter's teardown of every module, which a process that
-    imported torch pays once its work is done, between its last line and its end
-    (docs/measurements.md): what was registered to run at exit still runs, and the standard
-    streams are flushed first. Daemon threads are left, as at any exit."""
+    imported torch pays once its work is done, between its last line and its end (docs/measurements.md,
+    row "interpreter teardown of torch at a process's end"): what was registered to run at exit still
+    runs, and the standard streams are flushed first. Daemon threads are left, as at any exit."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -24,7 +24,8 @@ from fidev.upstream.suite import pytest_options, scripts_path
 
 # A rough cost model: one object of an attention or norm module takes SECONDS_PER_OBJECT to
 # compile; a module's objects build side by side, modules one after another as the tests first
-# load them. The compile times it comes from, and how it held, are in docs/measurements.md.
+# load them. The compile times it comes from are the rebuilds of docs/measurements.md's "affected: ..." rows;
+# how it held, its rows "plan dry run (norm)" and "plan dry run (activation)".
 SECONDS_PER_OBJECT = 25
 # The plan must cost little next to the run it plans; past this it is dropped.
 PLAN_LIMIT_S = 60

@@ -163,7 +163,8 @@ def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> list[str] | Non
 
 def make_cuda_context() -> None:
     """The process's CUDA context, made while it waits at the gate instead of in its first test
-    after it, where all of it would come past the build (its cost per process: docs/measurements.md).
+    after it, where all of it would come past the build (its cost per process: docs/measurements.md,
+    row "CUDA context in a process's first case").
     Only where the tests' imports brought torch and it sees a GPU: fidev imports nothing."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
@@ -323,7 +324,8 @@ class FlashInferBuilds:
     def built_already(spec) -> bool:
         """Built and recorded, with nothing for ninja to do and no restored copy among its inputs:
         read without the JIT dir's lock, which every xdist worker of every part of a file would
-        otherwise take in turn to find nothing to do, after the gate (what that cost: docs/measurements.md)."""
+        otherwise take in turn to find nothing to do, after the gate (what that cost: docs/measurements.md,
+        row "warmups behind affected's gate")."""
         if hasattr(spec, "write_ninja"):
             spec.write_ninja()  # as module_builds.build_specs does first (FlashInfer's write_if_different)
         if not spec.jit_library_path.exists() or not (spec.build_dir / ninja_inputs.STAMP).is_file():

@@ -6,7 +6,7 @@ a file to PYTEST_FILE_TIMEOUT_SECONDS, 7,200 by default),
 longest files first, a JUnit XML and a log per file in a run folder.
 
 A run takes at least its longest file (test_sampling.py is most of norm, activation and sampling:
-docs/measurements.md), so a file whose last run was long runs in parts, up to one per
+docs/measurements.md, row "longest file: test_sampling.py"), so a file whose last run was long runs in parts, up to one per
 GPU and each of PART_MIN_S or more by that time, a process each on a GPU of its own: every part
 collects the whole file and runs every k-th case (fidev.upstream.plugin.PART). A part is a file's
 process as FlashInfer's CI has it, with its own JUnit XML, log and time limit; a file not run
@@ -49,7 +49,8 @@ from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, S
 FILE_LIMIT_S = 7200
 # pytest plugins FlashInfer's suite does not use (no file of tests/ at v0.6.3 names hypothesis), blocked in
 # its processes: hypothesis's plugin imports hypothesis at every session's end (_hypothesis_pytestplugin's
-# pytest_terminal_summary, hypothesis 6.x), a second or so of each process's end (docs/measurements.md).
+# pytest_terminal_summary, hypothesis 6.x), a second or so of each process's end (docs/measurements.md,
+# row "hypothesis's plugin at a pytest session's end").
 UNUSED_PLUGINS = ["-p", "no:hypothesispytest"]
 # pytest as `python -m pytest` runs it (its console_main), then the process's end without the
 # interpreter's teardown of torch and flashinfer (fidev.core.failure.exit_now), which came after each

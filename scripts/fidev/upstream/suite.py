@@ -130,8 +130,8 @@ def family_counts(nodes: list[str]) -> dict[str, int]:
 
 def suite_map(tests: Path, ws: workspace.Workspace, mode: str) -> dict | None:
     """The suite's test cases, counted once while its files stay as they are: `pytest --collect-only`
-    of the whole tests/ (over half a minute for v0.6.3's: docs/measurements.md), kept beside the JIT
-    dirs of `ws` (the task's workspace). None when it cannot collect here (no pytest, no FlashInfer)."""
+    of the whole tests/ (over half a minute for v0.6.3's, a figure docs/measurements-log.md does not keep),
+    kept beside the JIT dirs of `ws` (the task's workspace). None when it cannot collect here (no pytest, no FlashInfer)."""
     key = suite_key(tests)
     cache = ws.suite_map
     known = known_map(cache, key)
