@@ -359,3 +359,40 @@ def test_the_cited_symbols_are_in_the_release(installed):
     missing = [f"{rel} {symbol}" for rel, symbol, holds in CITED
                if holds not in (cited_source(tree, rel, symbol) or "")]
     assert missing == [], f"cited, but not in FlashInfer {pins().flashinfer} as cited: {missing}"
+
+
+def literal_constants(path) -> dict:
+    """The module-level constants of a tool's source that are built from literals and earlier such
+    constants (no test imports a tool): {name: value}."""
+    import ast
+
+    found: dict = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = eval(compile(ast.Expression(node.value), str(path), "eval"), {"__builtins__": {}}, dict(found))  # noqa: S307
+            except Exception:  # noqa: BLE001, S112 (a constant built by a call: not a planted line)
+                continue
+    return found
+
+
+def test_every_planted_line_is_in_the_release(installed):
+    """The lines the planted-bugs tool and the acceptance run's rounds replace are in the release this
+    module fetched, and each bug changes its file: checked in CI's flashinfer-dev venv, not only on a
+    host that has a pinned tree (tests/test_planted_bugs.py). A planted bug's line is there exactly once
+    (the tool refuses any other count); a round's line at least once (its plant replaces the first:
+    NORM_LINE is in RMSNormKernel and again in a later kernel of norm.cuh)."""
+    tree = installed[0]
+    listed = subprocess.run([sys.executable, str(ROOT / "tools/planted_bugs.py"), "--list"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    bugs = [(b["id"], b["file"], b["line"], b["bug"]) for b in json.loads(listed.stdout)]
+    rounds = literal_constants(ROOT / "tools/gpu_acceptance.py")
+    planted = [(name, rel, line, bug) for name, (rel, line, bug, _) in rounds["AFFECTED_EDITS"].items()]
+    planted.append(("edit-loop", rounds["NORM_HEADER"], rounds["NORM_LINE"], rounds["NORM_BUG"]))
+    wrong = []
+    for name, rel, line, bug in [*bugs, *planted]:
+        text = (tree / rel).read_text()
+        once = (name, rel, line, bug) in bugs
+        if (text.count(line) != 1 if once else not text.count(line)) or text.replace(line, bug, 1) == text:
+            wrong.append(f"{name}: {rel} has its line {text.count(line)} time(s)")
+    assert len(bugs) >= 21 and len(planted) >= 6 and wrong == [], wrong
