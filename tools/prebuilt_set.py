@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.builds import smoke_modules  # noqa: E402
+from fidev.core import workspace  # noqa: E402
 from fidev.core.failure import ArgumentParser, option, run_main  # noqa: E402
 from fidev.core.files import output_folder  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
@@ -45,7 +46,7 @@ def main() -> int:
     build_dir = args.build_dir.resolve()
     jit_env.FLASHINFER_WORKSPACE_DIR = build_dir
     jit_env.FLASHINFER_JIT_DIR = build_dir / "cached_ops"
-    jit_env.FLASHINFER_GEN_SRC_DIR = build_dir / "generated"
+    jit_env.FLASHINFER_GEN_SRC_DIR = build_dir / workspace.GENERATED_DIR_NAME
     jit_env.FLASHINFER_JIT_DIR.mkdir(parents=True, exist_ok=True)
     jit_env.FLASHINFER_GEN_SRC_DIR.mkdir(parents=True, exist_ok=True)
     sm90 = any(major == 9 for major, _ in core.current_compilation_context.TARGET_CUDA_ARCHS)

@@ -47,7 +47,7 @@ class Built:
 
     def __init__(self, build_dir: Path):
         self.name, self.build_dir = build_dir.name, build_dir
-        self.ninja_path, self.jit_library_path = build_dir / "build.ninja", build_dir / f"{build_dir.name}.so"
+        self.ninja_path, self.jit_library_path = workspace.module_files(build_dir)
 
     @property
     def sources(self) -> list[str]:
@@ -63,12 +63,12 @@ class Built:
         csrc/ files alone (such as the one tests/utils/test_norm.py's `test_norm_compilation_without_fp8`
         builds with gen_jit_spec) has nothing a Python edit could regenerate."""
         # generate_ninja_build_for_op (flashinfer/jit/cpp_ext.py) writes sources resolved
-        gen_dir = (self.build_dir.parent.parent / "generated").resolve()
+        gen_dir = workspace.generated_dir(self.build_dir.parent).resolve()
         return any(Path(src).is_relative_to(gen_dir) for src in self.sources)
 
 
 def built_modules(jit_dir: Path) -> list[Built]:
-    return [Built(d) for d in sorted(jit_dir.iterdir()) if (d / "build.ninja").is_file() and (d / f"{d.name}.so").is_file()]
+    return [Built(d) for d in sorted(jit_dir.iterdir()) if all(p.is_file() for p in workspace.module_files(d))]
 
 
 def tier_keys(ws: workspace.Workspace, jit_dir: Path) -> dict[str, str]:

@@ -46,11 +46,11 @@ class Module:
 
     @property
     def ninja_path(self) -> Path:
-        return self.build_dir / "build.ninja"
+        return workspace.module_files(self.build_dir)[0]
 
     @property
     def jit_library_path(self) -> Path:
-        return self.build_dir / f"{self.name}.so"
+        return workspace.module_files(self.build_dir)[1]
 
 
 def path(ws: workspace.Workspace, options: dict) -> Path:

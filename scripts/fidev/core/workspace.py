@@ -14,6 +14,8 @@ A task reads its Workspace once, at its start (`read`), and passes it down.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from pathlib import Path
 BASE_VARIABLE = "FLASHINFER_WORKSPACE_BASE"
 JIT_DIR_NAME = "cached_ops"  # FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
 GENERATED_DIR_NAME = "generated"  # FLASHINFER_GEN_SRC_DIR = FLASHINFER_WORKSPACE_DIR / "generated"
+NINJA_FILE = "build.ninja"  # each module's, in its build folder <JIT dir>/<name>/ (JitSpec.ninja_path, flashinfer/jit/core.py)
 
 # The state files and folders, by where they live.
 # In the cache folder (<base>/.cache/flashinfer): one per set of build options (fidev.builds.build_stamp).
@@ -29,6 +32,7 @@ BUILD_STAMP = "fidev-build.json"
 # In the version folder (<cache>/<version>):
 SUITE_MAP = "fidev-suite-map.json"  # the suite's test cases counted, while its files stay as they are
 RUNS = "fidev-upstream-runs"  # upstream-tests' run folders
+FILE_TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 BASELINES = "fidev-upstream-baselines"  # upstream-tests' baselines, one per selection
 VERDICTS = "fidev-affected.json"  # affected's kept verdicts
 # In a JIT dir (<version>/<archs>/cached_ops):
@@ -69,6 +73,14 @@ class Workspace:
         return self.version_dir / BASELINES
 
     @property
+    def file_times(self) -> Path:
+        return self.runs / FILE_TIMES
+
+    def baseline(self, selection: list[str]) -> Path:
+        """The baseline of one selection (its test nodes, pytest's options, the sample's), a file per selection."""
+        return self.baselines / f"{hashlib.sha256(json.dumps(sorted(selection)).encode()).hexdigest()[:16]}.json"
+
+    @property
     def suite_map(self) -> Path:
         return self.version_dir / SUITE_MAP
 
@@ -88,6 +100,17 @@ class Workspace:
     def other_versions(self) -> list[str]:
         """The versions other than this one that have a JIT dir in the cache."""
         return sorted({p.parent.parent.name for p in self.cache.glob(f"*/*/{JIT_DIR_NAME}")} - {self.version})
+
+
+def module_files(build_dir: Path) -> tuple[Path, Path]:
+    """A module's ninja file and library in its build folder (JitSpec.ninja_path and jit_library_path,
+    flashinfer/jit/core.py: <JIT dir>/<name>/build.ninja and <name>.so)."""
+    return build_dir / NINJA_FILE, build_dir / f"{build_dir.name}.so"
+
+
+def generated_dir(jit_dir: Path) -> Path:
+    """FlashInfer's folder of generated sources beside a JIT dir (FLASHINFER_GEN_SRC_DIR)."""
+    return jit_dir.parent / GENERATED_DIR_NAME
 
 
 def base(env: Mapping[str, str] = os.environ) -> Path:

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.records import build_records, ninja_inputs
 from fidev.upstream import plugin as upstream_plugin
@@ -52,8 +53,8 @@ def module_sources(entries: list[dict]) -> dict[str, list[str]]:
 def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
     """How many objects of a module a build would compile: every source when the module was never
     built or ninja cannot tell, else fidev.records.ninja_inputs.dry_run's count (0 when it is current)."""
-    ninja_file = build_dir / "build.ninja"
-    pending = ninja_inputs.dry_run(build_dir, ninja_file) if (build_dir / f"{build_dir.name}.so").exists() and ninja_file.exists() else None
+    ninja_file, library = workspace.module_files(build_dir)
+    pending = ninja_inputs.dry_run(build_dir, ninja_file) if library.exists() and ninja_file.exists() else None
     return (len(sources) or 1) if pending is None else len(pending[0])
 
 

@@ -25,7 +25,6 @@ outside git, beside FlashInfer's JIT dirs; a later run of the same selection pri
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
@@ -41,7 +40,7 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.files import load_json, parse_json, write_whole
-from fidev.core.workspace import BASELINES, RUNS
+from fidev.core.workspace import FILE_TIMES, RUNS
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import progress
 from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, STOPPED, owner_alive, progress_path, skip_kind
@@ -56,7 +55,6 @@ UNUSED_PLUGINS = ["-p", "no:hypothesispytest"]
 # interpreter's teardown of torch and flashinfer (fidev.core.failure.exit_now), which came after each
 # file's last case and before upstream-tests could count it.
 PYTEST = "import pytest\nfrom fidev.core.failure import exit_now\nexit_now(int(pytest.console_main()))"
-TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
 GPUS = Path("/proc/driver/nvidia/gpus")
 # how run_files' line for each process as it ends begins; bench_upstream says a process's line the same way (from the
@@ -295,9 +293,10 @@ def split(groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, 
     return {f: parts(times.get(relative(f, tree)), gpus) * per_gpu for f in groups}
 
 
-def times_file(cache: Path) -> Path:
-    """Where the files' last times are kept, in `cache`, FlashInfer's folder of the pinned version."""
-    return cache / RUNS / TIMES
+def times_file(version_dir: Path) -> Path:
+    """Where the files' last times are kept: the workspace's (fidev.core.workspace.Workspace.file_times) of
+    the version folder `version_dir` (Workspace.version_dir, as read at the task's start)."""
+    return version_dir / RUNS / FILE_TIMES
 
 
 def load_times(path: Path) -> dict[str, float]:
@@ -515,12 +514,7 @@ def failing(results: list[FileResult]) -> list[tuple[str, str]]:
     return tests + [("ERROR", f"{r.name} ({r.ended})") for r in results if r.crashed]
 
 
-# The baseline: a file per selection, beside the JIT dirs of the FlashInfer version.
-def baseline_path(cache: Path, selection: list[str]) -> Path:
-    key = hashlib.sha256(json.dumps(sorted(selection)).encode()).hexdigest()[:16]
-    return cache / BASELINES / f"{key}.json"
-
-
+# The baseline: a file per selection (fidev.core.workspace.Workspace.baseline), beside the JIT dirs of the FlashInfer version.
 def save_baseline(path: Path, selection: list[str], commit: str, gpu: str, results: list[FileResult]) -> None:
     data = {"selection": selection, "commit": commit, "gpu": gpu, "outcomes": outcomes(results),
             "crashed": sorted({r.file for r in results if r.crashed})}

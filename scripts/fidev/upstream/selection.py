@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.core import workspace
-from fidev.core.failure import USAGE, Failure
+from fidev.core.failure import INTERRUPTED, USAGE, Failure
 from fidev.core.manifest import pins
 from fidev.records import build_records
 from fidev.tree import source_tree
@@ -49,7 +49,6 @@ class Run:
     groups: dict[str, list[str]] = field(default_factory=dict)
     gpus: list[str] = field(default_factory=list)
     gpu: str = ""
-    cache: Path = Path()
     run_dir: Path = Path()
     key: list[str] = field(default_factory=list)
     baseline_file: Path = Path()
@@ -129,14 +128,13 @@ def prepare(record: Run) -> None:
         raise Failure(f"--gpus {wanted}: this host shows {len(host)} GPU(s) (CUDA_VISIBLE_DEVICES included)",
                       f"ask for at most {len(host)}, or leave --gpus out to use them all", exit_status=USAGE)
     record.gpus = host[:wanted] if wanted else host
-    record.cache = record.ws.version_dir
-    record.run_dir = upstream_runs.run_folder(record.cache / upstream_runs.RUNS)
+    record.run_dir = upstream_runs.run_folder(record.ws.runs)
     # a sample's baseline is its own: another selection than every case
     record.key = [*record.selection, *record.pytest_args, *sample_key(record.options.sample)]
-    record.baseline_file = upstream_runs.baseline_path(record.cache, record.key)
+    record.baseline_file = record.ws.baseline(record.key)
     record.baseline = None if record.options.baseline else upstream_runs.load_baseline(record.baseline_file)
     record.gpu = upstream_runs.gpu_name(record.gpus)
-    record.times_file = upstream_runs.times_file(record.cache)
+    record.times_file = record.ws.file_times
     record.times = upstream_runs.load_times(record.times_file)
 
 
@@ -168,7 +166,7 @@ def run_all(record: Run) -> None:
                                                  record.options.progress_s)
     except KeyboardInterrupt:
         raise Failure(f"interrupted: the running test files were stopped; what finished is in {record.run_dir}",
-                      "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=130) from None
+                      "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=INTERRUPTED) from None
 
 
 def keep_times(record: Run) -> None:
