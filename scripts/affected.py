@@ -30,7 +30,7 @@
    selected test instead. --list stops after the table's first three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not
    covered, nothing failed but the edit reaches a kernel family whose FlashInfer tests could not run
    (the last line names the upstream-tests command that covers it; kept, so asking again says it
-   again until the edit is reverted or covered); 130: interrupted. A verdict that is not a pass
+   again until the edit is reverted or covered); 130 (fidev.core.failure.INTERRUPTED): interrupted. A verdict that is not a pass
    is kept per module (fidev.affected.verdicts): asking again reruns its tests.
 
 With --summary FILE it writes its result to FILE as JSON, whatever the end (fidev.affected.summary):
@@ -53,8 +53,10 @@ import signal
 import sys
 import time
 
-from fidev.affected import built, changes, report, tests, verdicts
+from fidev.affected import built, changes, coverage, report, tests, verdict, verdicts
 from fidev.affected import summary as affected_summary
+from fidev.affected.selection import selection as select
+from fidev.affected.verdict import Verdict
 from fidev.core import workspace
 from fidev.core.failure import ArgumentParser, Failure, exit_now, option, run_main
 from fidev.core.files import output_file
@@ -77,14 +79,15 @@ def main() -> int:
         signal.signal(sig, signal.default_int_handler)
     record, started = affected_summary.Summary(), time.perf_counter()
     try:
-        record.status = run(args, record)
+        record.verdict = run(args, record)
+        record.status = record.verdict.status
         return record.status
     except KeyboardInterrupt:
-        record.verdict, record.status = "interrupted", 130
+        record.verdict, record.status = Verdict.INTERRUPTED, Verdict.INTERRUPTED.status
         raise Failure("interrupted (the builds and tests it started were stopped)", "run it again: pixi run -e flashinfer-dev affected",
-                      exit_status=130) from None
+                      exit_status=Verdict.INTERRUPTED.status) from None
     except Failure as failure:
-        record.verdict = "build failed" if isinstance(failure, tests.BuildFailed) else "error"
+        record.verdict = Verdict.BUILD_FAILED if isinstance(failure, tests.BuildFailed) else Verdict.ERROR
         record.status, record.problem = failure.exit_status, failure.problem
         raise
     finally:
@@ -93,7 +96,7 @@ def main() -> int:
             affected_summary.write(record, args.summary)
 
 
-def run(args, record: affected_summary.Summary) -> int:
+def run(args, record: affected_summary.Summary) -> Verdict:
     try:
         return run_affected(args, record)
     finally:  # what a failure, Ctrl-C or an early return left running (stop() is idempotent)
@@ -101,7 +104,7 @@ def run(args, record: affected_summary.Summary) -> int:
             their_tests.stop()
 
 
-def run_affected(args, record: affected_summary.Summary) -> int:
+def run_affected(args, record: affected_summary.Summary) -> Verdict:
     """What changed, its modules and their tests; then rebuild them, run the tests and say the result."""
     started = time.perf_counter()
     ws = workspace.read(pins().flashinfer)  # read once, here
@@ -109,47 +112,57 @@ def run_affected(args, record: affected_summary.Summary) -> int:
     kept = kept_verdicts(ws)
     stop_after = 0 if args.keep_going else tests.STOP_AFTER
     changed = changes.find(found, args.list, kept, not args.whole_family, stop_after)
-    if not changed.by_file:
-        nothing_changed(found, kept, time.perf_counter() - started)
+    if not changed.by_file:  # said over passing verdicts only (any other reruns its tests, in changes.find)
+        passed = {m.name: v for m in found.modules if (v := kept.standing(m.name, m.build_dir)) is not None}
+        report.nothing_changed(len(found.modules), passed, time.perf_counter() - started)
         if not args.list:
             kept.judged = changed.now
             kept.record({})
-        record.verdict = "nothing changed"
-        return 0
-    selection = report.selection(changed.by_file, changed.changed, found.tier, found.recorded, found.tree,
-                                 [*changed.python_edits, *changed.unjudged_generators], not args.whole_family)
-    record.changed, record.tests = selection.changed_files(), [*selection.ours, *selection.theirs]
+        return Verdict.NOTHING_CHANGED
+    selection = select(changed.by_file, changed.changed, found.tier, found.recorded, found.tree,
+                       [*changed.python_edits, *changed.unjudged_generators], not args.whole_family)
+    record.changed, record.tests = report.changed_files(selection), [*selection.ours, *selection.theirs]
     if args.list or not (changed.changed or selection.families):
-        print(report.table(selection.rows()))
+        print(report.table(report.rows(selection)))
         report.hints(selection)
-        return no_module_changed(args.list, selection, found, record, changed, kept)
-    to_build = [changed.specs.get(m.name, m) for m in found.modules if m.name in changed.changed]
+        return verdict.no_module_changed(args.list, selection, changed, kept)
     dirs = {m.name: m.build_dir for m in found.modules}
-    # a run stopped mid-way is no pass: kept with the inputs the rebuild records, as the tests start, or as the build fails or is stopped
-    unfinished = {name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
-                  if name in dirs and (chosen := selection.selectors({name}))}
-    def keep_unfinished() -> None:  # the reached families' tests build from the edited tree, and record it: kept too
-        kept.keep_gaps({}, changed.before, set(kept.gaps), reached_edits(selection, changed), "unfinished")
-        kept.record(unfinished)
-
-    try:
-        outcome = tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                       ws.version_dir, lambda: report.build_failed(selection), keep_unfinished,
-                                       not args.whole_family, found.mode, args.keep_going)
-    except (Failure, KeyboardInterrupt):
-        keep_unfinished()
-        raise
+    outcome = build_and_test(args, found, changed, selection, kept, dirs)
     record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past
     print(report.results(selection, outcome.failed, outcome.broken))
     report.hints(selection)
-    status = report.final(outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started, outcome.stopped)
+    tested = verdict.of_tests(outcome.failed, outcome.broken)
+    report.final(tested is Verdict.FAILED, outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started,
+                 outcome.stopped)
     # a family is covered by its tests that ran to a result, not by those selected (every case may skip here)
     ran = [t for t in selection.theirs if t.split("::")[0] in outcome.exercised_files]
-    status = covered_or_not(status, selection, found, record, changed, kept, ran)
-    results = report.module_results(selection, outcome.failed, outcome.broken, covered=status != report.NOT_COVERED, stopped=outcome.stopped)
+    judged = verdict.covered_or_not(tested, selection, changed, kept, ran)
+    results = coverage.module_results(selection, outcome.failed, outcome.broken, covered=judged is not Verdict.NOT_COVERED,
+                                      stopped=outcome.stopped)
     kept.judged = changed.now  # judged: what it did not pass is kept above, per module and per file
     kept.record({name: (dirs[name], *result) for name, result in results.items() if name in dirs})
-    return status
+    return judged
+
+
+def build_and_test(args, found: built.Found, changed: changes.Changes, selection, kept: verdicts.Kept, dirs: dict) -> tests.Outcome:
+    """Rebuild the changed modules and run their tests (fidev.affected.tests); a run stopped mid-way is
+    no pass: each module with tests is kept `unfinished` with the inputs the rebuild records, as the
+    tests start, or as the build fails or is stopped, and so are the reached families' edits."""
+    to_build = [changed.specs.get(m.name, m) for m in found.modules if m.name in changed.changed]
+    unfinished = {name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
+                  if name in dirs and (chosen := selection.selectors({name}))}
+
+    def keep_unfinished() -> None:  # the reached families' tests build from the edited tree, and record it: kept too
+        kept.keep_gaps({}, changed.before, set(kept.gaps), verdict.reached_edits(selection, changed), "unfinished")
+        kept.record(unfinished)
+
+    try:
+        return tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
+                                    found.ws.version_dir, lambda: report.build_failed(selection, Verdict.BUILD_FAILED.value), keep_unfinished,
+                                    not args.whole_family, found.mode, args.keep_going)
+    except (Failure, KeyboardInterrupt):
+        keep_unfinished()
+        raise
 
 
 def kept_verdicts(ws: workspace.Workspace) -> verdicts.Kept:
@@ -157,55 +170,6 @@ def kept_verdicts(ws: workspace.Workspace) -> verdicts.Kept:
     if kept.problem:
         print(f"affected: {kept.problem}: a verdict it kept may be a failure, so every built module is taken as changed: rebuilt, and its tests run")
     return kept
-
-
-def nothing_changed(found: built.Found, kept: verdicts.Kept, checked_s: float) -> None:
-    """Said over passing verdicts only (any other reruns its tests, in changes.find): when, and what passed."""
-    passed = {m.name: v for m in found.modules if (v := kept.standing(m.name, m.build_dir)) is not None}
-    last = max((v.when for v in passed.values()), default=None)
-    said = (f"; affected's last verdict on {report.short(passed, 3)}: passed ({sum(len(v.tests) for v in passed.values())} test(s), {last})"
-            if passed else "; no verdict of affected is kept on them (it judges edits: smoke tests the build)")
-    print(f"affected: nothing changed since the {len(found.modules)} built modules were built (checked in {checked_s:.2f} s){said}")
-
-
-def no_module_changed(listing: bool, selection: report.Selection, found: built.Found, record: affected_summary.Summary,
-                      changed: changes.Changes, kept: verdicts.Kept) -> int:
-    """--list, or edits that reach no built module: listed, or not a pass where a family they reach went untested."""
-    if listing:
-        record.verdict = "listed"
-        return 0
-    status = covered_or_not(0, selection, found, record, changed, kept, [], "no module changed")
-    kept.judged = changed.now
-    kept.record({})
-    return status
-
-
-def reached_edits(selection: report.Selection, changed: changes.Changes) -> dict[str, list[str]]:
-    """{edited file, not reverted since: the families whose tests it made run}."""
-    return {f: fams for f, fams in selection.reached.items() if f not in changed.reverted}
-
-
-def covered_or_not(status: int, selection: report.Selection, found: built.Found, record: affected_summary.Summary,
-                   changed: changes.Changes, kept: verdicts.Kept, ran: list[str], passed: str = "passed") -> int:
-    """The verdict: failed as the tests said; else not a pass where the edit reaches a kernel family
-    none of whose FlashInfer tests ran to a result (`ran`: those of a file where a case passed or
-    failed, not skipped alone; report.NOT_COVERED); else passed. The gaps are kept (written with the
-    modules' verdicts), so that asking again says them again; an edit reverted to what it was before
-    its gap went untested is none."""
-    gaps = {f: fams for f, fams in report.coverage_gaps(selection, ran).items() if f not in changed.reverted}
-    untested = report.modules_untested(selection, ran, changed.lost, changed.owners)
-    # a failed run's reached families built their modules from the edited tree, which their build
-    # recorded: kept, or asking again would find nothing changed
-    ran_and_failed = reached_edits(selection, changed) if status not in (0, report.NOT_COVERED) else {}
-    kept.keep_gaps({f: fams for f, fams in gaps.items() if f != report.UNTOLD}, changed.before, changed.pending, ran_and_failed)
-    if (gaps or untested) and status == 0:
-        report.not_covered(gaps, untested, selection.untold)
-        record.verdict = "not covered"
-        return report.NOT_COVERED
-    if gaps:
-        print(f"affected: also untested: {', '.join(sorted({fam for fams in gaps.values() for fam in fams}))} (the edit reaches them)")
-    record.verdict = "failed" if status else passed
-    return status
 
 
 if __name__ == "__main__":

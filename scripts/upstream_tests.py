@@ -78,7 +78,7 @@ import tempfile
 from pathlib import Path
 
 from fidev.core import numbers, workspace
-from fidev.core.failure import USAGE, Failure, report, run_main
+from fidev.core.failure import INTERRUPTED, USAGE, Failure, report, run_main
 from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
@@ -194,7 +194,7 @@ def planned(nodes: list[str], pytest_args: list[str], tests, budget_s: float, ye
         found = upstream_plan.plan(nodes, pytest_args, tests)
     except KeyboardInterrupt:
         raise Failure("interrupted during the plan's dry run (its processes were stopped)", "run it again, or skip the plan: --no-plan",
-                      exit_status=130) from None
+                      exit_status=INTERRUPTED) from None
     if found is not None:
         upstream_plan.hold_budget(found, budget_s, yes)
 

@@ -633,7 +633,7 @@ def test_a_failure_is_matched_to_the_tests_that_select_it():
     """One match for the table and the kept verdicts: a case of a selected function, the node id
     itself, or its file when that did not collect or finish; never a function that merely shares a
     prefix."""
-    from fidev.affected.report import failures_of
+    from fidev.affected.coverage import failures_of
 
     chosen = {"tests/utils/test_norm.py::test_norm", "tests/smoke/test_kernels.py::test_rmsnorm"}
     failed = {"tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",

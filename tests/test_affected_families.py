@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fidev.affected import report
+from fidev.affected import coverage, selection
 from fidev.tree import release_reference
 from script_runs import require
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
@@ -112,14 +112,14 @@ def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed
     edit = {"activation.py -> silu_and_mul.cu": {"silu_and_mul"}, "csrc/norm.cu": {"norm"}}
     generators = [str(tree / "flashinfer/jit/activation.py")]
     recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1-fp16]"]}
-    sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
+    sel = selection.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
     assert sel.families == {"activation": ("utils/test_activation.py",)}
     assert sel.theirs == ["tests/utils/test_activation.py", "tests/utils/test_norm.py::test_norm"]
-    assert report.coverage_gaps(sel, sel.theirs) == {}
+    assert coverage.coverage_gaps(sel, sel.theirs) == {}
     assert sel.file_tests("activation.py -> silu_and_mul.cu", {"silu_and_mul"}) >= {"tests/utils/test_activation.py"}  # its row's result
     (tree / "tests/utils/test_activation.py").unlink()  # not in the tree: a gap, not a run
-    sel = report.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
-    assert sel.families == {} and report.coverage_gaps(sel, sel.theirs) == {"flashinfer/jit/activation.py": ["activation"]}
+    sel = selection.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
+    assert sel.families == {} and coverage.coverage_gaps(sel, sel.theirs) == {"flashinfer/jit/activation.py": ["activation"]}
 
 
 def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):
@@ -130,7 +130,7 @@ def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):
     for rel in ("csrc/page.cu", "tests/attention/test_page.py"):
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text("")
-    sel = report.selection({"csrc/page.cu": set()}, {}, {}, {}, tree, [])
+    sel = selection.selection({"csrc/page.cu": set()}, {}, {}, {}, tree, [])
     assert sel.families == {"page": ("attention/test_page.py",)}
     assert sel.ours == ["smoke/test_wide.py::test_append_paged_kv_cache"]
     assert sel.file_tests("csrc/page.cu", set()) == {"tests/attention/test_page.py", "tests/smoke/test_wide.py::test_append_paged_kv_cache"}
@@ -214,12 +214,12 @@ def test_a_changed_module_no_test_of_which_ran_to_a_result_is_untested(tmp_path)
     tree = tmp_path / "flashinfer"
     tree.mkdir()
     recorded = {"rope_a": ["tests/attention/test_rope.py::test_rope[1]"], "topk_b": ["tests/utils/test_topk.py::test_top_k[1]"]}
-    sel = report.selection({"(generated)": {"rope_a", "topk_b"}}, {"rope_a": {}, "topk_b": {}}, {}, recorded, tree, [])
+    sel = selection.selection({"(generated)": {"rope_a", "topk_b"}}, {"rope_a": {}, "topk_b": {}}, {}, recorded, tree, [])
     ran = ["tests/utils/test_topk.py::test_top_k"]  # test_rope.py: every case skipped
-    assert report.modules_untested(sel, ran, []) == ["rope_a"]
-    assert report.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == ["gen_only"]
+    assert coverage.modules_untested(sel, ran, []) == ["rope_a"]
+    assert coverage.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == ["gen_only"]
     sel.families = {"activation": ("utils/test_activation.py",)}
-    assert report.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == []
+    assert coverage.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == []
 
 
 @needs_a_build
@@ -268,13 +268,13 @@ def test_a_module_built_from_a_familys_sources_is_tested_by_a_run_of_that_family
     header = str((tree / HEADER).resolve())
     owners = families.owners(tree, {"rope": {str((tree / "csrc/rope.cu").resolve()), header}, "other": {header}})
     assert owners == {"rope": ["rope"]}
-    sel = report.Selection({HEADER: {"rope", "other"}}, {"rope": {}, "other": {}}, {}, {})
-    assert report.modules_untested(sel, ["tests/attention/test_rope.py::test_rope"], [], owners) == ["other"]
-    assert report.modules_untested(sel, ["tests/utils/test_norm.py::test_norm"], [], owners) == ["other", "rope"]
+    sel = selection.Selection({HEADER: {"rope", "other"}}, {"rope": {}, "other": {}}, {}, {})
+    assert coverage.modules_untested(sel, ["tests/attention/test_rope.py::test_rope"], [], owners) == ["other"]
+    assert coverage.modules_untested(sel, ["tests/utils/test_norm.py::test_norm"], [], owners) == ["other", "rope"]
     # a module with a test recorded is judged by that test alone: another file of its family is no run of it
-    recorded = report.Selection({HEADER: {"rope"}}, {"rope": {}}, {}, {"rope": ["tests/attention/test_rope.py::test_rope_pos_ids[1]"]})
-    assert report.modules_untested(recorded, ["tests/attention/test_rope.py::test_rope"], [], owners) == []
-    assert report.modules_untested(recorded, ["tests/utils/test_norm.py::test_norm"], [], owners) == ["rope"]
+    recorded = selection.Selection({HEADER: {"rope"}}, {"rope": {}}, {}, {"rope": ["tests/attention/test_rope.py::test_rope_pos_ids[1]"]})
+    assert coverage.modules_untested(recorded, ["tests/attention/test_rope.py::test_rope"], [], owners) == []
+    assert coverage.modules_untested(recorded, ["tests/utils/test_norm.py::test_norm"], [], owners) == ["rope"]
 
 
 

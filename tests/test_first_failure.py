@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fidev.affected import report
+from fidev.affected import coverage, selection
 from fidev.affected import tests as affected_tests
 from fidev.core.manifest import ROOT, pins
 from script_runs import require
@@ -126,11 +126,11 @@ def test_a_module_whose_tests_a_stopped_run_left_unrun_is_no_pass():
     """Two modules changed; the first failure (norm's) ended the run before rope's tests ran: rope is
     `unfinished`, which the next run runs again (fidev.affected.changes.standing_failures), never `passed`."""
     recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]"], "rope": ["tests/attention/test_rope.py::test_rope[1]"]}
-    sel = report.Selection({"include/x.cuh": {"norm", "rope"}}, {"norm": {}, "rope": {}}, {}, recorded)
+    sel = selection.Selection({"include/x.cuh": {"norm", "rope"}}, {"norm": {}, "rope": {}}, {}, recorded)
     failed = {"tests/utils/test_norm.py::test_norm[1]"}
-    results = report.module_results(sel, failed, [], stopped=True)
+    results = coverage.module_results(sel, failed, [], stopped=True)
     assert {name: r[0] for name, r in results.items()} == {"norm": "failed", "rope": "unfinished"}
-    assert {name: r[0] for name, r in report.module_results(sel, failed, []).items()} == {"norm": "failed", "rope": "passed"}
+    assert {name: r[0] for name, r in coverage.module_results(sel, failed, []).items()} == {"norm": "failed", "rope": "passed"}
 
 
 def test_affected_asks_flashinfers_run_to_stop_at_its_first_failing_case():
@@ -177,3 +177,16 @@ def test_a_subset_of_a_files_cases_builds_first_what_its_first_case_loads(ws):
     assert done.returncode == 0 and "building 3 module(s) its warmup_jit fixture asks for" in done.stdout, done.stdout + done.stderr
     assert "upstream-tests: 3 passed" in done.stdout, done.stdout
     assert sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == ["gelu_and_mul", "gelu_tanh_and_mul", "silu_and_mul"]
+
+
+def test_each_verdict_has_the_exit_status_the_docs_table_gives_it():
+    """fidev.affected.verdict.Verdict is the one place a verdict and its status are stated; the table
+    of docs/affected-and-upstream-tests.md says the same of each (a row per status, its verdicts)."""
+    import re
+
+    from fidev.affected.verdict import Verdict
+
+    text = (ROOT / "docs/affected-and-upstream-tests.md").read_text()
+    rows = {verdict.strip(): int(status) for status, verdicts in re.findall(r"^  \| (\d+) \| ([^|]+) \|", text, re.M)
+            for verdict in verdicts.split(",")}
+    assert {v.value: v.status for v in Verdict} == {v.value: rows.get(v.value) for v in Verdict}, rows

@@ -124,7 +124,9 @@ def task_imports(paths) -> list[tuple[str, str, int]]:
 
 
 def test_no_product_function_runs_past_the_limit():
-    assert long_functions([*SCRIPTS.glob("*.py"), *library()]) == [], f"split into named steps (at most {MAX_FUNCTION_LINES} lines)"
+    """The tasks, the library and the maintainer tools (tools/): each function at most MAX_FUNCTION_LINES."""
+    found = long_functions([*SCRIPTS.glob("*.py"), *library(), *sorted(TOOLS.glob("*.py"))])
+    assert found == [], f"split into named steps (at most {MAX_FUNCTION_LINES} lines)"
 
 
 def test_the_length_rule_sees_a_long_function(tmp_path):
@@ -147,3 +149,42 @@ def test_known_first_party_names_the_imported_own_modules():
     imported = {name.split(".")[0] for path in files for name, _ in imports(path)} & own
     declared = set(load_manifest()["tool"]["ruff"]["lint"]["isort"]["known-first-party"])
     assert declared == imported, f"declare {sorted(imported - declared)}, drop {sorted(declared - imported)}"
+
+
+# affected's rooms, each importing only those before it: which tests (selection), what they covered
+# (coverage), what is printed (report), and the verdict with its exit status (verdict)
+ROOMS = ("selection", "coverage", "report", "verdict")
+
+
+def test_affecteds_rooms_import_in_one_direction():
+    wrong = []
+    for i, room in enumerate(ROOMS):
+        path = FIDEV / "affected" / f"{room}.py"
+        for name, line in imports(path):
+            other = name.split(".")[2] if name.startswith("fidev.affected.") else None
+            if other is not None and (other not in ROOMS[:i] and other != room) and (room != "verdict" or other in ROOMS[i:]):
+                wrong.append(f"affected/{room}.py:{line} imports {name}")
+    assert wrong == [], "selection, coverage, report, verdict: each imports only those before it (the verdict also the kept verdicts and changes)"
+
+
+def string_constants(paths) -> list[tuple[str, int, object]]:
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+                found.append((str(path.relative_to(ROOT)), node.lineno, node.value))
+    return found
+
+
+def test_the_verdicts_and_the_interrupted_status_are_stated_once():
+    """affected's verdicts that are no test outcome besides ("nothing changed", "build failed", ...) are
+    written only in fidev.affected.verdict, and the interrupted status 130 only in fidev.core.failure:
+    every other file names them (Verdict, INTERRUPTED)."""
+    from fidev.affected.verdict import Verdict
+    from fidev.core.failure import INTERRUPTED
+
+    own = {v.value for v in Verdict} - {"passed", "failed", "not covered", "error"}  # these are test outcomes and kept results too
+    paths = [*SCRIPTS.rglob("*.py"), *TOOLS.glob("*.py")]
+    said = [(f, line, value) for f, line, value in string_constants(paths)
+            if (value in own and f != "scripts/fidev/affected/verdict.py") or (value == INTERRUPTED and f != "scripts/fidev/core/failure.py")]
+    assert said == [], "name them: fidev.affected.verdict.Verdict, fidev.core.failure.INTERRUPTED"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
-from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.failure import INTERRUPTED, ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.upstream import bench as upstream_bench  # noqa: E402
 from fidev.upstream import runs as upstream_runs  # noqa: E402
 from fidev.upstream import summary as upstream_summary  # noqa: E402
@@ -122,7 +122,7 @@ def main() -> int:
     try:
         return bench(args)
     except KeyboardInterrupt:
-        raise Failure("interrupted (the run in progress was stopped)", "run it again", exit_status=130) from None
+        raise Failure("interrupted (the run in progress was stopped)", "run it again", exit_status=INTERRUPTED) from None
 
 
 def bench(args) -> int:

@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 import conda_prefix  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402
+from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import output_folder, read_record, replaceable, user_path, write_whole  # noqa: E402
@@ -373,7 +374,8 @@ def affected_round(run: Run, name: str) -> None:
         planted.restore()
         status2, done2, s2 = affected(run, name)
     named = done is not None and any(m.startswith(module) for m in done.modules)
-    ok = status == 1 and named and done.verdict == "failed" and status2 == 0 and done2 is not None and done2.verdict == "passed"
+    ok = status == Verdict.FAILED.status and named and done.verdict == Verdict.FAILED and status2 == Verdict.PASSED.status and \
+        done2 is not None and done2.verdict == Verdict.PASSED
     run.record(name, ok, s1 + s2, f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(done, s1)} | "
                                  f"restore: exit {status2}, {s2:.1f} s, {said(done2, s2)}")
 
@@ -399,7 +401,7 @@ def upstream_compare(run: Run, name: str, bug: bool) -> None:
 
 def affected_noop(run: Run) -> None:
     status, done, seconds = affected(run, "affected-noop")
-    run.record("affected-noop", status == 0 and done is not None and done.verdict == "nothing changed", seconds,
+    run.record("affected-noop", status == 0 and done is not None and done.verdict == Verdict.NOTHING_CHANGED, seconds,
                f"exit {status}; {done.verdict if done else 'no summary'}; {seconds:.1f} s")
 
 

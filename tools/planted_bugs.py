@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from fidev.affected import summary as affected_summary  # noqa: E402
+from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import output_file, write_whole  # noqa: E402
@@ -269,17 +270,17 @@ def survived_because(bug: Bug, done: affected_summary.Summary | None, why: str |
     failed is no catch: the bug table's line does not compile, and no test judged it."""
     if done is None:
         return why
-    if done.status == 1 and done.verdict == "failed" and done.failed:
+    if done.status == Verdict.FAILED.status and done.verdict == Verdict.FAILED and done.failed:
         return None
-    if done.status == 1 and done.verdict == "failed":
+    if done.status == Verdict.FAILED.status and done.verdict == Verdict.FAILED:
         return f"exit 1, failed, but no test failed: {done.problem or 'what broke is in its output'}"
-    if done.verdict == "build failed":
+    if done.verdict == Verdict.BUILD_FAILED:
         return f"exit {done.status}, build failed: the planted line does not compile, so no test judged it (fix the bug table): {done.problem}"
-    if done.verdict == "not covered":
+    if done.verdict == Verdict.NOT_COVERED:
         return f"exit 3, not covered: the edit reaches {bug.family}, whose FlashInfer tests did not run (are they in the tree?)"
-    if done.verdict in ("nothing changed", "no module changed"):
+    if done.verdict in (Verdict.NOTHING_CHANGED, Verdict.NO_MODULE_CHANGED):
         return f"exit {done.status}, {done.verdict}: the edit reached no built module and no kernel family's tests (run `build`)"
-    if done.verdict != "passed":
+    if done.verdict != Verdict.PASSED:
         return f"exit {done.status}, {done.verdict}" + (f": {done.problem}" if done.problem else "")
     ran = [t for t in done.tests if family_of(t) == bug.family]
     if not ran:
@@ -313,7 +314,7 @@ def run_bug(tree: Path, bug: Bug, scratch: Path) -> dict:
         again, why_again, seconds_again = affected(scratch / f"{bug.id}.restored.json")
     restored = outcome(again, why_again, seconds_again)
     restored["passes"] = restored_passes(done, again)
-    if again is not None and again.verdict == "nothing changed" and not restored["passes"]:
+    if again is not None and again.verdict == Verdict.NOTHING_CHANGED and not restored["passes"]:
         restored["problem"] = "the restore of a file whose tests failed was no change to affected: they did not run again"
     reason = survived_because(bug, done, why)
     return {**asdict(bug), "kind": bug.kind, "planted": outcome(done, why, seconds), "caught": reason is None, "survived_because": reason,
@@ -326,7 +327,7 @@ def restored_passes(done: affected_summary.Summary | None, again: affected_summa
     tests that failed must run again on the restored file."""
     if again is None or again.status != 0:
         return False
-    return again.verdict == "passed" or (again.verdict == "nothing changed" and not (done is not None and done.verdict == "failed"))
+    return again.verdict == Verdict.PASSED or (again.verdict == Verdict.NOTHING_CHANGED and not (done is not None and done.verdict == Verdict.FAILED))
 
 
 def seconds_cell(value) -> str:

@@ -13,7 +13,10 @@ Where code goes:
   builds    building modules: smoke's module set, the ninja builds, the build stamp
   smoke     running the workspace's own GPU suites (smoke, abi-smoke) under pytest
   upstream  FlashInfer's own test suite: the plan, the per-file runs, the pytest plugin, the run summary
-  affected  from an edit to its modules, their tests and a verdict
+  affected  from an edit to its modules, their tests and a verdict; in rooms that import in this order:
+            selection (which tests), coverage (what they covered), report (what is printed), verdict (the
+            enum with each value's exit status, and the rules that decide it); changes, built, tests and
+            verdicts (the kept ones) find, build, run and keep
   bindings  the Rust bindings' tools: exported signatures, ELF, module artifacts, Cargo pins, the wheel cache
 
 - A module imports from its own part and from the parts listed before it (PARTS), never after.

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.affected.built import Found, Resolver
-from fidev.affected.report import GENERATOR_DIR, UNTOLD, short, under
+from fidev.affected.report import short
+from fidev.affected.selection import GENERATOR_DIR, UNTOLD, under
 from fidev.affected.tests import STOP_AFTER, FlashInferTests, cases_by_file, sample_of
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
@@ -245,7 +246,7 @@ def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], d
     (build, smoke, upstream-tests) recorded them since: each with the modules that compile it (an
     include/ or csrc/ file, by their recorded inputs) or that were generated after it (a generator,
     by their generators record), whose tests run (rebuilding them is a no-op); the kernel families
-    it reaches run theirs (fidev.affected.report.selection). A kept gap's file reverted to its
+    it reaches run theirs (fidev.affected.selection.selection). A kept gap's file reverted to its
     content before the edit is none. Its content as judged (or released) is its content before the
     edit (`ch.before`), so that a gap kept on it ends once it is reverted."""
     shown = set(ch.by_file) | ch.reverted | {under(found.tree, f) for f in ch.python_edits}

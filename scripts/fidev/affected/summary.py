@@ -27,17 +27,18 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from fidev.affected.verdict import Verdict
 from fidev.core.failure import Failure
 from fidev.core.files import read_record, write_whole
 
 SCHEMA = "fidev-affected-summary/1"
-VERDICTS = ("passed", "failed", "not covered", "nothing changed", "no module changed", "listed", "build failed", "error", "interrupted")
+VERDICTS = tuple(v.value for v in Verdict)
 
 
 @dataclass
 class Summary:
-    verdict: str = "error"
-    status: int = 1
+    verdict: str = Verdict.ERROR.value
+    status: int = Verdict.ERROR.status
     changed: dict[str, list[str]] = field(default_factory=dict)
     tests: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
