@@ -158,7 +158,7 @@ def build_and_test(args, found: built.Found, changed: changes.Changes, selection
 
     try:
         return tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                    found.ws.version_dir, lambda: report.build_failed(selection, Verdict.BUILD_FAILED.value), keep_unfinished,
+                                    found.ws.file_times, lambda: report.build_failed(selection, Verdict.BUILD_FAILED.value), keep_unfinished,
                                     not args.whole_family, found.mode, args.keep_going)
     except (Failure, KeyboardInterrupt):
         keep_unfinished()

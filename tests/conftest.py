@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.jit import flashinfer_import, kernel_source, module_choice
-from fidev.upstream import runs as upstream_runs
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
 # (the integration test imports it) and the wheel-cache code; both go to a scratch folder instead,
@@ -34,7 +34,7 @@ def _snapshot(caches):
     # upstream-tests' run folders are left out: `affected` runs smoke's tests in this session while
     # FlashInfer's run beside them and write theirs (the CPU tests' go to the scratch base)
     return {str(p): (p.stat().st_mtime_ns if p.exists() else None) for c in caches for p in [c, *(c.rglob("*") if c.is_dir() else [])]
-            if upstream_runs.RUNS not in p.parts}
+            if workspace.RUNS not in p.parts}
 
 
 def pytest_configure(config):

@@ -25,7 +25,6 @@ from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from fidev.records import build_records, ninja_inputs
-from fidev.upstream import runs as upstream_runs
 from script_runs import require, two_line_failure
 
 pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
@@ -436,7 +435,7 @@ def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
 def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(monkeypatch, tmp_path):
     from fidev.affected.tests import processes
 
-    version_dir = tmp_path / ".cache/flashinfer" / pins().flashinfer  # the task's workspace's, passed down: no file's time kept yet
+    version_dir = workspace.Workspace(tmp_path, pins().flashinfer).file_times  # the task's workspace's, passed down: no file's time kept yet
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
@@ -450,7 +449,7 @@ def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_
     assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
     assert processes({"tests/utils/test_activation.py": 1890}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
     # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the cases each
-    times = upstream_runs.times_file(version_dir)
+    times = version_dir
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/utils/test_activation.py": 99.0}')
     assert processes({"tests/utils/test_activation.py": 1890}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fidev.core import workspace
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import families as upstream_suites
 from fidev.tree import release_reference
@@ -371,7 +372,7 @@ def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts
         require("xdist", why="upstream-tests passes -n on to pytest-xdist (pytest-xdist is in flashinfer-dev)")
     root, _, env = ws
     if in_parts:
-        times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+        times = workspace.Workspace(Path(env["FLASHINFER_WORKSPACE_BASE"]), pins().flashinfer).file_times
         times.parent.mkdir(parents=True)
         times.write_text('{"tests/attention/test_rope.py": 25.0}')
         env = {**env, "CUDA_VISIBLE_DEVICES": "3,5"}
@@ -405,7 +406,7 @@ def test_per_gpu_runs_each_file_in_as_many_parts_on_each_gpu_at_once(ws, tmp_pat
           "        assert time.monotonic() < deadline, 'the other process on this GPU never started a case'\n"
           "        time.sleep(0.05)\n"
           f"    pathlib.Path('{seen}', str(i)).write_text(f'{{gpu}} {{os.getpid()}}')\n")
-    times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+    times = workspace.Workspace(Path(env["FLASHINFER_WORKSPACE_BASE"]), pins().flashinfer).file_times
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/attention/test_rope.py": 25.0}')  # long: a part per GPU, then 2 a GPU
     done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "--no-plan", "--per-gpu", "2")
@@ -581,7 +582,7 @@ def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_p
     done = upstream(root, gpus, "rope", "--no-plan")  # no time kept for it: the file whole, in one process
     assert "1 file(s), a pytest process each, on 2 GPU(s)" in done.stdout and "(part " not in done.stdout, done.stdout
     assert len({p.read_text().split()[1] for p in seen.iterdir()}) == 1
-    times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+    times = workspace.Workspace(Path(env["FLASHINFER_WORKSPACE_BASE"]), pins().flashinfer).file_times
     assert set(upstream_runs.load_times(times)) == {"tests/attention/test_rope.py"}
     # its last run took 25 s: a part per GPU, every second case each, each case once
     times.write_text('{"tests/attention/test_rope.py": 25.0}')
@@ -697,7 +698,7 @@ def test_stop_after_counts_failures_across_parts_and_stops_them_all(ws, tmp_path
     root, _, env = ws
     write(root, "attention/test_rope.py", ACROSS_PARTS)
     write(root, "attention/test_page.py", "def test_never():\n    pass\n")
-    times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+    times = workspace.Workspace(Path(env["FLASHINFER_WORKSPACE_BASE"]), pins().flashinfer).file_times
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/attention/test_rope.py": 25.0}')  # long: a part per GPU
     summary = tmp_path / "summary.json"

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from fidev.core import workspace
 from fidev.core.manifest import pins
-from fidev.upstream import runs as upstream_runs
 from fidev.upstream import sample as upstream_sample
 from fidev.upstream import summary as upstream_summary
 from script_runs import require, two_line_failure
@@ -88,7 +87,7 @@ def test_a_sampled_run_runs_only_the_sample_and_says_what_it_covers(ws, tmp_path
 
 def test_the_parts_of_a_long_file_share_one_sample(ws, tmp_path):
     root, env = standin(ws, tmp_path)
-    times = upstream_runs.times_file(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer)
+    times = workspace.Workspace(Path(env["FLASHINFER_WORKSPACE_BASE"]), pins().flashinfer).file_times
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/attention/test_rope.py": 25.0}')  # long: a part per GPU
     done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "--no-plan", "--sample", "--sample-seed", "7")

@@ -143,7 +143,7 @@ def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = T
     dry = [m.name for m in theirs_stale if m.name not in calls]
     may_change = [m.name for m in stale if m.generated]  # what the regeneration may show changed
     if not listing and (early_tests := sorted({t.split("[")[0] for n in may_change for t in recorded.get(n, [])})):
-        ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.version_dir, deferred=True,
+        ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.file_times, deferred=True,
                                    sample=sample_of(may_change, recorded, sampled), stop_after=stop_after)
     regenerating = time.perf_counter()
     ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}),

@@ -109,7 +109,7 @@ def cases_by_file(recorded: dict[str, list[str]], modules) -> dict[str, int]:
     return found
 
 
-def processes(cases_per_file: dict[str, int], version_dir: Path) -> tuple[list[str], dict[str, str]]:
+def processes(cases_per_file: dict[str, int], file_times: Path) -> tuple[list[str], dict[str, str]]:
     """upstream-tests' option for FlashInfer's tests of an edit, how many processes run each file
     on each GPU at once (`--per-gpu`, fidev.upstream.runs: a part each; a long file is in a part
     per GPU already, fidev.upstream.runs.parts), and the environment of those processes: a process
@@ -119,12 +119,12 @@ def processes(cases_per_file: dict[str, int], version_dir: Path) -> tuple[list[s
     start only once xdist's controller has imported torch and flashinfer (FlashInfer's conftest
     imports both), and the last of them was not ready when the gate opened (docs/measurements.md,
     row "xdist workers ready after the gate").
-    `version_dir` is the task's workspace's (fidev.core.workspace, read at its start): it keeps each
+    `file_times` is the task's workspace's (fidev.core.workspace.Workspace.file_times, read at its start): each
     file's last time."""
     from fidev.upstream import runs as upstream_runs
 
     gpus = len(upstream_runs.host_gpus())
-    times = upstream_runs.load_times(upstream_runs.times_file(version_dir))
+    times = upstream_runs.load_times(file_times)
     split = {f: upstream_runs.parts(times.get(f), gpus) for f in cases_per_file}
     at_once = max(1, min(sum(split.values()), gpus))
     cpus = os.cpu_count() or 1
@@ -157,7 +157,7 @@ class FlashInferTests:
 
     started: set[FlashInferTests] = set()  # stopped by run() however it ends
 
-    def __init__(self, tests: list[str], cases_per_file: dict[str, int], version_dir: Path, deferred: bool = False,
+    def __init__(self, tests: list[str], cases_per_file: dict[str, int], file_times: Path, deferred: bool = False,
                  sample: list[str] | None = None, stop_after: int = STOP_AFTER):
         """`sample`: the modules the sample of their cases must exercise (upstream-tests --sample
         --sample-modules, fidev.upstream.sample); None: every case of the tests (--whole-family).
@@ -173,7 +173,7 @@ class FlashInferTests:
         # a sample is a few dozen cases a file, whatever the record counts (docs/measurements.md, row "sample sizes"):
         # a process a file or part
         workers, threads = processes(cases_per_file if sample is None else {f: min(n, CASES_PER_PROCESS) for f, n in cases_per_file.items()},
-                                     version_dir)
+                                     file_times)
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
         sampled = ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])] if sample is not None else []
@@ -309,7 +309,7 @@ def sample_of(modules, recorded: dict[str, list[str]], sampled: bool) -> list[st
     return [m for m in sorted(modules) if recorded.get(m)] if sampled else None
 
 
-def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, version_dir: Path,
+def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, file_times: Path,
               sampled: bool = True, stop_after: int = STOP_AFTER) -> tuple:
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
     regeneration where it has them all (the gate names these), else one that starts now, and
@@ -319,7 +319,7 @@ def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[s
         return early, theirs
     if early:
         early.stop()
-    return (FlashInferTests(theirs, cases_by_file(recorded, changed), version_dir,
+    return (FlashInferTests(theirs, cases_by_file(recorded, changed), file_times,
                             sample=sample_of(changed, recorded, sampled), stop_after=stop_after)
             if theirs else None), None
 
@@ -372,14 +372,14 @@ def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Out
 
 
 def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str], theirs: list[str], recorded: dict[str, list[str]],
-                   changed, version_dir: Path, failed_table, built: Callable[[], None], sampled: bool, mode: str,
+                   changed, file_times: Path, failed_table, built: Callable[[], None], sampled: bool, mode: str,
                    keep_going: bool = False) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
     tests here and let FlashInfer's through their gate; each stopped however it ends. `built()` is
     called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts).
     Unless `keep_going`, the first failing test ends the run: smoke's stops FlashInfer's, and
     FlashInfer's first failing case ends theirs and smoke's."""
-    run, selection = their_run(early, theirs, recorded, changed, version_dir, sampled, 0 if keep_going else STOP_AFTER)
+    run, selection = their_run(early, theirs, recorded, changed, file_times, sampled, 0 if keep_going else STOP_AFTER)
     importing, their_status, their_failed, stopped_theirs = None, 0, set(), False
     try:
         importing = import_meanwhile() if ours else None

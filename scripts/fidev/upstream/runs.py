@@ -40,7 +40,6 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.files import load_json, parse_json, write_whole
-from fidev.core.workspace import FILE_TIMES, RUNS
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import progress
 from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, STOPPED, owner_alive, progress_path, skip_kind
@@ -291,12 +290,6 @@ def parts(seconds: float | None, gpus: int) -> int:
 def split(groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, float], per_gpu: int = 1) -> dict[str, int]:
     """{test file: its parts} for a run on `gpus` GPUs, `per_gpu` processes on each at once."""
     return {f: parts(times.get(relative(f, tree)), gpus) * per_gpu for f in groups}
-
-
-def times_file(version_dir: Path) -> Path:
-    """Where the files' last times are kept: the workspace's (fidev.core.workspace.Workspace.file_times) of
-    the version folder `version_dir` (Workspace.version_dir, as read at the task's start)."""
-    return version_dir / RUNS / FILE_TIMES
 
 
 def load_times(path: Path) -> dict[str, float]:
