@@ -640,6 +640,9 @@ def test_a_failure_is_matched_to_the_tests_that_select_it():
               "tests/utils/test_norm.py::test_norm_fused[1]", "tests/utils/test_page.py::test_page"}
     assert failures_of(failed, chosen) == ["tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
                                            "tests/utils/test_norm.py::test_norm[dtype0-4096]"]
+    # a reached family's test file, selected whole: each failing case of it is its failure
+    assert failures_of({"tests/attention/test_rope.py::test_rope[1]", "tests/attention/test_rope_x.py::test_rope[1]"},
+                       {"tests/attention/test_rope.py"}) == ["tests/attention/test_rope.py::test_rope[1]"]
 
 
 @pytest.mark.parametrize("text", ['{"include/flashinfer/norm.cuh": [1, 2', '["include/flashinfer/norm.cuh"]'])
