@@ -435,28 +435,28 @@ def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
 def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(monkeypatch, tmp_path):
     from fidev.affected.tests import processes
 
-    version_dir = workspace.Workspace(tmp_path, pins().flashinfer).file_times  # the task's workspace's, passed down: no file's time kept yet
+    file_times = workspace.Workspace(tmp_path, pins().flashinfer).file_times  # the task's workspace's, passed down: no file's time kept yet
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     # the cores shared among the processes' torch thread pools too
-    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 200}, version_dir) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}, file_times) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 630}, file_times) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 200}, file_times) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
     # one process: not worth a second's start
-    assert processes({"tests/utils/test_quantization.py": 28}, version_dir) == ([], {"OMP_NUM_THREADS": "16"})
+    assert processes({"tests/utils/test_quantization.py": 28}, file_times) == ([], {"OMP_NUM_THREADS": "16"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two files at once, one per GPU: the cores shared
-    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 1890}, version_dir) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}, file_times) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}, file_times) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
     # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the cases each
-    times = version_dir
+    times = file_times
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/utils/test_activation.py": 99.0}')
-    assert processes({"tests/utils/test_activation.py": 1890}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}, file_times) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
     monkeypatch.setattr(os, "cpu_count", lambda: 32)  # the 2-GPU H200 host
-    assert processes({"tests/utils/test_activation.py": 630}, version_dir) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
+    assert processes({"tests/utils/test_activation.py": 630}, file_times) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own: kept
-    assert processes({"tests/utils/test_norm.py": 2705}, version_dir) == (["--per-gpu", "8"], {})
+    assert processes({"tests/utils/test_norm.py": 2705}, file_times) == (["--per-gpu", "8"], {})
 
 
 def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(ws, monkeypatch):
@@ -639,6 +639,9 @@ def test_a_failure_is_matched_to_the_tests_that_select_it():
               "tests/utils/test_norm.py::test_norm_fused[1]", "tests/utils/test_page.py::test_page"}
     assert failures_of(failed, chosen) == ["tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
                                            "tests/utils/test_norm.py::test_norm[dtype0-4096]"]
+    # a reached family's test file, selected whole: each failing case of it is its failure
+    assert failures_of({"tests/attention/test_rope.py::test_rope[1]", "tests/attention/test_rope_x.py::test_rope[1]"},
+                       {"tests/attention/test_rope.py"}) == ["tests/attention/test_rope.py::test_rope[1]"]
 
 
 @pytest.mark.parametrize("text", ['{"include/flashinfer/norm.cuh": [1, 2', '["include/flashinfer/norm.cuh"]'])

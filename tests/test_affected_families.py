@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fidev.affected import coverage, selection
+from fidev.affected import coverage, report, selection
 from fidev.tree import release_reference
 from script_runs import require
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
@@ -320,3 +320,60 @@ def test_a_wrapper_edit_runs_its_familys_tests_and_untold_python_is_not_covered(
     assert "flashinfer/utils.py holds no kernel family's API" in out and "which tests execute it cannot be told" in out, out
     done, out = affected(root, env)
     assert done.returncode == 3, f"asked again: {out}"
+
+
+def test_an_edit_whose_tests_cannot_be_told_leaves_every_family_a_gap_until_its_tests_ran():
+    """An unreadable tree record (UNTOLD) and an edited Python file of the package that is no
+    generator and holds no family's API (Selection.untold) may reach any kernel family: each is a
+    gap of every family whose FlashInfer tests did not run, beside the families a header reaches."""
+    from fidev.tree import families
+
+    every = [fam.name for fam in families.FAMILIES]
+    sel = selection.Selection({selection.UNTOLD: set(), "flashinfer/utils.py": set(), HEADER: set()}, {}, {}, {})
+    sel.reach = {"flashinfer/utils.py": [], "flashinfer/jit/norm.py": [], "flashinfer/rope.py": ["rope"], "include/flashinfer/other.cuh": [],
+                 HEADER: ["rope"]}
+    assert sel.untold == ["flashinfer/utils.py"], "a generator, a family's API and a header are told"
+    assert coverage.coverage_gaps(sel, []) == {selection.UNTOLD: every, "flashinfer/rope.py": ["rope"], "flashinfer/utils.py": every, HEADER: ["rope"]}
+    ran = ["tests/attention/test_rope.py", "tests/utils/test_norm.py"]
+    rest = [fam for fam in every if fam not in ("rope", "norm")]
+    assert coverage.coverage_gaps(sel, ran) == {selection.UNTOLD: rest, "flashinfer/utils.py": rest}
+
+
+def test_a_test_file_two_families_share_covers_both():
+    """A family is covered by a case of any of its test files that passed or failed (the files
+    FlashInfer's run exercised): test_alibi.py holds both single_decode's and single_prefill's tests."""
+    assert selection.families_covered(["tests/attention/test_alibi.py"]) == {"single_decode", "single_prefill"}
+    assert selection.families_covered(["tests/attention/test_alibi_x.py", "tests/utils/test_norm.py::test_norm"]) == {"norm"}
+
+
+def test_a_module_with_a_recorded_test_is_untested_when_only_another_file_of_its_family_ran():
+    sel = selection.Selection({"csrc/single_prefill.cu": {"p"}}, {"p": {}}, {}, {"p": ["tests/attention/test_single_prefill.py::test_p[1]"]})
+    owners = {"p": ["single_prefill"]}
+    assert coverage.modules_untested(sel, ["tests/attention/test_alibi.py"], [], owners) == ["p"]
+    assert coverage.modules_untested(sel, ["tests/attention/test_single_prefill.py"], [], owners) == []
+
+
+def test_a_module_whose_tests_passed_in_a_run_that_was_not_covered_is_not_covered():
+    """Its tests passed, but the run left a reached family untested (NOT_COVERED): the module's
+    verdict is `not covered`, no pass; a module with no test is left out, not the end of the list."""
+    sel = selection.Selection({"include/x.cuh": {"a_untested", "norm"}}, {"a_untested": {}, "norm": {}}, {},
+                           {"norm": ["tests/utils/test_norm.py::test_norm[1]"]})
+    assert {name: r[0] for name, r in coverage.module_results(sel, set(), [], covered=False).items()} == {"norm": "not covered"}
+    assert {name: r[0] for name, r in coverage.module_results(sel, set(), []).items()} == {"norm": "passed"}
+
+
+def test_the_lines_of_a_run_that_is_not_covered_name_each_gap_and_the_command_that_covers_them(capsys):
+    gaps = {"flashinfer/utils.py": ["norm", "rope"], HEADER: ["norm", "rope"]}
+    report.not_covered(gaps, ["norm_mod", "rope_mod"], ["flashinfer/utils.py"])
+    assert capsys.readouterr().out.splitlines() == [
+        "affected: no test of norm_mod, rope_mod ran here (none of smoke's, and none of FlashInfer's recorded for them ran to a result): "
+        "not a pass; `upstream-tests FAMILY` of their family runs and records them",
+        "affected: flashinfer/utils.py holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told here",
+        f"affected: {HEADER} reaches norm, rope, whose FlashInfer tests did not run here",
+        "affected: not a pass: 2 kernel family(ies) the edit reaches went untested; cover them: pixi run -e flashinfer-dev upstream-tests norm rope"]
+    report.not_covered({}, ["norm_mod"])
+    assert capsys.readouterr().out.splitlines() == [
+        "affected: no test of norm_mod ran here (none of smoke's, and none of FlashInfer's recorded for them ran to a result): "
+        "not a pass; `upstream-tests FAMILY` of their family runs and records them"]
+    report.not_covered({})
+    assert capsys.readouterr().out == ""

@@ -4,6 +4,7 @@ FlashInfer's tests, FlashInfer's first failing case stops smoke's (and upstream-
 runs them again); --keep-going runs every selected test. And a run of a subset of a test file's
 cases builds only what its cases load: FlashInfer's `warmup_jit` fixture builds nothing then."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fidev.affected import coverage, selection
+from fidev.affected import coverage, report, selection, verdict
 from fidev.affected import tests as affected_tests
+from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from script_runs import require
 from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
@@ -40,13 +42,25 @@ def ran_in_process(tmp_path, monkeypatch, stop=None, fail_b=False, first=()):
     return int(status), plugin, ran
 
 
-def test_smokes_tests_stop_once_flashinfers_failed(tmp_path, monkeypatch):
+def test_smokes_tests_stop_once_flashinfers_failed(tmp_path, monkeypatch, capsys):
     """stop() turns true after the first test (FlashInfer's run ended failing): no other test runs,
-    the session ends as -x ends it (not as Ctrl-C), and the plugin says tests were left unrun."""
+    the session ends as -x ends it (not as Ctrl-C), saying why, and the plugin says tests were left unrun."""
     calls = []
     status, plugin, ran = ran_in_process(tmp_path, monkeypatch, stop=lambda: calls.append(1) or len(calls) > 1)
     assert ran == ["a"] and plugin.stopped and not plugin.interrupted and plugin.ids == set()
     assert status == pytest.ExitCode.TESTS_FAILED
+    said = re.findall(r"^!+ (.*) !+$", capsys.readouterr().out, re.M)  # pytest's line for a session that shouldfail
+    assert said == ["FlashInfer's tests failed: the first failure ends the run (--keep-going runs every test)"], said
+
+
+def test_ctrl_c_in_smokes_tests_is_said_to_run_ours(tmp_path, monkeypatch):
+    """pytest.main keeps a KeyboardInterrupt to itself (status 2): the plugin says it, so that run_ours
+    raises it again and what runs beside smoke's tests is stopped too."""
+    monkeypatch.setenv("RAN", str(tmp_path / "ran"))
+    (tmp_path / "test_ctrl_c.py").write_text("def test_a():\n    raise KeyboardInterrupt\n")
+    plugin = affected_tests.collector(None)
+    status = pytest.main([str(tmp_path / "test_ctrl_c.py"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib"], plugins=[plugin])
+    assert status == pytest.ExitCode.INTERRUPTED and plugin.interrupted is True
 
 
 def test_smokes_first_failure_ends_them_and_without_stop_all_run(tmp_path, monkeypatch):
@@ -59,67 +73,239 @@ def test_smokes_first_failure_ends_them_and_without_stop_all_run(tmp_path, monke
 
 
 class FakeRun:
-    """FlashInferTests as build_and_test uses it: what it was asked to do."""
+    """FlashInferTests as build_and_test uses it: what it was asked to do. `fails_first`: it has ended
+    failing before smoke's tests (ended_failing), at its first failing case unless `stopped_early` says
+    otherwise; `result`: finish()'s (status, failed) otherwise."""
 
-    def __init__(self, fails_first=False):
-        self.fails_first, self.said = fails_first, []
+    def __init__(self, fails_first=False, stopped_early=None, result=(0, set()), **attrs):
+        self.fails_first, self.stops_early, self.result, self.said, self.selection = fails_first, stopped_early, result, [], None
         self.opened, self.past, self.unread, self.missed, self.exercised_files = None, None, None, [], {"tests/utils/test_norm.py"}
         self.all_skipped, self.stopped_early = False, False
+        self.__dict__.update(attrs)
 
     def open(self, selection):
         self.said.append("open")
-        self.opened = 1.0
+        self.opened, self.selection = 1.0, selection
 
     def ended_failing(self):
         return self.fails_first
 
     def finish(self):
         self.said.append("finish")
+        self.stopped_early = self.fails_first if self.stops_early is None else self.stops_early
         if self.fails_first:
-            self.stopped_early = True
             return 1, {"tests/utils/test_norm.py::test_norm[1]"}
-        return 0, set()
+        return self.result
 
     def stop(self):
         self.said.append("stop")
 
 
-def build_and_test(monkeypatch, run, smoke_fails, keep_going=False):
-    """build_and_test with the rebuild, smoke's tests and FlashInfer's run stood in for: (outcome,
-    what the run was asked, the stop callable smoke's tests were given)."""
-    given = {}
+SMOKE = ["smoke/test_kernels.py::test_rmsnorm"]
+THEIRS, RECORDED, CHANGED = ["tests/utils/test_norm.py"], {"norm": ["tests/utils/test_norm.py::test_norm[1]"]}, {"norm": {}}
+TO_BUILD, VERSION_DIR, GATE_SELECTION = ["norm's spec"], Path("version-dir"), ["tests/utils/test_norm.py::test_norm[1]"]
+
+
+def failed_table():
+    return "table"
+
+
+def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE):
+    """build_and_test with the rebuild, smoke's tests and FlashInfer's run stood in for (run None: no
+    test of FlashInfer's selected): (outcome, what the run was asked, what the stand-ins were given:
+    their_run's and rebuild's arguments, run_ours' and its stop callable, the import's steps).
+    keep_going None: build_and_test's default."""
+    given = {"imported": []}
+
+    class Importing:
+        def join(self, timeout=None):
+            given["imported"].append("joined")
 
     def run_ours(tests, wide, mode, stop=None):
-        given["stop"] = stop
+        given.update(run_ours=(tests, wide, mode), stop=stop, imported_first=list(given["imported"]))
         if stop is not None and stop():
             return 1, set(), True  # stopped before its first test
         return (1, {"tests/smoke/test_kernels.py::test_rmsnorm"}, stop is not None) if smoke_fails else (0, set(), False)
 
+    def rebuild(to_build, table):
+        given["rebuild"] = (to_build, table)
+        return affected_tests.Outcome("1 module(s) rebuilt", 1.0, ["norm"])
+
+    def their_run(*args):
+        given["their_run"] = args
+        return run, GATE_SELECTION if run else None
+
     monkeypatch.setattr(affected_tests, "run_ours", run_ours)
-    monkeypatch.setattr(affected_tests, "rebuild", lambda to_build, failed_table: affected_tests.Outcome("1 module(s) rebuilt", 1.0, ["norm"]))
-    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (run, None))
-    monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: None)
-    outcome = affected_tests.build_and_test([], None, ["smoke/test_kernels.py::test_rmsnorm"], ["tests/utils/test_norm.py"], {}, {"norm": {}},
-                                            None, lambda: "", lambda: None, True, "auto", keep_going)
-    return outcome, run.said, given["stop"]
+    monkeypatch.setattr(affected_tests, "rebuild", rebuild)
+    monkeypatch.setattr(affected_tests, "their_run", their_run)
+    monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: given["imported"].append("started") or Importing())
+    args = (TO_BUILD, "early", list(ours), THEIRS if run else [], RECORDED, CHANGED, VERSION_DIR, failed_table, lambda: None, True, "auto")
+    outcome = affected_tests.build_and_test(*args) if keep_going is None else affected_tests.build_and_test(*args, keep_going)
+    return outcome, run.said if run else [], given
 
 
-def test_smokes_first_failure_stops_flashinfers_tests(monkeypatch):
-    outcome, said, stop = build_and_test(monkeypatch, FakeRun(), smoke_fails=True)
+def test_smokes_first_failure_stops_flashinfers_tests(monkeypatch, capsys):
+    outcome, said, _ = build_and_test(monkeypatch, FakeRun(), smoke_fails=True)
     assert "finish" not in said and "stop" in said, said
     assert outcome.stopped and outcome.failed == {"tests/smoke/test_kernels.py::test_rmsnorm"} and outcome.broken == []
+    assert "affected: FlashInfer's tests stopped: smoke's tests failed first (--keep-going runs every test)\n" in capsys.readouterr().out
 
 
 def test_flashinfers_first_failure_stops_smokes_tests(monkeypatch):
-    outcome, said, stop = build_and_test(monkeypatch, FakeRun(fails_first=True), smoke_fails=False)
-    assert stop is not None and stop()
+    outcome, said, given = build_and_test(monkeypatch, FakeRun(fails_first=True), smoke_fails=False)
+    assert given["stop"] is not None and given["stop"]()
     assert "finish" in said and outcome.stopped and outcome.failed == {"tests/utils/test_norm.py::test_norm[1]"}
     assert outcome.broken == [], "smoke's stopped session is no broken run"
 
 
 def test_keep_going_runs_every_test(monkeypatch):
-    outcome, said, stop = build_and_test(monkeypatch, FakeRun(), smoke_fails=True, keep_going=True)
-    assert stop is None and "finish" in said and not outcome.stopped
+    outcome, said, given = build_and_test(monkeypatch, FakeRun(), smoke_fails=True, keep_going=True)
+    assert given["stop"] is None and "finish" in said and not outcome.stopped
+    assert given["their_run"][-1] == 0, "FlashInfer's tests run without --stop-after"
+
+
+def test_with_keep_going_both_runs_failures_are_the_answer(monkeypatch):
+    outcome, _, _ = build_and_test(monkeypatch, FakeRun(fails_first=True), smoke_fails=True, keep_going=True)
+    assert outcome.failed == {"tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py::test_norm[1]"}
+    assert len(outcome.reruns) == 2 and not outcome.broken
+
+
+def test_a_run_stops_at_its_first_failure_by_default_and_hands_each_step_what_it_was_given(monkeypatch, capsys):
+    """Without keep_going, FlashInfer's run is asked to stop at its first failing case (STOP_AFTER);
+    it gets the edit's tests, records and modules, and its gate the selection their_run made; the
+    rebuild gets the modules and the failed table; smoke's tests wait for the head-start import."""
+    outcome, said, given = build_and_test(monkeypatch, FakeRun(), smoke_fails=False, keep_going=None)
+    assert given["their_run"] == ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, affected_tests.STOP_AFTER)
+    assert given["rebuild"] == (TO_BUILD, failed_table)
+    assert said == ["open", "finish", "stop"] and outcome.stopped is False
+    assert given["run_ours"] == (SMOKE, [], "auto") and given["imported_first"] == ["started", "joined"]
+    assert "affected: 1 module(s) rebuilt\n" in capsys.readouterr().out
+
+
+def test_the_gate_opens_on_their_runs_selection(monkeypatch):
+    run = FakeRun()
+    build_and_test(monkeypatch, run, smoke_fails=False)
+    assert run.selection == GATE_SELECTION
+
+
+def test_without_smokes_tests_nothing_is_imported_and_without_flashinfers_nothing_stops_smokes(monkeypatch):
+    _, _, given = build_and_test(monkeypatch, FakeRun(), smoke_fails=False, ours=())
+    assert given["imported"] == [] and "run_ours" not in given
+    outcome, _, given = build_and_test(monkeypatch, None, smoke_fails=False)
+    assert given["stop"] is not None and given["stop"]() is False, "no FlashInfer run: smoke's tests are not stopped"
+    assert (outcome.failed, outcome.broken, outcome.stopped) == (set(), [], False)
+
+
+def test_a_passing_run_is_no_broken_one_and_keeps_what_flashinfers_tests_exercised(monkeypatch):
+    run = FakeRun(past={"ended_s": 1.0})
+    outcome, _, _ = build_and_test(monkeypatch, run, smoke_fails=False)
+    assert (outcome.failed, outcome.broken, outcome.stopped) == (set(), [], False)
+    assert outcome.past == {"ended_s": 1.0} and outcome.exercised_files == {"tests/utils/test_norm.py"}
+
+
+def test_flashinfers_run_that_names_no_failure_is_no_pass_unless_every_case_skipped(monkeypatch):
+    """Every case skipped: no verdict of theirs (the coverage says the gap); a failing status with no
+    failed test named, or a summary that could not be read, is broken."""
+    skipped = FakeRun(result=(5, set()), all_skipped=True)
+    assert build_and_test(monkeypatch, skipped, smoke_fails=False)[0].broken == []
+    outcome = build_and_test(monkeypatch, FakeRun(result=(1, set())), smoke_fails=False)[0]
+    assert outcome.broken == ["upstream-tests exited 1 with no failed test named (its last lines above say why)"]
+    unread = FakeRun(result=(1, set()), unread=Failure("no summary", "run it again"))
+    outcome = build_and_test(monkeypatch, unread, smoke_fails=False)[0]
+    assert outcome.broken == ["upstream-tests exited 1, and its summary could not be read (the error above says why)"]
+
+
+def test_a_changed_module_the_sample_did_not_exercise_is_no_pass(monkeypatch):
+    outcome, _, _ = build_and_test(monkeypatch, FakeRun(missed=["norm", "not_changed"]), smoke_fails=False)
+    assert outcome.broken == ["no collected FlashInfer test is recorded for norm, so the sample did not exercise it "
+                              "(upstream-tests FAMILY records them again)"]
+
+
+def test_smokes_tests_left_unrun_stay_unfinished_whatever_flashinfers_run_says(monkeypatch):
+    """FlashInfer's run ended failing before smoke's tests (its last case failed: it did not stop
+    early): smoke's tests did not run, so the run is stopped; and a run of theirs that stopped early
+    after smoke's tests all ran is stopped too."""
+    outcome, _, _ = build_and_test(monkeypatch, FakeRun(fails_first=True, stopped_early=False), smoke_fails=False)
+    assert outcome.stopped
+    outcome, _, _ = build_and_test(monkeypatch, FakeRun(stopped_early=True, result=(1, {"tests/utils/test_norm.py::test_norm[1]"})),
+                                   smoke_fails=False)
+    assert outcome.stopped and outcome.failed == {"tests/utils/test_norm.py::test_norm[1]"}
+
+
+def smokes_step(monkeypatch, ours, status, bad, unrun, stopped=False):
+    """ours_step with run_ours stood in for: (outcome, run_ours' arguments)."""
+    given = {}
+
+    def run_ours(tests, wide, mode, stop=None):
+        given["args"] = (tests, wide, mode, stop)
+        return status, set(bad), unrun
+
+    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
+    outcome = affected_tests.Outcome("built", 1.0, [], stopped=stopped)
+    affected_tests.ours_step(ours, None, outcome, "auto", stop=never)
+    return outcome, given["args"]
+
+
+def never():
+    return False
+
+
+def test_smokes_failures_are_rerun_alone_with_the_wide_tier_where_they_need_it(monkeypatch):
+    ours = ["smoke/test_wide.py::test_append_paged_kv_cache", "smoke/test_kernels.py::test_rmsnorm"]
+    bad = ["tests/smoke/test_wide.py::test_append_paged_kv_cache", "tests/smoke/test_kernels.py::test_rmsnorm"]
+    outcome, args = smokes_step(monkeypatch, ours, 1, bad, False, stopped=True)
+    assert args == (ours, ["--wide"], "auto", never)
+    assert outcome.failed == set(bad) and outcome.broken == [] and outcome.stopped, "an earlier stop stays"
+    assert outcome.reruns == ["pixi run -e flashinfer-dev python -m pytest tests/smoke/test_kernels.py::test_rmsnorm "
+                              "tests/smoke/test_wide.py::test_append_paged_kv_cache --wide"]
+    outcome, args = smokes_step(monkeypatch, ours[1:], 1, bad[1:], False)
+    assert args[1] == [] and outcome.reruns == ["pixi run -e flashinfer-dev python -m pytest tests/smoke/test_kernels.py::test_rmsnorm"]
+
+
+def test_smokes_tests_stopped_by_flashinfers_failure_leave_the_run_stopped(monkeypatch, capsys):
+    outcome, _ = smokes_step(monkeypatch, SMOKE, 1, [], True)
+    assert outcome.stopped and outcome.failed == set() and outcome.broken == [] and outcome.reruns == []
+    assert capsys.readouterr().out == "affected: smoke's tests stopped: FlashInfer's tests failed first (--keep-going runs every test)\n"
+
+
+@pytest.mark.parametrize(("status", "broken"), [(0, []), (2, ["tests/ exited 2 with no failed test named"]),
+                                                (affected_tests.NOTHING_PASSED, ["no smoke or abi-smoke test passed (skipped: reasons above)"])])
+def test_smokes_tests_that_fail_with_no_test_named_are_broken(monkeypatch, status, broken):
+    outcome, _ = smokes_step(monkeypatch, SMOKE, status, [], False)
+    assert outcome.broken == broken and outcome.failed == set() and not outcome.stopped
+
+
+@pytest.mark.parametrize("n", [5, 6, 7])
+def test_flashinfers_failures_are_rerun_alone_the_first_five_of_them(n):
+    outcome = affected_tests.Outcome("built", 1.0, [])
+    bad = {f"tests/utils/test_norm.py::test_norm[{i}]" for i in range(n)}
+    affected_tests.theirs_step(1, bad, None, outcome)
+    first = " ".join(f"'tests/utils/test_norm.py::test_norm[{i}]'" for i in range(5))
+    assert outcome.reruns == [f"pixi run -e flashinfer-dev upstream-tests --no-plan {first}" + (f" (the first 5 of {n})" if n > 5 else "")]
+    assert outcome.failed == bad and outcome.broken == []
+
+
+def test_flashinfers_run_that_failed_with_no_test_named_is_broken():
+    outcome = affected_tests.Outcome("built", 1.0, [])
+    affected_tests.theirs_step(0, set(), None, outcome)
+    assert outcome.broken == [] and outcome.reruns == []
+    affected_tests.theirs_step(3, set(), None, outcome)
+    assert outcome.broken == ["upstream-tests exited 3 with no failed test named (its last lines above say why)"]
+
+
+class Proc:
+    def __init__(self, status):
+        self.status = status
+
+    def poll(self):
+        return self.status
+
+
+@pytest.mark.parametrize(("status", "failing"), [(None, False), (0, False), (1, True), (-15, True)])
+def test_flashinfers_run_has_ended_failing_once_it_exited_other_than_zero(status, failing):
+    run = object.__new__(affected_tests.FlashInferTests)
+    run.proc = Proc(status)
+    assert run.ended_failing() is failing
 
 
 def test_a_module_whose_tests_a_stopped_run_left_unrun_is_no_pass():
@@ -131,6 +317,28 @@ def test_a_module_whose_tests_a_stopped_run_left_unrun_is_no_pass():
     results = coverage.module_results(sel, failed, [], stopped=True)
     assert {name: r[0] for name, r in results.items()} == {"norm": "failed", "rope": "unfinished"}
     assert {name: r[0] for name, r in coverage.module_results(sel, failed, []).items()} == {"norm": "failed", "rope": "passed"}
+
+
+def test_the_last_lines_say_what_failed_and_that_a_stopped_run_left_tests_unrun(capsys):
+    """A failure, or a broken run alone, is `failed` (verdict.of_tests: exit 1); the last lines say what
+    failed and the reruns, and for a run the first failure ended that the rest did not run; a pass is
+    `passed` (exit 0), and the line says so."""
+    failed = {f"tests/t.py::test_{c}" for c in "abcde"}
+    assert verdict.of_tests(failed, []) is verdict.Verdict.FAILED and verdict.Verdict.FAILED.status == 1
+    report.final(True, failed, [], ["rerun a", "rerun b"], "1 module(s) rebuilt", 2.0, stopped=True)
+    assert capsys.readouterr().out.splitlines() == [
+        "affected: the first failure ended the run: the other selected tests did not run, and are no pass "
+        "(the next run runs them again; --keep-going runs every one)",
+        "affected: 5 failed (tests/t.py::test_a, tests/t.py::test_b, tests/t.py::test_c, tests/t.py::test_d and 1 more); "
+        "1 module(s) rebuilt; 2.0 s in all",
+        "affected: rerun alone: rerun a; rerun b"]
+    assert verdict.of_tests(set(), ["one broke", "two broke"]) is verdict.Verdict.FAILED
+    report.final(True, set(), ["one broke", "two broke"], [], "built", 1.0)
+    assert capsys.readouterr().out.splitlines() == ["affected: 0 failed (-); one broke; two broke; built; 1.0 s in all",
+                                                    "affected: rerun alone: see the output above"]
+    assert verdict.of_tests(set(), []) is verdict.Verdict.PASSED and verdict.Verdict.PASSED.status == 0
+    report.final(False, set(), [], [], "built", 1.0)
+    assert capsys.readouterr().out == "affected: every selected test passed; built; 1.0 s in all\n"
 
 
 def test_affected_asks_flashinfers_run_to_stop_at_its_first_failing_case():

@@ -820,3 +820,28 @@ def test_a_failing_case_still_being_written_is_not_counted_yet(tmp_path):
     shared = tmp_path / "failing-cases"
     shared.write_text("tests/a.py::test_x[1]\ntests/a.py::test_x[2]\ntests/a.py::test_")
     assert plugin.failures_named(shared) == {"tests/a.py::test_x[1]", "tests/a.py::test_x[2]"}
+
+
+SKIPS = [("Skipping due to OOM", "out of memory", True),  # FlashInfer's conftest's skip of an out-of-memory failure
+         ("CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory", True),
+         ("Skipping due to missing JIT cache for module: rope", "JIT module missing", True),
+         ("sm90 is required", "not supported here", False),
+         ("", "not supported here", False)]
+
+
+@pytest.mark.parametrize(("message", "kind", "fails"), SKIPS, ids=["oom", "cuda-oom", "missing-jit", "feature", "no-message"])
+def test_a_skip_fails_the_run_only_where_the_conftest_made_it_of_a_failure(message, kind, fails):
+    """skip_kind tells a skip by FlashInfer's conftest's messages, each alone (tests/conftest.py at v0.6.3);
+    fails_the_run counts its out-of-memory and missing-module skips as failures, a feature's skip not."""
+    from fidev.upstream import plugin
+
+    assert plugin.skip_kind(message) == kind
+    assert plugin.fails_the_run("skipped", message) is fails
+    assert plugin.fails_the_run("passed", message) is False, "only a skip is told by its message"
+
+
+def test_failures_and_errors_fail_the_run_and_nothing_else_does():
+    from fidev.upstream import plugin
+
+    assert plugin.fails_the_run("failed") and plugin.fails_the_run("error")
+    assert not any(plugin.fails_the_run(outcome) for outcome in ("passed", "skipped", "xfailed", None))
