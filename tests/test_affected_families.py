@@ -377,3 +377,89 @@ def test_the_lines_of_a_run_that_is_not_covered_name_each_gap_and_the_command_th
         "not a pass; `upstream-tests FAMILY` of their family runs and records them"]
     report.not_covered({})
     assert capsys.readouterr().out == ""
+
+
+def judged(tmp_path, reach=None, changed_modules=None, reverted=(), reached=None, recorded=None):
+    """What fidev.affected.verdict's rules are handed: a selection with `reach` ({edited file: the
+    families it reaches}), affected's findings (fidev.affected.changes.Changes' fields they read) and
+    a kept-verdicts file of its own."""
+    from types import SimpleNamespace
+
+    from fidev.affected import verdicts
+
+    sel = selection.Selection({}, dict.fromkeys(changed_modules or [], {}), {}, recorded or {})
+    sel.reach, sel.reached = dict(reach or {}), dict(reached or {})
+    changed = SimpleNamespace(reverted=set(reverted), lost=[], owners={}, before={}, pending=set(), now={"include/x.cuh": [1, 2, "h"]})
+    return sel, changed, verdicts.Kept(tmp_path / "verdicts.json")
+
+
+def test_the_verdict_is_the_tests_unless_a_reached_family_or_a_changed_module_went_untested(tmp_path, capsys):
+    """fidev.affected.verdict.covered_or_not: a pass with a reached family whose tests did not run to a
+    result, or a changed module none of whose tests did, is not covered (3), the gap kept; a failure
+    stays a failure (the family's run kept as failed, to run again) and names what also went untested;
+    a reverted edit's gap is none; the UNTOLD gap is no file to keep; without a gap the pass is the
+    caller's (no module changed, for edits that reach none)."""
+    from fidev.affected.verdict import Verdict, covered_or_not
+
+    sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"]})
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.NOT_COVERED
+    assert kept.gaps["include/x.cuh"].result == "not covered" and kept.gaps["include/x.cuh"].families == ["rope"]
+    assert "include/x.cuh reaches rope, whose FlashInfer tests did not run here" in capsys.readouterr().out
+    sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"]})
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, ["tests/attention/test_rope.py::test_rope"]) is Verdict.PASSED
+    assert kept.gaps == {}
+    sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"]}, reverted={"include/x.cuh"})
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, [], Verdict.NO_MODULE_CHANGED) is Verdict.NO_MODULE_CHANGED
+    sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"], "include/y.cuh": ["norm"]},
+                                reached={"include/y.cuh": ["norm"]})
+    capsys.readouterr()
+    assert covered_or_not(Verdict.FAILED, sel, changed, kept, ["tests/utils/test_norm.py"]) is Verdict.FAILED
+    assert (kept.gaps["include/x.cuh"].result, kept.gaps["include/y.cuh"].result) == ("not covered", "failed")
+    assert capsys.readouterr().out == "affected: also untested: rope (the edit reaches them)\n"
+    sel, changed, kept = judged(tmp_path, changed_modules=["rope_mod"])  # a changed module none of whose tests ran
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.NOT_COVERED
+    assert covered_or_not(Verdict.FAILED, sel, changed, kept, []) is Verdict.FAILED
+    sel, changed, kept = judged(tmp_path)
+    sel.by_file = {selection.UNTOLD: set()}
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.NOT_COVERED and selection.UNTOLD not in kept.gaps
+    sel, changed, kept = judged(tmp_path, reached={"include/y.cuh": ["norm"]})  # a pass keeps no family's run as failed
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.PASSED and kept.gaps == {}
+
+
+def test_edits_that_reach_no_built_module_are_listed_or_no_module_changed_or_not_covered(tmp_path):
+    """fidev.affected.verdict.no_module_changed: --list is `listed` and keeps nothing; otherwise the
+    tree is judged (kept with the verdicts) and the edit is `no module changed`, or `not covered` where
+    it reaches a family whose tests did not run."""
+    from fidev.affected.verdict import Verdict, no_module_changed
+
+    sel, changed, kept = judged(tmp_path)
+    assert no_module_changed(True, sel, changed, kept) is Verdict.LISTED and not kept.path.exists() and kept.judged is None
+    assert no_module_changed(False, sel, changed, kept) is Verdict.NO_MODULE_CHANGED
+    assert kept.judged == changed.now and json.loads(kept.path.read_text())["judged"] == changed.now
+    sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"]})
+    assert no_module_changed(False, sel, changed, kept) is Verdict.NOT_COVERED and "include/x.cuh" in kept.gaps
+
+
+def test_the_verdict_reads_what_a_generator_edit_lost_and_which_family_owns_a_module(tmp_path, capsys):
+    """covered_or_not hands the coverage rule the modules a generator edit may have changed that
+    nothing here regenerated (`lost`: untested unless a reached family ran) and the families whose
+    sources a module compiles (`owners`: a run of that family tests a module with no test recorded);
+    and it says every gap it keeps: the untested modules, a Python file whose callers cannot be told,
+    and each family a failed run's edit also reached."""
+    from fidev.affected.verdict import Verdict, covered_or_not
+
+    sel, changed, kept = judged(tmp_path)
+    changed.lost = ["gen_only"]
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.NOT_COVERED
+    assert "no test of gen_only ran here" in capsys.readouterr().out
+    sel, changed, kept = judged(tmp_path, changed_modules=["rope_mod"])
+    changed.owners = {"rope_mod": ["rope"]}
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, ["tests/attention/test_rope.py::test_rope"]) is Verdict.PASSED
+    sel, changed, kept = judged(tmp_path, reach={"flashinfer/utils.py": []})
+    capsys.readouterr()
+    assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.NOT_COVERED
+    assert "flashinfer/utils.py holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told" in \
+        capsys.readouterr().out
+    sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope", "norm"]})
+    assert covered_or_not(Verdict.FAILED, sel, changed, kept, []) is Verdict.FAILED
+    assert capsys.readouterr().out == "affected: also untested: norm, rope (the edit reaches them)\n"
