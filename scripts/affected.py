@@ -57,7 +57,7 @@ from fidev.affected import built, changes, coverage, report, tests, verdict, ver
 from fidev.affected import summary as affected_summary
 from fidev.affected.selection import selection as select
 from fidev.affected.verdict import Verdict
-from fidev.core import workspace
+from fidev.core import files, workspace
 from fidev.core.failure import ArgumentParser, Failure, exit_now, option, run_main
 from fidev.core.files import output_file
 from fidev.core.manifest import pins
@@ -105,10 +105,25 @@ def run(args, record: affected_summary.Summary) -> Verdict:
 
 
 def run_affected(args, record: affected_summary.Summary) -> Verdict:
-    """What changed, its modules and their tests; then rebuild them, run the tests and say the result."""
+    """What changed, its modules and their tests; then rebuild them, run the tests and say the result:
+    one run at a time on a workspace (its lock), so that two never rebuild the same modules at once nor
+    write over each other's kept verdicts."""
     started = time.perf_counter()
     ws = workspace.read(pins().flashinfer)  # read once, here
     found = built.find(ws, kernel_source.mode())
+    busy = Failure(f"another affected run is judging the builds in {ws.version_dir} ({{}}): two at once would rebuild the same modules "
+                   "and keep each other's verdicts", "wait for it to end, then run this again")
+
+    def unwritable(e: OSError) -> Failure:
+        return Failure(f"cannot write affected's lock in {ws.version_dir} ({e.strerror or e})",
+                       "make the JIT dir's folder writable (FLASHINFER_WORKSPACE_BASE names where it is)")
+
+    with files.exclusive(ws.affected_lock, "affected", busy, unwritable):
+        return judge(args, record, ws, found, started)
+
+
+def judge(args, record: affected_summary.Summary, ws: workspace.Workspace, found: built.Found, started: float) -> Verdict:
+    """The run itself, under the workspace's lock."""
     kept = kept_verdicts(ws)
     stop_after = 0 if args.keep_going else tests.STOP_AFTER
     changed = changes.find(found, args.list, kept, not args.whole_family, stop_after)

@@ -657,3 +657,26 @@ def test_an_unreadable_tree_record_is_said_and_no_pass(ws, text):
     assert f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module " \
            "compiles cannot be told" in done.stdout, done.stdout
     assert "nothing changed" not in done.stdout and "affected: not a pass: " in done.stdout
+
+
+def test_a_second_affected_run_on_one_workspace_is_refused_in_two_lines_and_loses_no_kept_verdict(ws, tmp_path):
+    """Two affected runs at once on one workspace would rebuild the same modules and write over each
+    other's kept verdicts: while one holds the workspace's lock (fidev.core.files.exclusive, the
+    version folder's AFFECTED_LOCK), the other is refused in two lines naming it, and the kept
+    verdicts stay as the first leaves them; a run that ends leaves no lock file behind."""
+    from fidev.core import files
+
+    tree, root, _, env = ws
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    assert affected(root, env, "--list").returncode == 0
+    here = workspace.read(pins().flashinfer)
+    verdicts_before = here.verdicts.read_bytes() if here.verdicts.exists() else None
+    busy = Failure("held by the test ({})", "wait")
+    with files.exclusive(here.affected_lock, "the first affected run", busy, lambda e: Failure(str(e), "fix")):
+        done = affected(root, env, "--summary", str(tmp_path / "second.json"))
+        two_line_failure(done, "another affected run is judging the builds in")
+        assert "the first affected run, pid" in done.stderr, done.stderr
+        assert (here.verdicts.read_bytes() if here.verdicts.exists() else None) == verdicts_before
+    assert affected_summary.read(tmp_path / "second.json").verdict == "error"
+    done = affected(root, env, "--list")
+    assert done.returncode == 0 and not here.affected_lock.exists(), done.stdout + done.stderr

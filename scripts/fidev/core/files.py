@@ -9,12 +9,14 @@ never end), up to MAX_INPUT_BYTES, and JSON nested no deeper than the parser's r
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from fidev.core.failure import Failure
@@ -225,3 +227,37 @@ def read_record(path: Path, schema: str, what: str, fix: str) -> dict:
         raise Failure(f"{path} is not {what} of schema {schema} (it says {found!r})", fix)
     data.pop("schema")
     return data
+
+
+@contextmanager
+def exclusive(lock_path: Path, who: str, busy: Failure, unwritable: Callable[[OSError], Failure]) -> Iterator[None]:
+    """An exclusive lock on `lock_path` (fcntl.flock: the kernel lets it go when the process ends,
+    however it ends) for the block, held by `who`; `busy` (its problem formatted with who holds it)
+    where another process holds it, `unwritable(error)` where the file cannot be opened. The file is
+    removed while still held, so nothing is left behind; a process that locked a file already removed
+    (it opened it just before) finds the path gone or another file there, and is refused too."""
+    try:
+        handle = open(lock_path, "a+")
+    except OSError as e:
+        raise unwritable(e) from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise Failure(busy.problem.format(handle.read().strip() or "another process"), busy.fix, exit_status=busy.exit_status) from None
+        try:
+            current = os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(handle.fileno()).st_ino:  # its holder removed it as we opened it: it was busy
+            raise Failure(busy.problem.format("a process that just finished"), busy.fix, exit_status=busy.exit_status)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{who}, pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            lock_path.unlink(missing_ok=True)
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -35,6 +35,7 @@ RUNS = "fidev-upstream-runs"  # upstream-tests' run folders
 FILE_TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 BASELINES = "fidev-upstream-baselines"  # upstream-tests' baselines, one per selection
 VERDICTS = "fidev-affected.json"  # affected's kept verdicts
+AFFECTED_LOCK = "fidev-affected.lock"  # held while an affected run judges this version's builds (fidev.core.files.exclusive)
 # In a JIT dir (<version>/<archs>/cached_ops):
 MODULE_TESTS = "fidev-module-tests.json"  # which of FlashInfer's tests asked for which module
 TREE = "fidev-tree.json"  # the tree's include/ and csrc/ files as last built
@@ -87,6 +88,10 @@ class Workspace:
     @property
     def verdicts(self) -> Path:
         return self.version_dir / VERDICTS
+
+    @property
+    def affected_lock(self) -> Path:
+        return self.version_dir / AFFECTED_LOCK
 
     def build_stamp(self, options: Mapping[str, bool]) -> Path:
         """One stamp per set of build options, so that `build` and `build --abi` each keep theirs."""

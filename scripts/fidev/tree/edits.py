@@ -13,8 +13,6 @@ the lock.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
 import signal
 import tempfile
@@ -24,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fidev.core.failure import Failure
+from fidev.core.files import exclusive
 from fidev.core.workspace import TREE_LOCK
 
 # The record tools/planted_bugs.py writes of its bugs' verdicts (--record), which the acceptance run reads.
@@ -59,44 +58,20 @@ def _signals_unwind() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _holder(handle) -> str:
-    handle.seek(0)
-    return handle.read().strip() or "another process"
-
-
 @contextmanager
 def tree_lock(tree: Path, who: str) -> Iterator[None]:
-    """The tree's lock, or two lines naming who holds it. The lock file, beside the tree, is
-    removed while still held, so nothing is left behind; a process that locked a file already
-    removed (it opened it just before) finds the path gone or another file there, and is refused too."""
+    """The tree's lock (fidev.core.files.exclusive: a file beside the tree, gone once let go), or two
+    lines naming who holds it."""
     lock_path = tree.parent / f".{tree.name}{TREE_LOCK}"
-    try:
-        handle = open(lock_path, "a+")
-    except OSError as e:
-        raise Failure(f"cannot write beside {tree}: its lock {lock_path.name} ({e.strerror or e})",
-                      "use a tree whose parent you can write (for the source fetch: point --dest at a folder whose parent you can write)") from None
     busy = Failure(f"{who}: another tool is writing {tree} ({{}}); two at once would undo each other's work",
                    "wait for it to end (a tool that planted an edit restores it), then run this again")
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise Failure(busy.problem.format(_holder(handle)), busy.fix) from None
-        try:
-            current = os.stat(lock_path).st_ino
-        except FileNotFoundError:
-            current = None
-        if current != os.fstat(handle.fileno()).st_ino:  # its holder removed it as we opened it: it was busy
-            raise Failure(busy.problem.format("a tool that just finished"), busy.fix)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{who}, pid {os.getpid()}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            lock_path.unlink(missing_ok=True)
-            fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def unwritable(e: OSError) -> Failure:
+        return Failure(f"cannot write beside {tree}: its lock {lock_path.name} ({e.strerror or e})",
+                       "use a tree whose parent you can write (for the source fetch: point --dest at a folder whose parent you can write)")
+
+    with exclusive(lock_path, who, busy, unwritable):
+        yield
 
 
 @contextmanager
