@@ -26,12 +26,12 @@ def short(items, n: int = 3) -> str:
 
 def rows(sel: Selection) -> list[tuple[str, ...]]:
     """The table's rows, its result column empty."""
-    rows = [HEADER]
+    table_rows = [HEADER]
     for f, names in sel.files():
         tests = sel.file_tests(f, names)
-        rows.append((source_tree.shown(Path(f)) if f.startswith("/") else f, short(names, 2) if names else "no built module",
-                     f"{len(tests)} test(s)" if tests else "-", ""))
-    return rows
+        table_rows.append((source_tree.shown(Path(f)) if f.startswith("/") else f, short(names, 2) if names else "no built module",
+                           f"{len(tests)} test(s)" if tests else "-", ""))
+    return table_rows
 
 
 def changed_files(sel: Selection) -> dict[str, list[str]]:
