@@ -9,10 +9,13 @@ test_upstream_runs), written after FlashInfer's files at v0.6.3:
   writes here, so the stand-in does not);
 - its pytest.ini is the repository root's (norecursedirs = test_helpers, addopts = --import-mode=importlib);
 - tests/utils/test_activation.py has a module-scoped `warmup_jit` fixture that calls
-  flashinfer.jit.build_jit_specs;
+  flashinfer.jit.build_jit_specs, autouse=not has_flashinfer_jit_cache() (flashinfer.utils, which
+  re-exports flashinfer/jit/env.py's);
 - the stand-in `flashinfer` builds each module with a real ninja and c++ in its own folder, as
-  JitSpec.build does (flashinfer/jit/core.py: FLASHINFER_DISABLE_JIT raises MissingJITCacheError,
-  the ninja file is written when missing, then `ninja -C <jit dir>/<name>`), loads prebuilt modules
+  JitSpec.build does (flashinfer/jit/core.py: FLASHINFER_DISABLE_JIT raises MissingJITCacheError;
+  with need_lock=True it takes the module's FileLock; the ninja file is written when missing, then
+  `ninja -C <jit dir>/<name>`, whose failure is cpp_ext.py run_ninja's RuntimeError("Ninja build
+  failed. Ninja output: ...")), loads prebuilt modules
   when `aot_path` exists and otherwise builds under the module's lock, `<jit dir>/tmp/<name>.lock`,
   with need_lock=False (`JitSpec.build_and_load` and `JitSpec.lock_path`), and its combined `build_jit_specs` only records
   that it was called. Every object compiled is logged, to count recompiles.
