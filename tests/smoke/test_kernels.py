@@ -6,15 +6,15 @@ import pytest
 from fidev.builds.smoke_modules import BY_KEY
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
-from gpu_checks import EPS, SILU_TAIL_SIZES, TAIL_SIZES, assert_close, attention_ref, fresh_seed, gpu_ms, poison_allocator, poisoned, rms_ref  # noqa: E402
+from gpu_checks import EPS, NORM_SIZES, SILU_TAIL_SIZES, assert_close, attention_ref, fresh_seed, gpu_ms, poison_allocator, poisoned, rms_ref  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 HALF = [torch.float16, torch.bfloat16]
 
 
-# A row of full 16-byte vectors, and rows with a tail past the last full vector.
-HIDDEN = [4096, *TAIL_SIZES]
+# A row of 16-byte vectors in one round, then rows of short vectors, a full block, and two rounds (NORM_SIZES).
+HIDDEN = [4096, *NORM_SIZES]
 
 
 def size_tag(hidden: int) -> str:

@@ -35,8 +35,14 @@ TOLERANCE = {
     "gdn_prefill": {F16: FP16_RULE, BF16: BF16_RULE},
     "gdn_state": {F16: (1e-4, 1e-3), BF16: (1e-3, 5e-3)},  # float32, accumulated from fp16/bf16 inputs
 }
-# Row sizes past the last full vector of 16 bytes, as FlashInfer's norm tests use (test_norm.py's hidden_size)
-TAIL_SIZES = [111, 500]
+# Row sizes beside the plain 4096, from FlashInfer's norm tests (tests/utils/test_norm.py's hidden_size at
+# v0.6.3). The norm kernels (include/flashinfer/norm.cuh, RMSNorm and FusedAddRMSNorm at v0.6.3) load
+# vectors of gcd(8, d) halves with min(1024, d / vec) threads, rounded up to whole warps, in
+# ceil(d / (vec * threads)) rounds:
+# - 111 and 500: vectors of 1 and 4 halves, so no partial vector; one round whose last warp has threads
+#   with nothing to load (111 and 125 of 128 threads load);
+# - 8192: one round of all 1024 threads; 16384: two rounds, so the kernel's loop goes past its first.
+NORM_SIZES = [111, 500, 8192, 16384]
 # silu_and_mul's rows must be whole 16-byte vectors (flashinfer/activation.py, silu_and_mul, at v0.6.3,
 # refuses others; a half row that is not, 500, faults the GPU), so it has no partial vector to test.
 # What it has past the plain case is a row longer than its 1024 threads' vectors
