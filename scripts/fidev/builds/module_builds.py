@@ -98,12 +98,28 @@ def recording_build(original: Callable, say: Callable[[str], None]) -> Callable:
     return build
 
 
-def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True), running: list | None = None) -> None:
+PROGRESS_EVERY_S = 10  # while a build of several modules runs longer, a line says how many are done
+
+
+def keep_saying_progress(total: int, done: list, ended: threading.Event, say: Callable[[str], None], printing) -> None:
+    """Every PROGRESS_EVERY_S until `ended`: "building: N of M module(s) done, S s" (`done`: the
+    modules finished so far)."""
+    started = time.perf_counter()
+    while not ended.wait(PROGRESS_EVERY_S):
+        with printing:
+            say(f"  building: {len(done)} of {total} module(s) done, {time.perf_counter() - started:.0f} s")
+
+
+def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True), running: list | None = None,
+                      on_done: Callable | None = None) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
-    [done/total elapsed], handed to `say`; each ninja process appended to `running` (to be stopped)."""
+    [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
+    of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
+    ends, built or not."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
+    done: list = []
 
     def build(spec, jobs):
         stale = ninja_inputs.restored(spec.build_dir)
@@ -131,12 +147,19 @@ def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(lin
         else:
             with printing:  # one read of the tree's Python files, shared
                 record_build(spec.build_dir, spec.ninja_path, generators)
+        done.append(spec.name)
+        if on_done is not None:
+            on_done(spec)
 
     threads = [threading.Thread(target=build, args=pair) for pair in zip(specs, job_budgets(specs), strict=True)]
+    ended = threading.Event()
+    ticker = threading.Thread(target=keep_saying_progress, args=(len(specs), done, ended, say, printing), daemon=True)
+    ticker.start()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    ended.set()
     if failures:
         raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
 
@@ -149,7 +172,7 @@ def build_beside(specs, say: Callable[[str], None], running: list) -> None:
     where it fails."""
     from filelock import FileLock, Timeout
 
-    held = []
+    held = {}
     try:
         for spec in specs:
             lock = FileLock(spec.lock_path, thread_local=False)
@@ -157,14 +180,21 @@ def build_beside(specs, say: Callable[[str], None], running: list) -> None:
                 lock.acquire(timeout=0)
             except Timeout:
                 continue
-            held.append((spec, lock))
-        if held:
-            run_module_builds([spec for spec, _ in held], say, running)
+            held[spec.name] = (spec, lock)
+        if held:  # each lock let go as its module ends: a test waiting for one module waits for it alone
+            run_module_builds([spec for spec, _ in held.values()], say, running, on_done=lambda spec: release(held, spec.name))
     except Failure as failure:
         say(f"the build beside the tests failed ({failure.problem}); the test that loads the module builds it again")
     finally:
-        for _, lock in held:
-            lock.release()
+        for name in list(held):
+            release(held, name)
+
+
+def release(held: dict, name: str) -> None:
+    """The lock build_beside holds for module `name`, let go once (it may end before the others)."""
+    entry = held.pop(name, None)
+    if entry is not None:
+        entry[1].release()
 
 
 def ninja_log_lines(spec) -> list[str]:
