@@ -40,7 +40,7 @@ file, not this output.
 
 What costs time besides the compile is paid during it: FlashInfer's tests start with the build
 (upstream-tests --no-plan), import and collect, and wait at a gate until the modules are built
-(fidev.upstream.plugin.GATE); for a Python edit they start before the regeneration, for every
+(fidev.upstream.gate); for a Python edit they start before the regeneration, for every
 module it may change, and the gate names those it did; many cases spread over several pytest
 processes on each GPU (upstream-tests --per-gpu); this process imports flashinfer for smoke's
 tests meanwhile, and runs them while FlashInfer's run.

@@ -71,7 +71,6 @@ Options (the rest goes to pytest):
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import tempfile
@@ -83,11 +82,11 @@ from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
 from fidev.upstream import plan as upstream_plan
-from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import progress as upstream_progress
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import sample as upstream_sample
 from fidev.upstream import selection as upstream_selection
+from fidev.upstream import settings as upstream_settings
 from fidev.upstream import suite
 
 OURS = {"--list": 0, "--summary": 1, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
@@ -148,22 +147,22 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str], float]:
     return ours, selection, pytest_args, budget_s
 
 
-def options(ours: dict, seed: int | None) -> upstream_selection.Options:
+def options(ours: dict, seed: int | None, base: upstream_settings.Settings) -> upstream_selection.Options:
     return upstream_selection.Options(gpus=ours.get("--gpus"), file_timeout=ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S),
                                       per_gpu=ours.get("--per-gpu", 1), baseline="--baseline" in ours, summary=ours.get("--summary"),
-                                      sample=seed, stop_after=ours.get("--stop-after", 0), progress_s=ours.get("--progress", upstream_progress.EVERY_S))
+                                      sample=seed, stop_after=ours.get("--stop-after", 0), progress_s=ours.get("--progress", upstream_progress.EVERY_S),
+                                      base=base)
 
 
-def sample_spec(ours: dict, nodes: list[str], tests, folder: Path, ws: workspace.Workspace) -> int | None:
-    """With --sample (or its seed or modules): the spec every process reads (fidev.upstream.sample:
+def sample_spec(ours: dict, nodes: list[str], tests, folder: Path, ws: workspace.Workspace) -> tuple[int | None, Path | None]:
+    """With --sample (or its seed or modules): (the seed, the spec every process reads: fidev.upstream.sample,
     the seed, the modules the record names for the selection's files' cases, the modules it must
-    exercise), its path put in the environment they inherit; the seed. None: every case runs."""
+    exercise). (None, None): every case runs."""
     if not {"--sample", "--sample-seed", "--sample-modules"} & set(ours):
-        return None
+        return None, None
     seed = ours.get("--sample-seed", upstream_sample.SEED)
     required = [m for m in ours.get("--sample-modules", "").split(",") if m]
-    os.environ[upstream_plugin.SAMPLE] = str(upstream_selection.sample_spec(folder, seed, required, nodes, tests, ws))
-    return seed
+    return seed, upstream_selection.sample_spec(folder, seed, required, nodes, tests, ws)
 
 
 def named(selection: list[str], tests) -> list[str]:
@@ -188,10 +187,10 @@ def stop_as_ctrl_c() -> None:
         signal.signal(sig, signal.default_int_handler)
 
 
-def planned(nodes: list[str], pytest_args: list[str], tests, budget_s: float, yes: bool) -> None:
-    """The plan's dry run, what it says, and the budget held."""
+def planned(nodes: list[str], pytest_args: list[str], tests, budget_s: float, yes: bool, sample: Path | None) -> None:
+    """The plan's dry run (of the sample `sample` specifies, where one does), what it says, and the budget held."""
     try:
-        found = upstream_plan.plan(nodes, pytest_args, tests)
+        found = upstream_plan.plan(nodes, pytest_args, tests, sample)
     except KeyboardInterrupt:
         raise Failure("interrupted during the plan's dry run (its processes were stopped)", "run it again, or skip the plan: --no-plan",
                       exit_status=INTERRUPTED) from None
@@ -215,11 +214,22 @@ def main() -> int:
     nodes = named(selection, tests)
     mode = apply_kernel_source()
     stop_as_ctrl_c()
+    inherited = inherited_gate()  # affected's, where it started this run: read once, here, and passed down
     with tempfile.TemporaryDirectory(prefix="fidev-sample-") as folder:  # its processes are done when it goes
-        seed = sample_spec(ours, nodes, tests, Path(folder), ws)
+        seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
         if "--no-plan" not in ours:
-            planned(nodes, pytest_args, tests, budget_s, "--yes" in ours)
-        return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed), mode, ws)
+            planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec)
+            if spec is not None:  # the record now names the modules of the cases the dry run sampled: the run's sample takes them
+                seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
+        base = inherited.but(sample=spec)
+        return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed, base), mode, ws)
+
+
+def inherited_gate() -> upstream_settings.Settings:
+    """The gate this run's processes wait at, where affected started the run behind one
+    (fidev.upstream.settings: the settings its environment gives, the gate's alone)."""
+    given = upstream_settings.Settings.read()
+    return upstream_settings.Settings(gate=given.gate, gate_owner=given.gate_owner)
 
 
 if __name__ == "__main__":

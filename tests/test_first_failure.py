@@ -367,10 +367,10 @@ def test_tanh():
 @needs_a_build
 def test_a_subset_of_a_files_cases_builds_first_what_its_first_case_loads(ws):
     """FlashInfer's warmup_jit asks for every module of its file's parameter space
-    (tests/utils/test_activation.py at v0.6.3); under -k (as under a sample or the gate's selection)
-    the warmup builds nothing up front: the first case builds its own module first, the rest build
-    beside the next cases, and no module compiles twice; the whole file still builds what the warmup
-    asks for, in one parallel step, before its first case."""
+    (tests/utils/test_activation.py at v0.6.3); under -k (as under a sample or the gate's selection),
+    with no record of which case needs which module, the warmup builds nothing up front: the first
+    case builds its own module first, the rest build beside the next cases, and no module compiles
+    twice; the whole file still builds what the warmup asks for, in one parallel step, before its first case."""
     require("filelock", why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     root, _, env = ws
     (root / "extern/tracked/flashinfer/tests/utils/test_activation.py").write_text(WARMUP)
@@ -398,3 +398,56 @@ def test_each_verdict_has_the_exit_status_the_docs_table_gives_it():
     rows = {verdict.strip(): int(status) for status, verdicts in re.findall(r"^  \| (\d+) \| ([^|]+) \|", text, re.M)
             for verdict in verdicts.split(",")}
     assert {v.value: v.status for v in Verdict} == {v.value: rows.get(v.value) for v in Verdict}, rows
+
+
+ORDERED = WARMUP.replace("import flashinfer\n", "import flashinfer, os\n").replace(
+    "def test_silu():\n", "def test_silu():\n    open(os.environ['RAN'], 'a').write('silu\\n')\n").replace(
+    "def test_gelu():\n", "def test_gelu():\n    open(os.environ['RAN'], 'a').write('gelu\\n')\n")
+
+
+@needs_a_build
+def test_a_recorded_subset_builds_only_its_cases_modules_and_runs_the_built_ones_first(ws, tmp_path):
+    """Where the record names each selected case's modules (the plan's dry run wrote it; the sample
+    spec carries it), the narrowed warmup builds exactly those, side by side at once, and none of the
+    warmup's others; the cases whose modules are built run first (here gelu, built by an earlier run,
+    before silu, collected first), and each module compiles once."""
+    require("filelock", why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/utils/test_activation.py").write_text(ORDERED)
+    env = {**env, "RAN": str(tmp_path / "ran")}
+    assert upstream(root, env, "activation", "--yes", "-k", "test_silu or test_gelu").returncode == 0  # the record (its dry run)
+    cached = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/cached_ops"
+    for module in ("silu_and_mul", "gelu_tanh_and_mul"):  # gelu_and_mul alone stays built
+        shutil.rmtree(cached / module)
+    Path(env["FAKE_COMPILES"]).unlink()
+    Path(env["RAN"]).unlink()
+    done = upstream(root, env, "activation", "--no-plan", "--sample", "-k", "test_silu or test_gelu")
+    assert done.returncode == 0 and "upstream-tests: 2 passed" in done.stdout, done.stdout + done.stderr
+    assert "the 1 its cases need by the record build side by side now" in done.stdout, done.stdout
+    assert "the 1 no case to run needs are not built" in done.stdout, done.stdout
+    assert Path(env["RAN"]).read_text().split() == ["gelu", "silu"], "the case whose module was built did not run first"
+    built = [line.rsplit("/", 2)[-2] for line in compiles(env)]
+    assert built == ["silu_and_mul"], built  # gelu_and_mul was built; gelu_tanh_and_mul: no case to run needs it
+
+
+@needs_a_build
+def test_a_sampled_run_with_its_plan_first_builds_only_what_the_sample_needs(ws, tmp_path):
+    """With no record yet, the plan's dry run (of the sample) writes it, and the run's sample is then
+    taken with it: the warmup builds the sampled cases' modules side by side and no other, each once.
+    This is how affected runs FlashInfer's tests of a file the record names no case of (its plan first)."""
+    require("filelock", why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/utils/test_activation.py").write_text(ORDERED)
+    env = {**env, "RAN": str(tmp_path / "ran")}
+    done = upstream(root, env, "activation", "--yes", "--sample", "-k", "test_silu or test_gelu")
+    assert done.returncode == 0 and "upstream-tests: 2 passed" in done.stdout, done.stdout + done.stderr
+    assert "the 2 its cases need by the record build side by side now" in done.stdout, done.stdout
+    assert "the 1 no case to run needs are not built" in done.stdout, done.stdout
+    assert sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == ["gelu_and_mul", "silu_and_mul"], compiles(env)
+
+
+def test_affected_plans_first_only_where_the_record_names_no_case_of_a_file():
+    recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]"], "rope": []}
+    assert affected_tests.unrecorded(["tests/utils/test_norm.py", "tests/attention/test_rope.py::test_a"], recorded) == [
+        "tests/attention/test_rope.py"]
+    assert affected_tests.unrecorded(["tests/utils/test_norm.py::test_norm"], recorded) == []

@@ -306,11 +306,12 @@ def test_the_header_names_the_gpus_the_workers_are_pinned_to(tmp_path, monkeypat
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
 def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, workers):
-    """`affected` starts FlashInfer's tests while it builds their modules (fidev.upstream.plugin.GATE):
+    """`affected` starts FlashInfer's tests while it builds their modules (fidev.upstream.gate):
     each file's process (each xdist worker) imports and collects, then runs nothing until the gate
     file says go, having made its CUDA context while it waited. A gate whose owner is gone ends the
     run instead of leaving it waiting."""
-    from fidev.upstream import plugin as upstream_plugin
+    from fidev.upstream import gate as upstream_gate
+    from fidev.upstream.settings import Settings
 
     if workers:
         require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
@@ -321,7 +322,7 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
              f"torch.cuda = types.SimpleNamespace(is_available=lambda: True)\n"
              f"torch.empty = lambda *shape, device=None: open('{context}', 'w').write(str(device))\n")
     write(root, "attention/test_rope.py", f"{torch}open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n")
-    gated = {**os.environ, **env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
+    gated = {**os.environ, **env, **Settings(gate=gate, gate_owner=upstream_gate.process_identity(os.getpid())).env()}
 
     def collecting() -> subprocess.Popen:
         """upstream-tests behind the gate, once its file's process has collected (imported the file)."""
@@ -335,7 +336,7 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     assert collected.exists() and not ran.exists() and proc.poll() is None, "the test ran before the gate opened"
     assert context.is_file() and context.read_text() == "cuda", "the CUDA context was not made before the gate"
     opened = time.time()
-    gate.write_text(upstream_plugin.GO)
+    gate.write_text(upstream_gate.GO)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "upstream-tests: 1 passed" in out and ran.exists(), out
     # when the last case ended, for affected's PAST_BUILD line: after the gate opened, before the run ended
@@ -346,7 +347,7 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     collected.unlink()
     # the owner dies while they wait; unreaped, it is a zombie, which must not count as alive
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    gated[upstream_plugin.GATE_OWNER] = upstream_plugin.process_identity(owner.pid)
+    gated.update(Settings(gate=gate, gate_owner=upstream_gate.process_identity(owner.pid)).env())
     proc = collecting()
     owner.kill()
     try:
@@ -366,7 +367,8 @@ def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts
     gate those of the modules it did (a function for all its cases, or a node id). The rest are
     deselected; a file left with none ends "no tests ran", which counts as finished, not failed.
     A long file's parts (one per GPU) each take their share of the file first, then the gate's."""
-    from fidev.upstream import plugin as upstream_plugin
+    from fidev.upstream import gate as upstream_gate
+    from fidev.upstream.settings import Settings
 
     if "-n" in workers:
         require("xdist", why="upstream-tests passes -n on to pytest-xdist (pytest-xdist is in flashinfer-dev)")
@@ -380,8 +382,8 @@ def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts
           "def test_ab():\n    pass\ndef test_b():\n    assert False\n")
     write(root, "attention/test_pos.py", "def test_other():\n    assert False\n")
     gate = tmp_path / "gate"
-    upstream_plugin.open_gate(gate, ["tests/attention/test_rope.py::test_a", "tests/attention/test_rope.py::test_b"])
-    gated = {**env, upstream_plugin.GATE: str(gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
+    upstream_gate.open_gate(gate, ["tests/attention/test_rope.py::test_a", "tests/attention/test_rope.py::test_b"])
+    gated = {**env, **Settings(gate=gate, gate_owner=upstream_gate.process_identity(os.getpid())).env()}
     done = upstream(root, gated, "tests/attention/test_rope.py", "tests/attention/test_pos.py", "--no-plan", *workers)
     assert "upstream-tests: 3 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout + done.stderr
     assert "FAILED tests/attention/test_rope.py::test_b" in done.stdout and "test_other" not in done.stdout, done.stdout
@@ -424,13 +426,13 @@ def test_the_suites_processes_leave_out_hypothesiss_plugin(ws, tmp_path):
     """FlashInfer's suite does not use hypothesis; its pytest plugin imports hypothesis at every
     session's end where it is installed (upstream_runs.UNUSED_PLUGINS), so both the plan's dry run
     and the run's processes block it."""
-    from fidev.upstream import plugin as upstream_plugin
+    from fidev.upstream import settings as upstream_settings
 
     root, _, env = ws
     seen = tmp_path / "seen"
     seen.mkdir()
     write(root, "attention/test_rope.py", "import os\ndef test_blocked(pytestconfig):\n"
-          f"    where = 'dry' if os.environ.get('{upstream_plugin.DRY_RUN_DIR}') else 'run'\n"
+          f"    where = 'dry' if os.environ.get('{upstream_settings.DRY_RUN_DIR}') else 'run'\n"
           f"    open('{seen}/' + where, 'w').write(str(pytestconfig.pluginmanager.is_blocked('hypothesispytest')))\n")
     done = upstream(root, env, "rope", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -646,7 +648,8 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
         "        held.append(True)\n"
         "    return record(build_dir, *args, **kwargs)\n"
         "module_builds.record_build = recording\n"
-        "plugin = upstream_plugin.FlashInferBuilds()\n"
+        "from fidev.upstream.settings import Settings\n"
+        "plugin = upstream_plugin.Builds(Settings(outcomes='unused'))\n"
         "plugin.say = lambda line: None\n"
         "plugin.pytest_collection_finish(None)\n"
         "spec = flashinfer.gen('norm', 1)\n"
@@ -815,7 +818,7 @@ def test_each_process_of_a_run_applies_the_kernel_source_mode_it_was_started_in(
 
 
 def test_a_failing_case_still_being_written_is_not_counted_yet(tmp_path):
-    from fidev.upstream import plugin
+    from fidev.upstream import outcomes as plugin
 
     shared = tmp_path / "failing-cases"
     shared.write_text("tests/a.py::test_x[1]\ntests/a.py::test_x[2]\ntests/a.py::test_")
@@ -833,7 +836,7 @@ SKIPS = [("Skipping due to OOM", "out of memory", True),  # FlashInfer's conftes
 def test_a_skip_fails_the_run_only_where_the_conftest_made_it_of_a_failure(message, kind, fails):
     """skip_kind tells a skip by FlashInfer's conftest's messages, each alone (tests/conftest.py at v0.6.3);
     fails_the_run counts its out-of-memory and missing-module skips as failures, a feature's skip not."""
-    from fidev.upstream import plugin
+    from fidev.upstream import outcomes as plugin
 
     assert plugin.skip_kind(message) == kind
     assert plugin.fails_the_run("skipped", message) is fails
@@ -841,7 +844,7 @@ def test_a_skip_fails_the_run_only_where_the_conftest_made_it_of_a_failure(messa
 
 
 def test_failures_and_errors_fail_the_run_and_nothing_else_does():
-    from fidev.upstream import plugin
+    from fidev.upstream import outcomes as plugin
 
     assert plugin.fails_the_run("failed") and plugin.fails_the_run("error")
     assert not any(plugin.fails_the_run(outcome) for outcome in ("passed", "skipped", "xfailed", None))

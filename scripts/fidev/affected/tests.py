@@ -1,6 +1,6 @@
 """Running the tests of the changed modules: smoke's and abi-smoke's in this process, FlashInfer's
 own through upstream-tests in a process of its own, started before the build and held at a gate
-(fidev.upstream.plugin.GATE) until the modules are built; its result read from the summary it
+(fidev.upstream.gate) until the modules are built; its result read from the summary it
 writes (fidev.upstream.summary), not from its output."""
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from fidev.core import workspace
 from fidev.core.failure import Failure, report
 from fidev.core.manifest import ROOT
 from fidev.smoke import gpu_suite
-from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import gate as upstream_gate
 from fidev.upstream import sample as upstream_sample
 from fidev.upstream import summary as upstream_summary
+from fidev.upstream.settings import Settings, child_env
 
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 # Past CASES_PER_PROCESS cases a process, another pytest process on the GPU pays for its start
@@ -151,17 +152,20 @@ def past_build(past: dict[str, float]) -> str:
 class FlashInferTests:
     """FlashInfer's tests of the edited modules, through upstream-tests in a process of its own,
     started before the build so that its processes import and collect while the modules compile;
-    they wait at a gate (fidev.upstream.plugin.GATE) until `open()`, which may name the ones to run
+    they wait at a gate (fidev.upstream.gate) until `open()`, which may name the ones to run
     (`deferred`: started for every module a Python edit may change). Its output is held until
     `finish()`, so that it does not cut into smoke's tests, which run meanwhile in this process."""
 
     started: set[FlashInferTests] = set()  # stopped by run() however it ends
 
     def __init__(self, tests: list[str], cases_per_file: dict[str, int], file_times: Path, deferred: bool = False,
-                 sample: list[str] | None = None, stop_after: int = STOP_AFTER):
+                 sample: list[str] | None = None, stop_after: int = STOP_AFTER, plan: bool = False):
         """`sample`: the modules the sample of their cases must exercise (upstream-tests --sample
         --sample-modules, fidev.upstream.sample); None: every case of the tests (--whole-family).
-        `stop_after`: the failing cases that end their run (0: every case runs, --keep-going)."""
+        `stop_after`: the failing cases that end their run (0: every case runs, --keep-going).
+        `plan`: upstream-tests' plan first (its dry run, while the modules compile), so that the
+        record names the modules of the sample's cases and their warmups build only those
+        (fidev.upstream.plugin); else --no-plan."""
         self.tests = tests
         self.stopped_early = False  # their run stopped at its first failures, or was stopped by smoke's: cases left unrun
         self.missed: list[str] = []  # modules the sample had no recorded case of, once finished
@@ -179,7 +183,8 @@ class FlashInferTests:
         sampled = ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])] if sample is not None else []
         # no progress lines: its output is held until finish()
         stopping = ["--stop-after", str(stop_after)] if stop_after else []
-        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--no-plan", *tests, *workers, *sampled, *stopping,
+        planning = ["--yes"] if plan else ["--no-plan"]  # --yes: the plan says what it will compile, and asks nothing
+        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), *planning, *tests, *workers, *sampled, *stopping,
                "--progress", "0", "--summary", str(self.summary)]
         said = [c for c in cmd if c not in ("--summary", str(self.summary))]  # as before: the command less where its summary goes
         which = "of the modules the edit may change" if deferred else ""
@@ -187,7 +192,7 @@ class FlashInferTests:
         print(f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
               f"{f', {workers[1]} processes a GPU' if workers else ''}) start now{then}: "
               f"{' '.join(said[:5])}{' ...' if len(said) > 5 else ''}", flush=True)
-        env = {**os.environ, **threads, upstream_plugin.GATE: str(self.gate), upstream_plugin.GATE_OWNER: upstream_plugin.process_identity(os.getpid())}
+        env = child_env(Settings(gate=self.gate, gate_owner=upstream_gate.process_identity(os.getpid())), **threads)
         try:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         except OSError:
@@ -209,7 +214,7 @@ class FlashInferTests:
 
     def open(self, selection: list[str] | None = None) -> None:
         """The modules are built: the tests may load them; all, or those `selection` names."""
-        upstream_plugin.open_gate(self.gate, selection)
+        upstream_gate.open_gate(self.gate, selection)
         self.opened = time.time()
 
     def finish(self) -> tuple[int, set[str]]:
@@ -314,14 +319,21 @@ def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[s
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
     regeneration where it has them all (the gate names these), else one that starts now, and
     imports and collects while the modules compile; a sample of their cases that exercises each
-    changed module (unless `sampled` is off: --whole-family)."""
+    changed module (unless `sampled` is off: --whole-family); with upstream-tests' plan first where
+    the record names no case of one of their files (unrecorded)."""
     if early and theirs and set(theirs) <= set(early.tests):
         return early, theirs
     if early:
         early.stop()
-    return (FlashInferTests(theirs, cases_by_file(recorded, changed), file_times,
-                            sample=sample_of(changed, recorded, sampled), stop_after=stop_after)
+    return (FlashInferTests(theirs, cases_by_file(recorded, changed), file_times, sample=sample_of(changed, recorded, sampled),
+                            stop_after=stop_after, plan=sampled and bool(unrecorded(theirs, recorded)))
             if theirs else None), None
+
+
+def unrecorded(tests: list[str], recorded: dict[str, list[str]]) -> list[str]:
+    """The test files among `tests` (files or node ids) of which the record names no case."""
+    named = {case.split("::")[0] for cases in recorded.values() for case in cases}
+    return sorted({t.split("::")[0] for t in tests} - named)
 
 
 def rebuild(to_build: list, failed_table) -> Outcome:

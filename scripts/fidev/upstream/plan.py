@@ -21,6 +21,7 @@ from fidev.core.failure import Failure
 from fidev.records import build_records, ninja_inputs
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
+from fidev.upstream.settings import Settings, child_env
 from fidev.upstream.suite import pytest_options, scripts_path
 
 # A rough cost model: one object of an attention or norm module takes SECONDS_PER_OBJECT to
@@ -73,12 +74,13 @@ def dry_run_workers(nodes: list[str]) -> list[str]:
     return ["-n", str(workers)]
 
 
-def dry_run(nodes: list[str], pytest_args: list[str], tests: Path, scratch: str) -> tuple[subprocess.Popen, str, float] | None:
-    """The dry run's pytest, its records in `scratch`: (the process, its output, its time); None when
-    it took longer than PLAN_LIMIT_S (its processes killed)."""
-    env = {**os.environ, "FLASHINFER_DISABLE_JIT": "1", upstream_plugin.DRY_RUN_DIR: scratch,
-           "FLASHINFER_JIT_CACHE_REPORT_FILE": str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
-           "PYTHONPATH": scripts_path()}
+def dry_run(nodes: list[str], pytest_args: list[str], tests: Path, scratch: str,
+            sample: Path | None = None) -> tuple[subprocess.Popen, str, float] | None:
+    """The dry run's pytest, its records in `scratch`, of the sample `sample` specifies (None: every
+    case): (the process, its output, its time); None when it took longer than PLAN_LIMIT_S (its processes killed)."""
+    env = child_env(Settings(dry_dir=Path(scratch), sample=sample), FLASHINFER_DISABLE_JIT="1",
+                    FLASHINFER_JIT_CACHE_REPORT_FILE=str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
+                    PYTHONPATH=scripts_path())
     workers = dry_run_workers(nodes)
     if workers:
         env["OMP_NUM_THREADS"] = "1"
@@ -99,14 +101,15 @@ def dry_run(nodes: list[str], pytest_args: list[str], tests: Path, scratch: str)
     return proc, out, time.perf_counter() - started
 
 
-def plan(nodes: list[str], pytest_args: list[str], tests: Path) -> tuple[dict[str, int], float] | None:
+def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | None = None) -> tuple[dict[str, int], float] | None:
     """{module the selection needs: objects to compile}, and the dry run's time; None when the dry
     run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without.
 
     The dry run is the selection under FLASHINFER_DISABLE_JIT=1: FlashInfer refuses to build, its
-    conftest turns each refusal into a skip, and fidev.upstream.plugin records what was asked for."""
+    conftest turns each refusal into a skip, and fidev.upstream.plugin records what was asked for;
+    under --sample, of the sample (`sample`: its spec)."""
     with tempfile.TemporaryDirectory() as scratch:
-        ran = dry_run(nodes, pytest_args, tests, scratch)
+        ran = dry_run(nodes, pytest_args, tests, scratch, sample)
         if ran is None:
             return None
         proc, out, seconds = ran

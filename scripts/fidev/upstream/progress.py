@@ -23,13 +23,13 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.files import read_record
-from fidev.upstream.plugin import PROGRESS_SCHEMA, failures_named
+from fidev.upstream.outcomes import PROGRESS_SCHEMA, failures_named
 
 EVERY_S = 30  # in a log: a progress line this often (--progress SECONDS)
 TTY_EVERY_S = 1  # on a terminal: the line rewritten this often
 TICK_S = 0.25  # how often the watch reads the processes' files
 STOP_GRACE_S = 10  # after the early stop's interrupt, how long a process may take to end before it is killed
-STOP_FILE = "failing-cases"  # in the run folder: fidev.upstream.plugin.STOP_FILE
+STOP_FILE = "failing-cases"  # in the run folder: fidev.upstream.settings.STOP_FILE
 
 
 class Board:

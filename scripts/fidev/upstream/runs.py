@@ -8,7 +8,7 @@ longest files first, a JUnit XML and a log per file in a run folder.
 A run takes at least its longest file (test_sampling.py is most of norm, activation and sampling:
 docs/measurements.md, row "longest file: test_sampling.py"), so a file whose last run was long runs in parts, up to one per
 GPU and each of PART_MIN_S or more by that time, a process each on a GPU of its own: every part
-collects the whole file and runs every k-th case (fidev.upstream.plugin.PART). A part is a file's
+collects the whole file and runs every k-th case (fidev.upstream.settings.PART). A part is a file's
 process as FlashInfer's CI has it, with its own JUnit XML, log and time limit; a file not run
 before runs whole.
 
@@ -40,11 +40,14 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.files import load_json, parse_json, write_whole
-from fidev.upstream import plugin as upstream_plugin
+from fidev.upstream import outcomes as upstream_outcomes
 from fidev.upstream import progress
-from fidev.upstream.plugin import COLLECTED, GATE, GATE_OWNER, PART, RUN_MODE, STOPPED, owner_alive, progress_path, skip_kind
+from fidev.upstream.gate import owner_alive
+from fidev.upstream.outcomes import COLLECTED, STOPPED, progress_path, skip_kind
+from fidev.upstream.settings import Settings, child_env
 
 FILE_LIMIT_S = 7200
+NO_SETTINGS = Settings()  # a run with no sample and no gate
 # pytest plugins FlashInfer's suite does not use (no file of tests/ at v0.6.3 names hypothesis), blocked in
 # its processes: hypothesis's plugin imports hypothesis at every session's end (_hypothesis_pytestplugin's
 # pytest_terminal_summary, hypothesis 6.x), a second or so of each process's end (docs/measurements.md,
@@ -59,7 +62,7 @@ GPUS = Path("/proc/driver/nvidia/gpus")
 # how run_files' line for each process as it ends begins; bench_upstream says a process's line the same way (from the
 # run's summary), and tools/gpu_acceptance.py keeps bench_upstream's lines by it
 FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")
-OOM, MISSING_JIT, FEATURE = upstream_plugin.OOM, upstream_plugin.MISSING_JIT, upstream_plugin.FEATURE  # skip_kind's, FlashInfer's conftest's
+OOM, MISSING_JIT, FEATURE = upstream_outcomes.OOM, upstream_outcomes.MISSING_JIT, upstream_outcomes.FEATURE  # skip_kind's, FlashInfer's conftest's
 SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
 FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
 
@@ -206,7 +209,7 @@ def read_outcomes(path: Path, stopped: bool = False) -> dict[str, str]:
 
 
 def stopped_itself(path: Path) -> bool:
-    """Whether a process's early stop ended it (fidev.upstream.plugin's STOPPED line)."""
+    """Whether a process's early stop ended it (fidev.upstream.outcomes' STOPPED line)."""
     return any(entry.get("outcome") == STOPPED for entry in entries(path))
 
 
@@ -223,7 +226,7 @@ def not_run(path: Path) -> int | None:
 def first_failure(run_dir: Path) -> float | None:
     """When the run's first failing case ended (time.time()), by its processes' outcomes files; None where none failed."""
     return min((entry["t"] for f in run_dir.glob("*.jsonl") for entry in entries(f)
-                if upstream_plugin.fails_the_run(entry.get("outcome"), entry.get("message", "")) and isinstance(entry.get("t"), (int, float))),
+                if upstream_outcomes.fails_the_run(entry.get("outcome"), entry.get("message", "")) and isinstance(entry.get("t"), (int, float))),
                default=None)
 
 
@@ -311,21 +314,16 @@ def save_times(path: Path, results: list[FileResult]) -> None:
     write_whole(path, json.dumps(times, indent=1, sort_keys=True))
 
 
-def process_env(outcomes: Path, gpu: str | None, part: tuple[int, int], stop_after: int) -> dict[str, str]:
-    """A file's process's environment: where its plugin writes, its GPU, its part, and the run's early stop."""
+def process_env(outcomes: Path, gpu: str | None, part: tuple[int, int], stop_after: int, base: Settings) -> dict[str, str]:
+    """A file's process's environment: its plugin's settings (fidev.upstream.settings: the run's
+    `base`, with where it writes, its part and the run's early stop), its GPU, and our scripts' path."""
     from fidev.core.manifest import ROOT
 
-    env = {**os.environ, RUN_MODE: str(outcomes),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    settings = base.but(outcomes=outcomes, part=part if part[1] > 1 else None, stop_after=stop_after,
+                        stop_file=outcomes.parent / progress.STOP_FILE if stop_after else None)
+    env = child_env(settings, PYTHONPATH=os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])]))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    env.pop(PART, None)
-    if part[1] > 1:
-        env[PART] = f"{part[0]}/{part[1]}"
-    for name in (upstream_plugin.STOP_AFTER, upstream_plugin.STOP_FILE):
-        env.pop(name, None)
-    if stop_after:
-        env.update({upstream_plugin.STOP_AFTER: str(stop_after), upstream_plugin.STOP_FILE: str(outcomes.parent / progress.STOP_FILE)})
     return env
 
 
@@ -340,11 +338,11 @@ def how_it_ended(code: int, stop: Stop, outcomes: Path) -> str:
 
 
 def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int], run_dir: Path, tree: Path, argv: list[str],
-             limit_s: float, stop: Stop, stop_after: int = 0) -> FileResult:
+             limit_s: float, stop: Stop, stop_after: int = 0, base: Settings = NO_SETTINGS) -> FileResult:
     """One file's pytest process (or one part's), pinned to `gpu` (None: nothing to pin), its output in the run folder."""
     rel = relative(file, tree)
     junit, log, outcomes = (run_dir / f"{stem(rel, part)}{ext}" for ext in (".xml", ".log", ".jsonl"))
-    env = process_env(outcomes, gpu, part, stop_after)
+    env = process_env(outcomes, gpu, part, stop_after, base)
     cmd = [sys.executable, "-c", PYTEST, *nodes, "-q", "-rfE", "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-p", "fidev.upstream.plugin",
            f"--junitxml={junit}", *argv]
     started = time.perf_counter()
@@ -386,7 +384,8 @@ def stem(rel: str, part: tuple[int, int]) -> str:
 
 
 def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree: Path, argv: list[str], limit_s: float,
-              times: dict[str, float], per_gpu: int = 1, stop_after: int = 0, every_s: float = progress.EVERY_S) -> list[FileResult]:
+              times: dict[str, float], per_gpu: int = 1, stop_after: int = 0, every_s: float = progress.EVERY_S,
+              base: Settings = NO_SETTINGS) -> list[FileResult]:
     """Every file once, in parts() by its last time, a worker per GPU (one unpinned worker where
     none can be seen) taking the longest process left (by its file's last time over its parts,
     else the file's size); a line per process as it ends, and the run's progress meanwhile
@@ -394,7 +393,8 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     times as many parts and N workers a GPU. With `stop_after` N, once the run's processes have
     named N failing cases no process starts and those running stop (STOPPED_EARLY); those never
     started are results too (NOT_STARTED). An interrupt (Ctrl-C, SIGTERM) kills the running
-    processes and raises KeyboardInterrupt."""
+    processes and raises KeyboardInterrupt. `base`: the settings every process's plugin gets
+    (fidev.upstream.settings: the sample, the gate); a gate whose owner is gone stops the run."""
     k = split(groups, len(gpus), tree, times, per_gpu)
     order = sorted(((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
                    key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp))
@@ -409,7 +409,7 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
             watch.check_stop()
             if stop.early.is_set():
                 return
-            if os.environ.get(GATE) and not owner_alive(os.environ.get(GATE_OWNER, "")):
+            if base.gate is not None and not owner_alive(base.gate_owner):
                 stop.flag.set()  # what started the run behind a gate is gone: the gate never opens
                 return
             try:
@@ -418,7 +418,7 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
                 return
             with lock:
                 watch.started += 1
-            result = run_file(f, groups[f], gpu, part, run_dir, tree, argv, limit_s, stop, stop_after)
+            result = run_file(f, groups[f], gpu, part, run_dir, tree, argv, limit_s, stop, stop_after, base)
             with lock:
                 results.append(result)
                 say(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s"

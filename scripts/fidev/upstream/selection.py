@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,12 +13,12 @@ from fidev.core.failure import INTERRUPTED, USAGE, Failure
 from fidev.core.manifest import pins
 from fidev.records import build_records
 from fidev.tree import source_tree
-from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import progress as upstream_progress
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import sample as upstream_sample
 from fidev.upstream import summary as upstream_summary
 from fidev.upstream import verdict
+from fidev.upstream.settings import Settings
 from fidev.upstream.suite import pytest_options
 
 
@@ -31,9 +30,11 @@ class Options:
     per_gpu: int = 1  # --per-gpu N
     baseline: bool = False  # --baseline: record, not compare
     summary: str | None = None  # --summary FILE: a copy of summary.json
-    sample: int | None = None  # --sample: its seed (the processes read the spec fidev.upstream.plugin.SAMPLE names); None: every case
+    sample: int | None = None  # --sample: its seed (the processes read the spec base.sample names); None: every case
     stop_after: int = 0  # --stop-after N: stop once the run's processes have N failing cases; 0: run everything
     progress_s: float = upstream_progress.EVERY_S  # --progress SECONDS: a progress line this often where the output is no terminal
+    # what every process's plugin is told (fidev.upstream.settings): the sample spec, and the gate of affected's run
+    base: Settings = field(default_factory=Settings)
 
 
 @dataclass
@@ -163,7 +164,7 @@ def run_all(record: Run) -> None:
         record.results = upstream_runs.run_files(record.groups, record.gpus, record.run_dir, record.tests.parent,
                                                  [*pytest_options(record.tests), *record.pytest_args], record.options.file_timeout,
                                                  record.times, record.options.per_gpu, record.options.stop_after,
-                                                 record.options.progress_s)
+                                                 record.options.progress_s, record.options.base)
     except KeyboardInterrupt:
         raise Failure(f"interrupted: the running test files were stopped; what finished is in {record.run_dir}",
                       "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=INTERRUPTED) from None
@@ -173,7 +174,7 @@ def keep_times(record: Run) -> None:
     """Each file's time for the next run's parts, where it is the file's own."""
     # behind affected's gate a file's time includes the wait for the build; with parts sharing a GPU, their sum is not its time
     # a run stopped early has files whose processes did not all run to their end
-    if not os.environ.get(upstream_plugin.GATE) and record.options.per_gpu == 1 and not upstream_runs.stopped_early(record.results):
+    if record.options.base.gate is None and record.options.per_gpu == 1 and not upstream_runs.stopped_early(record.results):
         upstream_runs.save_times(record.times_file, record.results)
 
 
@@ -194,7 +195,7 @@ def judge(record: Run) -> int:
 def sample_spec(folder: Path, seed: int, required: list[str], nodes: list[str], tests: Path, ws: workspace.Workspace) -> Path:
     """The spec every process of a sampled run reads (fidev.upstream.sample), written in `folder`:
     the seed, the modules the JIT dirs' record names for the selection's files' cases, and the
-    modules it must exercise. Returns its path, for the processes' environment (plugin.SAMPLE)."""
+    modules it must exercise. Returns its path, for the processes' settings (fidev.upstream.settings.Settings.sample)."""
     recorded: dict[str, list[str]] = {}
     for jit_dir in ws.jit_dirs():
         for module, cases in build_records.module_tests(jit_dir).items():
