@@ -62,6 +62,7 @@ from fidev.core.failure import ArgumentParser, Failure, exit_now, option, run_ma
 from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source
+from fidev.records import compile_log
 
 
 def main() -> int:
@@ -142,9 +143,14 @@ def judge(args, record: affected_summary.Summary, ws: workspace.Workspace, found
         report.hints(selection)
         return verdict.no_module_changed(args.list, selection, changed, kept)
     dirs = {m.name: m.build_dir for m in found.modules}
+    logs = compile_log.sizes(ws.jit_dirs())
     outcome = build_and_test(args, found, changed, selection, kept, dirs)
+    compiled = compile_log.compiled_since(ws.jit_dirs(), logs)
+    record.compiled = {name: None if objects is None else sum(objects.values()) for name, objects in sorted(compiled.items())}
+    record.compiled_twice = compile_log.twice(compiled)
     record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past
     print(report.results(selection, outcome.failed, outcome.broken))
+    print(report.compiled(record.compiled, record.compiled_twice))
     report.hints(selection)
     tested = verdict.of_tests(outcome.failed, outcome.broken)
     report.final(tested is Verdict.FAILED, outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started,

@@ -198,8 +198,12 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     tree, root, jit_dir, env = ws
     objects = {name: (jit_dir / name / f"{stem}.o").stat().st_mtime_ns for name, stem in (("norm", "norm.cu"), ("norm_upstream", "other"))}
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
-    done = affected(root, env)
+    done = affected(root, env, "--summary", str(jit_dir.parent / "affected.json"))
     assert "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    # what the run compiled, per module, from ninja's log in the module's folder (fidev.records.compile_log)
+    record = affected_summary.read(jit_dir.parent / "affected.json")
+    assert (record.compiled, record.compiled_twice) == ({"norm": 1}, []), record
+    assert "affected: 1 module(s) compiled in this run (norm), each once" in done.stdout, done.stdout
     assert (jit_dir / "norm/norm.cu.o").stat().st_mtime_ns != objects["norm"]
     assert (jit_dir / "norm_upstream/other.o").stat().st_mtime_ns == objects["norm_upstream"]
     assert "Traceback" not in done.stdout + done.stderr

@@ -3,6 +3,7 @@
 which catches the restored copy that ninja's mtime check misses."""
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -87,3 +88,31 @@ def test_dry_run_names_what_a_build_would_compile(module):
     assert ninja_inputs.dry_run(module, module / "build.ninja") == ({f"{module}/m.o"}, 0)
     (module / "build.ninja").write_text("this is not ninja\n")
     assert ninja_inputs.dry_run(module, module / "build.ninja") is None
+
+
+def test_the_compile_log_counts_each_object_a_run_compiled_and_names_one_compiled_twice(tmp_path):
+    """fidev.records.compile_log reads what ninja appended to each module's .ninja_log since the run
+    began: an object counted once per compile, a link not counted, and a log ninja recompacted (it
+    shrank) not known."""
+    from fidev.records import compile_log
+
+    if shutil.which("ninja") is None:
+        pytest.skip("needs ninja")
+    module = tmp_path / "cached_ops" / "norm"
+    module.mkdir(parents=True)
+    (module / "build.ninja").write_text("rule cc\n  command = cp $in $out\nrule link\n  command = cp $in $out\n"
+                                        "build norm.o: cc norm.cu\nbuild norm.so: link norm.o\n")
+    (module / "norm.cu").write_text("1\n")
+    (tmp_path / "cached_ops" / "empty").mkdir()
+    jit_dirs = [tmp_path / "cached_ops"]
+    before = compile_log.sizes(jit_dirs)
+    ninja = ["ninja", "-C", str(module)]
+    subprocess.run(ninja, check=True, capture_output=True)
+    assert compile_log.compiled_since(jit_dirs, before) == {"norm": {"norm.o": 1}}
+    (module / "norm.cu").write_text("2\n")
+    subprocess.run(ninja, check=True, capture_output=True)
+    found = compile_log.compiled_since(jit_dirs, before)
+    assert found == {"norm": {"norm.o": 2}} and compile_log.twice(found) == ["norm"]
+    later = compile_log.sizes(jit_dirs)
+    (module / ".ninja_log").write_text("# ninja log v5\n")  # recompacted
+    assert compile_log.compiled_since(jit_dirs, later) == {"norm": None} and compile_log.twice({"norm": None}) == ["norm"]

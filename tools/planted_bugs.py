@@ -300,7 +300,8 @@ def outcome(done: affected_summary.Summary | None, why: str | None, seconds: flo
     past = done.past_build or {}
     return {"verdict": done.verdict, "status": done.status, "first_failure_s": past.get("first_failure_s"), "build_s": done.build_s,
             "seconds": round(seconds, 1), "summary_seconds": done.seconds, "rebuilt": done.rebuilt, "modules": sorted(done.modules),
-            "tests": len(done.tests), "failed": done.failed, "caught_by": caught_by(done), "problem": done.problem}
+            "tests": len(done.tests), "failed": done.failed, "caught_by": caught_by(done), "problem": done.problem,
+            "compiled": done.compiled, "compiled_twice": done.compiled_twice}
 
 
 def run_bug(tree: Path, bug: Bug, scratch: Path) -> dict:
@@ -334,10 +335,18 @@ def seconds_cell(value) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
 
 
+def compiled_cell(planted: dict, restored: dict) -> str:
+    """The modules each run compiled (affected's summary, from ninja's logs), and any compiled twice."""
+    if "compiled" not in planted or "compiled" not in restored:
+        return "-"
+    twice = sorted({*planted["compiled_twice"], *restored["compiled_twice"]})
+    return f"{len(planted['compiled'])}, {len(restored['compiled'])}" + (f"; twice: {', '.join(twice)}" if twice else "; each once")
+
+
 def table(results: list[dict]) -> str:
     """The Markdown table, a row per bug run."""
     head = ["id", "family", "file kind", "file", "size vs fp16 rounding", "verdict", "exit", "first failure s", "compile s", "total s",
-            "caught by", "restored tree passes"]
+            "caught by", "restored tree passes", "restore s", "modules compiled (edit, restore)"]
     rows = [head, ["---"] * len(head)]
     for r in results:
         p, back = r["planted"], r["restored"]
@@ -345,7 +354,8 @@ def table(results: list[dict]) -> str:
         rows.append([r["id"], r["family"], r["kind"], f"`{r['file']}` ({r['symbol']})", r["size"], p["verdict"], str(p["status"]),
                      "not recorded" if first is None else seconds_cell(first), seconds_cell(p.get("build_s")), seconds_cell(p["seconds"]),
                      p.get("caught_by", "-") if r["caught"] else "NOT CAUGHT",
-                     "yes" if back["passes"] else f"NO (exit {back['status']}, {back['verdict']})"])
+                     "yes" if back["passes"] else f"NO (exit {back['status']}, {back['verdict']})", seconds_cell(back["seconds"]),
+                     compiled_cell(p, back)])
     return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows)
 
 

@@ -108,3 +108,11 @@ def nothing_changed(modules: int, passed: dict, checked_s: float) -> None:
     said = (f"; affected's last verdict on {short(passed, 3)}: passed ({sum(len(v.tests) for v in passed.values())} test(s), {last})"
             if passed else "; no verdict of affected is kept on them (it judges edits: smoke tests the build)")
     print(f"affected: nothing changed since the {modules} built modules were built (checked in {checked_s:.2f} s){said}")
+
+
+def compiled(counts: dict[str, int | None], twice: list[str]) -> str:
+    """What the run compiled, per module, from ninja's logs (fidev.records.compile_log)."""
+    if not counts:
+        return "affected: no module compiled in this run"
+    each = f"; more than once (or not known): {short(twice, 4)}" if twice else ", each once"
+    return f"affected: {len(counts)} module(s) compiled in this run ({short(sorted(counts), 4)}){each}"
