@@ -53,7 +53,9 @@ def params_text(params) -> str:
 
 def show_report(location: Path, exports: list[abi.Export]) -> None:
     files = sorted({e.file for e in exports})
-    print(f"abi: {source_tree.shown(location)} (FlashInfer {version_of(location)}): {plural(len(exports), 'export')} in {plural(len(files), 'file')}")
+    print(
+        f"abi: {source_tree.shown(location)} (FlashInfer {version_of(location)}): {plural(len(exports), 'export')} in {plural(len(files), 'file')}"
+    )
     for file in files:
         print(file)
         for e in (e for e in exports if e.file == file):
@@ -71,7 +73,9 @@ def show_report(location: Path, exports: list[abi.Export]) -> None:
 
 
 def show_diff(old: Path, new: Path, added, removed, changes) -> None:
-    print(f"abi --diff: FlashInfer {version_of(old)} ({source_tree.shown(old)}) -> {version_of(new)} ({source_tree.shown(new)})")
+    print(
+        f"abi --diff: FlashInfer {version_of(old)} ({source_tree.shown(old)}) -> {version_of(new)} ({source_tree.shown(new)})"
+    )
     for title, items in (("added", added), ("removed", removed)):
         print(f"{title} ({len(items)}):")
         for e in items:
@@ -86,13 +90,32 @@ def show_diff(old: Path, new: Path, added, removed, changes) -> None:
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", nargs="?", type=option(user_path), help="a FlashInfer source tree or source release (default: the vendored tree)")
-    parser.add_argument("--diff", nargs=2, type=option(user_path), metavar=("OLD", "NEW"), help="compare two trees or source releases")
-    parser.add_argument("--tvm-ffi", nargs=2, type=option(user_path), metavar=("OLD", "NEW"),
-                        help="compare the TVMFFITypeIndex values of two tvm-ffi wheels or installs")
-    parser.add_argument("--match", metavar="TEXT", help="only exports whose name, bound function or file contains TEXT (or matches it as a glob)")
+    parser = ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "source",
+        nargs="?",
+        type=option(user_path),
+        help="a FlashInfer source tree or source release (default: the vendored tree)",
+    )
+    parser.add_argument(
+        "--diff", nargs=2, type=option(user_path), metavar=("OLD", "NEW"), help="compare two trees or source releases"
+    )
+    parser.add_argument(
+        "--tvm-ffi",
+        nargs=2,
+        type=option(user_path),
+        metavar=("OLD", "NEW"),
+        help="compare the TVMFFITypeIndex values of two tvm-ffi wheels or installs",
+    )
+    parser.add_argument(
+        "--match",
+        metavar="TEXT",
+        help="only exports whose name, bound function or file contains TEXT (or matches it as a glob)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args()
     if args.source and (args.diff or args.tvm_ffi):
@@ -101,13 +124,27 @@ def main() -> int:
     if not (args.diff or args.tvm_ffi):
         location = (args.source or pins().source_dir).absolute()
         if args.source is None and not (location / "csrc").is_dir():
-            raise Failure(f"the vendored tree {source_tree.shown(location)} is not checked out",
-                          f"{source_tree.GET}, or name a tree or release")
-        exports = [e for e in abi.report(location) if not args.match or any(matches(text, args.match) for text in (e.name, e.binds, e.file))]
+            raise Failure(
+                f"the vendored tree {source_tree.shown(location)} is not checked out",
+                f"{source_tree.GET}, or name a tree or release",
+            )
+        exports = [
+            e
+            for e in abi.report(location)
+            if not args.match or any(matches(text, args.match) for text in (e.name, e.binds, e.file))
+        ]
         if args.match and not exports:
-            raise Failure(f"no export of {source_tree.shown(location)} matches {args.match!r}", "drop --match to list every export")
+            raise Failure(
+                f"no export of {source_tree.shown(location)} matches {args.match!r}",
+                "drop --match to list every export",
+            )
         if args.json:
-            print(json.dumps({"source": str(location), "version": version_of(location), "exports": abi.as_json(exports)}, indent=1))
+            print(
+                json.dumps(
+                    {"source": str(location), "version": version_of(location), "exports": abi.as_json(exports)},
+                    indent=1,
+                )
+            )
         else:
             show_report(location, exports)
         return 0
@@ -117,8 +154,13 @@ def main() -> int:
         old, new = (p.absolute() for p in args.diff)
         added, removed, changes = abi.diff(abi.report(old), abi.report(new))
         broken |= bool(removed or changes)
-        result["functions"] = {"old": str(old), "new": str(new), "added": abi.as_json(added), "removed": abi.as_json(removed),
-                               "changed": [asdict(c) for c in changes]}
+        result["functions"] = {
+            "old": str(old),
+            "new": str(new),
+            "added": abi.as_json(added),
+            "removed": abi.as_json(removed),
+            "changed": [asdict(c) for c in changes],
+        }
         if not args.json:
             show_diff(old, new, added, removed, changes)
     if args.tvm_ffi:
@@ -127,13 +169,17 @@ def main() -> int:
         broken |= any(not line.endswith(" added") for line in lines)
         result["tvm_ffi_type_index"] = {"old": str(args.tvm_ffi[0]), "new": str(args.tvm_ffi[1]), "changes": lines}
         if not args.json:
-            print(f"TVMFFITypeIndex: {len(before)} values in {args.tvm_ffi[0].name}, {len(after)} in {args.tvm_ffi[1].name}")
+            print(
+                f"TVMFFITypeIndex: {len(before)} values in {args.tvm_ffi[0].name}, {len(after)} in {args.tvm_ffi[1].name}"
+            )
             for line in lines or ["(no change)"]:
                 print(f"  {line}")
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        print(f"abi: {'the bump changes what the old side exports' if broken else 'nothing the old side exports changed'}")
+        print(
+            f"abi: {'the bump changes what the old side exports' if broken else 'nothing the old side exports changed'}"
+        )
     return 1 if broken else 0
 
 

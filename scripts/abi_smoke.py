@@ -18,7 +18,9 @@ from fidev.smoke import gpu_suite
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage="%(prog)s [PYTEST_ARGS ...]")
+    parser = ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, usage="%(prog)s [PYTEST_ARGS ...]"
+    )
     _, pytest_args = parser.parse_known_args()
     return gpu_suite.run("abi-smoke", "abi_smoke", pytest_args, kernel_source.mode())
 

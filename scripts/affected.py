@@ -66,15 +66,30 @@ from fidev.records import compile_log
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--list", action="store_true", help="name the changed files, modules and tests; build and run nothing")
-    parser.add_argument("--whole-family", action="store_true",
-                        help="run every case of FlashInfer's tests of the changed modules, not the sample (upstream-tests --sample)")
-    parser.add_argument("--keep-going", action="store_true",
-                        help="run every selected test: the first failure does not end the run (by default it does, and what did not run is no pass)")
-    parser.add_argument("--summary", type=option(output_file), metavar="FILE",
-                        help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, times)")
+    parser = ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="name the changed files, modules and tests; build and run nothing"
+    )
+    parser.add_argument(
+        "--whole-family",
+        action="store_true",
+        help="run every case of FlashInfer's tests of the changed modules, not the sample (upstream-tests --sample)",
+    )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run every selected test: the first failure does not end the run (by default it does, and what did not run is no pass)",
+    )
+    parser.add_argument(
+        "--summary",
+        type=option(output_file),
+        metavar="FILE",
+        help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, times)",
+    )
     args = parser.parse_args()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: what runs is stopped (run_tests), no traceback (run)
         signal.signal(sig, signal.default_int_handler)
@@ -85,8 +100,11 @@ def main() -> int:
         return record.status
     except KeyboardInterrupt:
         record.verdict, record.status = Verdict.INTERRUPTED, Verdict.INTERRUPTED.status
-        raise Failure("interrupted (the builds and tests it started were stopped)", "run it again: pixi run -e flashinfer-dev affected",
-                      exit_status=Verdict.INTERRUPTED.status) from None
+        raise Failure(
+            "interrupted (the builds and tests it started were stopped)",
+            "run it again: pixi run -e flashinfer-dev affected",
+            exit_status=Verdict.INTERRUPTED.status,
+        ) from None
     except Failure as failure:
         record.verdict = Verdict.BUILD_FAILED if isinstance(failure, tests.BuildFailed) else Verdict.ERROR
         record.status, record.problem = failure.exit_status, failure.problem
@@ -112,18 +130,25 @@ def run_affected(args, record: affected_summary.Summary) -> Verdict:
     started = time.perf_counter()
     ws = workspace.read(pins().flashinfer)  # read once, here
     found = built.find(ws, kernel_source.mode())
-    busy = Failure(f"another affected run is judging the builds in {ws.version_dir} ({{}}): two at once would rebuild the same modules "
-                   "and keep each other's verdicts", "wait for it to end, then run this again")
+    busy = Failure(
+        f"another affected run is judging the builds in {ws.version_dir} ({{}}): two at once would rebuild the same modules "
+        "and keep each other's verdicts",
+        "wait for it to end, then run this again",
+    )
 
     def unwritable(e: OSError) -> Failure:
-        return Failure(f"cannot write affected's lock in {ws.version_dir} ({e.strerror or e})",
-                       "make the JIT dir's folder writable (FLASHINFER_WORKSPACE_BASE names where it is)")
+        return Failure(
+            f"cannot write affected's lock in {ws.version_dir} ({e.strerror or e})",
+            "make the JIT dir's folder writable (FLASHINFER_WORKSPACE_BASE names where it is)",
+        )
 
     with files.exclusive(ws.affected_lock, "affected", busy, unwritable):
         return judge(args, record, ws, found, started)
 
 
-def judge(args, record: affected_summary.Summary, ws: workspace.Workspace, found: built.Found, started: float) -> Verdict:
+def judge(
+    args, record: affected_summary.Summary, ws: workspace.Workspace, found: built.Found, started: float
+) -> Verdict:
     """The run itself, under the workspace's lock."""
     kept = kept_verdicts(ws)
     stop_after = 0 if args.keep_going else tests.STOP_AFTER
@@ -135,8 +160,15 @@ def judge(args, record: affected_summary.Summary, ws: workspace.Workspace, found
             kept.judged = changed.now
             kept.record({})
         return Verdict.NOTHING_CHANGED
-    selection = select(changed.by_file, changed.changed, found.tier, found.recorded, found.tree,
-                       [*changed.python_edits, *changed.unjudged_generators], not args.whole_family)
+    selection = select(
+        changed.by_file,
+        changed.changed,
+        found.tier,
+        found.recorded,
+        found.tree,
+        [*changed.python_edits, *changed.unjudged_generators],
+        not args.whole_family,
+    )
     record.changed, record.tests = report.changed_files(selection), [*selection.ours, *selection.theirs]
     if args.list or not (changed.changed or selection.families):
         print(report.table(report.rows(selection)))
@@ -146,41 +178,72 @@ def judge(args, record: affected_summary.Summary, ws: workspace.Workspace, found
     logs = compile_log.sizes(ws.jit_dirs())
     outcome = build_and_test(args, found, changed, selection, kept, dirs)
     compiled = compile_log.compiled_since(ws.jit_dirs(), logs)
-    record.compiled = {name: None if objects is None else sum(objects.values()) for name, objects in sorted(compiled.items())}
+    record.compiled = {
+        name: None if objects is None else sum(objects.values()) for name, objects in sorted(compiled.items())
+    }
     record.compiled_twice = compile_log.twice(compiled)
-    record.failed, record.rebuilt, record.build_s, record.past_build = sorted(outcome.failed), outcome.rebuilt, round(outcome.build_s, 1), outcome.past
+    record.failed, record.rebuilt, record.build_s, record.past_build = (
+        sorted(outcome.failed),
+        outcome.rebuilt,
+        round(outcome.build_s, 1),
+        outcome.past,
+    )
     print(report.results(selection, outcome.failed, outcome.broken))
     print(report.compiled(record.compiled, record.compiled_twice))
     report.hints(selection)
     tested = verdict.of_tests(outcome.failed, outcome.broken)
-    report.final(tested is Verdict.FAILED, outcome.failed, outcome.broken, outcome.reruns, outcome.built, time.perf_counter() - started,
-                 outcome.stopped)
+    report.final(
+        tested is Verdict.FAILED,
+        outcome.failed,
+        outcome.broken,
+        outcome.reruns,
+        outcome.built,
+        time.perf_counter() - started,
+        outcome.stopped,
+    )
     # a family is covered by its tests that ran to a result, not by those selected (every case may skip here)
     ran = [t for t in selection.theirs if t.split("::")[0] in outcome.exercised_files]
     judged = verdict.covered_or_not(tested, selection, changed, kept, ran)
-    results = coverage.module_results(selection, outcome.failed, outcome.broken, covered=judged is not Verdict.NOT_COVERED,
-                                      stopped=outcome.stopped)
+    results = coverage.module_results(
+        selection, outcome.failed, outcome.broken, covered=judged is not Verdict.NOT_COVERED, stopped=outcome.stopped
+    )
     kept.judged = changed.now  # judged: what it did not pass is kept above, per module and per file
     kept.record({name: (dirs[name], *result) for name, result in results.items() if name in dirs})
     return judged
 
 
-def build_and_test(args, found: built.Found, changed: changes.Changes, selection, kept: verdicts.Kept, dirs: dict) -> tests.Outcome:
+def build_and_test(
+    args, found: built.Found, changed: changes.Changes, selection, kept: verdicts.Kept, dirs: dict
+) -> tests.Outcome:
     """Rebuild the changed modules and run their tests (fidev.affected.tests); a run stopped mid-way is
     no pass: each module with tests is kept `unfinished` with the inputs the rebuild records, as the
     tests start, or as the build fails or is stopped, and so are the reached families' edits."""
     to_build = [changed.specs.get(m.name, m) for m in found.modules if m.name in changed.changed]
-    unfinished = {name: (dirs[name], "unfinished", sorted(chosen), []) for name in changed.changed
-                  if name in dirs and (chosen := selection.selectors({name}))}
+    unfinished = {
+        name: (dirs[name], "unfinished", sorted(chosen), [])
+        for name in changed.changed
+        if name in dirs and (chosen := selection.selectors({name}))
+    }
 
     def keep_unfinished() -> None:  # the reached families' tests build from the edited tree, and record it: kept too
         kept.keep_gaps({}, changed.before, set(kept.gaps), verdict.reached_edits(selection, changed), "unfinished")
         kept.record(unfinished)
 
     try:
-        return tests.build_and_test(to_build, changed.early, selection.ours, selection.theirs, found.recorded, changed.changed,
-                                    found.ws.file_times, lambda: report.build_failed(selection, Verdict.BUILD_FAILED.value), keep_unfinished,
-                                    not args.whole_family, found.mode, args.keep_going)
+        return tests.build_and_test(
+            to_build,
+            changed.early,
+            selection.ours,
+            selection.theirs,
+            found.recorded,
+            changed.changed,
+            found.ws.file_times,
+            lambda: report.build_failed(selection, Verdict.BUILD_FAILED.value),
+            keep_unfinished,
+            not args.whole_family,
+            found.mode,
+            args.keep_going,
+        )
     except (Failure, KeyboardInterrupt):
         keep_unfinished()
         raise
@@ -189,7 +252,9 @@ def build_and_test(args, found: built.Found, changed: changes.Changes, selection
 def kept_verdicts(ws: workspace.Workspace) -> verdicts.Kept:
     kept = verdicts.Kept(ws.verdicts)
     if kept.problem:
-        print(f"affected: {kept.problem}: a verdict it kept may be a failure, so every built module is taken as changed: rebuilt, and its tests run")
+        print(
+            f"affected: {kept.problem}: a verdict it kept may be a failure, so every built module is taken as changed: rebuilt, and its tests run"
+        )
     return kept
 
 

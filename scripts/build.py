@@ -27,15 +27,19 @@ from fidev.jit.flashinfer_import import import_flashinfer
 def target_archs(core):
     archs = core.current_compilation_context.TARGET_CUDA_ARCHS
     if not archs:
-        raise Failure("no CUDA GPU is visible to torch, so there is no architecture to build for",
-                      "run on the GPU host, or set FLASHINFER_CUDA_ARCH_LIST (e.g. '9.0a') to build for one")
+        raise Failure(
+            "no CUDA GPU is visible to torch, so there is no architecture to build for",
+            "run on the GPU host, or set FLASHINFER_CUDA_ARCH_LIST (e.g. '9.0a') to build for one",
+        )
     return sorted(archs)
 
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wide", action="store_true", help="also build the wider smoke tier")
-    parser.add_argument("--abi", action="store_true", help="also build what abi-smoke calls (adds gdn_prefill on sm_90)")
+    parser.add_argument(
+        "--abi", action="store_true", help="also build what abi-smoke calls (adds gdn_prefill on sm_90)"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     p = pins()
@@ -84,11 +88,15 @@ def rebuild_kept(kept: list[build_stamp.Module], started: float, mode: str) -> i
     """The stamp's modules, by ninja alone: nothing that decides their build files changed."""
     stale = [m for m in kept if build_stamp.has_work(m)]
     if not stale:
-        print(f"build: {len(kept)} modules current, kernel source {mode} (checked in {time.perf_counter() - started:.2f} s: "
-              f"nothing that decides them changed since the last build, so flashinfer was not imported)")
+        print(
+            f"build: {len(kept)} modules current, kernel source {mode} (checked in {time.perf_counter() - started:.2f} s: "
+            f"nothing that decides them changed since the last build, so flashinfer was not imported)"
+        )
         return 0
-    print(f"build: kernel source {mode}: {', '.join(m.key for m in stale)} to rebuild (a source or header changed; "
-          "their build files are current, so flashinfer is not imported)")
+    print(
+        f"build: kernel source {mode}: {', '.join(m.key for m in stale)} to rebuild (a source or header changed; "
+        "their build files are current, so flashinfer is not imported)"
+    )
     build_s, slowest = build_specs(stale)
     show_slowest(slowest)
     print(f"build: {len(kept)} modules ready, {len(stale)} rebuilt in {build_s:.2f} s")
@@ -97,7 +105,10 @@ def rebuild_kept(kept: list[build_stamp.Module], started: float, mode: str) -> i
 
 def show_slowest(slowest) -> None:
     if slowest:
-        print("build: slowest objects: " + ", ".join(f"{Path(o).parent.name}/{Path(o).name} {t:.1f} s" for t, o in slowest))
+        print(
+            "build: slowest objects: "
+            + ", ".join(f"{Path(o).parent.name}/{Path(o).name} {t:.1f} s" for t, o in slowest)
+        )
 
 
 if __name__ == "__main__":

@@ -24,11 +24,25 @@ from fidev.tree.source_release import materialize
 
 def main() -> int:
     p = pins()
-    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archive", type=option(user_path), help=f"use this local {p.sdist_name} instead of downloading it")
-    parser.add_argument("--dest", type=option(user_path), default=str(p.source_dir), help=f"where to put the tree (default: {source_tree.shown(p.source_dir)})")
-    parser.add_argument("--replace", action="store_true", help="replace a tree that is not the pinned release, keeping it as <dest>.replaced-<time>")
+    parser = ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--archive", type=option(user_path), help=f"use this local {p.sdist_name} instead of downloading it"
+    )
+    parser.add_argument(
+        "--dest",
+        type=option(user_path),
+        default=str(p.source_dir),
+        help=f"where to put the tree (default: {source_tree.shown(p.source_dir)})",
+    )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace a tree that is not the pinned release, keeping it as <dest>.replaced-<time>",
+    )
     args = parser.parse_args()
     print(materialize(args.dest.absolute(), p, args.archive, args.replace))
     return 0

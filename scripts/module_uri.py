@@ -44,40 +44,79 @@ def installed_member(uri: str) -> str:
         member = jit_modules.installed_jit_cache().location / uris.library_member(uri)
     except Failure:
         return "flashinfer-jit-cache is not installed here"
-    return f"in the installed flashinfer-jit-cache: {member}" if member.is_file() else \
-        "not in the installed flashinfer-jit-cache: FlashInfer compiles it on first use (and `build` can)"
+    return (
+        f"in the installed flashinfer-jit-cache: {member}"
+        if member.is_file()
+        else "not in the installed flashinfer-jit-cache: FlashInfer compiles it on first use (and `build` can)"
+    )
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("kind", choices=uris.KINDS, help="the attention module's kind: %(choices)s")
     parser.add_argument("--backend", choices=uris.BACKENDS, help="prefill only; fa3 modules end in _sm90 (default fa2)")
-    parser.add_argument("--dtype", default="f16", type=option(dtype), help="q, kv and o dtype: f16, bf16, e4m3, e5m2 (torch names work too; default f16)")
+    parser.add_argument(
+        "--dtype",
+        default="f16",
+        type=option(dtype),
+        help="q, kv and o dtype: f16, bf16, e4m3, e5m2 (torch names work too; default f16)",
+    )
     parser.add_argument("--dtype-q", type=option(dtype), help="q dtype only (default: --dtype)")
     parser.add_argument("--dtype-kv", type=option(dtype), help="kv dtype only (default: --dtype)")
     parser.add_argument("--dtype-o", type=option(dtype), help="o (output) dtype only (default: --dtype)")
-    parser.add_argument("--dtype-idx", type=option(dtype), help="batch kinds only: page-table index dtype (default i32)")
-    parser.add_argument("--head-dim", type=option(head_dim), default=128, help="qk and vo head dim, a multiple of 16 (default 128)")
+    parser.add_argument(
+        "--dtype-idx", type=option(dtype), help="batch kinds only: page-table index dtype (default i32)"
+    )
+    parser.add_argument(
+        "--head-dim", type=option(head_dim), default=128, help="qk and vo head dim, a multiple of 16 (default 128)"
+    )
     parser.add_argument("--head-dim-qk", type=option(head_dim), help="qk head dim only (default: --head-dim)")
     parser.add_argument("--head-dim-vo", type=option(head_dim), help="vo head dim only (default: --head-dim)")
-    parser.add_argument("--posenc", choices=sorted(uris.POSENC), default="none", help="position encoding fused in the kernel (default none)")
-    parser.add_argument("--sliding-window", action="store_true", help="the module variant with a sliding window (default: without)")
-    parser.add_argument("--logits-soft-cap", action="store_true", help="the module variant with a logits soft cap (default: without)")
+    parser.add_argument(
+        "--posenc",
+        choices=sorted(uris.POSENC),
+        default="none",
+        help="position encoding fused in the kernel (default none)",
+    )
+    parser.add_argument(
+        "--sliding-window", action="store_true", help="the module variant with a sliding window (default: without)"
+    )
+    parser.add_argument(
+        "--logits-soft-cap", action="store_true", help="the module variant with a logits soft cap (default: without)"
+    )
     parser.add_argument("--fp16-qk-reduction", action="store_true", help="prefill only")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     args = parser.parse_args()
     # An option given for a kind it does not apply to is refused, not silently ignored.
     if args.dtype_idx is not None and not args.kind.startswith("batch"):
-        raise Failure(f"--dtype-idx applies to batch kinds only, not {args.kind}", "drop --dtype-idx", exit_status=USAGE)
+        raise Failure(
+            f"--dtype-idx applies to batch kinds only, not {args.kind}", "drop --dtype-idx", exit_status=USAGE
+        )
     if args.backend is not None and args.kind.endswith("decode"):
-        raise Failure(f"--backend applies to prefill kinds only: {args.kind} modules have no backend in their name", "drop --backend", exit_status=USAGE)
+        raise Failure(
+            f"--backend applies to prefill kinds only: {args.kind} modules have no backend in their name",
+            "drop --backend",
+            exit_status=USAGE,
+        )
     try:
         config = uris.AttentionConfig(
-            args.kind, args.backend or "fa2", args.dtype_q or args.dtype, args.dtype_kv or args.dtype, args.dtype_o or args.dtype,
-            args.dtype_idx or "i32", args.head_dim if args.head_dim_qk is None else args.head_dim_qk,
-            args.head_dim if args.head_dim_vo is None else args.head_dim_vo, uris.POSENC[args.posenc],
-            args.sliding_window, args.logits_soft_cap, args.fp16_qk_reduction)
+            args.kind,
+            args.backend or "fa2",
+            args.dtype_q or args.dtype,
+            args.dtype_kv or args.dtype,
+            args.dtype_o or args.dtype,
+            args.dtype_idx or "i32",
+            args.head_dim if args.head_dim_qk is None else args.head_dim_qk,
+            args.head_dim if args.head_dim_vo is None else args.head_dim_vo,
+            uris.POSENC[args.posenc],
+            args.sliding_window,
+            args.logits_soft_cap,
+            args.fp16_qk_reduction,
+        )
     except ValueError as e:
         raise Failure(str(e), ACCEPTED, exit_status=USAGE) from e
     uri = uris.module_uri(config)

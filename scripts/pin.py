@@ -21,18 +21,35 @@ from fidev.core.manifest import cuda_release, cuda_tag, package_indexes, pins
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("wheels", nargs="+", metavar="WHEEL", type=option(user_path), help="wheel files to pin")
-    parser.add_argument("--url", type=option(package_index.url), help="the wheel's download URL (one wheel only; default: looked up on its package index)")
-    parser.add_argument("--index", type=option(package_index.url),
-                        help="the simple index to look the wheels up on (default: the one the manifest installs each from)")
-    parser.add_argument("--cuda", type=option(cuda_release),
-                        help=f"CUDA key for wheels whose version names none: 12.9 or cu129 (default: the manifest's, {pins().cuda})")
+    parser.add_argument(
+        "--url",
+        type=option(package_index.url),
+        help="the wheel's download URL (one wheel only; default: looked up on its package index)",
+    )
+    parser.add_argument(
+        "--index",
+        type=option(package_index.url),
+        help="the simple index to look the wheels up on (default: the one the manifest installs each from)",
+    )
+    parser.add_argument(
+        "--cuda",
+        type=option(cuda_release),
+        help=f"CUDA key for wheels whose version names none: 12.9 or cu129 (default: the manifest's, {pins().cuda})",
+    )
     args = parser.parse_args()
-    args.wheels = list(dict.fromkeys(args.wheels))  # a wheel named twice is pinned once (its table written twice is no TOML)
+    args.wheels = list(
+        dict.fromkeys(args.wheels)
+    )  # a wheel named twice is pinned once (its table written twice is no TOML)
     if args.url and len(args.wheels) > 1:
-        raise Failure("--url names one wheel's URL, but several wheels were given", "pin them one at a time", exit_status=USAGE)
+        raise Failure(
+            "--url names one wheel's URL, but several wheels were given", "pin them one at a time", exit_status=USAGE
+        )
     cuda = cuda_tag(args.cuda or pins().cuda)
     blocks = []
     for path in args.wheels:
@@ -45,10 +62,14 @@ def main() -> int:
         wheel = cargo_pins.parse_wheel_filename(filename)
         if args.cuda and wheel.cuda and wheel.cuda != cuda:
             raise Failure(f"{filename} is built for {wheel.cuda}, not {cuda}", f"drop --cuda, or pin the {cuda} wheel")
-        found = cargo_pins.pins_for(path, filename, cuda, args.index or cargo_pins.index_for(wheel, package_indexes()), args.url)
+        found = cargo_pins.pins_for(
+            path, filename, cuda, args.index or cargo_pins.index_for(wheel, package_indexes()), args.url
+        )
         if cached_sha and cached_sha != found[0].sha256:
-            raise Failure(f"{path.name}: its cache name says sha256 {cached_sha}, the file has {found[0].sha256}",
-                          "the cached copy is damaged: run prefetch again, or pin the downloaded wheel")
+            raise Failure(
+                f"{path.name}: its cache name says sha256 {cached_sha}, the file has {found[0].sha256}",
+                "the cached copy is damaged: run prefetch again, or pin the downloaded wheel",
+            )
         print(f"pin: {filename}: sha256 {found[0].sha256}, {found[0].url}", file=sys.stderr)
         blocks += found
     print(cargo_pins.pin_toml(blocks), end="")

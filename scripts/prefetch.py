@@ -48,35 +48,64 @@ class Lines:
         return lambda: self.say(f"  {filename}: waiting for another process that holds its lock")
 
     def progress(self, filename):
-        return lambda done, total: self.say(f"  {filename}: {done / 1e6:.0f}{f' of {total / 1e6:.0f}' if total else ''} MB")
+        return lambda done, total: self.say(
+            f"  {filename}: {done / 1e6:.0f}{f' of {total / 1e6:.0f}' if total else ''} MB"
+        )
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("pins", metavar="PINS", type=option(user_path), help="Cargo.toml (or any TOML) holding the pinned_wheels table")
-    parser.add_argument("--arch", default=host_arch(), choices=[*cargo_pins.ARCHES, "all"], help="arch key to fetch (default: this host's)")
-    parser.add_argument("--cuda", default="all", type=option(cuda_key), help="CUDA key to fetch: 12.9 or cu129 (default: all)")
-    parser.add_argument("--from", dest="seed", metavar="DIR", type=option(user_path),
-                        help="copy the wheels from DIR (an offline host) instead of downloading them")
-    parser.add_argument("--timeout", type=option(numbers.decimal_number(example="--timeout 60")), default=60,
-                        help="give up on a download that sends nothing for this long (default 60 s)")
+    parser = ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "pins", metavar="PINS", type=option(user_path), help="Cargo.toml (or any TOML) holding the pinned_wheels table"
+    )
+    parser.add_argument(
+        "--arch",
+        default=host_arch(),
+        choices=[*cargo_pins.ARCHES, "all"],
+        help="arch key to fetch (default: this host's)",
+    )
+    parser.add_argument(
+        "--cuda", default="all", type=option(cuda_key), help="CUDA key to fetch: 12.9 or cu129 (default: all)"
+    )
+    parser.add_argument(
+        "--from",
+        dest="seed",
+        metavar="DIR",
+        type=option(user_path),
+        help="copy the wheels from DIR (an offline host) instead of downloading them",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=option(numbers.decimal_number(example="--timeout 60")),
+        default=60,
+        help="give up on a download that sends nothing for this long (default 60 s)",
+    )
     args = parser.parse_args()
 
     path = args.pins.expanduser()
     try:
         document = tomllib.loads(read_input(path).decode("utf-8"))
     except (OSError, ValueError) as e:  # no regular file (a FIFO, /dev/zero), not UTF-8, not TOML
-        raise Failure(f"cannot read {path}: {e}", "name the bindings crate's Cargo.toml, or a file with the `pin` task's output") from e
+        raise Failure(
+            f"cannot read {path}: {e}", "name the bindings crate's Cargo.toml, or a file with the `pin` task's output"
+        ) from e
     except RecursionError:
-        raise Failure(f"cannot read {path}: it nests its tables or arrays too deeply",
-                      "name the bindings crate's Cargo.toml, or a file with the `pin` task's output") from None
+        raise Failure(
+            f"cannot read {path}: it nests its tables or arrays too deeply",
+            "name the bindings crate's Cargo.toml, or a file with the `pin` task's output",
+        ) from None
     every = cargo_pins.read_pins(document, str(path))
     chosen = [p for p in every if args.arch in ("all", p.arch) and args.cuda in ("all", p.cuda)]
     if not chosen:
         keys = sorted({f"{p.cuda}.{p.arch}" for p in every})
-        raise Failure(f"{path} pins nothing for cuda {args.cuda}, arch {args.arch} (it has {', '.join(keys) or 'no entries'})",
-                      "pick one it has with --cuda/--arch (or 'all')")
+        raise Failure(
+            f"{path} pins nothing for cuda {args.cuda}, arch {args.arch} (it has {', '.join(keys) or 'no entries'})",
+            "pick one it has with --cuda/--arch (or 'all')",
+        )
     by_wheel = {}  # one wheel may serve several keys (tvm-ffi under every CUDA key): fetch it once
     for p in chosen:
         by_wheel.setdefault((p.sha256, p.filename), []).append(p)
@@ -85,10 +114,22 @@ def main() -> int:
     seed = args.seed.expanduser() if args.seed else None
     for pin, *others in by_wheel.values():
         keys = ", ".join(f"{p.name}.{p.cuda}.{p.arch}" for p in (pin, *others))
-        outcome = wheel_cache.ensure(pin, root, seed, timeout=args.timeout, waiting=out.waiting(pin.filename),
-                                     progress=out.progress(pin.filename))
-        rate = f", {outcome.size / 1e6 / outcome.seconds:.0f} MB/s" if outcome.state != "cached" and outcome.seconds > 0 else ""
-        out.say(f"  {outcome.state:10} {pin.filename}  ({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})")
+        outcome = wheel_cache.ensure(
+            pin,
+            root,
+            seed,
+            timeout=args.timeout,
+            waiting=out.waiting(pin.filename),
+            progress=out.progress(pin.filename),
+        )
+        rate = (
+            f", {outcome.size / 1e6 / outcome.seconds:.0f} MB/s"
+            if outcome.state != "cached" and outcome.seconds > 0
+            else ""
+        )
+        out.say(
+            f"  {outcome.state:10} {pin.filename}  ({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})"
+        )
     return 0
 
 

@@ -90,6 +90,7 @@ def distribution(name: str):
 
 # ---------------------------------------------------------------- driver and GPUs
 
+
 @dataclass
 class Driver:
     version: str
@@ -111,8 +112,9 @@ def driver_from_nvml() -> Driver:
         gpus = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            gpus.append((_text(pynvml.nvmlDeviceGetName(handle)),
-                         tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))))
+            gpus.append(
+                (_text(pynvml.nvmlDeviceGetName(handle)), tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)))
+            )
         return Driver(_text(pynvml.nvmlSystemGetDriverVersion()), f"{cuda // 1000}.{cuda % 1000 // 10}", gpus, "NVML")
     finally:
         pynvml.nvmlShutdown()
@@ -126,7 +128,9 @@ def driver_from_smi() -> Driver:
     query = run([smi, "--query-gpu=driver_version,name,compute_cap", "--format=csv,noheader"])
     for probe in (header, query):
         if probe is None or probe.returncode != 0:
-            raise RuntimeError("nvidia-smi failed: " + (probe.stdout + probe.stderr).strip()[:120] if probe else "nvidia-smi timed out")
+            raise RuntimeError(
+                "nvidia-smi failed: " + (probe.stdout + probe.stderr).strip()[:120] if probe else "nvidia-smi timed out"
+            )
     cuda = re.search(r"CUDA Version:\s*(\d+\.\d+)", header.stdout)
     rows = [[f.strip() for f in line.split(",")] for line in query.stdout.strip().splitlines()]
     if not cuda or not rows:
@@ -172,12 +176,15 @@ def check_gpus(ctx: Context) -> Result:
         return fail(f"{listed}: FlashInfer 0.6 needs sm_75 or newer", "use a Turing (sm_75) or newer GPU")
     if not any(cap == (9, 0) for cap in supported):
         sm90_only = ", ".join(m.key for m in smoke_modules.MODULES if m.sm90)
-        return warn(f"{listed}; {sm90_only} need sm_90 and will be skipped",
-                    "run on an H100/H200 (sm_90) to smoke-test every kernel")
+        return warn(
+            f"{listed}; {sm90_only} need sm_90 and will be skipped",
+            "run on an H100/H200 (sm_90) to smoke-test every kernel",
+        )
     return ok(f"{listed}; every smoke kernel runs here")
 
 
 # ---------------------------------------------------------------- CUDA toolkit and host compiler
+
 
 def check_nvcc(ctx: Context) -> Result:
     tc, target = ctx.toolchain, ctx.target
@@ -189,8 +196,10 @@ def check_nvcc(ctx: Context) -> Result:
     if not release:
         return fail(f"{nvcc} --version failed or did not name a release", ENV_FIX)
     if release.group(1) != target:
-        return fail(f"{nvcc} is CUDA {release.group(1)}; the workspace pins {target}",
-                    f"{ENV_FIX}; to diagnose this host on purpose: --cuda {release.group(1)}")
+        return fail(
+            f"{nvcc} is CUDA {release.group(1)}; the workspace pins {target}",
+            f"{ENV_FIX}; to diagnose this host on purpose: --cuda {release.group(1)}",
+        )
     return ok(f"{nvcc} is CUDA {target}")
 
 
@@ -199,14 +208,18 @@ def check_toolkit_origin(ctx: Context) -> Result:
     nvcc, origin = tc.nvcc, tc.cuda_home_from
     on_path = shutil.which("nvcc")
     if origin != "nvcc on PATH" and on_path and Path(on_path).resolve() != nvcc.resolve():
-        return fail(f"{origin} compiles with {nvcc} but PATH runs {on_path}",
-                    "make CUDA_HOME and PATH name the same toolkit (unset CUDA_HOME inside the environment)")
+        return fail(
+            f"{origin} compiles with {nvcc} but PATH runs {on_path}",
+            "make CUDA_HOME and PATH name the same toolkit (unset CUDA_HOME inside the environment)",
+        )
     prefix = os.environ.get("CONDA_PREFIX")
     if not prefix:
         return warn(f"no active pixi environment (CONDA_PREFIX unset); using {nvcc}", ENV_FIX)
     if not inside(nvcc, prefix):
-        return fail(f"{nvcc} (cuda_home from {origin}) is outside the environment {prefix}",
-                    "take the host toolkit off PATH and unset CUDA_HOME; the environment sets CUDA_HOME=$CONDA_PREFIX")
+        return fail(
+            f"{nvcc} (cuda_home from {origin}) is outside the environment {prefix}",
+            "take the host toolkit off PATH and unset CUDA_HOME; the environment sets CUDA_HOME=$CONDA_PREFIX",
+        )
     return ok(f"nvcc comes from the environment {prefix}")
 
 
@@ -216,16 +229,20 @@ def inside(path: Path, prefix: str) -> bool:
 
 # ---------------------------------------------------------------- conda's CUDA layout, as FlashInfer's JIT sees it
 
+
 def activation_fix(*names: str) -> str:
     """The fix for a toolchain path FlashInfer cannot see. Where the manifest's activation is
     already in force, the file is missing from the environment itself."""
     wanted = activation.manifest_env(names)
     prefix = os.environ.get("CONDA_PREFIX")
     if prefix and all(os.environ.get(k) == v for k, v in activation.apply({}, prefix).items() if k in wanted):
-        return "the activation is in force, so the environment lacks the file: pixi install -e flashinfer-dev " \
-               "(cuda-toolkit brings cuda-cudart-dev, cuda-driver-dev, cuda-cccl and libcublas-dev)"
-    return "run it inside the environment (`pixi run -e flashinfer-dev preflight`), whose activation sets " + \
-        ", ".join(f"{k}={v!r}" for k, v in wanted.items())
+        return (
+            "the activation is in force, so the environment lacks the file: pixi install -e flashinfer-dev "
+            "(cuda-toolkit brings cuda-cudart-dev, cuda-driver-dev, cuda-cccl and libcublas-dev)"
+        )
+    return "run it inside the environment (`pixi run -e flashinfer-dev preflight`), whose activation sets " + ", ".join(
+        f"{k}={v!r}" for k, v in wanted.items()
+    )
 
 
 def check_nvcc_profile(ctx: Context) -> Result:
@@ -233,9 +250,11 @@ def check_nvcc_profile(ctx: Context) -> Result:
     if not tc.nvcc.is_file():
         return fail(f"no nvcc at {tc.nvcc} to check", "fix the nvcc check first")
     if not tc.profile.is_file():
-        return fail(f"{tc.profile} is missing: nvcc started as {tc.nvcc} ({tc.nvcc_from}) finds no include or library paths",
-                    "point CUDA_HOME at the environment root, where conda keeps bin/nvcc.profile, not at targets/x86_64-linux: "
-                    + activation_fix("CUDA_HOME"))
+        return fail(
+            f"{tc.profile} is missing: nvcc started as {tc.nvcc} ({tc.nvcc_from}) finds no include or library paths",
+            "point CUDA_HOME at the environment root, where conda keeps bin/nvcc.profile, not at targets/x86_64-linux: "
+            + activation_fix("CUDA_HOME"),
+        )
     return ok(str(tc.profile))
 
 
@@ -243,7 +262,10 @@ def check_cuda_headers(ctx: Context) -> Result:
     tc = ctx.toolchain
     missing, split, found = [], [], set()
     for header in jit_toolchain.HEADERS:
-        cxx, nvcc = jit_toolchain.find_header(header, tc.cxx_includes), jit_toolchain.find_header(header, tc.nvcc_includes)
+        cxx, nvcc = (
+            jit_toolchain.find_header(header, tc.cxx_includes),
+            jit_toolchain.find_header(header, tc.nvcc_includes),
+        )
         if cxx:
             found.add(str(cxx.path))
         missing += [f"{header} (by {who})" for who, found in (("g++", cxx), ("nvcc", nvcc)) if found is None]
@@ -251,11 +273,15 @@ def check_cuda_headers(ctx: Context) -> Result:
             split.append(f"{header}: g++ takes {cxx.path}, nvcc {nvcc.path}")
     if missing:
         searched = ", ".join(str(d.path) for d in tc.cxx_includes)
-        return fail(f"not reachable: {', '.join(missing)}; g++ searches {searched or 'no CUDA dir'}",
-                    activation_fix("FLASHINFER_EXTRA_CFLAGS"))
+        return fail(
+            f"not reachable: {', '.join(missing)}; g++ searches {searched or 'no CUDA dir'}",
+            activation_fix("FLASHINFER_EXTRA_CFLAGS"),
+        )
     if split:
-        return warn("g++ and nvcc see different copies: " + "; ".join(split),
-                    "give both compilers one include dir first: " + activation_fix("FLASHINFER_EXTRA_CFLAGS"))
+        return warn(
+            "g++ and nvcc see different copies: " + "; ".join(split),
+            "give both compilers one include dir first: " + activation_fix("FLASHINFER_EXTRA_CFLAGS"),
+        )
     return ok(f"{', '.join(jit_toolchain.HEADERS)} from {', '.join(sorted(found))} (g++ and nvcc)")
 
 
@@ -270,8 +296,10 @@ def check_cuda_libs(ctx: Context) -> Result:
             found.append(f"{hit[1]}")
     if missing:
         searched = ", ".join(str(d.path) for d in tc.link_dirs)
-        return fail(f"every module's link will fail: {', '.join(missing)} on none of the -L dirs ({searched})",
-                    activation_fix("FLASHINFER_EXTRA_LDFLAGS"))
+        return fail(
+            f"every module's link will fail: {', '.join(missing)} on none of the -L dirs ({searched})",
+            activation_fix("FLASHINFER_EXTRA_LDFLAGS"),
+        )
     return ok(", ".join(found))
 
 
@@ -299,7 +327,11 @@ def check_host_cuda(ctx: Context) -> Result:
         fixes.append("take the host toolkit out of CUDA_HOME and FLASHINFER_EXTRA_* (see toolkit-origin)")
     if tc.preload.is_file() and not inside(tc.preload, prefix):
         leaks.append(f"FlashInfer preloads {tc.preload} (CUDA_LIB_PATH)")
-        fixes.append("set CUDA_LIB_PATH={!r}, as the manifest's activation does".format(activation.manifest_env(["CUDA_LIB_PATH"])["CUDA_LIB_PATH"]))
+        fixes.append(
+            "set CUDA_LIB_PATH={!r}, as the manifest's activation does".format(
+                activation.manifest_env(["CUDA_LIB_PATH"])["CUDA_LIB_PATH"]
+            )
+        )
     if leaks:
         return fail("a toolkit outside the environment leaks in: " + "; ".join(leaks), "; ".join(fixes))
     return ok(f"headers, link libraries and the preloaded runtime all come from {prefix} or nowhere")
@@ -327,7 +359,9 @@ def check_host_compiler(ctx: Context) -> Result:
     first = probe.stdout.splitlines()[0] if probe.stdout else ""
     versions = re.findall(r"(\d+)\.(\d+)(?:\.\d+)?", first)
     if not versions:
-        return warn(f"cannot read the version of {compiler}: {first!r}", "check it against NVIDIA's supported compilers")
+        return warn(
+            f"cannot read the version of {compiler}: {first!r}", "check it against NVIDIA's supported compilers"
+        )
     major = int(versions[-1][0])
     family = "clang" if "clang" in first else "gcc"
     limits = HOST_COMPILER_MAX.get(target)
@@ -335,12 +369,15 @@ def check_host_compiler(ctx: Context) -> Result:
         return warn(f"{family} {major} ({compiler}); no table for CUDA {target}", "check NVIDIA's supported compilers")
     newest = limits[family == "clang"]
     if not 7 <= major <= newest:
-        return fail(f"{family} {major} ({compiler}): nvcc {target} accepts {family} 7 to {newest}",
-                    f"set CC to a {family} <= {newest} (the environment ships gxx_linux-64 13)")
+        return fail(
+            f"{family} {major} ({compiler}): nvcc {target} accepts {family} 7 to {newest}",
+            f"set CC to a {family} <= {newest} (the environment ships gxx_linux-64 13)",
+        )
     return ok(f"{family} {major} ({compiler})")
 
 
 # ---------------------------------------------------------------- Python packages (metadata only)
+
 
 def check_torch(ctx: Context) -> Result:
     target = ctx.target
@@ -353,7 +390,10 @@ def check_torch(ctx: Context) -> Result:
     if not cuda:
         return fail(f"torch {dist.version} is not a CUDA build", f"install torch built for CUDA {target}: {ENV_FIX}")
     if major_minor(cuda.group(1)) != target:
-        return fail(f"torch {dist.version} is built for CUDA {cuda.group(1)}, not {target}", f"install torch built for CUDA {target}: {ENV_FIX}")
+        return fail(
+            f"torch {dist.version} is built for CUDA {cuda.group(1)}, not {target}",
+            f"install torch built for CUDA {target}: {ENV_FIX}",
+        )
     return ok(f"torch {dist.version} (CUDA {cuda.group(1)})")
 
 
@@ -373,14 +413,21 @@ def check_source(ctx: Context) -> Result:
         if not tree.found:
             return warn(f"cannot read the commit of {where}", f"check `git -C {where} status`")
         if not tree.pinned and not source_tree.descends_from(tree.path, p.source_commit):
-            return fail(f"{where} is at {tree.found[:12]}, the manifest pins {p.source_commit[:12]} (v{p.flashinfer})",
-                        "git submodule update --init --recursive")
+            return fail(
+                f"{where} is at {tree.found[:12]}, the manifest pins {p.source_commit[:12]} (v{p.flashinfer})",
+                "git submodule update --init --recursive",
+            )
         if not tree.pinned:  # edits committed on top of the pin: the kernel source mode auto compiles what they reach
-            return warn(f"{where} is at {tree.found[:12]}: your commits on top of the pinned {p.source_commit[:12]} (v{p.flashinfer})",
-                        "fine for kernel work (the modules they reach compile from the tree); to move the pin itself, see "
-                        "docs/bindings.md, \"Bumping the FlashInfer pin\"")
+            return warn(
+                f"{where} is at {tree.found[:12]}: your commits on top of the pinned {p.source_commit[:12]} (v{p.flashinfer})",
+                "fine for kernel work (the modules they reach compile from the tree); to move the pin itself, see "
+                "docs/bindings.md, \"Bumping the FlashInfer pin\"",
+            )
         if tree.lacking:
-            return fail(f"{where} lacks {', '.join(tree.lacking)}: its own submodules are not initialized", "git submodule update --init --recursive")
+            return fail(
+                f"{where} lacks {', '.join(tree.lacking)}: its own submodules are not initialized",
+                "git submodule update --init --recursive",
+            )
         return ok(f"{where} at v{p.flashinfer} ({tree.found[:12]})")
     if tree.kind == "release":
         if not tree.pinned:
@@ -388,8 +435,12 @@ def check_source(ctx: Context) -> Result:
         if tree.lacking:
             return fail(f"{where} is a partial release: no {', '.join(tree.lacking)}", replace)
         # The marker records the archive whose SHA-256 matched the pin before it was unpacked.
-        return ok(f"{where} holds the v{p.flashinfer} source release (sha256 {p.sdist_sha256[:12]}... matched before unpacking)")
-    return fail(f"{where} is neither a git checkout nor a materialized release", f"{replace}; or move it away, then {get}")
+        return ok(
+            f"{where} holds the v{p.flashinfer} source release (sha256 {p.sdist_sha256[:12]}... matched before unpacking)"
+        )
+    return fail(
+        f"{where} is neither a git checkout nor a materialized release", f"{replace}; or move it away, then {get}"
+    )
 
 
 def check_flashinfer_install(ctx: Context) -> Result:
@@ -411,8 +462,11 @@ def check_flashinfer_install(ctx: Context) -> Result:
         return fail(f"flashinfer-python {dist.version} installed, the pin is {p.flashinfer}", fix)
     broken = source_tree.broken_editable_links(p.source_dir)
     if broken:
-        return fail(f"the editable install's links {where}/flashinfer/data/{{{','.join(broken)}}} are gone: "
-                    "the tree was re-created after the install, and the JIT would fail on them", source_tree.REINSTALL)
+        return fail(
+            f"the editable install's links {where}/flashinfer/data/{{{','.join(broken)}}} are gone: "
+            "the tree was re-created after the install, and the JIT would fail on them",
+            source_tree.REINSTALL,
+        )
     return ok(f"flashinfer-python {dist.version} editable from {where}")
 
 
@@ -422,8 +476,10 @@ def check_cubin(ctx: Context) -> Result:
     if dist is None:
         return fail("flashinfer-cubin is not installed", "pixi install -e flashinfer-dev")
     if dist.version != p.flashinfer:
-        return fail(f"flashinfer-cubin {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
-                    f"install flashinfer-cubin=={p.flashinfer} (pixi install -e flashinfer-dev)")
+        return fail(
+            f"flashinfer-cubin {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
+            f"install flashinfer-cubin=={p.flashinfer} (pixi install -e flashinfer-dev)",
+        )
     return ok(f"flashinfer-cubin {dist.version}")
 
 
@@ -437,8 +493,10 @@ def check_kernel_source(ctx: Context) -> Result:
     except Failure as e:
         return fail(e.problem, e.fix)
     edits = f"; edited vs the release: {module_choice.edited_summary()}" if mode == kernel_source.AUTO else ""
-    return ok(f"{mode} ({kernel_source.ENV}{'' if os.environ.get(kernel_source.ENV) else ' unset: the default'}): "
-              f"{kernel_source.SAID[mode]}{edits}")
+    return ok(
+        f"{mode} ({kernel_source.ENV}{'' if os.environ.get(kernel_source.ENV) else ' unset: the default'}): "
+        f"{kernel_source.SAID[mode]}{edits}"
+    )
 
 
 def check_jit_cache(ctx: Context) -> Result:
@@ -448,19 +506,27 @@ def check_jit_cache(ctx: Context) -> Result:
         return fail("flashinfer-jit-cache is not installed", "pixi install -e flashinfer-dev")
     base, _, local = dist.version.partition("+")
     if base != p.flashinfer:
-        return fail(f"flashinfer-jit-cache {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
-                    f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
+        return fail(
+            f"flashinfer-jit-cache {dist.version} != FlashInfer {p.flashinfer}: FlashInfer refuses to run",
+            f"install flashinfer-jit-cache=={p.flashinfer}+{tag}",
+        )
     if local != tag:
-        return fail(f"flashinfer-jit-cache {dist.version} is built for {local or 'no CUDA tag'}, the toolkit is {tag}",
-                    f"install flashinfer-jit-cache=={p.flashinfer}+{tag}")
+        return fail(
+            f"flashinfer-jit-cache {dist.version} is built for {local or 'no CUDA tag'}, the toolkit is {tag}",
+            f"install flashinfer-jit-cache=={p.flashinfer}+{tag}",
+        )
     mode = ctx.mode  # a bogus one is the kernel-source check's FAIL; here it counts as neither vendored nor prebuilt
     if mode == kernel_source.VENDORED:
         return ok(f"flashinfer-jit-cache {dist.version}, hidden: kernels compile from the vendored source")
     if mode == kernel_source.PREBUILT:
-        return warn(f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling {source_tree.shown(p.source_dir)}, "
-                    f"edited or not ({kernel_source.ENV}={kernel_source.PREBUILT})",
-                    f"to build and test your kernel edits, unset {kernel_source.ENV} (auto: an edited module compiles from the tree)")
-    return ok(f"flashinfer-jit-cache {dist.version}: a module it ships loads prebuilt where none of its inputs was edited")
+        return warn(
+            f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling {source_tree.shown(p.source_dir)}, "
+            f"edited or not ({kernel_source.ENV}={kernel_source.PREBUILT})",
+            f"to build and test your kernel edits, unset {kernel_source.ENV} (auto: an edited module compiles from the tree)",
+        )
+    return ok(
+        f"flashinfer-jit-cache {dist.version}: a module it ships loads prebuilt where none of its inputs was edited"
+    )
 
 
 def check_tvm_ffi(ctx: Context) -> Result:
@@ -470,7 +536,9 @@ def check_tvm_ffi(ctx: Context) -> Result:
     if dist is None:
         return fail("apache-tvm-ffi is not installed", fix)
     if not in_range(dist.version, p.tvm_ffi_range):
-        return fail(f"apache-tvm-ffi {dist.version} is outside FlashInfer {p.flashinfer}'s range {p.tvm_ffi_range}", fix)
+        return fail(
+            f"apache-tvm-ffi {dist.version} is outside FlashInfer {p.flashinfer}'s range {p.tvm_ffi_range}", fix
+        )
     return ok(f"apache-tvm-ffi {dist.version}")
 
 
@@ -495,16 +563,21 @@ def check_jit_dir(ctx: Context) -> Result:
     if free < MIN_FREE_GIB:
         return fail(f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
     if not base.is_dir():
-        return warn(f"{workspace.BASE_VARIABLE} (or the home folder) {base} does not exist yet: FlashInfer creates it at its first "
-                    f"build ({free:.0f} GiB free there)", f"check its spelling; nothing was created (mkdir -p {base} to make it yourself)")
+        return warn(
+            f"{workspace.BASE_VARIABLE} (or the home folder) {base} does not exist yet: FlashInfer creates it at its first "
+            f"build ({free:.0f} GiB free there)",
+            f"check its spelling; nothing was created (mkdir -p {base} to make it yourself)",
+        )
     return ok(f"JIT cache {cache} ({free:.0f} GiB free)")
 
 
 def check_host(ctx: Context) -> Result:
     system, machine = platform.system(), platform.machine()
     if (system, machine) != ("Linux", "x86_64"):
-        return fail(f"{system} {machine}: the workspace is solved for linux-64 only",
-                    "use a Linux x86_64 host with an NVIDIA GPU")
+        return fail(
+            f"{system} {machine}: the workspace is solved for linux-64 only",
+            "use a Linux x86_64 host with an NVIDIA GPU",
+        )
     return ok("Linux x86_64")
 
 
@@ -567,8 +640,10 @@ def run_checks(ctx: Context) -> list[Check]:
         try:
             result = check(ctx)
         except Exception as e:  # noqa: BLE001 (the guard is the point)
-            result = fail(f"the check crashed: {type(e).__name__}: {e}",
-                          "the other checks still ran; report this line with `python scripts/preflight.py --json`")
+            result = fail(
+                f"the check crashed: {type(e).__name__}: {e}",
+                "the other checks still ran; report this line with `python scripts/preflight.py --json`",
+            )
         checks.append(Check(check_id, result.status, result.finding, result.fix))
     return checks
 
@@ -576,8 +651,12 @@ def run_checks(ctx: Context) -> list[Check]:
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
-    parser.add_argument("--cuda", metavar="X.Y", type=option(cuda_release),
-                        help="CUDA release to check against, 13.0 or cu130 (default: the manifest's pin); only to diagnose another host")
+    parser.add_argument(
+        "--cuda",
+        metavar="X.Y",
+        type=option(cuda_release),
+        help="CUDA release to check against, 13.0 or cu130 (default: the manifest's pin); only to diagnose another host",
+    )
     args = parser.parse_args()
     try:
         p = pins()
@@ -592,8 +671,18 @@ def main() -> int:
     counts = {s: sum(c.status == s for c in checks) for s in ("pass", "warn", "fail")}
     elapsed = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"cuda_target": target, "pinned": target == p.cuda, "checks": [asdict(c) for c in checks],
-                          "summary": counts, "seconds": round(elapsed, 3)}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "cuda_target": target,
+                    "pinned": target == p.cuda,
+                    "checks": [asdict(c) for c in checks],
+                    "summary": counts,
+                    "seconds": round(elapsed, 3),
+                },
+                indent=1,
+            )
+        )
     else:
         note = "" if target == p.cuda else f" (override; the pin is {p.cuda})"
         print(f"preflight: FlashInfer {p.flashinfer}, CUDA {target}{note}")

@@ -13,9 +13,14 @@ from fidev.smoke import gpu_suite
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                            usage="%(prog)s [--wide] [PYTEST_ARGS ...]")
-    parser.add_argument("--wide", action="store_true", help="also run the wider tier (batch prefill/decode, paged KV append, top-k)")
+    parser = ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        usage="%(prog)s [--wide] [PYTEST_ARGS ...]",
+    )
+    parser.add_argument(
+        "--wide", action="store_true", help="also run the wider tier (batch prefill/decode, paged KV append, top-k)"
+    )
     args, pytest_args = parser.parse_known_args()
     return gpu_suite.run("smoke", "smoke", [*(["--wide"] if args.wide else []), *pytest_args], kernel_source.mode())
 

@@ -89,8 +89,24 @@ from fidev.upstream import selection as upstream_selection
 from fidev.upstream import settings as upstream_settings
 from fidev.upstream import suite
 
-OURS = {"--list": 0, "--summary": 1, "--yes": 0, "--budget": 1, "--no-plan": 0, "--baseline": 0, "--gpus": 1, "--file-timeout": 1, "--per-gpu": 1, "-h": 0,
-        "--help": 0, "--sample": 0, "--sample-seed": 1, "--sample-modules": 1, "--stop-after": 1, "--progress": 1}
+OURS = {
+    "--list": 0,
+    "--summary": 1,
+    "--yes": 0,
+    "--budget": 1,
+    "--no-plan": 0,
+    "--baseline": 0,
+    "--gpus": 1,
+    "--file-timeout": 1,
+    "--per-gpu": 1,
+    "-h": 0,
+    "--help": 0,
+    "--sample": 0,
+    "--sample-seed": 1,
+    "--sample-modules": 1,
+    "--stop-after": 1,
+    "--progress": 1,
+}
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -113,12 +129,15 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
 
 
 # each option's reader (fidev.core.numbers): the digits 0-9, within a bound
-NUMBERS = {"--budget": numbers.decimal_number(zero=True, most=7 * 24 * 60, unit="minutes", example="--budget 30"),
-           "--gpus": numbers.whole_number(example="--gpus 2"), "--per-gpu": numbers.whole_number(example="--per-gpu 2"),
-           "--file-timeout": numbers.whole_number(most=int(numbers.MOST_SECONDS), example="--file-timeout 3600"),
-           "--sample-seed": numbers.whole_number(least=0, example="--sample-seed 7"),
-           "--stop-after": numbers.whole_number(least=0, example="--stop-after 5"),
-           "--progress": numbers.decimal_number(zero=True, most=24 * 3600, example="--progress 60")}
+NUMBERS = {
+    "--budget": numbers.decimal_number(zero=True, most=7 * 24 * 60, unit="minutes", example="--budget 30"),
+    "--gpus": numbers.whole_number(example="--gpus 2"),
+    "--per-gpu": numbers.whole_number(example="--per-gpu 2"),
+    "--file-timeout": numbers.whole_number(most=int(numbers.MOST_SECONDS), example="--file-timeout 3600"),
+    "--sample-seed": numbers.whole_number(least=0, example="--sample-seed 7"),
+    "--stop-after": numbers.whole_number(least=0, example="--stop-after 5"),
+    "--progress": numbers.decimal_number(zero=True, most=24 * 3600, example="--progress 60"),
+}
 
 
 def number(name: str, text: str) -> float:
@@ -142,19 +161,30 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str], float]:
         except Failure as failure:
             raise Failure(f"--summary {failure.problem}", failure.fix) from None
     if ours.get("--stop-after") and "--baseline" in ours:
-        raise Failure("--stop-after with --baseline: a baseline keeps every case's outcome, and a run stopped early leaves some unrun",
-                      "leave --stop-after out when recording a baseline")
+        raise Failure(
+            "--stop-after with --baseline: a baseline keeps every case's outcome, and a run stopped early leaves some unrun",
+            "leave --stop-after out when recording a baseline",
+        )
     return ours, selection, pytest_args, budget_s
 
 
 def options(ours: dict, seed: int | None, base: upstream_settings.Settings) -> upstream_selection.Options:
-    return upstream_selection.Options(gpus=ours.get("--gpus"), file_timeout=ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S),
-                                      per_gpu=ours.get("--per-gpu", 1), baseline="--baseline" in ours, summary=ours.get("--summary"),
-                                      sample=seed, stop_after=ours.get("--stop-after", 0), progress_s=ours.get("--progress", upstream_progress.EVERY_S),
-                                      base=base)
+    return upstream_selection.Options(
+        gpus=ours.get("--gpus"),
+        file_timeout=ours.get("--file-timeout", upstream_runs.FILE_LIMIT_S),
+        per_gpu=ours.get("--per-gpu", 1),
+        baseline="--baseline" in ours,
+        summary=ours.get("--summary"),
+        sample=seed,
+        stop_after=ours.get("--stop-after", 0),
+        progress_s=ours.get("--progress", upstream_progress.EVERY_S),
+        base=base,
+    )
 
 
-def sample_spec(ours: dict, nodes: list[str], tests, folder: Path, ws: workspace.Workspace) -> tuple[int | None, Path | None]:
+def sample_spec(
+    ours: dict, nodes: list[str], tests, folder: Path, ws: workspace.Workspace
+) -> tuple[int | None, Path | None]:
     """With --sample (or its seed or modules): (the seed, the spec every process reads: fidev.upstream.sample,
     the seed, the modules the record names for the selection's files' cases, the modules it must
     exercise). (None, None): every case runs."""
@@ -168,14 +198,18 @@ def sample_spec(ours: dict, nodes: list[str], tests, folder: Path, ws: workspace
 def named(selection: list[str], tests) -> list[str]:
     """The selection's node ids; refused where nothing was named."""
     if not selection:
-        raise Failure("no family or path was named (the whole suite takes hours to compile)",
-                      "name one: `upstream-tests norm`, or a path under tests/; `upstream-tests --list` names the families")
+        raise Failure(
+            "no family or path was named (the whole suite takes hours to compile)",
+            "name one: `upstream-tests norm`, or a path under tests/; `upstream-tests --list` names the families",
+        )
     return suite.resolve(selection, tests)
 
 
 def apply_kernel_source() -> str:
     """The kernel source mode, applied before anything imports flashinfer, and said."""
-    mode = module_choice.apply(kernel_source.mode())  # in `auto`, the tree's edits read now: two lines where nothing tells them
+    mode = module_choice.apply(
+        kernel_source.mode()
+    )  # in `auto`, the tree's edits read now: two lines where nothing tells them
     edits = f"; edited vs the release: {module_choice.edited_summary()}" if mode == kernel_source.AUTO else ""
     print(f"upstream-tests: kernel source {mode}: {kernel_source.SAID[mode]}{edits}")
     return mode
@@ -192,8 +226,11 @@ def planned(nodes: list[str], pytest_args: list[str], tests, budget_s: float, ye
     try:
         found = upstream_plan.plan(nodes, pytest_args, tests, sample)
     except KeyboardInterrupt:
-        raise Failure("interrupted during the plan's dry run (its processes were stopped)", "run it again, or skip the plan: --no-plan",
-                      exit_status=INTERRUPTED) from None
+        raise Failure(
+            "interrupted during the plan's dry run (its processes were stopped)",
+            "run it again, or skip the plan: --no-plan",
+            exit_status=INTERRUPTED,
+        ) from None
     if found is not None:
         upstream_plan.hold_budget(found, budget_s, yes)
 
@@ -219,7 +256,9 @@ def main() -> int:
         seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
         if "--no-plan" not in ours:
             planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec)
-            if spec is not None:  # the record now names the modules of the cases the dry run sampled: the run's sample takes them
+            if (
+                spec is not None
+            ):  # the record now names the modules of the cases the dry run sampled: the run's sample takes them
                 seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
         base = inherited.but(sample=spec)
         return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed, base), mode, ws)

@@ -33,8 +33,12 @@ _USERS = {}  # the user's values of _REDIRECTED before the redirect; None: unset
 def _snapshot(caches):
     # upstream-tests' run folders are left out: `affected` runs smoke's tests in this session while
     # FlashInfer's run beside them and write theirs (the CPU tests' go to the scratch base)
-    return {str(p): (p.stat().st_mtime_ns if p.exists() else None) for c in caches for p in [c, *(c.rglob("*") if c.is_dir() else [])]
-            if workspace.RUNS not in p.parts}
+    return {
+        str(p): (p.stat().st_mtime_ns if p.exists() else None)
+        for c in caches
+        for p in [c, *(c.rglob("*") if c.is_dir() else [])]
+        if workspace.RUNS not in p.parts
+    }
 
 
 def pytest_configure(config):
@@ -56,7 +60,10 @@ def pytest_sessionfinish(session, exitstatus):
     changed = sorted(set(_snapshot(_GUARDED).items()) ^ set(still.items()), key=lambda item: item[0])
     shutil.rmtree(os.environ.pop("FIDEV_TEST_SCRATCH"), ignore_errors=True)
     if changed:
-        print(f"\nerror: the test suite wrote into the real HOME: {changed[0][0]} (and {len(changed) - 1} more)", file=sys.stderr)
+        print(
+            f"\nerror: the test suite wrote into the real HOME: {changed[0][0]} (and {len(changed) - 1} more)",
+            file=sys.stderr,
+        )
         session.exitstatus = 1
 
 
@@ -135,8 +142,11 @@ def fi(gpu):
             pytest.skip(f"flashinfer is not importable: {e}")
     scratch = os.environ.get("FIDEV_TEST_SCRATCH")
     if scratch and Path(jit_env.FLASHINFER_WORKSPACE_DIR).is_relative_to(scratch):
-        pytest.fail(f"flashinfer was imported before the GPU fixtures, so its JIT dir is the test scratch {jit_env.FLASHINFER_WORKSPACE_DIR}, "
-                    "not the one `build` compiled into", pytrace=False)
+        pytest.fail(
+            f"flashinfer was imported before the GPU fixtures, so its JIT dir is the test scratch {jit_env.FLASHINFER_WORKSPACE_DIR}, "
+            "not the one `build` compiled into",
+            pytrace=False,
+        )
     try:
         _IMPORT_CHECK[:] = flashinfer_import.vendored_rows(flashinfer, jit_env, mode)
     except Failure as failure:
@@ -158,7 +168,9 @@ def _record_jit_builds() -> None:
     from fidev.builds import module_builds
 
     if not getattr(core.JitSpec.build, "fidev_recording", False):
-        core.JitSpec.build = module_builds.recording_build(core.JitSpec.build, lambda line: print(f"smoke: {line}", flush=True))
+        core.JitSpec.build = module_builds.recording_build(
+            core.JitSpec.build, lambda line: print(f"smoke: {line}", flush=True)
+        )
 
 
 @pytest.fixture(scope="session")
@@ -247,7 +259,10 @@ def read_only_dir(tmp_path):
     ro = tmp_path / "read-only"
     ro.mkdir()
     if os.geteuid() == 0:
-        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(ro)], capture_output=True).returncode != 0:
+        if (
+            shutil.which("chattr") is None
+            or subprocess.run(["chattr", "+i", str(ro)], capture_output=True).returncode != 0
+        ):
             pytest.skip("running as root on a filesystem without chattr +i: cannot make a read-only folder")
         yield ro
         subprocess.run(["chattr", "-i", str(ro)])

@@ -65,9 +65,14 @@ def gen_single_prefill_module(backend, dtype_q):
 
 
 def tree(root, binding=BINDING, extra=None):
-    for rel, text in {"csrc/single_prefill_jit_binding.cu": binding, "csrc/launcher.cu": EXPORT_ELSEWHERE,
-                      "include/flashinfer/moved.cuh": ELSEWHERE, "flashinfer/jit/attention/modules.py": MODULES,
-                      "version.txt": "9.9.9\n", **(extra or {})}.items():
+    for rel, text in {
+        "csrc/single_prefill_jit_binding.cu": binding,
+        "csrc/launcher.cu": EXPORT_ELSEWHERE,
+        "include/flashinfer/moved.cuh": ELSEWHERE,
+        "flashinfer/jit/attention/modules.py": MODULES,
+        "version.txt": "9.9.9\n",
+        **(extra or {}),
+    }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
@@ -83,23 +88,37 @@ def params(export, overload=0):
 
 
 def test_every_export_is_found_and_only_real_ones(exports):
-    assert set(exports) == {"rmsnorm", "workspace_size", "scale", "fp8_only", "run", "moved_away"}  # not the commented one
+    assert set(exports) == {
+        "rmsnorm",
+        "workspace_size",
+        "scale",
+        "fp8_only",
+        "run",
+        "moved_away",
+    }  # not the commented one
     assert exports["rmsnorm"].symbol == "__tvm_ffi_rmsnorm"
     line = BINDING.splitlines().index("TVM_FFI_DLL_EXPORT_TYPED_FUNC(rmsnorm, rmsnorm);") + 1
     assert (exports["rmsnorm"].file, exports["rmsnorm"].line) == ("csrc/single_prefill_jit_binding.cu", line)
 
 
 def test_macros_the_file_defines_are_expanded_and_defaults_kept(exports):
-    assert params(exports["rmsnorm"]) == [("TensorView", "out", False, None), ("TensorView", "input", False, None),
-                                          ("TensorView", "weight", False, None), ("double", "eps", False, None),
-                                          ("bool", "enable_pdl", False, "false")]
+    assert params(exports["rmsnorm"]) == [
+        ("TensorView", "out", False, None),
+        ("TensorView", "input", False, None),
+        ("TensorView", "weight", False, None),
+        ("double", "eps", False, None),
+        ("bool", "enable_pdl", False, "false"),
+    ]
     assert exports["rmsnorm"].signatures[0].returns == "void"
 
 
 def test_optional_slots_pointer_returns_and_address_of(exports):
     sig = exports["workspace_size"].signatures[0]
     assert sig.returns == "int64_t*" and exports["workspace_size"].binds == "workspace_size"
-    assert params(exports["workspace_size"]) == [("Optional<TensorView>", "maybe_hint", True, None), ("int64_t", "n", False, "8")]
+    assert params(exports["workspace_size"]) == [
+        ("Optional<TensorView>", "maybe_hint", True, None),
+        ("int64_t", "n", False, "8"),
+    ]
 
 
 def test_overloads_are_all_reported(exports):
@@ -122,16 +141,27 @@ def test_the_generated_attention_tail_per_backend(exports):
     run_ = exports["run"]
     assert run_.signatures[0].tail and [p[1] for p in params(run_)] == ["q", "maybe_lse", "window_left"]
     assert [(p.type, p.name, p.optional) for p in run_.tails["fa2"]] == [
-        ("Optional<ffi::Tensor>", "maybe_custom_mask", True), ("Optional<ffi::Tensor>", "maybe_alibi_slopes", True),
-        ("double", "logits_soft_cap", False), ("double", "sm_scale", False)]
+        ("Optional<ffi::Tensor>", "maybe_custom_mask", True),
+        ("Optional<ffi::Tensor>", "maybe_alibi_slopes", True),
+        ("double", "logits_soft_cap", False),
+        ("double", "sm_scale", False),
+    ]
 
 
 def test_the_sm90_binding_gets_the_fa3_tails(tmp_path):
-    root = tree(tmp_path / "fi", extra={"csrc/single_prefill_sm90_jit_binding.cu": BINDING.replace("single_prefill(", "single_prefill_sm90(")
-                                        .replace("run, single_prefill)", "run, single_prefill_sm90)")})
+    root = tree(
+        tmp_path / "fi",
+        extra={
+            "csrc/single_prefill_sm90_jit_binding.cu": BINDING.replace(
+                "single_prefill(", "single_prefill_sm90("
+            ).replace("run, single_prefill)", "run, single_prefill_sm90)")
+        },
+    )
     sm90 = next(e for e in abi.report(root) if e.file == "csrc/single_prefill_sm90_jit_binding.cu" and e.name == "run")
     assert set(sm90.tails) == {"fa3 and no fp8", "fa3 and fp8"}
-    assert [p.name for p in sm90.tails["fa3 and fp8"]] == ["scale_q", "sm_scale"] and not sm90.tails["fa3 and fp8"][0].optional
+    assert [p.name for p in sm90.tails["fa3 and fp8"]] == ["scale_q", "sm_scale"] and not sm90.tails["fa3 and fp8"][
+        0
+    ].optional
 
 
 def test_a_source_release_is_read_without_unpacking(tmp_path):
@@ -147,19 +177,33 @@ def test_cli_human_and_json(tmp_path):
     root = tree(tmp_path / "fi")
     done = run("abi.py", root, "--match", "rmsnorm")
     assert done.returncode == 0, done.stderr
-    assert "__tvm_ffi_rmsnorm  -> rmsnorm" in done.stdout and "bool enable_pdl = false" in done.stdout and "(FlashInfer 9.9.9)" in done.stdout
+    assert (
+        "__tvm_ffi_rmsnorm  -> rmsnorm" in done.stdout
+        and "bool enable_pdl = false" in done.stdout
+        and "(FlashInfer 9.9.9)" in done.stdout
+    )
     data = json.loads(run("abi.py", root, "--json").stdout)
     assert {e["symbol"] for e in data["exports"]} >= {"__tvm_ffi_run", "__tvm_ffi_fp8_only"}
 
 
 # ---------------------------------------------------------------- --diff
 
+
 def changed_tree(tmp_path):
-    binding = (BINDING
-               .replace("TensorView weight, EPS_T eps, bool enable_pdl = false", "TensorView gamma, float eps, bool enable_pdl = true")
-               .replace("Optional<TensorView> maybe_hint, int64_t n = 8", "int64_t n, Optional<TensorView> maybe_hint, int64_t m")
-               .replace("TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, scale);\n", "TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale2, scale);\n"))
-    modules = MODULES.replace('additional_scalar_names = ["logits_soft_cap", "sm_scale"]', 'additional_scalar_names = ["sm_scale", "logits_soft_cap"]')
+    binding = (
+        BINDING.replace(
+            "TensorView weight, EPS_T eps, bool enable_pdl = false",
+            "TensorView gamma, float eps, bool enable_pdl = true",
+        )
+        .replace(
+            "Optional<TensorView> maybe_hint, int64_t n = 8", "int64_t n, Optional<TensorView> maybe_hint, int64_t m"
+        )
+        .replace("TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale, scale);\n", "TVM_FFI_DLL_EXPORT_TYPED_FUNC(scale2, scale);\n")
+    )
+    modules = MODULES.replace(
+        'additional_scalar_names = ["logits_soft_cap", "sm_scale"]',
+        'additional_scalar_names = ["sm_scale", "logits_soft_cap"]',
+    )
     return tree(tmp_path / "new", binding, {"flashinfer/jit/attention/modules.py": modules})
 
 
@@ -177,7 +221,10 @@ def test_diff_says_exactly_what_changed(tmp_path):
     assert ("workspace_size", "parameter n default: 8 -> None") in said
     assert ("run", "fa2 tail: parameter logits_soft_cap moved: position 2 -> 3") in said
     rms = next(c for c in changes if c.key[1] == "rmsnorm")
-    declared = BINDING.splitlines().index("void rmsnorm(NORM_ARGS, TensorView weight, EPS_T eps, bool enable_pdl = false);") + 1
+    declared = (
+        BINDING.splitlines().index("void rmsnorm(NORM_ARGS, TensorView weight, EPS_T eps, bool enable_pdl = false);")
+        + 1
+    )
     assert rms.old_at == rms.new_at == f"csrc/single_prefill_jit_binding.cu:{declared}"
     assert not any(c.key[1] == "scale" for c in changes)  # the same overloads, whatever order they are found in
 
@@ -185,8 +232,14 @@ def test_diff_says_exactly_what_changed(tmp_path):
 def test_cli_diff_exits_1_on_a_change_and_0_when_only_added(tmp_path):
     old, new = tree(tmp_path / "old"), changed_tree(tmp_path)
     done = run("abi.py", "--diff", old, new)
-    assert done.returncode == 1 and "removed (1):" in done.stdout and "parameter eps retyped: double -> float" in done.stdout
-    grown = tree(tmp_path / "grown", BINDING + "void extra(TensorView t);\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(extra, extra);\n")
+    assert (
+        done.returncode == 1
+        and "removed (1):" in done.stdout
+        and "parameter eps retyped: double -> float" in done.stdout
+    )
+    grown = tree(
+        tmp_path / "grown", BINDING + "void extra(TensorView t);\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(extra, extra);\n"
+    )
     done = run("abi.py", "--diff", old, grown, "--json")
     assert done.returncode == 0, done.stdout
     assert [e["name"] for e in json.loads(done.stdout)["functions"]["added"]] == ["extra"]
@@ -223,14 +276,22 @@ def wheel(path, header):
 
 def test_type_indices_are_numbered_as_the_compiler_numbers_them(tmp_path):
     assert abi.type_indices(wheel(tmp_path / "a.whl", HEADER)) == {
-        "kTVMFFIAny": -1, "kTVMFFINone": 0, "kTVMFFIInt": 1, "kTVMFFIBool": 2, "kTVMFFIStaticObjectBegin": 64,
-        "kTVMFFIObject": 64, "kTVMFFIStr": 65}
+        "kTVMFFIAny": -1,
+        "kTVMFFINone": 0,
+        "kTVMFFIInt": 1,
+        "kTVMFFIBool": 2,
+        "kTVMFFIStaticObjectBegin": 64,
+        "kTVMFFIObject": 64,
+        "kTVMFFIStr": 65,
+    }
 
 
 def test_type_index_diff_from_a_wheel_and_an_installed_folder(tmp_path):
     installed = tmp_path / "site" / "tvm_ffi" / "include" / "tvm" / "ffi"
     installed.mkdir(parents=True)
-    (installed / "c_api.h").write_text(HEADER.replace("kTVMFFIBool,", "kTVMFFIBool,\n  kTVMFFIFloat,").replace("+ 1", "+ 2"))
+    (installed / "c_api.h").write_text(
+        HEADER.replace("kTVMFFIBool,", "kTVMFFIBool,\n  kTVMFFIFloat,").replace("+ 1", "+ 2")
+    )
     old = wheel(tmp_path / "apache_tvm_ffi-0.1.7-cp312-abi3-manylinux_2_28_x86_64.whl", HEADER)
     done = run("abi.py", "--tvm-ffi", old, tmp_path / "site" / "tvm_ffi")
     assert done.returncode == 1, done.stdout
@@ -239,10 +300,13 @@ def test_type_index_diff_from_a_wheel_and_an_installed_folder(tmp_path):
     assert same.returncode == 0 and "(no change)" in same.stdout
 
 
-@pytest.mark.parametrize("args, problem", [
-    (["/nonexistent/tree"], "does not exist"),
-    (["--tvm-ffi", "/nonexistent.whl", "/nonexistent.whl"], "no c_api.h in /nonexistent.whl"),
-])
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["/nonexistent/tree"], "does not exist"),
+        (["--tvm-ffi", "/nonexistent.whl", "/nonexistent.whl"], "no c_api.h in /nonexistent.whl"),
+    ],
+)
 def test_bad_sources_fail_in_two_lines(args, problem):
     two_line_failure(run("abi.py", *args), problem)
 

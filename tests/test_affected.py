@@ -27,7 +27,9 @@ from fidev.core.manifest import ROOT, pins
 from fidev.records import build_records, ninja_inputs
 from script_runs import require, two_line_failure
 
-pytestmark = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler"
+)
 
 TRAP = "raise ImportError('affected imported flashinfer')\n"  # no generator changed: no import
 
@@ -37,8 +39,19 @@ def build_module(jit_dir, name, sources, tree):
     out = jit_dir / name
     out.mkdir(parents=True, exist_ok=True)
     objects = [f"{out}/{src.stem}.o" for src in sources]
-    lines = ["cxx = c++", f"cflags = -fPIC -I{tree}/include", "", "rule compile", "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags",
-             "  depfile = $out.d", "  deps = gcc", "", "rule link", "  command = $cxx $in -shared -o $out", ""]
+    lines = [
+        "cxx = c++",
+        f"cflags = -fPIC -I{tree}/include",
+        "",
+        "rule compile",
+        "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out $post_cflags",
+        "  depfile = $out.d",
+        "  deps = gcc",
+        "",
+        "rule link",
+        "  command = $cxx $in -shared -o $out",
+        "",
+    ]
     lines += [f"build {obj}: compile {src.resolve()}" for obj, src in zip(objects, sources, strict=True)]
     lines += ["", f"build {out}/{name}.so: link " + " ".join(objects), f"default {out}/{name}.so", ""]
     (out / "build.ninja").write_text("\n".join(lines))
@@ -64,7 +77,11 @@ def ws(tmp_path, monkeypatch):
     root = tmp_path / "ws"
     for d in ("scripts", "tests"):
         shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
-    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    text = (
+        (ROOT / "pyproject.toml")
+        .read_text()
+        .replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    )
     (root / "pyproject.toml").write_text(text)
     env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base"), "PYTHONPATH": str(tree)}
     for key, value in env.items():
@@ -72,16 +89,27 @@ def ws(tmp_path, monkeypatch):
     jit_dir = tmp_path / "base/.cache/flashinfer" / pins().flashinfer / "90a/cached_ops"
     norm = build_module(jit_dir, "norm", [tree / "csrc/norm.cu.cc"], tree)
     build_module(jit_dir, "norm_upstream", [tree / "csrc/other.cc"], tree)
-    build_stamp.write(workspace.read(pins().flashinfer), {"wide": False, "abi": False}, "stamp",
-                      [build_stamp.Module("norm", "norm", norm, [tree / "csrc/norm.cu.cc"])])
+    build_stamp.write(
+        workspace.read(pins().flashinfer),
+        {"wide": False, "abi": False},
+        "stamp",
+        [build_stamp.Module("norm", "norm", norm, [tree / "csrc/norm.cu.cc"])],
+    )
     node = "tests/utils/test_norm.py::test_norm[dtype0-4096]"
-    build_records.add_module_tests(jit_dir, [{"test_name": node, "module_name": "norm_upstream", "spec_info": str({"name": "norm_upstream"})}])
+    build_records.add_module_tests(
+        jit_dir, [{"test_name": node, "module_name": "norm_upstream", "spec_info": str({"name": "norm_upstream"})}]
+    )
     return tree, root, jit_dir, env
 
 
 def affected(root, env, *args):
-    return subprocess.run([sys.executable, str(root / "scripts/affected.py"), *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, str(root / "scripts/affected.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
 
 
 def test_nothing_changed_is_said_without_importing_flashinfer(ws, tmp_path):
@@ -110,13 +138,24 @@ def test_a_header_edit_names_its_module_and_smoke_tests(ws, tmp_path):
     assert row.split()[1] == "norm" and f"{tests} test(s)" in row, done.stdout
     assert "other" not in done.stdout
     record = affected_summary.read(tmp_path / "affected.json")  # the same modules and tests, from the file
-    assert record.verdict == "listed" and record.changed == {row.split()[0]: ["norm"]} and len(record.tests) == tests, record
+    assert record.verdict == "listed" and record.changed == {row.split()[0]: ["norm"]} and len(record.tests) == tests, (
+        record
+    )
 
 
 def test_the_summary_is_read_back_whole_and_a_foreign_or_truncated_one_is_refused(tmp_path):
     path = tmp_path / "affected.json"
-    record = affected_summary.Summary("failed", 1, {"include/flashinfer/norm.cuh": ["norm"]}, ["tests/smoke/test_norm.py::test_rmsnorm"],
-                                      ["tests/smoke/test_norm.py::test_rmsnorm"], ["norm"], 12.3, {"ended_s": 4.0, "last_case_s": 3.5}, 20.1)
+    record = affected_summary.Summary(
+        "failed",
+        1,
+        {"include/flashinfer/norm.cuh": ["norm"]},
+        ["tests/smoke/test_norm.py::test_rmsnorm"],
+        ["tests/smoke/test_norm.py::test_rmsnorm"],
+        ["norm"],
+        12.3,
+        {"ended_s": 4.0, "last_case_s": 3.5},
+        20.1,
+    )
     affected_summary.write(record, path)
     assert affected_summary.read(path) == record and record.modules == {"norm"}
     assert [p.name for p in tmp_path.iterdir()] == ["affected.json"], "the temporary file was left behind"
@@ -165,7 +204,9 @@ def test_a_generator_edit_regenerates_through_flashinfer(ws):
 
 def test_bad_input_gets_two_lines(ws, tmp_path):
     tree, root, jit_dir, env = ws
-    two_line_failure(affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "nothing")}), "nothing is built yet")
+    two_line_failure(
+        affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "nothing")}), "nothing is built yet"
+    )
     # with a prebuilt set, auto builds only edited modules: the first build for affected is vendored
     (tree / "flashinfer/data/aot/norm").mkdir(parents=True)
     done = affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "nothing")})
@@ -174,7 +215,9 @@ def test_bad_input_gets_two_lines(ws, tmp_path):
     shutil.rmtree(tree / "flashinfer/data")
     other = tmp_path / "old/.cache/flashinfer/0.5.0/90a/cached_ops/norm"
     other.mkdir(parents=True)
-    two_line_failure(affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "old")}), "holds builds of FlashInfer 0.5.0")
+    two_line_failure(
+        affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "old")}), "holds builds of FlashInfer 0.5.0"
+    )
     (tree / "csrc/other.cc").unlink()
     two_line_failure(affected(root, env), "an input of norm_upstream, is gone")
 
@@ -183,12 +226,13 @@ def test_modules_built_from_another_tree_are_refused(ws, tmp_path):
     tree, root, jit_dir, env = ws
     elsewhere = tmp_path / "site-packages/flashinfer/data"
     shutil.copytree(tree / "include", elsewhere / "include")
-    (tree / "csrc/third.cc").write_text(f'#include "{elsewhere}/include/flashinfer/norm.cuh"\nint h() {{ return K; }}\n')
+    (tree / "csrc/third.cc").write_text(
+        f'#include "{elsewhere}/include/flashinfer/norm.cuh"\nint h() {{ return K; }}\n'
+    )
     foreign = build_module(jit_dir, "foreign", [tree / "csrc/third.cc"], tree)
     two_line_failure(affected(root, env), "foreign was built from")
     (foreign / ninja_inputs.STAMP).unlink()  # built without a record (FlashInfer's own loader): ninja's deps log tells
     two_line_failure(affected(root, env), "foreign was built from")
-
 
 
 def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
@@ -196,7 +240,10 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     tests run; on a host without a GPU they skip, which is no pass."""
     require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     tree, root, jit_dir, env = ws
-    objects = {name: (jit_dir / name / f"{stem}.o").stat().st_mtime_ns for name, stem in (("norm", "norm.cu"), ("norm_upstream", "other"))}
+    objects = {
+        name: (jit_dir / name / f"{stem}.o").stat().st_mtime_ns
+        for name, stem in (("norm", "norm.cu"), ("norm_upstream", "other"))
+    }
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
     done = affected(root, env, "--summary", str(jit_dir.parent / "affected.json"))
     assert "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
@@ -210,8 +257,13 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     assert done.returncode == 1 and "no smoke or abi-smoke test passed" in done.stdout, done.stdout
     # the rebuild recorded the edit as built, and the verdict was kept: asking again reruns the tests, never "nothing changed"
     again = affected(root, env)
-    assert again.returncode == 1 and "nothing changed" not in again.stdout and "ninja: no work to do" in again.stdout, again.stdout
-    assert any(line.startswith("(the last run failed at ") and "its tests run again" in line for line in again.stdout.splitlines()), again.stdout
+    assert again.returncode == 1 and "nothing changed" not in again.stdout and "ninja: no work to do" in again.stdout, (
+        again.stdout
+    )
+    assert any(
+        line.startswith("(the last run failed at ") and "its tests run again" in line
+        for line in again.stdout.splitlines()
+    ), again.stdout
 
 
 def test_a_run_killed_during_its_tests_is_unfinished_and_its_tests_run_again(ws):
@@ -227,7 +279,10 @@ def test_a_run_killed_during_its_tests_is_unfinished_and_its_tests_run_again(ws)
     assert done.returncode == 9 and "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
     again = affected(root, env, "--list")
     assert "nothing changed" not in again.stdout, again.stdout
-    assert any(line.startswith("(the last run unfinished at ") and " norm " in f" {line} " for line in again.stdout.splitlines()), again.stdout
+    assert any(
+        line.startswith("(the last run unfinished at ") and " norm " in f" {line} "
+        for line in again.stdout.splitlines()
+    ), again.stdout
 
 
 def test_a_module_built_in_a_run_whose_other_build_failed_is_unfinished(ws):
@@ -244,8 +299,10 @@ def test_a_module_built_in_a_run_whose_other_build_failed_is_unfinished(ws):
     other.write_text(saved)
     again = affected(root, env, "--list")
     assert "nothing changed" not in again.stdout, again.stdout
-    assert any(line.startswith("(the last run unfinished at ") and "norm" in line.replace(",", " ").split() for line in again.stdout.splitlines()), \
-        again.stdout
+    assert any(
+        line.startswith("(the last run unfinished at ") and "norm" in line.replace(",", " ").split()
+        for line in again.stdout.splitlines()
+    ), again.stdout
 
 
 def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
@@ -258,11 +315,18 @@ def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     (tree / "include/flashinfer/page.cuh").write_text("constexpr int P = 2;\n")
     done = affected(root, env)
     assert done.returncode == 3, done.stdout + done.stderr  # not a pass: the page family's tests did not run
-    assert "affected: not a pass: 1 kernel family(ies) the edit reaches went untested; cover them: " \
-           "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
-    assert any(line.startswith("include/flashinfer/page.cuh") and "no built module" in line for line in done.stdout.splitlines()), done.stdout
-    assert "include/flashinfer/page.cuh reaches no built module; the tests of page would build one: " \
-           "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
+    assert (
+        "affected: not a pass: 1 kernel family(ies) the edit reaches went untested; cover them: "
+        "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
+    )
+    assert any(
+        line.startswith("include/flashinfer/page.cuh") and "no built module" in line
+        for line in done.stdout.splitlines()
+    ), done.stdout
+    assert (
+        "include/flashinfer/page.cuh reaches no built module; the tests of page would build one: "
+        "pixi run -e flashinfer-dev upstream-tests page" in done.stdout
+    )
     assert "rebuilt" not in done.stdout
 
 
@@ -277,7 +341,9 @@ def test_a_not_covered_edit_stays_not_covered_after_a_later_build_until_it_is_re
     module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)
     page.write_text("constexpr int P = 2;\n")
     assert affected(root, env).returncode == 3
-    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # a later build records the tree as edited
+    module_builds.record_build(
+        jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree
+    )  # a later build records the tree as edited
     again = affected(root, env)
     assert again.returncode == 3 and "nothing changed" not in again.stdout, again.stdout + again.stderr
     assert "pixi run -e flashinfer-dev upstream-tests page" in again.stdout
@@ -289,8 +355,8 @@ def test_a_not_covered_edit_stays_not_covered_after_a_later_build_until_it_is_re
 PASSING_SMOKE = {  # smoke's and abi-smoke's tests of the norm module, as stand-ins that pass on any host
     "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
     "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\ndef test_bad_norm_call_is_a_decoded_error():\n    pass\n\n\n"
-                             "@pytest.mark.parametrize('op', ['norm.rmsnorm', 'norm.gemma_rmsnorm'])\n"
-                             "def test_runtime_signature_equals_the_source(op):\n    pass\n",
+    "@pytest.mark.parametrize('op', ['norm.rmsnorm', 'norm.gemma_rmsnorm'])\n"
+    "def test_runtime_signature_equals_the_source(op):\n    pass\n",
 }
 
 
@@ -303,7 +369,9 @@ def test_a_module_whose_tests_passed_in_a_not_covered_run_is_not_covered_until_t
     for rel, text in PASSING_SMOKE.items():
         (root / "tests" / rel).write_text(text)
     (tree / "csrc/norm.cu").write_text('#include "flashinfer/norm.cuh"\n')
-    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # the tree with it, as of a build
+    module_builds.record_build(
+        jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree
+    )  # the tree with it, as of a build
     header = tree / "include/flashinfer/norm.cuh"
     header.write_text("constexpr int K = 2;\n")
     done = affected(root, env)
@@ -332,8 +400,9 @@ def test_an_edit_built_by_build_before_affected_ran_is_judged_and_a_failure_stay
     require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     tree, root, jit_dir, env = ws
     header = tree / "include/flashinfer/norm.cuh"
-    smoke = PASSING_SMOKE["smoke/test_kernels.py"].replace("def test_rmsnorm():\n    pass",
-                                                             f"def test_rmsnorm():\n    assert 'K = 2' not in open({str(header)!r}).read()")
+    smoke = PASSING_SMOKE["smoke/test_kernels.py"].replace(
+        "def test_rmsnorm():\n    pass", f"def test_rmsnorm():\n    assert 'K = 2' not in open({str(header)!r}).read()"
+    )
     for rel, text in {**PASSING_SMOKE, "smoke/test_kernels.py": smoke}.items():
         (root / "tests" / rel).write_text(text)
     first = affected(root, env)
@@ -341,7 +410,9 @@ def test_an_edit_built_by_build_before_affected_ran_is_judged_and_a_failure_stay
     header.write_text("constexpr int K = 2;\n")
     rebuild(jit_dir, "norm", tree)
     listed = affected(root, env, "--list").stdout
-    assert "include/flashinfer/norm.cuh changed since its last verdict, and a build recorded the edit since" in listed, listed
+    assert (
+        "include/flashinfer/norm.cuh changed since its last verdict, and a build recorded the edit since" in listed
+    ), listed
     for attempt in ("edit", "again"):  # again: the failure kept (fidev.affected.verdicts)
         done = affected(root, env)
         assert done.returncode == 1 and "nothing changed" not in done.stdout, (attempt, done.stdout + done.stderr)
@@ -416,12 +487,17 @@ def test_the_prebuilt_mode_with_a_jit_cache_is_refused_and_auto_needs_the_releas
     (fake / "flashinfer_jit_cache/__init__.py").write_text("")
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
     pythonpath = f"{tree}{os.pathsep}{fake}"
-    two_line_failure(affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt"}, "--list"),
-                     "flashinfer-jit-cache is installed")
+    two_line_failure(
+        affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt"}, "--list"),
+        "flashinfer-jit-cache is installed",
+    )
     done = affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "vendored"}, "--list")
     assert done.returncode == 0 and "norm.cuh" in done.stdout, done.stdout + done.stderr
     # the default, auto, chooses per module by the tree's edits: a tree with no release to tell them by is two lines
-    two_line_failure(affected(root, {**env, "PYTHONPATH": pythonpath}, "--list"), "neither the pinned commit's checkout nor the pinned release")
+    two_line_failure(
+        affected(root, {**env, "PYTHONPATH": pythonpath}, "--list"),
+        "neither the pinned commit's checkout nor the pinned release",
+    )
 
 
 def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
@@ -431,34 +507,61 @@ def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
     header.write_text("constexpr int K = 3;  // saved during the compile\n")
     obj = jit_dir / "norm/norm.cu.o"
     os.utime(header, ns=(obj.stat().st_mtime_ns + 10**9,) * 2)
-    module_builds.record_build(jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree)  # the record, after the build ended
+    module_builds.record_build(
+        jit_dir / "norm", jit_dir / "norm/build.ninja", tree=tree
+    )  # the record, after the build ended
     done = affected(root, env, "--list")
     assert any("norm.cuh" in line and " norm " in f" {line} " for line in done.stdout.splitlines()), done.stdout
 
 
-def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(monkeypatch, tmp_path):
+def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(
+    monkeypatch, tmp_path
+):
     from fidev.affected.tests import processes
 
-    file_times = workspace.Workspace(tmp_path, pins().flashinfer).file_times  # the task's workspace's, passed down: no file's time kept yet
+    file_times = workspace.Workspace(
+        tmp_path, pins().flashinfer
+    ).file_times  # the task's workspace's, passed down: no file's time kept yet
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     # the cores shared among the processes' torch thread pools too
-    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}, file_times) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 630}, file_times) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 200}, file_times) == (["--per-gpu", "3"], {"OMP_NUM_THREADS": "5"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_quantization.py": 28}, file_times) == (
+        ["--per-gpu", "8"],
+        {"OMP_NUM_THREADS": "2"},
+    )
+    assert processes({"tests/utils/test_activation.py": 630}, file_times) == (
+        ["--per-gpu", "8"],
+        {"OMP_NUM_THREADS": "2"},
+    )
+    assert processes({"tests/utils/test_activation.py": 200}, file_times) == (
+        ["--per-gpu", "3"],
+        {"OMP_NUM_THREADS": "5"},
+    )
     # one process: not worth a second's start
     assert processes({"tests/utils/test_quantization.py": 28}, file_times) == ([], {"OMP_NUM_THREADS": "16"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two files at once, one per GPU: the cores shared
-    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}, file_times) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
-    assert processes({"tests/utils/test_activation.py": 1890}, file_times) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}, file_times) == (
+        ["--per-gpu", "4"],
+        {"OMP_NUM_THREADS": "2"},
+    )
+    assert processes({"tests/utils/test_activation.py": 1890}, file_times) == (
+        ["--per-gpu", "8"],
+        {"OMP_NUM_THREADS": "2"},
+    )
     # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the cases each
     times = file_times
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/utils/test_activation.py": 99.0}')
-    assert processes({"tests/utils/test_activation.py": 1890}, file_times) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "2"})
+    assert processes({"tests/utils/test_activation.py": 1890}, file_times) == (
+        ["--per-gpu", "4"],
+        {"OMP_NUM_THREADS": "2"},
+    )
     monkeypatch.setattr(os, "cpu_count", lambda: 32)  # the 2-GPU H200 host
-    assert processes({"tests/utils/test_activation.py": 630}, file_times) == (["--per-gpu", "4"], {"OMP_NUM_THREADS": "4"})
+    assert processes({"tests/utils/test_activation.py": 630}, file_times) == (
+        ["--per-gpu", "4"],
+        {"OMP_NUM_THREADS": "4"},
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own: kept
     assert processes({"tests/utils/test_norm.py": 2705}, file_times) == (["--per-gpu", "8"], {})
 
@@ -502,11 +605,26 @@ def test_flashinfers_tests_are_judged_by_their_summary_and_an_unreadable_one_is_
             run.lines.put(line)
         return run, run.finish()
 
-    done = upstream_summary.Summary(["norm"], "vendored", str(tmp_path), ["0"], "H100", 1.0, 2.0, 1, dict.fromkeys(upstream_summary.COUNTS, 1),
-                                    failing=["tests/utils/test_norm.py::test_norm[1]"], erroring=["tests/utils/test_page.py (exit -11)"])
+    done = upstream_summary.Summary(
+        ["norm"],
+        "vendored",
+        str(tmp_path),
+        ["0"],
+        "H100",
+        1.0,
+        2.0,
+        1,
+        dict.fromkeys(upstream_summary.COUNTS, 1),
+        failing=["tests/utils/test_norm.py::test_norm[1]"],
+        erroring=["tests/utils/test_page.py (exit -11)"],
+    )
     upstream_summary.write(done, tmp_path / "summary.json")
     run, (status, failed) = finished("FAILED not/read/from/here.py::x\n", tmp_path / "summary.json")
-    assert (status, failed, run.unread) == (0, {"tests/utils/test_norm.py::test_norm[1]", "tests/utils/test_page.py"}, None)
+    assert (status, failed, run.unread) == (
+        0,
+        {"tests/utils/test_norm.py::test_norm[1]", "tests/utils/test_page.py"},
+        None,
+    )
     assert "FAILED not/read/from/here.py::x" in capsys.readouterr().out  # its output still shown
     run, (status, failed) = finished("upstream-tests: 2 passed\n", tmp_path / "none.json")
     assert (status, failed) == (1, set()) and "summary is missing" in capsys.readouterr().err
@@ -531,14 +649,22 @@ def test_an_unreadable_inputs_record_is_said_and_its_module_rebuilt(ws):
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
     done = affected(root, env, "--list")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"affected: norm: its build record {ninja_inputs.STAMP} cannot be read (truncated?): it is taken as edited" in done.stdout
+    assert (
+        f"affected: norm: its build record {ninja_inputs.STAMP} cannot be read (truncated?): it is taken as edited"
+        in done.stdout
+    )
     assert "reaches no built module" not in done.stdout, done.stdout
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith(("include/", "("))}
-    assert "norm" in rows["include/flashinfer/norm.cuh"] and "norm" in rows[f"(its build record {ninja_inputs.STAMP} cannot be read)".split()[0]]
+    assert (
+        "norm" in rows["include/flashinfer/norm.cuh"]
+        and "norm" in rows[f"(its build record {ninja_inputs.STAMP} cannot be read)".split()[0]]
+    )
 
 
 @pytest.mark.parametrize("record", [ninja_inputs.STAMP, workspace.GENERATORS])
-@pytest.mark.parametrize("text", ["[]", '{"obj": ["a"]}', '{"obj": {"/x.h": "x"}}', '{"obj": {"/x.h": [1, "2", "h"]}}', '{"/x.py": 5}'])
+@pytest.mark.parametrize(
+    "text", ["[]", '{"obj": ["a"]}', '{"obj": {"/x.h": "x"}}', '{"obj": {"/x.h": [1, "2", "h"]}}', '{"/x.py": 5}']
+)
 def test_a_build_record_of_another_shape_is_said_and_its_module_rebuilt(ws, record, text):
     """Valid JSON of the wrong shape (a list for a dict, a string for a fact) is as unreadable as a
     truncated record: named, the module taken as edited, never a traceback."""
@@ -546,7 +672,9 @@ def test_a_build_record_of_another_shape_is_said_and_its_module_rebuilt(ws, reco
     (jit_dir / "norm" / record).write_text(text)
     done = affected(root, env, "--list")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
-    assert f"affected: norm: its build record {record} cannot be read (truncated?): it is taken as edited" in done.stdout, done.stdout
+    assert (
+        f"affected: norm: its build record {record} cannot be read (truncated?): it is taken as edited" in done.stdout
+    ), done.stdout
     assert "nothing changed" not in done.stdout
 
 
@@ -559,11 +687,18 @@ def test_an_unreadable_build_stamp_is_two_lines(ws):
     assert "pixi run -e flashinfer-dev build" in done.stderr
 
 
-@pytest.mark.parametrize("text", ['{"schema": "fidev-affected-verdicts/1", "modu', "[]", '{"schema": "fidev-affected-verdicts/1", "modules": []}',
-                                  '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": 1}}}',
-                                  '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": "x", "result": "maybe", '
-                                  '"when": "t", "tests": [], "failed": []}}}',
-                                  '{"schema": "fidev-affected-verdicts/1", "modules": {}, "uncovered": {"csrc/x.cu": {"was": 5}}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"schema": "fidev-affected-verdicts/1", "modu',
+        "[]",
+        '{"schema": "fidev-affected-verdicts/1", "modules": []}',
+        '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": 1}}}',
+        '{"schema": "fidev-affected-verdicts/1", "modules": {"norm": {"inputs": "x", "result": "maybe", '
+        '"when": "t", "tests": [], "failed": []}}}',
+        '{"schema": "fidev-affected-verdicts/1", "modules": {}, "uncovered": {"csrc/x.cu": {"was": 5}}}',
+    ],
+)
 def test_unreadable_kept_verdicts_are_said_and_every_module_is_tested_again(ws, text):
     """A kept verdict that cannot be read may have been a failure: it is named, with what affected
     does instead, and every built module is taken as changed (rebuilt, its tests run), never
@@ -574,7 +709,9 @@ def test_unreadable_kept_verdicts_are_said_and_every_module_is_tested_again(ws, 
     verdicts.write_text(text)
     done = affected(root, env, "--list")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
-    said = next((line for line in done.stdout.splitlines() if line.startswith("affected: ") and str(verdicts) in line), "")
+    said = next(
+        (line for line in done.stdout.splitlines() if line.startswith("affected: ") and str(verdicts) in line), ""
+    )
     assert "cannot be read" in said or "is not affected's kept verdicts" in said, done.stdout
     assert said.endswith("every built module is taken as changed: rebuilt, and its tests run"), said
     assert "nothing changed" not in done.stdout
@@ -594,7 +731,10 @@ def test_unreadable_kept_verdicts_leave_an_edit_no_module_compiles_with_no_modul
     verdicts.parent.mkdir(parents=True, exist_ok=True)
     verdicts.write_text("[]")
     done = affected(root, env, "--list")
-    assert any(line.startswith("include/flashinfer/page.cuh") and "no built module" in line for line in done.stdout.splitlines()), done.stdout
+    assert any(
+        line.startswith("include/flashinfer/page.cuh") and "no built module" in line
+        for line in done.stdout.splitlines()
+    ), done.stdout
 
 
 def test_a_run_over_unreadable_kept_verdicts_tests_every_module_and_writes_them_whole(ws):
@@ -608,7 +748,9 @@ def test_a_run_over_unreadable_kept_verdicts_tests_every_module_and_writes_them_
     done = affected(root, env)
     assert done.returncode == 1 and "affected: 2 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
     kept = kept_verdicts.Kept(verdicts)
-    assert kept.problem is None and {v.result for v in kept.modules.values()} == {"failed"}, kept.modules  # the tests skipped: no pass
+    assert kept.problem is None and {v.result for v in kept.modules.values()} == {"failed"}, (
+        kept.modules
+    )  # the tests skipped: no pass
 
 
 def test_a_kept_gap_keeps_its_content_before_the_edit_until_it_is_covered(tmp_path):
@@ -619,11 +761,17 @@ def test_a_kept_gap_keeps_its_content_before_the_edit_until_it_is_covered(tmp_pa
 
     path = tmp_path / "fidev-affected.json"
     kept = kept_verdicts.Kept(path)
-    kept.keep_gaps({"include/a.cuh": ["page"], "include/b.cuh": ["rope"]}, {"include/a.cuh": [1, 2, "a0"], "include/b.cuh": None}, set())
+    kept.keep_gaps(
+        {"include/a.cuh": ["page"], "include/b.cuh": ["rope"]},
+        {"include/a.cuh": [1, 2, "a0"], "include/b.cuh": None},
+        set(),
+    )
     kept.record({})
     kept = kept_verdicts.Kept(path)
-    assert kept.problem is None and {rel: (g.was, g.families) for rel, g in kept.gaps.items()} == \
-        {"include/a.cuh": ([1, 2, "a0"], ["page"]), "include/b.cuh": (None, ["rope"])}
+    assert kept.problem is None and {rel: (g.was, g.families) for rel, g in kept.gaps.items()} == {
+        "include/a.cuh": ([1, 2, "a0"], ["page"]),
+        "include/b.cuh": (None, ["rope"]),
+    }
     kept.keep_gaps({"include/a.cuh": ["page"]}, {"include/a.cuh": [3, 4, "a1"]}, set())  # b covered
     assert {rel: g.was for rel, g in kept.gaps.items()} == {"include/a.cuh": [1, 2, "a0"]}
     kept.keep_gaps({}, {}, {"include/a.cuh"})  # reverted, and a tree record still holds the edit
@@ -639,13 +787,23 @@ def test_a_failure_is_matched_to_the_tests_that_select_it():
     from fidev.affected.coverage import failures_of
 
     chosen = {"tests/utils/test_norm.py::test_norm", "tests/smoke/test_kernels.py::test_rmsnorm"}
-    failed = {"tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
-              "tests/utils/test_norm.py::test_norm_fused[1]", "tests/utils/test_page.py::test_page"}
-    assert failures_of(failed, chosen) == ["tests/smoke/test_kernels.py::test_rmsnorm", "tests/utils/test_norm.py",
-                                           "tests/utils/test_norm.py::test_norm[dtype0-4096]"]
+    failed = {
+        "tests/utils/test_norm.py::test_norm[dtype0-4096]",
+        "tests/smoke/test_kernels.py::test_rmsnorm",
+        "tests/utils/test_norm.py",
+        "tests/utils/test_norm.py::test_norm_fused[1]",
+        "tests/utils/test_page.py::test_page",
+    }
+    assert failures_of(failed, chosen) == [
+        "tests/smoke/test_kernels.py::test_rmsnorm",
+        "tests/utils/test_norm.py",
+        "tests/utils/test_norm.py::test_norm[dtype0-4096]",
+    ]
     # a reached family's test file, selected whole: each failing case of it is its failure
-    assert failures_of({"tests/attention/test_rope.py::test_rope[1]", "tests/attention/test_rope_x.py::test_rope[1]"},
-                       {"tests/attention/test_rope.py"}) == ["tests/attention/test_rope.py::test_rope[1]"]
+    assert failures_of(
+        {"tests/attention/test_rope.py::test_rope[1]", "tests/attention/test_rope_x.py::test_rope[1]"},
+        {"tests/attention/test_rope.py"},
+    ) == ["tests/attention/test_rope.py::test_rope[1]"]
 
 
 @pytest.mark.parametrize("text", ['{"include/flashinfer/norm.cuh": [1, 2', '["include/flashinfer/norm.cuh"]'])
@@ -658,8 +816,10 @@ def test_an_unreadable_tree_record_is_said_and_no_pass(ws, text):
     record.write_text(text)
     done = affected(root, env)
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
-    assert f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module " \
-           "compiles cannot be told" in done.stdout, done.stdout
+    assert (
+        f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module "
+        "compiles cannot be told" in done.stdout
+    ), done.stdout
     assert "nothing changed" not in done.stdout and "affected: not a pass: " in done.stdout
 
 

@@ -43,8 +43,13 @@ def test_norm():
 
 
 def affected(root, env):
-    done = subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env})
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts/affected.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
     return done, done.stdout + done.stderr
 
 
@@ -58,7 +63,9 @@ def seen(env) -> list[list]:
 def rope_tree(ws, tmp_path, rope_tests: str):
     """The stand-in workspace with a header only csrc/rope.cu includes, `rope_tests` as the rope
     family's tests, and norm built (which records the tree as built)."""
-    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)"
+    )
     root, _, env = ws
     env = {**env, "SEEN": str(tmp_path / "seen.jsonl")}
     tree = root / TREE
@@ -81,7 +88,11 @@ def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tm
     shutil.copy2(tree / HEADER, saved)
 
     (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
-    for attempt in ("edit", "rerun", "rerun again"):  # the failed run's rope build recorded the edited tree: kept all the same
+    for attempt in (
+        "edit",
+        "rerun",
+        "rerun again",
+    ):  # the failed run's rope build recorded the edited tree: kept all the same
         done, out = affected(root, env)
         assert done.returncode == 1, f"{attempt}: {out}"
         assert "the edit reaches rope" in out and "tests/attention/test_rope.py::test_rope[" in out, out
@@ -105,7 +116,12 @@ def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed
     the activation family, whose tests run; where a changed module's recorded tests are that
     family's, they are the run, not the family's sample besides."""
     tree = tmp_path / "flashinfer"
-    for rel in ("flashinfer/jit/activation.py", "tests/utils/test_activation.py", "csrc/norm.cu", "tests/utils/test_norm.py"):
+    for rel in (
+        "flashinfer/jit/activation.py",
+        "tests/utils/test_activation.py",
+        "csrc/norm.cu",
+        "tests/utils/test_norm.py",
+    ):
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text("")
     # a generator's edit shows in by_file as the generated sources it changed
@@ -116,10 +132,14 @@ def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed
     assert sel.families == {"activation": ("utils/test_activation.py",)}
     assert sel.theirs == ["tests/utils/test_activation.py", "tests/utils/test_norm.py::test_norm"]
     assert coverage.coverage_gaps(sel, sel.theirs) == {}
-    assert sel.file_tests("activation.py -> silu_and_mul.cu", {"silu_and_mul"}) >= {"tests/utils/test_activation.py"}  # its row's result
+    assert sel.file_tests("activation.py -> silu_and_mul.cu", {"silu_and_mul"}) >= {
+        "tests/utils/test_activation.py"
+    }  # its row's result
     (tree / "tests/utils/test_activation.py").unlink()  # not in the tree: a gap, not a run
     sel = selection.selection(edit, {"silu_and_mul": {}, "norm": {}}, {}, recorded, tree, generators)
-    assert sel.families == {} and coverage.coverage_gaps(sel, sel.theirs) == {"flashinfer/jit/activation.py": ["activation"]}
+    assert sel.families == {} and coverage.coverage_gaps(sel, sel.theirs) == {
+        "flashinfer/jit/activation.py": ["activation"]
+    }
 
 
 def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):
@@ -133,7 +153,10 @@ def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):
     sel = selection.selection({"csrc/page.cu": set()}, {}, {}, {}, tree, [])
     assert sel.families == {"page": ("attention/test_page.py",)}
     assert sel.ours == ["smoke/test_wide.py::test_append_paged_kv_cache"]
-    assert sel.file_tests("csrc/page.cu", set()) == {"tests/attention/test_page.py", "tests/smoke/test_wide.py::test_append_paged_kv_cache"}
+    assert sel.file_tests("csrc/page.cu", set()) == {
+        "tests/attention/test_page.py",
+        "tests/smoke/test_wide.py::test_append_paged_kv_cache",
+    }
 
 
 def test_a_kept_edit_of_a_generator_ends_when_the_generator_is_reverted(tmp_path):
@@ -185,15 +208,22 @@ def test_a_run_stopped_in_a_reached_familys_tests_runs_them_again(ws, tmp_path):
     from script_runs import wait_until
 
     loaded = '    flashinfer.load("rope", 1)\n'
-    waiting = ROPE.replace(loaded, loaded + "    while os.path.exists(os.environ['HOLD']):\n        import time; time.sleep(0.05)\n")
+    waiting = ROPE.replace(
+        loaded, loaded + "    while os.path.exists(os.environ['HOLD']):\n        import time; time.sleep(0.05)\n"
+    )
     assert waiting != ROPE
     root, env, tree = rope_tree(ws, tmp_path, waiting)
     hold = tmp_path / "hold"
     hold.write_text("")
     env = {**env, "HOLD": str(hold)}
     (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
-    proc = subprocess.Popen([sys.executable, str(root / "scripts/affected.py")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **env})
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "scripts/affected.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env},
+    )
     try:
         wait_until(lambda: Path(env["SEEN"]).is_file(), 120, "the rope tests started", proc)
         proc.send_signal(signal.SIGTERM)
@@ -213,11 +243,18 @@ def test_a_changed_module_no_test_of_which_ran_to_a_result_is_untested(tmp_path)
     no test to regenerate it by, unless a reached family's tests ran: not a pass (3)."""
     tree = tmp_path / "flashinfer"
     tree.mkdir()
-    recorded = {"rope_a": ["tests/attention/test_rope.py::test_rope[1]"], "topk_b": ["tests/utils/test_topk.py::test_top_k[1]"]}
-    sel = selection.selection({"(generated)": {"rope_a", "topk_b"}}, {"rope_a": {}, "topk_b": {}}, {}, recorded, tree, [])
+    recorded = {
+        "rope_a": ["tests/attention/test_rope.py::test_rope[1]"],
+        "topk_b": ["tests/utils/test_topk.py::test_top_k[1]"],
+    }
+    sel = selection.selection(
+        {"(generated)": {"rope_a", "topk_b"}}, {"rope_a": {}, "topk_b": {}}, {}, recorded, tree, []
+    )
     ran = ["tests/utils/test_topk.py::test_top_k"]  # test_rope.py: every case skipped
     assert coverage.modules_untested(sel, ran, []) == ["rope_a"]
-    assert coverage.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == ["gen_only"]
+    assert coverage.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == [
+        "gen_only"
+    ]
     sel.families = {"activation": ("utils/test_activation.py",)}
     assert coverage.modules_untested(sel, [*ran, "tests/attention/test_rope.py::test_rope"], ["gen_only"]) == []
 
@@ -231,7 +268,9 @@ def test_an_edit_a_build_recorded_before_affected_judged_it_runs_its_familys_tes
     from fidev.builds import module_builds
 
     root, env, tree = rope_tree(ws, tmp_path, ROPE)
-    (build_dir,) = [p.parent for p in Path(env["FLASHINFER_WORKSPACE_BASE"]).glob(".cache/flashinfer/*/*/cached_ops/*/build.ninja")]
+    (build_dir,) = [
+        p.parent for p in Path(env["FLASHINFER_WORKSPACE_BASE"]).glob(".cache/flashinfer/*/*/cached_ops/*/build.ninja")
+    ]
     saved = tmp_path / "pos_enc.cuh"
     shutil.copy2(tree / HEADER, saved)
 
@@ -242,8 +281,10 @@ def test_an_edit_a_build_recorded_before_affected_judged_it_runs_its_familys_tes
     edit_then_build()  # before any verdict of affected
     done, out = affected(root, env)
     assert done.returncode == 1 and "nothing changed" not in out, out
-    assert "include/flashinfer/pos_enc.cuh changed from the pinned release (it has given no verdict here yet), and a build recorded " \
-           "the edit since" in out, out
+    assert (
+        "include/flashinfer/pos_enc.cuh changed from the pinned release (it has given no verdict here yet), and a build recorded "
+        "the edit since" in out
+    ), out
     assert "tests/attention/test_rope.py::test_rope[" in out and seen(env), out
     shutil.copy2(saved, tree / HEADER)  # cp -p: reverted, and passing
     done, out = affected(root, env)
@@ -272,10 +313,11 @@ def test_a_module_built_from_a_familys_sources_is_tested_by_a_run_of_that_family
     assert coverage.modules_untested(sel, ["tests/attention/test_rope.py::test_rope"], [], owners) == ["other"]
     assert coverage.modules_untested(sel, ["tests/utils/test_norm.py::test_norm"], [], owners) == ["other", "rope"]
     # a module with a test recorded is judged by that test alone: another file of its family is no run of it
-    recorded = selection.Selection({HEADER: {"rope"}}, {"rope": {}}, {}, {"rope": ["tests/attention/test_rope.py::test_rope_pos_ids[1]"]})
+    recorded = selection.Selection(
+        {HEADER: {"rope"}}, {"rope": {}}, {}, {"rope": ["tests/attention/test_rope.py::test_rope_pos_ids[1]"]}
+    )
     assert coverage.modules_untested(recorded, ["tests/attention/test_rope.py::test_rope"], [], owners) == []
     assert coverage.modules_untested(recorded, ["tests/utils/test_norm.py::test_norm"], [], owners) == ["rope"]
-
 
 
 ROPE_WRAPPER = """\
@@ -309,7 +351,9 @@ def test_a_wrapper_edit_runs_its_familys_tests_and_untold_python_is_not_covered(
     for attempt in ("edit", "rerun"):
         done, out = affected(root, env)
         assert done.returncode == 1, f"{attempt}: {out}"
-        assert "affected: 1 failed (tests/attention/test_rope.py::test_rope)" in out and "no module changed" not in out, out
+        assert (
+            "affected: 1 failed (tests/attention/test_rope.py::test_rope)" in out and "no module changed" not in out
+        ), out
     shutil.copy2(saved, package / "rope.py")  # cp -p: reverted
     done, out = affected(root, env)
     assert done.returncode == 0 and "every selected test passed" in out, out
@@ -317,7 +361,9 @@ def test_a_wrapper_edit_runs_its_familys_tests_and_untold_python_is_not_covered(
     (package / "utils.py").write_text("def helper():\n    return 2\n")
     done, out = affected(root, env)
     assert done.returncode == 3, out
-    assert "flashinfer/utils.py holds no kernel family's API" in out and "which tests execute it cannot be told" in out, out
+    assert (
+        "flashinfer/utils.py holds no kernel family's API" in out and "which tests execute it cannot be told" in out
+    ), out
     done, out = affected(root, env)
     assert done.returncode == 3, f"asked again: {out}"
 
@@ -330,10 +376,20 @@ def test_an_edit_whose_tests_cannot_be_told_leaves_every_family_a_gap_until_its_
 
     every = [fam.name for fam in families.FAMILIES]
     sel = selection.Selection({selection.UNTOLD: set(), "flashinfer/utils.py": set(), HEADER: set()}, {}, {}, {})
-    sel.reach = {"flashinfer/utils.py": [], "flashinfer/jit/norm.py": [], "flashinfer/rope.py": ["rope"], "include/flashinfer/other.cuh": [],
-                 HEADER: ["rope"]}
+    sel.reach = {
+        "flashinfer/utils.py": [],
+        "flashinfer/jit/norm.py": [],
+        "flashinfer/rope.py": ["rope"],
+        "include/flashinfer/other.cuh": [],
+        HEADER: ["rope"],
+    }
     assert sel.untold == ["flashinfer/utils.py"], "a generator, a family's API and a header are told"
-    assert coverage.coverage_gaps(sel, []) == {selection.UNTOLD: every, "flashinfer/rope.py": ["rope"], "flashinfer/utils.py": every, HEADER: ["rope"]}
+    assert coverage.coverage_gaps(sel, []) == {
+        selection.UNTOLD: every,
+        "flashinfer/rope.py": ["rope"],
+        "flashinfer/utils.py": every,
+        HEADER: ["rope"],
+    }
     ran = ["tests/attention/test_rope.py", "tests/utils/test_norm.py"]
     rest = [fam for fam in every if fam not in ("rope", "norm")]
     assert coverage.coverage_gaps(sel, ran) == {selection.UNTOLD: rest, "flashinfer/utils.py": rest}
@@ -343,11 +399,15 @@ def test_a_test_file_two_families_share_covers_both():
     """A family is covered by a case of any of its test files that passed or failed (the files
     FlashInfer's run exercised): test_alibi.py holds both single_decode's and single_prefill's tests."""
     assert selection.families_covered(["tests/attention/test_alibi.py"]) == {"single_decode", "single_prefill"}
-    assert selection.families_covered(["tests/attention/test_alibi_x.py", "tests/utils/test_norm.py::test_norm"]) == {"norm"}
+    assert selection.families_covered(["tests/attention/test_alibi_x.py", "tests/utils/test_norm.py::test_norm"]) == {
+        "norm"
+    }
 
 
 def test_a_module_with_a_recorded_test_is_untested_when_only_another_file_of_its_family_ran():
-    sel = selection.Selection({"csrc/single_prefill.cu": {"p"}}, {"p": {}}, {}, {"p": ["tests/attention/test_single_prefill.py::test_p[1]"]})
+    sel = selection.Selection(
+        {"csrc/single_prefill.cu": {"p"}}, {"p": {}}, {}, {"p": ["tests/attention/test_single_prefill.py::test_p[1]"]}
+    )
     owners = {"p": ["single_prefill"]}
     assert coverage.modules_untested(sel, ["tests/attention/test_alibi.py"], [], owners) == ["p"]
     assert coverage.modules_untested(sel, ["tests/attention/test_single_prefill.py"], [], owners) == []
@@ -356,9 +416,15 @@ def test_a_module_with_a_recorded_test_is_untested_when_only_another_file_of_its
 def test_a_module_whose_tests_passed_in_a_run_that_was_not_covered_is_not_covered():
     """Its tests passed, but the run left a reached family untested (NOT_COVERED): the module's
     verdict is `not covered`, no pass; a module with no test is left out, not the end of the list."""
-    sel = selection.Selection({"include/x.cuh": {"a_untested", "norm"}}, {"a_untested": {}, "norm": {}}, {},
-                           {"norm": ["tests/utils/test_norm.py::test_norm[1]"]})
-    assert {name: r[0] for name, r in coverage.module_results(sel, set(), [], covered=False).items()} == {"norm": "not covered"}
+    sel = selection.Selection(
+        {"include/x.cuh": {"a_untested", "norm"}},
+        {"a_untested": {}, "norm": {}},
+        {},
+        {"norm": ["tests/utils/test_norm.py::test_norm[1]"]},
+    )
+    assert {name: r[0] for name, r in coverage.module_results(sel, set(), [], covered=False).items()} == {
+        "norm": "not covered"
+    }
     assert {name: r[0] for name, r in coverage.module_results(sel, set(), []).items()} == {"norm": "passed"}
 
 
@@ -370,11 +436,13 @@ def test_the_lines_of_a_run_that_is_not_covered_name_each_gap_and_the_command_th
         "not a pass; `upstream-tests FAMILY` of their family runs and records them",
         "affected: flashinfer/utils.py holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told here",
         f"affected: {HEADER} reaches norm, rope, whose FlashInfer tests did not run here",
-        "affected: not a pass: 2 kernel family(ies) the edit reaches went untested; cover them: pixi run -e flashinfer-dev upstream-tests norm rope"]
+        "affected: not a pass: 2 kernel family(ies) the edit reaches went untested; cover them: pixi run -e flashinfer-dev upstream-tests norm rope",
+    ]
     report.not_covered({}, ["norm_mod"])
     assert capsys.readouterr().out.splitlines() == [
         "affected: no test of norm_mod ran here (none of smoke's, and none of FlashInfer's recorded for them ran to a result): "
-        "not a pass; `upstream-tests FAMILY` of their family runs and records them"]
+        "not a pass; `upstream-tests FAMILY` of their family runs and records them"
+    ]
     report.not_covered({})
     assert capsys.readouterr().out == ""
 
@@ -389,7 +457,9 @@ def judged(tmp_path, reach=None, changed_modules=None, reverted=(), reached=None
 
     sel = selection.Selection({}, dict.fromkeys(changed_modules or [], {}), {}, recorded or {})
     sel.reach, sel.reached = dict(reach or {}), dict(reached or {})
-    changed = SimpleNamespace(reverted=set(reverted), lost=[], owners={}, before={}, pending=set(), now={"include/x.cuh": [1, 2, "h"]})
+    changed = SimpleNamespace(
+        reverted=set(reverted), lost=[], owners={}, before={}, pending=set(), now={"include/x.cuh": [1, 2, "h"]}
+    )
     return sel, changed, verdicts.Kept(tmp_path / "verdicts.json")
 
 
@@ -406,12 +476,18 @@ def test_the_verdict_is_the_tests_unless_a_reached_family_or_a_changed_module_we
     assert kept.gaps["include/x.cuh"].result == "not covered" and kept.gaps["include/x.cuh"].families == ["rope"]
     assert "include/x.cuh reaches rope, whose FlashInfer tests did not run here" in capsys.readouterr().out
     sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"]})
-    assert covered_or_not(Verdict.PASSED, sel, changed, kept, ["tests/attention/test_rope.py::test_rope"]) is Verdict.PASSED
+    assert (
+        covered_or_not(Verdict.PASSED, sel, changed, kept, ["tests/attention/test_rope.py::test_rope"])
+        is Verdict.PASSED
+    )
     assert kept.gaps == {}
     sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"]}, reverted={"include/x.cuh"})
-    assert covered_or_not(Verdict.PASSED, sel, changed, kept, [], Verdict.NO_MODULE_CHANGED) is Verdict.NO_MODULE_CHANGED
-    sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"], "include/y.cuh": ["norm"]},
-                                reached={"include/y.cuh": ["norm"]})
+    assert (
+        covered_or_not(Verdict.PASSED, sel, changed, kept, [], Verdict.NO_MODULE_CHANGED) is Verdict.NO_MODULE_CHANGED
+    )
+    sel, changed, kept = judged(
+        tmp_path, reach={"include/x.cuh": ["rope"], "include/y.cuh": ["norm"]}, reached={"include/y.cuh": ["norm"]}
+    )
     capsys.readouterr()
     assert covered_or_not(Verdict.FAILED, sel, changed, kept, ["tests/utils/test_norm.py"]) is Verdict.FAILED
     assert (kept.gaps["include/x.cuh"].result, kept.gaps["include/y.cuh"].result) == ("not covered", "failed")
@@ -421,7 +497,10 @@ def test_the_verdict_is_the_tests_unless_a_reached_family_or_a_changed_module_we
     assert covered_or_not(Verdict.FAILED, sel, changed, kept, []) is Verdict.FAILED
     sel, changed, kept = judged(tmp_path)
     sel.by_file = {selection.UNTOLD: set()}
-    assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.NOT_COVERED and selection.UNTOLD not in kept.gaps
+    assert (
+        covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.NOT_COVERED
+        and selection.UNTOLD not in kept.gaps
+    )
     sel, changed, kept = judged(tmp_path, reached={"include/y.cuh": ["norm"]})  # a pass keeps no family's run as failed
     assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.PASSED and kept.gaps == {}
 
@@ -433,7 +512,9 @@ def test_edits_that_reach_no_built_module_are_listed_or_no_module_changed_or_not
     from fidev.affected.verdict import Verdict, no_module_changed
 
     sel, changed, kept = judged(tmp_path)
-    assert no_module_changed(True, sel, changed, kept) is Verdict.LISTED and not kept.path.exists() and kept.judged is None
+    assert (
+        no_module_changed(True, sel, changed, kept) is Verdict.LISTED and not kept.path.exists() and kept.judged is None
+    )
     assert no_module_changed(False, sel, changed, kept) is Verdict.NO_MODULE_CHANGED
     assert kept.judged == changed.now and json.loads(kept.path.read_text())["judged"] == changed.now
     sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope"]})
@@ -454,12 +535,17 @@ def test_the_verdict_reads_what_a_generator_edit_lost_and_which_family_owns_a_mo
     assert "no test of gen_only ran here" in capsys.readouterr().out
     sel, changed, kept = judged(tmp_path, changed_modules=["rope_mod"])
     changed.owners = {"rope_mod": ["rope"]}
-    assert covered_or_not(Verdict.PASSED, sel, changed, kept, ["tests/attention/test_rope.py::test_rope"]) is Verdict.PASSED
+    assert (
+        covered_or_not(Verdict.PASSED, sel, changed, kept, ["tests/attention/test_rope.py::test_rope"])
+        is Verdict.PASSED
+    )
     sel, changed, kept = judged(tmp_path, reach={"flashinfer/utils.py": []})
     capsys.readouterr()
     assert covered_or_not(Verdict.PASSED, sel, changed, kept, []) is Verdict.NOT_COVERED
-    assert "flashinfer/utils.py holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told" in \
-        capsys.readouterr().out
+    assert (
+        "flashinfer/utils.py holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told"
+        in capsys.readouterr().out
+    )
     sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope", "norm"]})
     assert covered_or_not(Verdict.FAILED, sel, changed, kept, []) is Verdict.FAILED
     assert capsys.readouterr().out == "affected: also untested: norm, rope (the edit reaches them)\n"

@@ -27,13 +27,23 @@ def workspace(tmp_path, failing=None):
 
 def bench(root, *args):
     env = {k: v for k, v in os.environ.items() if k != "PATH"} | {"PATH": "/usr/bin:/bin"}  # no pixi on PATH
-    return subprocess.run([sys.executable, str(root / "tools/bench_chain.py"), *args], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, str(root / "tools/bench_chain.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_the_chain_is_timed_in_the_manifests_order(tmp_path):
     done = bench(workspace(tmp_path), "--runs", "2")
     assert done.returncode == 0, done.stdout + done.stderr
-    names = ["preflight", "build", "smoke"]  # the product's chain, stated here, not read from the manifest the tool reads
+    names = [
+        "preflight",
+        "build",
+        "smoke",
+    ]  # the product's chain, stated here, not read from the manifest the tool reads
     assert [name for name, _ in task_chain("smoke")] == names
     assert f"warm chain (the tasks commands, no pixi): {' -> '.join(names)}" in done.stdout
     rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[2:]}
@@ -45,7 +55,9 @@ def test_a_failing_step_stops_the_chain_unless_keep_going(tmp_path):
     done = bench(root, "--runs", "1")
     assert done.returncode == 1 and "error: the chain stopped at build (exit 1)" in done.stderr
     done = bench(root, "--runs", "1", "--keep-going")
-    assert done.returncode == 0 and any(line.startswith("build") and line.split()[4] == "1" for line in done.stdout.splitlines())
+    assert done.returncode == 0 and any(
+        line.startswith("build") and line.split()[4] == "1" for line in done.stdout.splitlines()
+    )
 
 
 HEADER = "include/flashinfer/norm.cuh"
@@ -69,12 +81,16 @@ def test_two_edit_loops_at_once_leave_the_tree_as_it_was(tmp_path):
     before = (header.read_bytes(), header.stat().st_mtime_ns)
     env = {k: v for k, v in os.environ.items() if k != "PATH"} | {"PATH": "/usr/bin:/bin"}
     cmd = [sys.executable, str(root / "tools/bench_chain.py"), "--runs", "1", "--keep-going", "--edit-loop"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     done = [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=120)]]
     statuses = sorted(rc for rc, _, _ in done)
     assert statuses == [0, 1], done  # one edits; the other refuses while the first holds the tree
     refused = next(err for rc, _, err in done if rc == 1)
-    assert "another tool is writing" in refused.splitlines()[-2] and refused.splitlines()[-1].lstrip().startswith("fix:"), refused
+    assert "another tool is writing" in refused.splitlines()[-2] and refused.splitlines()[-1].lstrip().startswith(
+        "fix:"
+    ), refused
     assert (header.read_bytes(), header.stat().st_mtime_ns) == before
 
 
@@ -82,8 +98,13 @@ def test_sigterm_mid_edit_restores_the_tree(tmp_path):
     root, header = edit_loop_workspace(tmp_path, seconds=3.0)
     before = (header.read_bytes(), header.stat().st_mtime_ns)
     env = {k: v for k, v in os.environ.items() if k != "PATH"} | {"PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen([sys.executable, str(root / "tools/bench_chain.py"), "--runs", "1", "--keep-going", "--edit-loop"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "tools/bench_chain.py"), "--runs", "1", "--keep-going", "--edit-loop"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 60
     while header.read_bytes() == before[0]:  # the warm chain first (3 steps of 3 s), then the edit
         assert proc.poll() is None and time.monotonic() < deadline, "the edit was never planted"
@@ -95,8 +116,10 @@ def test_sigterm_mid_edit_restores_the_tree(tmp_path):
 
 
 # A stand-in step that passes on its first run and fails on every later one (its count beside it)
-FAILS_LATER = ("import pathlib, sys\ncount = pathlib.Path(__file__).with_suffix('.count')\n"
-               "n = int(count.read_text()) + 1 if count.exists() else 1\ncount.write_text(str(n))\nsys.exit(int(n > 1))\n")
+FAILS_LATER = (
+    "import pathlib, sys\ncount = pathlib.Path(__file__).with_suffix('.count')\n"
+    "n = int(count.read_text()) + 1 if count.exists() else 1\ncount.write_text(str(n))\nsys.exit(int(n > 1))\n"
+)
 
 
 def test_a_timed_run_that_fails_is_no_figure_unless_keep_going(tmp_path):
@@ -107,8 +130,12 @@ def test_a_timed_run_that_fails_is_no_figure_unless_keep_going(tmp_path):
     done = bench(root, "--runs", "2")
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
-    assert lines[-2].startswith("error: the chain stopped at smoke (exit 1) in timed run 1") and lines[-1].lstrip().startswith("fix: ")
+    assert lines[-2].startswith("error: the chain stopped at smoke (exit 1) in timed run 1") and lines[
+        -1
+    ].lstrip().startswith("fix: ")
     assert "median" not in done.stdout, done.stdout
     (root / smoke).with_suffix(".count").unlink()
     done = bench(root, "--runs", "2", "--keep-going")  # times it all the same, its exit in the table
-    assert done.returncode == 0 and any(line.startswith("smoke") and line.split()[4] == "1" for line in done.stdout.splitlines()), done.stdout
+    assert done.returncode == 0 and any(
+        line.startswith("smoke") and line.split()[4] == "1" for line in done.stdout.splitlines()
+    ), done.stdout

@@ -37,17 +37,24 @@ def ws(tmp_path, monkeypatch):
     (jit / "build.ninja").write_text(
         "rule cxx\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
         "rule link\n  command = c++ -shared $in -o $out\n"
-        f"build {jit}/norm.o: cxx {jit}/norm.cpp\nbuild {jit}/norm.so: link {jit}/norm.o\ndefault {jit}/norm.so\n")
+        f"build {jit}/norm.o: cxx {jit}/norm.cpp\nbuild {jit}/norm.so: link {jit}/norm.o\ndefault {jit}/norm.so\n"
+    )
     subprocess.run(["ninja", "-C", str(jit)], check=True, capture_output=True)
     trap = tmp_path / "trap"
     (trap / "flashinfer").mkdir(parents=True)
     (trap / "flashinfer/__init__.py").write_text(TRAP)
-    env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base"), "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "PYTHONPATH": str(trap)}
+    env = {
+        "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base"),
+        "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
+        "PYTHONPATH": str(trap),
+    }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     options = {"wide": False, "abi": False}
     stamp = build_stamp.fingerprint(options, tree, kernel_source.mode())
-    build_stamp.write(workspace.read(pins().flashinfer), options, stamp, [build_stamp.Module("norm", "norm", jit, [jit / "norm.cpp"])])
+    build_stamp.write(
+        workspace.read(pins().flashinfer), options, stamp, [build_stamp.Module("norm", "norm", jit, [jit / "norm.cpp"])]
+    )
     return tree, jit, env
 
 
@@ -56,10 +63,19 @@ def run_build(tree, env, *args):
     root = tree.parent / "ws"
     if not root.exists():
         shutil.copytree(ROOT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
-        text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+        text = (
+            (ROOT / "pyproject.toml")
+            .read_text()
+            .replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+        )
         (root / "pyproject.toml").write_text(text)
-    return subprocess.run([sys.executable, str(root / "scripts/build.py"), *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, str(root / "scripts/build.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
 
 
 def test_a_repeated_build_is_current_without_importing_flashinfer(ws):
@@ -96,8 +112,15 @@ def test_anything_that_decides_the_build_files_takes_the_full_path(ws, change):
     assert done.returncode == 1 and "import flashinfer failed" in done.stderr, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("text", ["[]", '{"fingerprint": "x", "modules": {"norm": 1}}', '{"fingerprint": "x", "modules": [{"key": 1}]}',
-                                  '{"fingerprint": "x", "modules": [["norm"]]}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '{"fingerprint": "x", "modules": {"norm": 1}}',
+        '{"fingerprint": "x", "modules": [{"key": 1}]}',
+        '{"fingerprint": "x", "modules": [["norm"]]}',
+    ],
+)
 def test_a_stamp_of_another_shape_is_unreadable_and_never_a_traceback(ws, text):
     """Valid JSON that is no stamp (a list for a dict, a module of the wrong fields) is read as no
     stamp (the full build) and named by unreadable_stamps, as a truncated one is."""

@@ -13,8 +13,9 @@ from fidev.core.manifest import ROOT, pins
 from script_runs import run, two_line_failure
 
 
-@pytest.mark.parametrize("script, problem", [("import_check.py", "import flashinfer failed"),
-                                             ("build.py", "import flashinfer failed")])
+@pytest.mark.parametrize(
+    "script, problem", [("import_check.py", "import flashinfer failed"), ("build.py", "import flashinfer failed")]
+)
 def test_steps_fail_in_two_lines_without_flashinfer(script, problem):
     # -S: no site-packages, so no flashinfer whatever this host has installed
     two_line_failure(run(script, flags=["-S"]), problem)
@@ -24,11 +25,21 @@ def test_steps_fail_in_two_lines_without_flashinfer(script, problem):
 def test_vendored_mode_hides_the_jit_cache(tmp_path, mode, visible):
     (tmp_path / "flashinfer_jit_cache").mkdir()
     (tmp_path / "flashinfer_jit_cache" / "__init__.py").write_text("")
-    probe = ("import importlib.util; from fidev.jit import kernel_source, module_choice; module_choice.apply(kernel_source.mode());"
-             "print(importlib.util.find_spec('flashinfer_jit_cache') is not None)")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}",
-                               "FLASHINFER_DEV_KERNEL_SOURCE": mode})
+    probe = (
+        "import importlib.util; from fidev.jit import kernel_source, module_choice; module_choice.apply(kernel_source.mode());"
+        "print(importlib.util.find_spec('flashinfer_jit_cache') is not None)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}",
+            "FLASHINFER_DEV_KERNEL_SOURCE": mode,
+        },
+    )
     assert done.stdout.strip() == str(visible), done.stderr
 
 
@@ -58,8 +69,20 @@ def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):
     (pkg / "__init__.py").write_text(
         f'raise RuntimeError("flashinfer-jit-cache version (0.0.1+cu129) does not match flashinfer version ({pin}). "\n'
         '                   "Please install the same version of both packages. "\n'
-        '                   "Set FLASHINFER_DISABLE_VERSION_CHECK=1 to bypass this check.")\n')
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/import_check.py")], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}", "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt"})
-    two_line_failure(done, f"flashinfer-jit-cache 0.0.1+cu129 does not match FlashInfer {pin}: FlashInfer refuses to import")
+        '                   "Set FLASHINFER_DISABLE_VERSION_CHECK=1 to bypass this check.")\n'
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/import_check.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'scripts'}",
+            "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt",
+        },
+    )
+    two_line_failure(
+        done, f"flashinfer-jit-cache 0.0.1+cu129 does not match FlashInfer {pin}: FlashInfer refuses to import"
+    )
     assert "FLASHINFER_DEV_KERNEL_SOURCE=vendored" in done.stderr

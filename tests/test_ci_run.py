@@ -7,7 +7,17 @@ import re
 import pytest
 
 from fidev.core.failure import Failure
-from fidev.core.manifest import FEATURE, MANIFEST, PYPI, _pip_version, default_python, feature, load_manifest, pypi_requirements, task_command
+from fidev.core.manifest import (
+    FEATURE,
+    MANIFEST,
+    PYPI,
+    _pip_version,
+    default_python,
+    feature,
+    load_manifest,
+    pypi_requirements,
+    task_command,
+)
 
 M = load_manifest()
 NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -19,7 +29,9 @@ def names(requirements):
 
 def test_the_default_replica_holds_default_s_packages_and_nothing_else():
     declared = M["tool"]["pixi"]["dependencies"]
-    assert sorted(names(pypi_requirements("default"))) == sorted(set(declared) - {"python", "pip"})  # those two come with the venv
+    assert sorted(names(pypi_requirements("default"))) == sorted(
+        set(declared) - {"python", "pip"}
+    )  # those two come with the venv
     assert "pytest>=8" in pypi_requirements("default")  # the range, not only the name
     assert default_python() == declared["python"].removesuffix(".*")
 
@@ -37,8 +49,16 @@ def test_the_tasks_it_runs_are_the_manifest_s():
     assert task_command("lint") == M["tool"]["pixi"]["tasks"]["lint"]["cmd"]
 
 
-@pytest.mark.parametrize("spec, pip", [("*", ""), ("3.12.*", "==3.12.*"), (">=8", ">=8"), (">=0.1.6,<0.2,!=0.1.8.post0", ">=0.1.6,<0.2,!=0.1.8.post0"),
-                                       ({"version": "==2.8.*", "index": "https://x"}, "==2.8.*")])
+@pytest.mark.parametrize(
+    "spec, pip",
+    [
+        ("*", ""),
+        ("3.12.*", "==3.12.*"),
+        (">=8", ">=8"),
+        (">=0.1.6,<0.2,!=0.1.8.post0", ">=0.1.6,<0.2,!=0.1.8.post0"),
+        ({"version": "==2.8.*", "index": "https://x"}, "==2.8.*"),
+    ],
+)
 def test_version_specs_pip_reads_the_same(spec, pip):
     assert _pip_version("x", spec) == pip
 

@@ -52,10 +52,19 @@ def missing_host_compilers() -> list[str]:
     """What the compile below needs and this host lacks: the host toolkit's nvcc (a path, not a
     PATH program) and g++. Skipped where missing, except in .ci/run's flashinfer-dev venv, which
     must run every test it can: there a missing one fails, naming it (as script_runs.missing_tools)."""
-    missing = [what for what, there in ((str(HOST_TOOLKIT / "bin/nvcc"), (HOST_TOOLKIT / "bin/nvcc").is_file()),
-                                        ("g++ on PATH", shutil.which("g++") is not None)) if not there]
+    missing = [
+        what
+        for what, there in (
+            (str(HOST_TOOLKIT / "bin/nvcc"), (HOST_TOOLKIT / "bin/nvcc").is_file()),
+            ("g++ on PATH", shutil.which("g++") is not None),
+        )
+        if not there
+    ]
     if missing and os.environ.get(CI_VENV):
-        pytest.fail(f"the CI host lacks {', '.join(missing)}: the replica's nvcc compiles a CUTLASS-style include with them", pytrace=False)
+        pytest.fail(
+            f"the CI host lacks {', '.join(missing)}: the replica's nvcc compiles a CUTLASS-style include with them",
+            pytrace=False,
+        )
     return missing
 
 
@@ -67,6 +76,11 @@ def test_a_cutlass_style_include_compiles_in_a_prefix_from_the_host_toolkit(tmp_
     source = tmp_path / "k.cu"
     source.write_text(CUTLASS_STYLE)
     env = conda_prefix.environment(prefix, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-    done = subprocess.run([str(prefix / "bin/nvcc"), "-c", str(source), "-o", str(tmp_path / "k.o")], capture_output=True, text=True,
-                          timeout=300, env=env)
+    done = subprocess.run(
+        [str(prefix / "bin/nvcc"), "-c", str(source), "-o", str(tmp_path / "k.o")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

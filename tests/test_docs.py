@@ -52,10 +52,19 @@ def test_every_relative_link_resolves(page):
 
 def test_the_checker_catches_what_it_should(tmp_path):
     page = tmp_path / "a.md"
-    page.write_text("# The chain: build, smoke (and import-check)\n## FlashInfer's own tests\n## x\n## x\n"
-                    "[ok](#the-chain-build-smoke-and-import-check) [ok](#flashinfers-own-tests) [ok](#x-1)\n"
-                    "[gone](b.md) [bad](#nope) [`code` in text](a.md#x)\n```\n[not a link](c.md)\n```\n")
-    assert links(page) == ["#the-chain-build-smoke-and-import-check", "#flashinfers-own-tests", "#x-1", "b.md", "#nope", "a.md#x"]
+    page.write_text(
+        "# The chain: build, smoke (and import-check)\n## FlashInfer's own tests\n## x\n## x\n"
+        "[ok](#the-chain-build-smoke-and-import-check) [ok](#flashinfers-own-tests) [ok](#x-1)\n"
+        "[gone](b.md) [bad](#nope) [`code` in text](a.md#x)\n```\n[not a link](c.md)\n```\n"
+    )
+    assert links(page) == [
+        "#the-chain-build-smoke-and-import-check",
+        "#flashinfers-own-tests",
+        "#x-1",
+        "b.md",
+        "#nope",
+        "a.md#x",
+    ]
     assert {"the-chain-build-smoke-and-import-check", "flashinfers-own-tests", "x", "x-1"} <= anchors(page)
 
 
@@ -65,14 +74,28 @@ CITED = re.compile(r'docs/([\w-]+\.md)(?:,? \\?"([^"\\]+)\\?")?')
 def test_every_doc_the_code_points_to_has_the_section_it_names():
     """A pointer in code, a comment or a fix line (`docs/X.md, "Section"`) names a page that exists
     and a heading on it: the guide was split into pages, and a pointer left behind sends a reader nowhere."""
-    files = [p for p in (*ROOT.glob("scripts/**/*.py"), *ROOT.glob("tools/*.py"), *ROOT.glob("tests/**/*.py"), ROOT / "pyproject.toml",
-                         ROOT / ".ci/run", ROOT / ".ci/requirements.txt") if p.is_file() and p.name != "test_docs.py"]
+    files = [
+        p
+        for p in (
+            *ROOT.glob("scripts/**/*.py"),
+            *ROOT.glob("tools/*.py"),
+            *ROOT.glob("tests/**/*.py"),
+            ROOT / "pyproject.toml",
+            ROOT / ".ci/run",
+            ROOT / ".ci/requirements.txt",
+        )
+        if p.is_file() and p.name != "test_docs.py"
+    ]
     stale = []
     for path in files:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             for page, section in CITED.findall(line):
                 doc = ROOT / "docs" / page
-                headings = [h.lstrip("#").strip() for h in doc.read_text().splitlines() if h.startswith("#")] if doc.is_file() else []
+                headings = (
+                    [h.lstrip("#").strip() for h in doc.read_text().splitlines() if h.startswith("#")]
+                    if doc.is_file()
+                    else []
+                )
                 if not doc.is_file() or (section and not any(section in h for h in headings)):
                     stale.append(f"{path.relative_to(ROOT)}:{n}: docs/{page}" + (f', "{section}"' if section else ""))
     assert stale == [], stale

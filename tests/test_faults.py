@@ -48,8 +48,8 @@ def _code(cell: str) -> str | None:
 
 def table() -> dict[str, Row]:
     text = DOC.read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n## ")]
+    section = text[text.index(SECTION) :]
+    section = section[: section.index("\n## ")]
     rows = {}
     for line in section.splitlines():
         if line.startswith("| `"):
@@ -77,7 +77,9 @@ def expect(done, row_id, status=1, said_as=None):
     lines = done.stderr.strip().splitlines()
     if row.fix is None:
         assert lines and lines[-1].startswith("error: ") and row.error in lines[-1], lines
-        assert len([x for x in lines if x.startswith("error: ")]) == 1 and not any(x.lstrip().startswith("fix:") for x in lines), lines
+        assert len([x for x in lines if x.startswith("error: ")]) == 1 and not any(
+            x.lstrip().startswith("fix:") for x in lines
+        ), lines
         return
     assert len(lines) >= 2 and lines[-2].startswith("error: ") and row.error in lines[-2], lines
     assert lines[-1].lstrip().startswith("fix: ") and row.fix in lines[-1], lines
@@ -94,6 +96,7 @@ def test_every_row_has_a_test_and_every_test_a_row():
 
 # ---------------------------------------------------------------- shared set-ups
 
+
 def workspace(tmp_path):
     """A copy of the scripts and the manifest, to break the manifest without touching this one."""
     ws = tmp_path / "ws"
@@ -106,8 +109,13 @@ def workspace(tmp_path):
 def run_in(ws, script, *args, env=None):
     if script == ".ci/run":
         return run_ci(ws)
-    return subprocess.run([sys.executable, str(task_path(ws, script)), *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, str(task_path(ws, script)), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def run_ci(ws):
@@ -115,8 +123,12 @@ def run_ci(ws):
     manifest before it builds anything."""
     (ws / ".ci").mkdir(exist_ok=True)
     shutil.copy(ROOT / ".ci/run", ws / ".ci/run")
-    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "pixi")))
-    return subprocess.run(["bash", str(ws / ".ci/run")], capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": path})
+    path = os.pathsep.join(
+        d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "pixi"))
+    )
+    return subprocess.run(
+        ["bash", str(ws / ".ci/run")], capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": path}
+    )
 
 
 def sdist(files, top=f"flashinfer_python-{P.flashinfer}"):
@@ -133,8 +145,13 @@ def sdist(files, top=f"flashinfer_python-{P.flashinfer}"):
 
 def index_env(server, timeout_s=5):
     """pip's configuration pointing at the local server alone; its timeout is the scripts' stall limit."""
-    return {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"{server.url}/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
-            "PIP_DEFAULT_TIMEOUT": str(timeout_s)}
+    return {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": f"{server.url}/simple",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+        "PIP_DEFAULT_TIMEOUT": str(timeout_s),
+    }
 
 
 def publish_sdist(server, body, sha="", behaviour="whole"):
@@ -161,8 +178,11 @@ def fake_flashinfer(tmp_path, *, where=None, data=True, archs="{(9, 0)}"):
         f"d = pathlib.Path({str(data_dir)!r})\n"
         "FLASHINFER_CSRC_DIR, FLASHINFER_INCLUDE_DIR = d / 'csrc', d / 'include'\n"
         "CUTLASS_INCLUDE_DIRS, SPDLOG_INCLUDE_DIR = [d / 'cutlass' / 'include'], d / 'spdlog' / 'include'\n"
-        "FLASHINFER_JIT_DIR = pathlib.Path('/nonexistent/jit')\nFLASHINFER_AOT_DIR = pathlib.Path('/nonexistent/aot')\n")
-    (pkg / "jit" / "core.py").write_text(f"class _Ctx:\n    TARGET_CUDA_ARCHS = {archs}\ncurrent_compilation_context = _Ctx()\n")
+        "FLASHINFER_JIT_DIR = pathlib.Path('/nonexistent/jit')\nFLASHINFER_AOT_DIR = pathlib.Path('/nonexistent/aot')\n"
+    )
+    (pkg / "jit" / "core.py").write_text(
+        f"class _Ctx:\n    TARGET_CUDA_ARCHS = {archs}\ncurrent_compilation_context = _Ctx()\n"
+    )
     return {"PYTHONPATH": f"{pkg.parent}{os.pathsep}{ROOT / 'scripts'}"}
 
 
@@ -191,7 +211,9 @@ def interrupt_when(proc, ready, within=30, late=0.0):
 
 MANIFEST_BREAKS = {
     "manifest-toml": lambda text: text.replace("[tool.flashinfer-dev]", "[tool.flashinfer-dev"),
-    "manifest-utf8": lambda text: text.replace("Reproducible", "Reproducible (café)").encode("latin-1"),  # an editor's Latin-1
+    "manifest-utf8": lambda text: text.replace("Reproducible", "Reproducible (café)").encode(
+        "latin-1"
+    ),  # an editor's Latin-1
     "manifest-pin": lambda text: text.replace(f'flashinfer-cubin = "=={P.flashinfer}"', 'flashinfer-cubin = ">=0.6.3"'),
     "manifest-table": lambda text: re.sub(r"\n\[tool\.flashinfer-dev\]\n(.+\n)+", "\n", text),
 }
@@ -210,14 +232,27 @@ def broken_manifest(tmp_path, row_id):
 
 
 @pytest.mark.parametrize("row_id", [pytest.param(r, marks=fault(r)) for r in MANIFEST_BREAKS])
-@pytest.mark.parametrize("script, args", [("preflight.py", []), ("import_check.py", []), ("fetch_flashinfer_source.py", []),
-                                          ("pin.py", ["x.whl"]), ("abi.py", []), ("smoke.py", []), ("abi_smoke.py", []),
-                                          ("bench_preflight.py", ["--runs", "1"]), (".ci/run", [])])
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("preflight.py", []),
+        ("import_check.py", []),
+        ("fetch_flashinfer_source.py", []),
+        ("pin.py", ["x.whl"]),
+        ("abi.py", []),
+        ("smoke.py", []),
+        ("abi_smoke.py", []),
+        ("bench_preflight.py", ["--runs", "1"]),
+        (".ci/run", []),
+    ],
+)
 def test_a_broken_manifest_fails_every_script_in_two_lines(tmp_path, row_id, script, args):
     ws = broken_manifest(tmp_path, row_id)
     done = run_in(ws, script, *args)
     if script == "bench_preflight.py":  # it reports preflight's two lines as its own first
-        assert done.returncode == 1 and ROWS[row_id].error in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert done.returncode == 1 and ROWS[row_id].error in done.stderr and "Traceback" not in done.stderr, (
+            done.stderr
+        )
     else:
         expect(done, row_id)
 
@@ -226,11 +261,17 @@ def test_a_broken_manifest_fails_every_script_in_two_lines(tmp_path, row_id, scr
 def test_preflight_json_still_prints_json(tmp_path):
     done = run_in(broken_manifest(tmp_path, "manifest-table"), "preflight.py", "--json")
     expect(done, "manifest-json")
-    assert json.loads(done.stdout) == {"error": done.stderr.splitlines()[-2][len("error: "):], "fix": done.stderr.splitlines()[-1].split("fix: ", 1)[1]}
+    assert json.loads(done.stdout) == {
+        "error": done.stderr.splitlines()[-2][len("error: ") :],
+        "fix": done.stderr.splitlines()[-1].split("fix: ", 1)[1],
+    }
 
 
 @fault("ci-unknown-package")
-@pytest.mark.parametrize("table, package", [("[tool.pixi.dependencies]", "c-compiler"), ("[tool.pixi.feature.flashinfer-dev.dependencies]", "cuda-cudart")])
+@pytest.mark.parametrize(
+    "table, package",
+    [("[tool.pixi.dependencies]", "c-compiler"), ("[tool.pixi.feature.flashinfer-dev.dependencies]", "cuda-cudart")],
+)
 def test_ci_refuses_a_package_it_has_no_pypi_name_for(tmp_path, table, package):
     ws = workspace(tmp_path)
     text = (ws / "pyproject.toml").read_text()
@@ -242,12 +283,19 @@ def test_ci_refuses_a_package_it_has_no_pypi_name_for(tmp_path, table, package):
 
 # ---------------------------------------------------------------- the source materializer
 
+
 @fault("fetch-tampered")
 def test_a_tampered_release_is_refused_before_anything_in_it_runs(tmp_path, index_server):
     pwned = tmp_path / "PWNED"
     backend = f"open({str(pwned)!r}, 'w').write('ran')\n"  # what pip's metadata step would have imported and run
-    body = sdist({"build_backend.py": backend, "setup.py": backend, "pyproject.toml": '[build-system]\nbuild-backend = "build_backend"\n'
-                  'backend-path = ["."]\nrequires = []\n', "PKG-INFO": f"Name: flashinfer-python\nVersion: {P.flashinfer}\n"})
+    body = sdist(
+        {
+            "build_backend.py": backend,
+            "setup.py": backend,
+            "pyproject.toml": '[build-system]\nbuild-backend = "build_backend"\nbackend-path = ["."]\nrequires = []\n',
+            "PKG-INFO": f"Name: flashinfer-python\nVersion: {P.flashinfer}\n",
+        }
+    )
     publish_sdist(index_server, body)
     dest = tmp_path / "extern" / "flashinfer"
     done = run("fetch_flashinfer_source.py", "--dest", dest, env=index_env(index_server))
@@ -264,7 +312,12 @@ def test_an_index_publishing_another_hash_is_refused(tmp_path, index_server):
 
 @fault("fetch-offline")
 def test_no_reachable_index(tmp_path):
-    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": ""}
+    env = {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_FIND_LINKS": "",
+        "PIP_EXTRA_INDEX_URL": "",
+    }
     expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", env=env), "fetch-offline")
     assert not (tmp_path / "fi").exists()
 
@@ -279,9 +332,14 @@ def test_an_index_without_the_release(tmp_path, index_server):
 def test_ctrl_c_during_the_download_leaves_no_temporary_folder(tmp_path, index_server):
     publish_sdist(index_server, os.urandom(4 << 20), behaviour="stall")
     dest = tmp_path / "extern" / "fi"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(dest)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **index_env(index_server, timeout_s=120)},
-                            preexec_fn=as_a_terminal_starts_it)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(dest)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **index_env(index_server, timeout_s=120)},
+        preexec_fn=as_a_terminal_starts_it,
+    )
     # the stall limit far past the signal, which comes 6 s late: it, not the limit, ends the download
     done = interrupt_when(proc, lambda: index_server.hits.get(f"/files/{P.sdist_name}"), late=6)
     expect(done, "fetch-interrupted", status=130)
@@ -291,7 +349,9 @@ def test_ctrl_c_during_the_download_leaves_no_temporary_folder(tmp_path, index_s
 @fault("fetch-dest-file")
 def test_dest_is_a_file(tmp_path):
     (tmp_path / "fi").write_text("mine")
-    expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", "--archive", tmp_path / "fi"), "fetch-dest-file")
+    expect(
+        run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", "--archive", tmp_path / "fi"), "fetch-dest-file"
+    )
     assert (tmp_path / "fi").read_text() == "mine"
 
 
@@ -319,8 +379,13 @@ def test_the_workspace_is_never_a_destination(dest, tmp_path):
         return (ws / ".git").stat().st_ino, sorted(p.name for p in (ws / ".git").iterdir())
 
     before = git()
-    done = subprocess.run([sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--dest", dest, "--replace"],
-                          capture_output=True, text=True, timeout=60, cwd=ws)
+    done = subprocess.run(
+        [sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--dest", dest, "--replace"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ws,
+    )
     expect(done, "fetch-dest-workspace")
     assert git() == before and not list(ws.parent.glob(f"{ws.name}.replaced-*"))
 
@@ -349,6 +414,7 @@ def test_another_tree_is_kept_unless_replace_is_asked_for(tmp_path):
 
 # ---------------------------------------------------------------- preflight
 
+
 class Preflight:
     """preflight.py in a copy of the workspace with a fake site-packages: one fault at a time."""
 
@@ -366,15 +432,25 @@ class Preflight:
             (info / rel).write_text(text)
 
     def release(self, lacking=()):
-        for sub in ("csrc/norm.cu", "include/flashinfer/norm.cuh", "3rdparty/cutlass/include/c.h", "3rdparty/spdlog/include/s.h"):
+        for sub in (
+            "csrc/norm.cu",
+            "include/flashinfer/norm.cuh",
+            "3rdparty/cutlass/include/c.h",
+            "3rdparty/spdlog/include/s.h",
+        ):
             if not any(sub.startswith(x) for x in lacking):
                 (self.src / sub).parent.mkdir(parents=True, exist_ok=True)
                 (self.src / sub).write_text("")
         (self.src / source_tree.MARKER).write_text(source_tree.marker_text(P))
 
     def check(self, check_id, *args):
-        done = subprocess.run([sys.executable, "-S", str(self.ws / "scripts/preflight.py"), "--json", *args], capture_output=True,
-                              text=True, timeout=60, env={**os.environ, **self.env})
+        done = subprocess.run(
+            [sys.executable, "-S", str(self.ws / "scripts/preflight.py"), "--json", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **self.env},
+        )
         assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
         checks = {c["id"]: c for c in json.loads(done.stdout)["checks"]}
         return checks, checks[check_id]
@@ -452,7 +528,11 @@ def test_a_bogus_kernel_source_mode_is_reported_without_the_jit_cache(tmp_path):
 def test_an_editable_install_whose_tree_was_recreated(tmp_path):
     host = Preflight(tmp_path)
     host.release()  # re-created: no flashinfer/data links
-    host.dist("flashinfer-python", P.flashinfer, {"direct_url.json": json.dumps({"url": host.src.as_uri(), "dir_info": {"editable": True}})})
+    host.dist(
+        "flashinfer-python",
+        P.flashinfer,
+        {"direct_url.json": json.dumps({"url": host.src.as_uri(), "dir_info": {"editable": True}})},
+    )
     expect_check(host.check("flashinfer-install")[1], "editable-dangling")
 
 
@@ -470,22 +550,31 @@ def test_every_cuda_option_takes_both_spellings_and_refuses_others(script, args)
 
 # ---------------------------------------------------------------- prefetch
 
+
 def crate(tmp_path, server, behaviour="whole", body=None, sha=None):
     body = body if body is not None else os.urandom(1 << 20)
     server.serve(f"/files/{JIT_CACHE_WHEEL}", body, behaviour=behaviour)
     cargo = tmp_path / "Cargo.toml"
-    cargo.write_text(f'[package.metadata.flashinfer_rs.pinned_wheels.flashinfer_jit_cache.{P.cuda_tag}.x86_64]\n'
-                     f'filename = "{JIT_CACHE_WHEEL}"\nurl = "{server.url}/files/{JIT_CACHE_WHEEL}"\n'
-                     f'sha256 = "{sha or hashlib.sha256(body).hexdigest()}"\n')
+    cargo.write_text(
+        f'[package.metadata.flashinfer_rs.pinned_wheels.flashinfer_jit_cache.{P.cuda_tag}.x86_64]\n'
+        f'filename = "{JIT_CACHE_WHEEL}"\nurl = "{server.url}/files/{JIT_CACHE_WHEEL}"\n'
+        f'sha256 = "{sha or hashlib.sha256(body).hexdigest()}"\n'
+    )
     return cargo
 
 
 def prefetch(cargo, cache, *args, env=None):
-    return run("prefetch.py", cargo, "--arch", "x86_64", *args, env={"FLASHINFER_RS_CACHE_DIR": str(cache), **(env or {})})
+    return run(
+        "prefetch.py", cargo, "--arch", "x86_64", *args, env={"FLASHINFER_RS_CACHE_DIR": str(cache), **(env or {})}
+    )
 
 
 def leftovers(cache):
-    return sorted(p.name for p in (cache / "wheels").iterdir() if not p.name.endswith(".lock")) if (cache / "wheels").exists() else []
+    return (
+        sorted(p.name for p in (cache / "wheels").iterdir() if not p.name.endswith(".lock"))
+        if (cache / "wheels").exists()
+        else []
+    )
 
 
 @fault("cache-unwritable")
@@ -501,7 +590,13 @@ def test_cache_folder_is_a_file(tmp_path, index_server):
 
 @fault("cache-home-read-only")
 def test_read_only_home(tmp_path, index_server, read_only_dir):
-    done = run("prefetch.py", crate(tmp_path, index_server), "--arch", "x86_64", env={"HOME": str(read_only_dir), "FLASHINFER_RS_CACHE_DIR": ""})
+    done = run(
+        "prefetch.py",
+        crate(tmp_path, index_server),
+        "--arch",
+        "x86_64",
+        env={"HOME": str(read_only_dir), "FLASHINFER_RS_CACHE_DIR": ""},
+    )
     expect(done, "cache-home-read-only")
     assert str(read_only_dir / ".cache" / "flashinfer-rs") in done.stderr
 
@@ -551,10 +646,23 @@ def test_a_download_with_the_wrong_hash(tmp_path, index_server):
 @fault("download-interrupted")
 def test_ctrl_c_during_a_download(tmp_path, index_server):
     cache = tmp_path / "cache"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts/prefetch.py"), str(crate(tmp_path, index_server, "stall", os.urandom(8 << 20))),
-                             "--arch", "x86_64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)}, preexec_fn=as_a_terminal_starts_it)
-    done = interrupt_when(proc, lambda: (cache / "wheels").exists() and any(".tmp-" in p.name for p in (cache / "wheels").iterdir()))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "scripts/prefetch.py"),
+            str(crate(tmp_path, index_server, "stall", os.urandom(8 << 20))),
+            "--arch",
+            "x86_64",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)},
+        preexec_fn=as_a_terminal_starts_it,
+    )
+    done = interrupt_when(
+        proc, lambda: (cache / "wheels").exists() and any(".tmp-" in p.name for p in (cache / "wheels").iterdir())
+    )
     expect(done, "download-interrupted", status=130)
     assert leftovers(cache) == []
 
@@ -571,7 +679,11 @@ def test_a_damaged_carried_wheel_is_blamed_not_the_pin(tmp_path, index_server):
 
 @fault("url-no-scheme")
 def test_a_url_without_its_scheme(tmp_path, index_server, norm_so):
-    expect(run("pin.py", make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so), "--index", "pypi.org/simple"), "url-no-scheme", status=2)
+    expect(
+        run("pin.py", make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so), "--index", "pypi.org/simple"),
+        "url-no-scheme",
+        status=2,
+    )
     cargo = crate(tmp_path, index_server)
     cargo.write_text(cargo.read_text().replace(f'url = "{index_server.url}', 'url = "example.com'))
     done = prefetch(cargo, tmp_path / "cache")
@@ -580,15 +692,21 @@ def test_a_url_without_its_scheme(tmp_path, index_server, norm_so):
 
 # ---------------------------------------------------------------- pin and artifacts
 
+
 @fault("pin-cached-name")
 def test_a_wheel_from_the_crate_cache(tmp_path, norm_so):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     cached = tmp_path / f"{sha}-{JIT_CACHE_WHEEL}"
     shutil.copy(wheel, cached)
-    done = run("pin.py", cached, "--url", "https://example.invalid/x.whl", "--cuda", P.cuda)  # 12.9, the spelling preflight takes
+    done = run(
+        "pin.py", cached, "--url", "https://example.invalid/x.whl", "--cuda", P.cuda
+    )  # 12.9, the spelling preflight takes
     assert done.returncode == 0, done.stderr
-    assert f"pinned_wheels.flashinfer_jit_cache.{P.cuda_tag}.x86_64]" in done.stdout and f'filename = "{JIT_CACHE_WHEEL}"' in done.stdout
+    assert (
+        f"pinned_wheels.flashinfer_jit_cache.{P.cuda_tag}.x86_64]" in done.stdout
+        and f'filename = "{JIT_CACHE_WHEEL}"' in done.stdout
+    )
     damaged = tmp_path / f"{'0' * 64}-{JIT_CACHE_WHEEL}"
     shutil.copy(wheel, damaged)
     expect(run("pin.py", damaged, "--url", "https://example.invalid/x.whl"), "pin-cached-name")
@@ -608,6 +726,7 @@ def test_artifacts_without_a_source_or_a_jit_cache():
 
 
 # ---------------------------------------------------------------- the chain
+
 
 @fault("build-import")
 def test_build_without_flashinfer_names_preflight_not_import_check():
@@ -629,11 +748,15 @@ def test_build_names_the_first_cause_of_a_failed_link(tmp_path):
     from fidev.builds import module_builds as build
 
     (tmp_path / "m.cpp").write_text("int f() { return 1; }\n")
-    (tmp_path / "build.ninja").write_text("rule cxx\n  command = c++ -fPIC -c $in -o $out\nrule link\n  command = c++ -shared $in -lcudart_not_here -o $out\n"
-                                          "build m.o: cxx m.cpp\nbuild m.so: link m.o\ndefault m.so\n")
+    (tmp_path / "build.ninja").write_text(
+        "rule cxx\n  command = c++ -fPIC -c $in -o $out\nrule link\n  command = c++ -shared $in -lcudart_not_here -o $out\n"
+        "build m.o: cxx m.cpp\nbuild m.so: link m.o\ndefault m.so\n"
+    )
     out = subprocess.run(["ninja", "-C", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()
     assert any(line.startswith("collect2") for line in out), out
-    assert ROWS["build-first-error"].error in build.first_error(out) and not build.first_error(out).startswith("collect2")
+    assert ROWS["build-first-error"].error in build.first_error(out) and not build.first_error(out).startswith(
+        "collect2"
+    )
     assert ROWS["build-first-error"].fix in build.BUILD_FAILED_FIX
 
 
@@ -645,7 +768,9 @@ def test_import_check_refuses_a_flashinfer_outside_the_vendored_tree(tmp_path):
 @fault("import-no-torch")
 def test_import_check_without_torch(tmp_path):
     ws = workspace(tmp_path)
-    env = fake_flashinfer(tmp_path, where=ws / "extern/tracked/flashinfer")  # the vendored tree's own, at the pinned version
+    env = fake_flashinfer(
+        tmp_path, where=ws / "extern/tracked/flashinfer"
+    )  # the vendored tree's own, at the pinned version
     missing = ws / "extern/tracked/flashinfer/torch"  # ahead of any installed torch: one that is not there
     missing.mkdir()
     (missing / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
@@ -653,6 +778,7 @@ def test_import_check_without_torch(tmp_path):
 
 
 # ---------------------------------------------------------------- module-uri
+
 
 @fault("uri-head-dim")
 @pytest.mark.parametrize("head_dim", ["0", "-16", "7", "100"])
@@ -698,9 +824,13 @@ def test_an_unknown_option(script):
 
 
 @fault("broken-pipe")
-@pytest.mark.parametrize("script, args", [("module_uri.py", ["single_prefill"]), ("preflight.py", []), ("preflight.py", ["--json"])])
+@pytest.mark.parametrize(
+    "script, args", [("module_uri.py", ["single_prefill"]), ("preflight.py", []), ("preflight.py", ["--json"])]
+)
 def test_a_reader_that_goes_away(script, args):
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     proc.stdout.close()  # `| head` that has read its fill
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipeError" not in err, err
@@ -737,7 +867,9 @@ def test_bench_preflight_reports_a_preflight_that_cannot_run():
 def test_bench_preflight_reports_a_failed_command_not_its_time(tmp_path):
     """A torch that is there but cannot import: collect_env fails, and its time is no figure."""
     (tmp_path / "torch").mkdir()
-    (tmp_path / "torch/__init__.py").write_text('raise ImportError("libtorch_cuda.so: cannot open shared object file")\n')
+    (tmp_path / "torch/__init__.py").write_text(
+        'raise ImportError("libtorch_cuda.so: cannot open shared object file")\n'
+    )
     done = run("bench_preflight.py", "--runs", "1", env={"PYTHONPATH": str(tmp_path)})
     expect(done, "bench-command-fails")
     assert [line.split()[0] for line in done.stdout.splitlines()] == ["command", "preflight.py"], done.stdout
@@ -757,7 +889,9 @@ def test_upstream_tests_option_without_its_value():
 
 @fault("upstream-stop-after-baseline")
 def test_upstream_tests_stop_after_with_a_baseline():
-    expect(run("upstream_tests.py", "norm", "--stop-after", "3", "--baseline"), "upstream-stop-after-baseline", status=2)
+    expect(
+        run("upstream_tests.py", "norm", "--stop-after", "3", "--baseline"), "upstream-stop-after-baseline", status=2
+    )
 
 
 @fault("smoke-nothing-selected")
@@ -776,6 +910,7 @@ def test_gpu_suites_fail_when_nothing_ran(script, task):
 
 
 # ---------------------------------------------------------------- odd input, and two tools at once
+
 
 @fault("tree-busy")
 def test_a_second_tool_writing_the_tree_is_refused(tmp_path):
@@ -883,14 +1018,22 @@ def test_sigterm_stops_the_tests_it_started_and_leaves_no_scratch(tmp_path):
     shutil.copy(ROOT / ".ci" / "requirements.txt", ws / ".ci" / "requirements.txt")
     (ws / "sleeper.py").write_text(SLEEPER)
     manifest = (ROOT / "pyproject.toml").read_text()
-    manifest = manifest.replace('test = { cmd = "python -m pytest"', f'test = {{ cmd = "python sleeper.py {pid_file}"', 1)
+    manifest = manifest.replace(
+        'test = { cmd = "python -m pytest"', f'test = {{ cmd = "python sleeper.py {pid_file}"', 1
+    )
     manifest = manifest.replace('lint = { cmd = "ruff check ."', 'lint = { cmd = "python -c pass"', 1)
     (ws / "pyproject.toml").write_text(manifest)
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "PATH": "/usr/local/bin:/usr/bin:/bin"}  # no pixi
     env.pop("CI", None)
-    proc = subprocess.Popen(["bash", str(ws / ".ci" / "run")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(ws / ".ci" / "run")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_until(pid_file.exists, 600, "the test task's start", proc)
         wait_until(lambda: pid_file.read_text().strip().isdigit(), 10, "the test task's pid", proc)

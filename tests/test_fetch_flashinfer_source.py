@@ -23,8 +23,12 @@ def pinned(sha):
 
 
 def make_archive(path, files=None):
-    files = files or {"version.txt": RELEASE, "csrc/norm.cu": "// kernel", "include/flashinfer/norm.cuh": "",
-                      "3rdparty/cutlass/include/c.h": ""}
+    files = files or {
+        "version.txt": RELEASE,
+        "csrc/norm.cu": "// kernel",
+        "include/flashinfer/norm.cuh": "",
+        "3rdparty/cutlass/include/c.h": "",
+    }
     with tarfile.open(path, "w:gz") as tar:
         for name, text in files.items():
             data = text.encode()
@@ -124,7 +128,14 @@ def test_cli_reports_a_hash_mismatch_in_two_lines(tmp_path, archive):
 
 def test_an_index_without_the_project_is_tried_not_unreachable(tmp_path, index_server):
     # A 404 project page means "not on this index", as pip reads it: the message names the page tried.
-    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"{index_server.url}/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": ""}
+    env = {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": f"{index_server.url}/simple",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+    }
     done = run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", env=env)
     assert done.returncode == 1, done.stderr
-    assert f"is on none of the indexes pip uses (tried {index_server.url}/simple/flashinfer-python/)" in done.stderr, done.stderr
+    assert f"is on none of the indexes pip uses (tried {index_server.url}/simple/flashinfer-python/)" in done.stderr, (
+        done.stderr
+    )

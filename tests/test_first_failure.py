@@ -37,7 +37,10 @@ def ran_in_process(tmp_path, monkeypatch, stop=None, fail_b=False, first=()):
     monkeypatch.setenv("RAN", str(tmp_path / "ran"))
     monkeypatch.setenv("FAIL_B", "1" if fail_b else "0")
     plugin = affected_tests.collector(stop)
-    status = pytest.main([str(tmp_path / "test_three.py"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib", *first], plugins=[plugin])
+    status = pytest.main(
+        [str(tmp_path / "test_three.py"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib", *first],
+        plugins=[plugin],
+    )
     ran = (tmp_path / "ran").read_text().split() if (tmp_path / "ran").is_file() else []
     return int(status), plugin, ran
 
@@ -59,14 +62,19 @@ def test_ctrl_c_in_smokes_tests_is_said_to_run_ours(tmp_path, monkeypatch):
     monkeypatch.setenv("RAN", str(tmp_path / "ran"))
     (tmp_path / "test_ctrl_c.py").write_text("def test_a():\n    raise KeyboardInterrupt\n")
     plugin = affected_tests.collector(None)
-    status = pytest.main([str(tmp_path / "test_ctrl_c.py"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib"], plugins=[plugin])
+    status = pytest.main(
+        [str(tmp_path / "test_ctrl_c.py"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib"], plugins=[plugin]
+    )
     assert status == pytest.ExitCode.INTERRUPTED and plugin.interrupted is True
 
 
 def test_smokes_first_failure_ends_them_and_without_stop_all_run(tmp_path, monkeypatch):
     status, plugin, ran = ran_in_process(tmp_path, monkeypatch, stop=lambda: False, fail_b=True, first=["-x"])
     # the node id as pytest names it from its rootdir: the test folder may lie outside the checkout
-    assert ran == ["a", "b"] and {i.rsplit("::", 1)[-1] for i in plugin.ids} == {"test_b"} and not plugin.stopped, (ran, plugin.ids)
+    assert ran == ["a", "b"] and {i.rsplit("::", 1)[-1] for i in plugin.ids} == {"test_b"} and not plugin.stopped, (
+        ran,
+        plugin.ids,
+    )
     (tmp_path / "ran").unlink()
     status, plugin, ran = ran_in_process(tmp_path, monkeypatch, stop=None, fail_b=True)  # --keep-going
     assert ran == ["a", "b", "c"] and status == pytest.ExitCode.TESTS_FAILED
@@ -78,8 +86,20 @@ class FakeRun:
     otherwise; `result`: finish()'s (status, failed) otherwise."""
 
     def __init__(self, fails_first=False, stopped_early=None, result=(0, set()), **attrs):
-        self.fails_first, self.stops_early, self.result, self.said, self.selection = fails_first, stopped_early, result, [], None
-        self.opened, self.past, self.unread, self.missed, self.exercised_files = None, None, None, [], {"tests/utils/test_norm.py"}
+        self.fails_first, self.stops_early, self.result, self.said, self.selection = (
+            fails_first,
+            stopped_early,
+            result,
+            [],
+            None,
+        )
+        self.opened, self.past, self.unread, self.missed, self.exercised_files = (
+            None,
+            None,
+            None,
+            [],
+            {"tests/utils/test_norm.py"},
+        )
         self.all_skipped, self.stopped_early = False, False
         self.__dict__.update(attrs)
 
@@ -102,7 +122,11 @@ class FakeRun:
 
 
 SMOKE = ["smoke/test_kernels.py::test_rmsnorm"]
-THEIRS, RECORDED, CHANGED = ["tests/utils/test_norm.py"], {"norm": ["tests/utils/test_norm.py::test_norm[1]"]}, {"norm": {}}
+THEIRS, RECORDED, CHANGED = (
+    ["tests/utils/test_norm.py"],
+    {"norm": ["tests/utils/test_norm.py::test_norm[1]"]},
+    {"norm": {}},
+)
 TO_BUILD, VERSION_DIR, GATE_SELECTION = ["norm's spec"], Path("version-dir"), ["tests/utils/test_norm.py::test_norm[1]"]
 
 
@@ -125,7 +149,9 @@ def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE):
         given.update(run_ours=(tests, wide, mode), stop=stop, imported_first=list(given["imported"]))
         if stop is not None and stop():
             return 1, set(), True  # stopped before its first test
-        return (1, {"tests/smoke/test_kernels.py::test_rmsnorm"}, stop is not None) if smoke_fails else (0, set(), False)
+        return (
+            (1, {"tests/smoke/test_kernels.py::test_rmsnorm"}, stop is not None) if smoke_fails else (0, set(), False)
+        )
 
     def rebuild(to_build, table):
         given["rebuild"] = (to_build, table)
@@ -139,8 +165,22 @@ def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE):
     monkeypatch.setattr(affected_tests, "rebuild", rebuild)
     monkeypatch.setattr(affected_tests, "their_run", their_run)
     monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: given["imported"].append("started") or Importing())
-    args = (TO_BUILD, "early", list(ours), THEIRS if run else [], RECORDED, CHANGED, VERSION_DIR, failed_table, lambda: None, True, "auto")
-    outcome = affected_tests.build_and_test(*args) if keep_going is None else affected_tests.build_and_test(*args, keep_going)
+    args = (
+        TO_BUILD,
+        "early",
+        list(ours),
+        THEIRS if run else [],
+        RECORDED,
+        CHANGED,
+        VERSION_DIR,
+        failed_table,
+        lambda: None,
+        True,
+        "auto",
+    )
+    outcome = (
+        affected_tests.build_and_test(*args) if keep_going is None else affected_tests.build_and_test(*args, keep_going)
+    )
     return outcome, run.said if run else [], given
 
 
@@ -148,7 +188,10 @@ def test_smokes_first_failure_stops_flashinfers_tests(monkeypatch, capsys):
     outcome, said, _ = build_and_test(monkeypatch, FakeRun(), smoke_fails=True)
     assert "finish" not in said and "stop" in said, said
     assert outcome.stopped and outcome.failed == {"tests/smoke/test_kernels.py::test_rmsnorm"} and outcome.broken == []
-    assert "affected: FlashInfer's tests stopped: smoke's tests failed first (--keep-going runs every test)\n" in capsys.readouterr().out
+    assert (
+        "affected: FlashInfer's tests stopped: smoke's tests failed first (--keep-going runs every test)\n"
+        in capsys.readouterr().out
+    )
 
 
 def test_flashinfers_first_failure_stops_smokes_tests(monkeypatch):
@@ -217,8 +260,10 @@ def test_flashinfers_run_that_names_no_failure_is_no_pass_unless_every_case_skip
 
 def test_a_changed_module_the_sample_did_not_exercise_is_no_pass(monkeypatch):
     outcome, _, _ = build_and_test(monkeypatch, FakeRun(missed=["norm", "not_changed"]), smoke_fails=False)
-    assert outcome.broken == ["no collected FlashInfer test is recorded for norm, so the sample did not exercise it "
-                              "(upstream-tests FAMILY records them again)"]
+    assert outcome.broken == [
+        "no collected FlashInfer test is recorded for norm, so the sample did not exercise it "
+        "(upstream-tests FAMILY records them again)"
+    ]
 
 
 def test_smokes_tests_left_unrun_stay_unfinished_whatever_flashinfers_run_says(monkeypatch):
@@ -227,8 +272,11 @@ def test_smokes_tests_left_unrun_stay_unfinished_whatever_flashinfers_run_says(m
     after smoke's tests all ran is stopped too."""
     outcome, _, _ = build_and_test(monkeypatch, FakeRun(fails_first=True, stopped_early=False), smoke_fails=False)
     assert outcome.stopped
-    outcome, _, _ = build_and_test(monkeypatch, FakeRun(stopped_early=True, result=(1, {"tests/utils/test_norm.py::test_norm[1]"})),
-                                   smoke_fails=False)
+    outcome, _, _ = build_and_test(
+        monkeypatch,
+        FakeRun(stopped_early=True, result=(1, {"tests/utils/test_norm.py::test_norm[1]"})),
+        smoke_fails=False,
+    )
     assert outcome.stopped and outcome.failed == {"tests/utils/test_norm.py::test_norm[1]"}
 
 
@@ -256,20 +304,33 @@ def test_smokes_failures_are_rerun_alone_with_the_wide_tier_where_they_need_it(m
     outcome, args = smokes_step(monkeypatch, ours, 1, bad, False, stopped=True)
     assert args == (ours, ["--wide"], "auto", never)
     assert outcome.failed == set(bad) and outcome.broken == [] and outcome.stopped, "an earlier stop stays"
-    assert outcome.reruns == ["pixi run -e flashinfer-dev python -m pytest tests/smoke/test_kernels.py::test_rmsnorm "
-                              "tests/smoke/test_wide.py::test_append_paged_kv_cache --wide"]
+    assert outcome.reruns == [
+        "pixi run -e flashinfer-dev python -m pytest tests/smoke/test_kernels.py::test_rmsnorm "
+        "tests/smoke/test_wide.py::test_append_paged_kv_cache --wide"
+    ]
     outcome, args = smokes_step(monkeypatch, ours[1:], 1, bad[1:], False)
-    assert args[1] == [] and outcome.reruns == ["pixi run -e flashinfer-dev python -m pytest tests/smoke/test_kernels.py::test_rmsnorm"]
+    assert args[1] == [] and outcome.reruns == [
+        "pixi run -e flashinfer-dev python -m pytest tests/smoke/test_kernels.py::test_rmsnorm"
+    ]
 
 
 def test_smokes_tests_stopped_by_flashinfers_failure_leave_the_run_stopped(monkeypatch, capsys):
     outcome, _ = smokes_step(monkeypatch, SMOKE, 1, [], True)
     assert outcome.stopped and outcome.failed == set() and outcome.broken == [] and outcome.reruns == []
-    assert capsys.readouterr().out == "affected: smoke's tests stopped: FlashInfer's tests failed first (--keep-going runs every test)\n"
+    assert (
+        capsys.readouterr().out
+        == "affected: smoke's tests stopped: FlashInfer's tests failed first (--keep-going runs every test)\n"
+    )
 
 
-@pytest.mark.parametrize(("status", "broken"), [(0, []), (2, ["tests/ exited 2 with no failed test named"]),
-                                                (affected_tests.NOTHING_PASSED, ["no smoke or abi-smoke test passed (skipped: reasons above)"])])
+@pytest.mark.parametrize(
+    ("status", "broken"),
+    [
+        (0, []),
+        (2, ["tests/ exited 2 with no failed test named"]),
+        (affected_tests.NOTHING_PASSED, ["no smoke or abi-smoke test passed (skipped: reasons above)"]),
+    ],
+)
 def test_smokes_tests_that_fail_with_no_test_named_are_broken(monkeypatch, status, broken):
     outcome, _ = smokes_step(monkeypatch, SMOKE, status, [], False)
     assert outcome.broken == broken and outcome.failed == set() and not outcome.stopped
@@ -281,7 +342,9 @@ def test_flashinfers_failures_are_rerun_alone_the_first_five_of_them(n):
     bad = {f"tests/utils/test_norm.py::test_norm[{i}]" for i in range(n)}
     affected_tests.theirs_step(1, bad, None, outcome)
     first = " ".join(f"'tests/utils/test_norm.py::test_norm[{i}]'" for i in range(5))
-    assert outcome.reruns == [f"pixi run -e flashinfer-dev upstream-tests --no-plan {first}" + (f" (the first 5 of {n})" if n > 5 else "")]
+    assert outcome.reruns == [
+        f"pixi run -e flashinfer-dev upstream-tests --no-plan {first}" + (f" (the first 5 of {n})" if n > 5 else "")
+    ]
     assert outcome.failed == bad and outcome.broken == []
 
 
@@ -311,12 +374,18 @@ def test_flashinfers_run_has_ended_failing_once_it_exited_other_than_zero(status
 def test_a_module_whose_tests_a_stopped_run_left_unrun_is_no_pass():
     """Two modules changed; the first failure (norm's) ended the run before rope's tests ran: rope is
     `unfinished`, which the next run runs again (fidev.affected.changes.standing_failures), never `passed`."""
-    recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]"], "rope": ["tests/attention/test_rope.py::test_rope[1]"]}
+    recorded = {
+        "norm": ["tests/utils/test_norm.py::test_norm[1]"],
+        "rope": ["tests/attention/test_rope.py::test_rope[1]"],
+    }
     sel = selection.Selection({"include/x.cuh": {"norm", "rope"}}, {"norm": {}, "rope": {}}, {}, recorded)
     failed = {"tests/utils/test_norm.py::test_norm[1]"}
     results = coverage.module_results(sel, failed, [], stopped=True)
     assert {name: r[0] for name, r in results.items()} == {"norm": "failed", "rope": "unfinished"}
-    assert {name: r[0] for name, r in coverage.module_results(sel, failed, []).items()} == {"norm": "failed", "rope": "passed"}
+    assert {name: r[0] for name, r in coverage.module_results(sel, failed, []).items()} == {
+        "norm": "failed",
+        "rope": "passed",
+    }
 
 
 def test_the_last_lines_say_what_failed_and_that_a_stopped_run_left_tests_unrun(capsys):
@@ -331,11 +400,14 @@ def test_the_last_lines_say_what_failed_and_that_a_stopped_run_left_tests_unrun(
         "(the next run runs them again; --keep-going runs every one)",
         "affected: 5 failed (tests/t.py::test_a, tests/t.py::test_b, tests/t.py::test_c, tests/t.py::test_d and 1 more); "
         "1 module(s) rebuilt; 2.0 s in all",
-        "affected: rerun alone: rerun a; rerun b"]
+        "affected: rerun alone: rerun a; rerun b",
+    ]
     assert verdict.of_tests(set(), ["one broke", "two broke"]) is verdict.Verdict.FAILED
     report.final(True, set(), ["one broke", "two broke"], [], "built", 1.0)
-    assert capsys.readouterr().out.splitlines() == ["affected: 0 failed (-); one broke; two broke; built; 1.0 s in all",
-                                                    "affected: rerun alone: see the output above"]
+    assert capsys.readouterr().out.splitlines() == [
+        "affected: 0 failed (-); one broke; two broke; built; 1.0 s in all",
+        "affected: rerun alone: see the output above",
+    ]
     assert verdict.of_tests(set(), []) is verdict.Verdict.PASSED and verdict.Verdict.PASSED.status == 0
     report.final(False, set(), [], [], "built", 1.0)
     assert capsys.readouterr().out == "affected: every selected test passed; built; 1.0 s in all\n"
@@ -371,7 +443,10 @@ def test_a_subset_of_a_files_cases_builds_first_what_its_first_case_loads(ws):
     with no record of which case needs which module, the warmup builds nothing up front: the first
     case builds its own module first, the rest build beside the next cases, and no module compiles
     twice; the whole file still builds what the warmup asks for, in one parallel step, before its first case."""
-    require("filelock", why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock",
+        why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
+    )
     root, _, env = ws
     (root / "extern/tracked/flashinfer/tests/utils/test_activation.py").write_text(WARMUP)
     done = upstream(root, env, "activation", "--no-plan", "-k", "test_silu or test_gelu")
@@ -382,9 +457,15 @@ def test_a_subset_of_a_files_cases_builds_first_what_its_first_case_loads(ws):
     shutil.rmtree(Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/cached_ops")
     Path(env["FAKE_COMPILES"]).unlink()
     done = upstream(root, env, "activation", "--no-plan")
-    assert done.returncode == 0 and "building 3 module(s) its warmup_jit fixture asks for" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "building 3 module(s) its warmup_jit fixture asks for" in done.stdout, (
+        done.stdout + done.stderr
+    )
     assert "upstream-tests: 3 passed" in done.stdout, done.stdout
-    assert sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == ["gelu_and_mul", "gelu_tanh_and_mul", "silu_and_mul"]
+    assert sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == [
+        "gelu_and_mul",
+        "gelu_tanh_and_mul",
+        "silu_and_mul",
+    ]
 
 
 def test_each_verdict_has_the_exit_status_the_docs_table_gives_it():
@@ -395,14 +476,19 @@ def test_each_verdict_has_the_exit_status_the_docs_table_gives_it():
     from fidev.affected.verdict import Verdict
 
     text = (ROOT / "docs/affected-and-upstream-tests.md").read_text()
-    rows = {verdict.strip(): int(status) for status, verdicts in re.findall(r"^  \| (\d+) \| ([^|]+) \|", text, re.M)
-            for verdict in verdicts.split(",")}
+    rows = {
+        verdict.strip(): int(status)
+        for status, verdicts in re.findall(r"^  \| (\d+) \| ([^|]+) \|", text, re.M)
+        for verdict in verdicts.split(",")
+    }
     assert {v.value: v.status for v in Verdict} == {v.value: rows.get(v.value) for v in Verdict}, rows
 
 
-ORDERED = WARMUP.replace("import flashinfer\n", "import flashinfer, os\n").replace(
-    "def test_silu():\n", "def test_silu():\n    open(os.environ['RAN'], 'a').write('silu\\n')\n").replace(
-    "def test_gelu():\n", "def test_gelu():\n    open(os.environ['RAN'], 'a').write('gelu\\n')\n")
+ORDERED = (
+    WARMUP.replace("import flashinfer\n", "import flashinfer, os\n")
+    .replace("def test_silu():\n", "def test_silu():\n    open(os.environ['RAN'], 'a').write('silu\\n')\n")
+    .replace("def test_gelu():\n", "def test_gelu():\n    open(os.environ['RAN'], 'a').write('gelu\\n')\n")
+)
 
 
 @needs_a_build
@@ -411,11 +497,16 @@ def test_a_recorded_subset_builds_only_its_cases_modules_and_runs_the_built_ones
     spec carries it), the narrowed warmup builds exactly those, side by side at once, and none of the
     warmup's others; the cases whose modules are built run first (here gelu, built by an earlier run,
     before silu, collected first), and each module compiles once."""
-    require("filelock", why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock",
+        why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
+    )
     root, _, env = ws
     (root / "extern/tracked/flashinfer/tests/utils/test_activation.py").write_text(ORDERED)
     env = {**env, "RAN": str(tmp_path / "ran")}
-    assert upstream(root, env, "activation", "--yes", "-k", "test_silu or test_gelu").returncode == 0  # the record (its dry run)
+    assert (
+        upstream(root, env, "activation", "--yes", "-k", "test_silu or test_gelu").returncode == 0
+    )  # the record (its dry run)
     cached = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/cached_ops"
     for module in ("silu_and_mul", "gelu_tanh_and_mul"):  # gelu_and_mul alone stays built
         shutil.rmtree(cached / module)
@@ -435,7 +526,10 @@ def test_a_sampled_run_with_its_plan_first_builds_only_what_the_sample_needs(ws,
     """With no record yet, the plan's dry run (of the sample) writes it, and the run's sample is then
     taken with it: the warmup builds the sampled cases' modules side by side and no other, each once.
     This is how affected runs FlashInfer's tests of a file the record names no case of (its plan first)."""
-    require("filelock", why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock",
+        why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
+    )
     root, _, env = ws
     (root / "extern/tracked/flashinfer/tests/utils/test_activation.py").write_text(ORDERED)
     env = {**env, "RAN": str(tmp_path / "ran")}
@@ -448,6 +542,7 @@ def test_a_sampled_run_with_its_plan_first_builds_only_what_the_sample_needs(ws,
 
 def test_affected_plans_first_only_where_the_record_names_no_case_of_a_file():
     recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]"], "rope": []}
-    assert affected_tests.unrecorded(["tests/utils/test_norm.py", "tests/attention/test_rope.py::test_a"], recorded) == [
-        "tests/attention/test_rope.py"]
+    assert affected_tests.unrecorded(
+        ["tests/utils/test_norm.py", "tests/attention/test_rope.py::test_a"], recorded
+    ) == ["tests/attention/test_rope.py"]
     assert affected_tests.unrecorded(["tests/utils/test_norm.py::test_norm"], recorded) == []

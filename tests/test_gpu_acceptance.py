@@ -21,7 +21,12 @@ from script_runs import two_line_failure, wait_until
 
 TOOL = ROOT / "tools/gpu_acceptance.py"
 HEADER = "include/flashinfer/norm.cuh"
-EDIT_LOOP_ROWS = ["edit-build", "edit-smoke", "restore-build", "restore-smoke"]  # the table's rows of the step edit-loop
+EDIT_LOOP_ROWS = [
+    "edit-build",
+    "edit-smoke",
+    "restore-build",
+    "restore-smoke",
+]  # the table's rows of the step edit-loop
 OLD = 1_000_000_000_000_000_000  # the header's mtime (ns): a restore that loses it shows
 # A chain script's stand-in: it notes its pid, waits while the gate file (STANDIN_GATE, where set) is
 # there, and, as smoke, fails while the header holds the planted bug (the tool's NORM_BUG).
@@ -39,7 +44,11 @@ sys.exit(int({smoke} and {bug!r} in open({header!r}).read()))
 def tool_constant(name: str):
     """A constant of the tool, read from its source (no test imports a tool)."""
     module = ast.parse(TOOL.read_text())
-    return next(node.value for node in module.body if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets))
+    return next(
+        node.value
+        for node in module.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets)
+    )
 
 
 def tool_text(name: str) -> str:
@@ -49,7 +58,9 @@ def tool_text(name: str) -> str:
 def generator_edit() -> tuple[str, str]:
     """The silu generator's file and the line its bug replaces (the tool's AFFECTED_EDITS)."""
     edits = tool_constant("AFFECTED_EDITS")
-    value = next(v for k, v in zip(edits.keys, edits.values, strict=True) if ast.literal_eval(k) == "affected-generator")
+    value = next(
+        v for k, v in zip(edits.keys, edits.values, strict=True) if ast.literal_eval(k) == "affected-generator"
+    )
     return ast.literal_eval(value.elts[0]), ast.literal_eval(value.elts[1])
 
 
@@ -75,18 +86,29 @@ def acceptance_work(tmp_path):
     silu.parent.mkdir(parents=True)
     silu.write_text(f"    {line}\n")
     os.utime(silu, ns=(OLD, OLD))
-    scripts = [command.split()[1] for _, command in task_chain("smoke")] + ["scripts/upstream_tests.py", "scripts/affected.py"]
+    scripts = [command.split()[1] for _, command in task_chain("smoke")] + [
+        "scripts/upstream_tests.py",
+        "scripts/affected.py",
+    ]
     for script in scripts:
-        (ws / script).write_text(STANDIN.format(pids=str(pids), smoke=script == "scripts/smoke.py", bug=tool_text("NORM_BUG"),
-                                                header=str(header)))
+        (ws / script).write_text(
+            STANDIN.format(
+                pids=str(pids), smoke=script == "scripts/smoke.py", bug=tool_text("NORM_BUG"), header=str(header)
+            )
+        )
     gate.write_text("")
     return work, header, pids, gate
 
 
 def acceptance(work, *args, gate=None):
     env = {**os.environ, **({"STANDIN_GATE": str(gate)} if gate else {})}
-    return subprocess.Popen([sys.executable, str(TOOL), "--work", str(work), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, str(TOOL), "--work", str(work), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def planted(header) -> bool:
@@ -98,10 +120,22 @@ def test_a_second_tool_is_refused_while_the_edit_loop_holds_the_tree(tmp_path):
     before = (header.read_bytes(), header.stat().st_mtime_ns)
     proc = acceptance(work, "--steps", "edit-loop", gate=gate)
     try:
-        wait_until(lambda: planted(header) and pids.is_file() and pids.read_text(), 60, "the edit loop planted its bug and started build", proc)
-        env = {k: v for k, v in os.environ.items() if k not in ("PATH", "STANDIN_GATE")} | {"PATH": "/usr/bin:/bin"}  # no pixi on PATH
-        bench = subprocess.run([sys.executable, str(work / "ws/tools/bench_chain.py"), "--runs", "1", "--keep-going", "--edit-loop"],
-                               capture_output=True, text=True, timeout=120, env=env)
+        wait_until(
+            lambda: planted(header) and pids.is_file() and pids.read_text(),
+            60,
+            "the edit loop planted its bug and started build",
+            proc,
+        )
+        env = {k: v for k, v in os.environ.items() if k not in ("PATH", "STANDIN_GATE")} | {
+            "PATH": "/usr/bin:/bin"
+        }  # no pixi on PATH
+        bench = subprocess.run(
+            [sys.executable, str(work / "ws/tools/bench_chain.py"), "--runs", "1", "--keep-going", "--edit-loop"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         two_line_failure(bench, "another tool is writing")
         again = acceptance(work, "--steps", "upstream-compare-bug")
         out, err = again.communicate(timeout=120)
@@ -119,21 +153,34 @@ def test_a_second_tool_is_refused_while_the_edit_loop_holds_the_tree(tmp_path):
 
 
 # every step that plants a bug, and the file it plants it in
-PLANTING = [("edit-loop", HEADER), ("upstream-compare-bug", HEADER), ("affected-header", HEADER), ("auto-header", HEADER),
-            ("auto-generator", generator_edit()[0])]
+PLANTING = [
+    ("edit-loop", HEADER),
+    ("upstream-compare-bug", HEADER),
+    ("affected-header", HEADER),
+    ("auto-header", HEADER),
+    ("auto-generator", generator_edit()[0]),
+]
 
 
 @pytest.mark.parametrize(("step", "edited"), PLANTING)
 def test_sigterm_mid_step_stops_its_command_and_restores_the_tree(tmp_path, step, edited):
     work, header, pids, gate = acceptance_work(tmp_path)
     path = tree(work) / edited
-    earlier = {"result": "pass", "seconds": 1.0, "note": "an earlier run's"}  # its rows: the edit loop's must go when it starts again
+    earlier = {
+        "result": "pass",
+        "seconds": 1.0,
+        "note": "an earlier run's",
+    }  # its rows: the edit loop's must go when it starts again
     (work / "results.json").write_text(json.dumps(dict.fromkeys(EDIT_LOOP_ROWS, earlier)))
     before = (path.read_bytes(), path.stat().st_mtime_ns)
     proc = acceptance(work, "--steps", step, gate=gate)
     try:
-        wait_until(lambda: path.read_bytes() != before[0] and pids.is_file() and pids.read_text(), 60,
-                   f"{step} planted its bug and started its command", proc)
+        wait_until(
+            lambda: path.read_bytes() != before[0] and pids.is_file() and pids.read_text(),
+            60,
+            f"{step} planted its bug and started its command",
+            proc,
+        )
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 130 and "Traceback" not in err, err
@@ -152,7 +199,10 @@ def test_sigterm_mid_step_stops_its_command_and_restores_the_tree(tmp_path, step
     # nothing recorded for the stopped step (the edit loop's earlier rows forgotten): --resume runs it again, whole
     resumed = acceptance(work, "--resume", "--time-limit", "1", "--steps", step)
     out, err = resumed.communicate(timeout=60)
-    assert resumed.returncode == 3 and out.strip().splitlines()[-1] == f"not started, past --time-limit 1 s: --steps {step}", out + err
+    assert (
+        resumed.returncode == 3
+        and out.strip().splitlines()[-1] == f"not started, past --time-limit 1 s: --steps {step}"
+    ), out + err
 
 
 def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
@@ -162,8 +212,12 @@ def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
     work.mkdir()
     row = {"result": "pass", "seconds": 1.0, "note": "exit 0"}
     (work / "results.json").write_text(json.dumps({"edit-build": row, "edit-smoke": row, "smoke": row}))
-    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--time-limit", "5", "--resume", "--steps", "smoke,edit-loop"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--time-limit", "5", "--resume", "--steps", "smoke,edit-loop"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps edit-loop", done.stdout
     assert "edit-smoke  pass" in done.stdout, done.stdout
@@ -189,8 +243,10 @@ sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "broke": 
 """
 
 
-@pytest.mark.parametrize(("case", "result"), [("caught", "pass"), ("survivor", "FAIL"), ("none started", None), ("partly", None),
-                                              ("broke", "FAIL")])
+@pytest.mark.parametrize(
+    ("case", "result"),
+    [("caught", "pass"), ("survivor", "FAIL"), ("none started", None), ("partly", None), ("broke", "FAIL")],
+)
 def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp_path, case, result):
     """Within what is left of the part's --time-limit, on --planted-bugs; a part that ran out of
     time with no failure keeps no result and names the bugs left for the next part; one whose tool
@@ -199,16 +255,38 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
 
     work, _, _, _ = acceptance_work(tmp_path)
     argv = tmp_path / "argv.json"
-    (work / "ws/tools/planted_bugs.py").write_text(PLANTED_STANDIN.format(argv=str(argv), schema=edits.PLANTED_BUGS_SCHEMA))
-    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--steps", "planted-bugs", "--planted-bugs", "a,b",
-                           "--time-limit", "300"], capture_output=True, text=True, timeout=120, env={**os.environ, "RECORD_CASE": case})
+    (work / "ws/tools/planted_bugs.py").write_text(
+        PLANTED_STANDIN.format(argv=str(argv), schema=edits.PLANTED_BUGS_SCHEMA)
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--work",
+            str(work),
+            "--steps",
+            "planted-bugs",
+            "--planted-bugs",
+            "a,b",
+            "--time-limit",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RECORD_CASE": case},
+    )
     given = json.loads(argv.read_text())
     assert given[given.index("--bugs") + 1] == "a,b" and 0 < float(given[given.index("--time-limit") + 1]) <= 300, given
     results = json.loads((work / "results.json").read_text()) if (work / "results.json").is_file() else {}
     assert results.get("planted-bugs", {}).get("result") == result, done.stdout + done.stderr
-    assert done.returncode == {"pass": 0, "FAIL": 1, None: 3}[result] and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert done.returncode == {"pass": 0, "FAIL": 1, None: 3}[result] and "Traceback" not in done.stderr, (
+        done.stdout + done.stderr
+    )
     if result is None:
-        assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 300 s: --steps planted-bugs", done.stdout
+        assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 300 s: --steps planted-bugs", (
+            done.stdout
+        )
 
 
 def made(work) -> set[str]:
@@ -230,8 +308,22 @@ def test_fresh_refuses_a_work_folder_holding_what_the_tool_did_not_make(tmp_path
     (work / "logs").mkdir(parents=True)
     (work / "results.json").write_text("{}")
     (work / "notes.txt").write_text("the user's")
-    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged_release(tmp_path)), "--fresh",
-                           "--steps", "setup"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--work",
+            str(work),
+            "--staged",
+            str(staged_release(tmp_path)),
+            "--fresh",
+            "--steps",
+            "setup",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     two_line_failure(done, "notes.txt")
     assert made(work) == {"logs", "results.json", "notes.txt"} and (work / "notes.txt").read_text() == "the user's"
 
@@ -242,8 +334,12 @@ def test_fresh_removes_nothing_where_no_source_release_was_staged(tmp_path):
     work = tmp_path / "work"
     (work / "logs").mkdir(parents=True)
     (work / "results.json").write_text("{}")
-    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--fresh", "--steps", "setup"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--fresh", "--steps", "setup"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     two_line_failure(done, "no source release was staged")
     assert made(work) == {"logs", "results.json"}
 
@@ -256,8 +352,24 @@ def test_fresh_removes_what_the_tool_made_and_only_that(tmp_path):
     for name in made_names:
         (work / name / "inside").mkdir(parents=True) if "." not in name else (work / name).write_text("made")
     (work / ".results.json.tmp-1-2").write_text("{")
-    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged_release(tmp_path)), "--fresh",
-                           "--time-limit", "1", "--steps", "build-cold"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--work",
+            str(work),
+            "--staged",
+            str(staged_release(tmp_path)),
+            "--fresh",
+            "--time-limit",
+            "1",
+            "--steps",
+            "build-cold",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert made(work) == set(), made(work)
 
@@ -269,10 +381,19 @@ def test_a_resumed_part_fails_where_a_step_it_left_out_failed(tmp_path, steps, f
     with their results: 1 where one failed (a failed setup recorded earlier included), 0 where all passed."""
     work = tmp_path / "work"
     work.mkdir()
-    every = [row for step in ast.literal_eval(tool_constant("STEPS")) for row in (EDIT_LOOP_ROWS if step == "edit-loop" else [step])]
-    results = {row: {"result": "FAIL" if row == failed else "pass", "seconds": 1.0, "note": "an earlier part's"} for row in every}
+    every = [
+        row
+        for step in ast.literal_eval(tool_constant("STEPS"))
+        for row in (EDIT_LOOP_ROWS if step == "edit-loop" else [step])
+    ]
+    results = {
+        row: {"result": "FAIL" if row == failed else "pass", "seconds": 1.0, "note": "an earlier part's"}
+        for row in every
+    }
     (work / "results.json").write_text(json.dumps(results))
-    done = subprocess.run([sys.executable, str(TOOL), "--work", str(work), "--resume", *steps], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--resume", *steps], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == status and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert not (work / "ws").exists() and not (work / "logs").exists(), "a resumed part ran a step"
     if failed:

@@ -89,13 +89,17 @@ def ws(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("FIDEV_TEST_SCRATCH", "FLASHINFER_WORKSPACE_BASE")}
-    env.update(PYTHONPATH=os.pathsep.join([str(site), str(tree)]), HOME=str(home), FAKE_RECORD=str(tmp_path / "record.jsonl"))
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(site), str(tree)]), HOME=str(home), FAKE_RECORD=str(tmp_path / "record.jsonl")
+    )
     return root, env, tmp_path / "record.jsonl", home
 
 
 def fake_flashinfer(tree):
     (tree / "flashinfer/jit").mkdir(parents=True)
-    (tree / "flashinfer/__init__.py").write_text(f"__version__ = {pins().flashinfer!r}\nfrom flashinfer.jit import env as _env\n")
+    (tree / "flashinfer/__init__.py").write_text(
+        f"__version__ = {pins().flashinfer!r}\nfrom flashinfer.jit import env as _env\n"
+    )
     (tree / "flashinfer/jit/__init__.py").write_text("")
     (tree / "flashinfer/jit/env.py").write_text(FAKE_FLASHINFER_ENV.replace("{version}", pins().flashinfer))
     (tree / "flashinfer/jit/core.py").write_text(FAKE_JIT_CORE)
@@ -103,7 +107,9 @@ def fake_flashinfer(tree):
 
 def seen(record):
     lines = [json.loads(line) for line in record.read_text().splitlines()]
-    return [line["jit_dir"] for line in lines if "jit_dir" in line], [line["later_base"] for line in lines if "later_base" in line]
+    return [line["jit_dir"] for line in lines if "jit_dir" in line], [
+        line["later_base"] for line in lines if "later_base" in line
+    ]
 
 
 @pytest.mark.parametrize("script", ["smoke.py", "abi_smoke.py"])
@@ -112,10 +118,18 @@ def test_the_gpu_suites_use_the_users_jit_dir(ws, script, users_base):
     root, env, record, home = ws
     if users_base:
         env["FLASHINFER_WORKSPACE_BASE"] = users_base = str(home.parent / users_base)
-    done = subprocess.run([sys.executable, str(root / "scripts" / script), "-k", "probe"], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / script), "-k", "probe"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     jit_dirs, later = seen(record)
-    assert jit_dirs == [f"{users_base or home}/.cache/flashinfer/{pins().flashinfer}/90/cached_ops"], "the GPU suite compiled into another JIT dir than build's"
+    assert jit_dirs == [f"{users_base or home}/.cache/flashinfer/{pins().flashinfer}/90/cached_ops"], (
+        "the GPU suite compiled into another JIT dir than build's"
+    )
     # what the suite starts afterwards is back in the scratch folder (and the guard did not fire on the JIT dir)
     assert later and later[0] != users_base and "fidev-tests-" in later[0]
     # a module a test compiles is recorded, as build's are: affected sees its inputs' later edit or cp -p restore
@@ -127,9 +141,16 @@ def test_the_cpu_suite_keeps_what_it_starts_out_of_home(ws):
     (root / "tests" / "test_cpu.py").write_text(
         "import subprocess, sys\n"
         "def test_starts_flashinfer():\n"
-        "    subprocess.run([sys.executable, '-c', 'import flashinfer'], check=True)\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_cpu.py"], cwd=root, capture_output=True,
-                          text=True, timeout=120, env=env)
+        "    subprocess.run([sys.executable, '-c', 'import flashinfer'], check=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_cpu.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     jit_dirs, _ = seen(record)
     assert len(jit_dirs) == 1 and "fidev-tests-" in jit_dirs[0] and not jit_dirs[0].startswith(str(home))
@@ -140,7 +161,13 @@ def test_an_expression_pytest_cannot_read_is_bad_usage(ws, script):
     # Found once the session runs, not while pytest parses its options (the fault table's `usage`
     # row): the same two lines and status 2, and pytest's own ERROR line is not printed besides.
     root, env, record, _ = ws
-    done = subprocess.run([sys.executable, str(root / "scripts" / script), "-m", "gpu and ("], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / script), "-m", "gpu and ("],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     two_line_failure(done, "pytest refused the arguments: Wrong expression passed to '-m'", status=2)
     assert "ERROR:" not in done.stdout + done.stderr and not record.exists(), done.stdout + done.stderr
 
@@ -148,13 +175,29 @@ def test_an_expression_pytest_cannot_read_is_bad_usage(ws, script):
 @pytest.mark.parametrize("script", ["smoke.py", "abi_smoke.py"])
 def test_the_gpu_suites_prove_flashinfer_is_the_vendored_tree(ws, tmp_path, script):
     root, env, record, _ = ws
-    done = subprocess.run([sys.executable, str(root / "scripts" / script), "-k", "probe"], capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0 and "import-check (in this process)" in done.stdout and "kernel source" in done.stdout, done.stdout
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / script), "-k", "probe"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert (
+        done.returncode == 0 and "import-check (in this process)" in done.stdout and "kernel source" in done.stdout
+    ), done.stdout
     elsewhere = tmp_path / "elsewhere"
     fake_flashinfer(elsewhere)  # another flashinfer first on the path: what import-check refuses
     env["PYTHONPATH"] = os.pathsep.join([str(elsewhere), env["PYTHONPATH"]])
-    done = subprocess.run([sys.executable, str(root / "scripts" / script), "-k", "probe"], capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 1 and "import-check: flashinfer was imported from" in done.stdout + done.stderr, done.stdout + done.stderr
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / script), "-k", "probe"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 1 and "import-check: flashinfer was imported from" in done.stdout + done.stderr, (
+        done.stdout + done.stderr
+    )
 
 
 def test_each_modules_tests_are_what_pytest_collects_and_every_test_is_some_modules():
@@ -162,11 +205,28 @@ def test_each_modules_tests_are_what_pytest_collects_and_every_test_is_some_modu
     function, or one case of a function whose other cases load another module. Each must be a node
     id pytest collects (a stale name would run nothing), and every collected test must be some
     module's (or an edit of its module would not run it), and one module's only."""
-    require("torch", why="collecting tests/abi_smoke needs torch (flashinfer-dev)")  # skips in default, fails in CI's dev venv without it
+    require(
+        "torch", why="collecting tests/abi_smoke needs torch (flashinfer-dev)"
+    )  # skips in default, fails in CI's dev venv without it
     from fidev.builds import smoke_modules
 
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/smoke", "tests/abi_smoke"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/smoke",
+            "tests/abi_smoke",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     collected = {line.strip() for line in done.stdout.splitlines() if "::" in line}
     assert collected, done.stdout + done.stderr
 
@@ -177,7 +237,9 @@ def test_each_modules_tests_are_what_pytest_collects_and_every_test_is_some_modu
     assert [s for s in named if not any(covers(s, n) for n in collected)] == []
     # one module each: a function named whole by two modules would run the other's cases, which may
     # need a module not built (an edit of norm ran gdn_prefill's signature case on the H100)
-    owners = {n: [m.key for m in smoke_modules.MODULES if any(covers(f"tests/{t}", n) for t in m.tests)] for n in collected}
+    owners = {
+        n: [m.key for m in smoke_modules.MODULES if any(covers(f"tests/{t}", n) for t in m.tests)] for n in collected
+    }
     assert {n: keys for n, keys in owners.items() if len(keys) != 1} == {}
 
 
@@ -186,15 +248,35 @@ def test_the_acceptance_run_starts_no_step_past_its_time_limit(tmp_path):
     H100's third part lost affected-source that way): with --time-limit a part stops before a step
     that would not end in time, says which steps are left, and exits 3. Every step has a time to go
     by (--list-steps), and no time is kept for a step that is not one."""
-    listed = subprocess.run([sys.executable, str(ROOT / "tools/gpu_acceptance.py"), "--list-steps"], capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "tools/gpu_acceptance.py"), "--list-steps"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listed.returncode == 0, listed.stdout + listed.stderr
     steps = json.loads(listed.stdout)
     assert [s["name"] for s in steps["steps"] if s["seconds"] is None] == [] and steps["times_of_no_step"] == [], steps
     assert {"affected-header", "bench-2-gpus"} <= {s["name"] for s in steps["steps"]}
-    done = subprocess.run([sys.executable, str(ROOT / "tools/gpu_acceptance.py"), "--work", str(tmp_path / "work"), "--time-limit", "20",
-                           "--steps", "build-cold,smoke"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools/gpu_acceptance.py"),
+            "--work",
+            str(tmp_path / "work"),
+            "--time-limit",
+            "20",
+            "--steps",
+            "build-cold,smoke",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 3, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 20 s: --steps build-cold,smoke", done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 20 s: --steps build-cold,smoke", (
+        done.stdout
+    )
     assert not (tmp_path / "work/ws").exists(), "it set up a workspace for steps it did not start"
 
 
@@ -202,7 +284,11 @@ def test_the_benchmark_and_the_acceptance_run_time_the_same_families():
     """tools/bench_upstream.py's default selection is fidev.upstream.bench's, which the acceptance
     run's bench-warm-up builds (read from the tool's source, not imported: no test imports a tool)."""
     tree = ast.parse((ROOT / "tools/bench_upstream.py").read_text())
-    default = next(node.value for node in tree.body if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DEFAULT" for t in node.targets))
+    default = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "DEFAULT" for t in node.targets)
+    )
     assert ast.unparse(default) == "list(upstream_bench.FAMILIES)", ast.unparse(default)
 
 
@@ -211,12 +297,30 @@ def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_pa
     FAIL) is not run again, the others are, in order, and the table shows the earlier results."""
     work = tmp_path / "work"
     work.mkdir()
-    (work / "results.json").write_text(json.dumps({"build-cold": {"result": "pass", "seconds": 104.4, "note": "exit 0; 21 objects compiled"}}))
-    done = subprocess.run([sys.executable, str(ROOT / "tools/gpu_acceptance.py"), "--work", str(work), "--time-limit", "5", "--resume",
-                           "--steps", "build-cold,smoke,bench-1-gpu"], capture_output=True, text=True, timeout=60)
+    (work / "results.json").write_text(
+        json.dumps({"build-cold": {"result": "pass", "seconds": 104.4, "note": "exit 0; 21 objects compiled"}})
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools/gpu_acceptance.py"),
+            "--work",
+            str(work),
+            "--time-limit",
+            "5",
+            "--resume",
+            "--steps",
+            "build-cold,smoke,bench-1-gpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     assert "build-cold  pass    104.4 s  exit 0; 21 objects compiled" in done.stdout, done.stdout
-    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps smoke,bench-1-gpu", done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps smoke,bench-1-gpu", (
+        done.stdout
+    )
 
 
 def test_each_smoke_module_names_a_kernel_family_whose_sources_are_its():
@@ -227,9 +331,24 @@ def test_each_smoke_module_names_a_kernel_family_whose_sources_are_its():
 
     families = {fam.name: fam for fam in upstream_suites.FAMILIES}
     assert {m.key: m.family for m in smoke_modules.MODULES if m.family not in families} == {}
-    stems = {"norm": "norm", "silu": "activation", "sampling": "sampling", "single_decode": "single_decode", "single_prefill_fa2": "single_prefill",
-             "single_prefill_fa3": "single_prefill_sm90", "gdn_prefill": "gdn_prefill", "batch_prefill_fa2": "batch_prefill",
-             "batch_prefill_fa3": "batch_prefill_sm90", "batch_decode": "batch_decode", "page": "page", "topk": "topk"}
+    stems = {
+        "norm": "norm",
+        "silu": "activation",
+        "sampling": "sampling",
+        "single_decode": "single_decode",
+        "single_prefill_fa2": "single_prefill",
+        "single_prefill_fa3": "single_prefill_sm90",
+        "gdn_prefill": "gdn_prefill",
+        "batch_prefill_fa2": "batch_prefill",
+        "batch_prefill_fa3": "batch_prefill_sm90",
+        "batch_decode": "batch_decode",
+        "page": "page",
+        "topk": "topk",
+    }
     assert set(stems) == set(smoke_modules.BY_KEY)
-    wrong = {m.key: m.family for m in smoke_modules.MODULES if not any(stems[m.key] in source for source in families[m.family].sources)}
+    wrong = {
+        m.key: m.family
+        for m in smoke_modules.MODULES
+        if not any(stems[m.key] in source for source in families[m.family].sources)
+    }
     assert wrong == {}

@@ -43,8 +43,14 @@ def run_help(script, tmp_path):
     """(the finished process, the parsers it made as JSON: [] where none parsed)."""
     dump = tmp_path / "parsers.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(script), str(dump)], capture_output=True, text=True, timeout=120,
-                          cwd=script.parent, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(script), str(dump)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=script.parent,
+        env=env,
+    )
     return done, json.loads(dump.read_text()) if dump.is_file() else []
 
 
@@ -62,8 +68,9 @@ def test_help_is_whole_and_names_every_option(script, tmp_path):
     done, parsers = run_help(script, tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 0 and "Traceback" not in out, out
-    assert first_paragraph(script) and first_paragraph(script) in " ".join(done.stdout.split()), \
+    assert first_paragraph(script) and first_paragraph(script) in " ".join(done.stdout.split()), (
         f"--help must show the docstring's first paragraph whole:\n{done.stdout}"
+    )
     if script.name in OWN_PARSER:
         return
     assert parsers, f"{script.name} made no argparse parser"
@@ -73,12 +80,14 @@ def test_help_is_whole_and_names_every_option(script, tmp_path):
 def test_an_option_without_help_is_found(tmp_path):
     """The check above on a small parser: an option without help is named; with help, none is."""
     script = tmp_path / "small.py"
-    script.write_text('"""A small tool."""\nimport argparse\n'
-                      'parser = argparse.ArgumentParser(description=__doc__)\n'
-                      'parser.add_argument("--said", help="has a help line")\n'
-                      'parser.add_argument("--unsaid")\n'
-                      'parser.add_argument("path", help="")\n'
-                      'parser.parse_args()\n')
+    script.write_text(
+        '"""A small tool."""\nimport argparse\n'
+        'parser = argparse.ArgumentParser(description=__doc__)\n'
+        'parser.add_argument("--said", help="has a help line")\n'
+        'parser.add_argument("--unsaid")\n'
+        'parser.add_argument("path", help="")\n'
+        'parser.parse_args()\n'
+    )
     done, parsers = run_help(script, tmp_path)
     assert done.returncode == 0, done.stderr
     assert without_help(parsers) == ["small.py: --unsaid", "small.py: path"]

@@ -84,11 +84,13 @@ def test_parts_import_in_one_direction():
 
 
 def test_fidev_modules_have_no_import_cycles():
-    graph = {module_name(p): {n for n, _ in imports(p) if n.startswith("fidev.") and n != module_name(p)} for p in library()}
+    graph = {
+        module_name(p): {n for n, _ in imports(p) if n.startswith("fidev.") and n != module_name(p)} for p in library()
+    }
     seen, stack = set(), []
 
     def visit(module):
-        assert module not in stack, f"import cycle: {' -> '.join([*stack[stack.index(module):], module])}"
+        assert module not in stack, f"import cycle: {' -> '.join([*stack[stack.index(module) :], module])}"
         if module in seen:
             return
         stack.append(module)
@@ -103,8 +105,12 @@ def test_fidev_modules_have_no_import_cycles():
 
 def test_importing_fidev_needs_only_the_standard_library():
     allowed = set(sys.stdlib_module_names) | {"fidev", "__future__"}
-    outside = [(p.relative_to(SCRIPTS).as_posix(), name, line) for p in library() for name, line in imports(p, top_level_only=True)
-               if name.split(".")[0] not in allowed and not name.startswith(("tomli", "pip._vendor"))]
+    outside = [
+        (p.relative_to(SCRIPTS).as_posix(), name, line)
+        for p in library()
+        for name, line in imports(p, top_level_only=True)
+        if name.split(".")[0] not in allowed and not name.startswith(("tomli", "pip._vendor"))
+    ]
     assert outside == [], outside
 
 
@@ -133,11 +139,20 @@ def test_the_length_rule_sees_a_long_function(tmp_path):
     body = "\n".join(f"        x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     (tmp_path / "long.py").write_text(f"class A:\n    def long(self):\n{body}\n")
     (tmp_path / "short.py").write_text("def short():\n    return 1\n")
-    assert long_functions([tmp_path / "long.py", tmp_path / "short.py"]) == [f"long.py:2 long ({MAX_FUNCTION_LINES + 1} lines)"]
+    assert long_functions([tmp_path / "long.py", tmp_path / "short.py"]) == [
+        f"long.py:2 long ({MAX_FUNCTION_LINES + 1} lines)"
+    ]
 
 
-@pytest.mark.parametrize("statement", ["import affected", "from upstream_tests import main", "import bench_upstream as bench",
-                                       "def f():\n    import gpu_acceptance"])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import affected",
+        "from upstream_tests import main",
+        "import bench_upstream as bench",
+        "def f():\n    import gpu_acceptance",
+    ],
+)
 def test_the_task_rule_sees_an_import_of_a_task(tmp_path, statement):
     (tmp_path / "t.py").write_text(statement + "\n")
     assert len(task_imports([tmp_path / "t.py"])) == 1
@@ -162,9 +177,15 @@ def test_affecteds_rooms_import_in_one_direction():
         path = FIDEV / "affected" / f"{room}.py"
         for name, line in imports(path):
             other = name.split(".")[2] if name.startswith("fidev.affected.") else None
-            if other is not None and (other not in ROOMS[:i] and other != room) and (room != "verdict" or other in ROOMS[i:]):
+            if (
+                other is not None
+                and (other not in ROOMS[:i] and other != room)
+                and (room != "verdict" or other in ROOMS[i:])
+            ):
                 wrong.append(f"affected/{room}.py:{line} imports {name}")
-    assert wrong == [], "selection, coverage, report, verdict: each imports only those before it (the verdict also the kept verdicts and changes)"
+    assert wrong == [], (
+        "selection, coverage, report, verdict: each imports only those before it (the verdict also the kept verdicts and changes)"
+    )
 
 
 def string_constants(paths) -> list[tuple[str, int, object]]:
@@ -183,8 +204,17 @@ def test_the_verdicts_and_the_interrupted_status_are_stated_once():
     from fidev.affected.verdict import Verdict
     from fidev.core.failure import INTERRUPTED
 
-    own = {v.value for v in Verdict} - {"passed", "failed", "not covered", "error"}  # these are test outcomes and kept results too
+    own = {v.value for v in Verdict} - {
+        "passed",
+        "failed",
+        "not covered",
+        "error",
+    }  # these are test outcomes and kept results too
     paths = [*SCRIPTS.rglob("*.py"), *TOOLS.glob("*.py")]
-    said = [(f, line, value) for f, line, value in string_constants(paths)
-            if (value in own and f != "scripts/fidev/affected/verdict.py") or (value == INTERRUPTED and f != "scripts/fidev/core/failure.py")]
+    said = [
+        (f, line, value)
+        for f, line, value in string_constants(paths)
+        if (value in own and f != "scripts/fidev/affected/verdict.py")
+        or (value == INTERRUPTED and f != "scripts/fidev/core/failure.py")
+    ]
     assert said == [], "name them: fidev.affected.verdict.Verdict, fidev.core.failure.INTERRUPTED"

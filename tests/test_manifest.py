@@ -42,7 +42,9 @@ def test_nvidia_channel_ahead_of_conda_forge():
 
 def test_the_old_channel_list_would_have_left_conda_forge_out():
     # What this manifest declared before: a feature's channels replace the workspace's.
-    old = Workspace({**PIXI, "feature": {**PIXI["feature"], FEATURE: {**FEAT, "channels": [{"channel": "nvidia", "priority": 1}]}}})
+    old = Workspace(
+        {**PIXI, "feature": {**PIXI["feature"], FEATURE: {**FEAT, "channels": [{"channel": "nvidia", "priority": 1}]}}}
+    )
     assert old.channels(FEATURE) == ["nvidia"]
 
 
@@ -81,8 +83,9 @@ def test_vendored_source_is_a_submodule_gitlink_at_the_pinned_commit():
     gitmodules = (ROOT / ".gitmodules").read_text()
     assert "path = extern/tracked/flashinfer" in gitmodules
     assert "url = https://github.com/flashinfer-ai/flashinfer.git" in gitmodules
-    staged = subprocess.run(["git", "ls-files", "-s", "extern/tracked/flashinfer"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
+    staged = subprocess.run(
+        ["git", "ls-files", "-s", "extern/tracked/flashinfer"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert staged[:2] == ["160000", P.source_commit]  # a gitlink: FlashInfer's files are never committed
 
 
@@ -95,8 +98,7 @@ def test_artifacts_are_locked_to_the_source_release():
 
 
 def test_tvm_ffi_range_is_flashinfers():
-    assert set(P.tvm_ffi_range.replace(" ", "").split(",")) == {
-        ">=0.1.6", "<0.2", "!=0.1.8", "!=0.1.8.post0"}
+    assert set(P.tvm_ffi_range.replace(" ", "").split(",")) == {">=0.1.6", "<0.2", "!=0.1.8", "!=0.1.8.post0"}
 
 
 def test_flashinfer_dev_has_pytest():
@@ -106,12 +108,23 @@ def test_flashinfer_dev_has_pytest():
 # What default and codex-build resolve from, in Pixi's effective view, as it was before
 # flashinfer-dev existed. A flashinfer-dev change must leave it as it is.
 _DEFAULT_DEPS = {"python": ["3.12.*"], "pip": ["*"], "pytest": [">=8"], "ruff": ["*"]}
-_CODEX_DEPS = {"c-compiler": ["*"], "cxx-compiler": ["*"], "cmake": [">=3.28"], "ninja": ["*"], "pkg-config": ["*"],
-               "rust": [">=1.80"], **_DEFAULT_DEPS}
-FROZEN = {"solve-group": ["default", "codex-build"], "channels": ["conda-forge"], "channel-priority": "strict",
-          "platforms": {"linux-64": {}},
-          "dependencies": {"default": _DEFAULT_DEPS, "codex-build": _CODEX_DEPS},
-          "pypi-dependencies": {"default": {}, "codex-build": {}}}
+_CODEX_DEPS = {
+    "c-compiler": ["*"],
+    "cxx-compiler": ["*"],
+    "cmake": [">=3.28"],
+    "ninja": ["*"],
+    "pkg-config": ["*"],
+    "rust": [">=1.80"],
+    **_DEFAULT_DEPS,
+}
+FROZEN = {
+    "solve-group": ["default", "codex-build"],
+    "channels": ["conda-forge"],
+    "channel-priority": "strict",
+    "platforms": {"linux-64": {}},
+    "dependencies": {"default": _DEFAULT_DEPS, "codex-build": _CODEX_DEPS},
+    "pypi-dependencies": {"default": {}, "codex-build": {}},
+}
 
 
 @pytest.mark.parametrize("env", ["default", "codex-build"])
@@ -213,7 +226,10 @@ def test_activation_gives_flashinfer_dev_the_conda_layout_and_no_one_else():
     expanded = activation.apply({}, "/p")
     assert expanded["CUDA_HOME"] == "/p"  # bin/nvcc beside its nvcc.profile, not targets/x86_64-linux/bin
     assert expanded["FLASHINFER_EXTRA_CFLAGS"].split() == ["-I/p/targets/x86_64-linux/include"]
-    assert expanded["FLASHINFER_EXTRA_LDFLAGS"].split() == ["-L/p/targets/x86_64-linux/lib", "-L/p/targets/x86_64-linux/lib/stubs"]
+    assert expanded["FLASHINFER_EXTRA_LDFLAGS"].split() == [
+        "-L/p/targets/x86_64-linux/lib",
+        "-L/p/targets/x86_64-linux/lib/stubs",
+    ]
     assert expanded["CUDA_LIB_PATH"] == "/p/targets/x86_64-linux/lib"
     for value in env.values():
         activation.expand(value, {})  # no command substitution, which bash would run at each activation
@@ -224,14 +240,22 @@ def test_every_pixi_run_locks_flashinfer_dev_which_needs_the_source_tree():
     # path dependency is canonicalized (crates/pixi_uv_conversions/src/requirements.rs, as_uv_req):
     # the tree must exist before the first pixi command.
     # (pixi_model.Workspace.environments_locked_by_every_run states that rule; what can fail here is ours:)
-    assert WS.dependencies(FEATURE, "pypi-dependencies")["flashinfer-python"] == [{"path": str(P.source_dir.relative_to(ROOT)),
-                                                                                   "editable": True}]
+    assert WS.dependencies(FEATURE, "pypi-dependencies")["flashinfer-python"] == [
+        {"path": str(P.source_dir.relative_to(ROOT)), "editable": True}
+    ]
 
 
 def test_readme_gets_the_source_before_the_first_pixi_command():
-    lines = [line.strip() for block in _doc_code_blocks((ROOT / "README.md").read_text()) for line in block.splitlines()]
+    lines = [
+        line.strip() for block in _doc_code_blocks((ROOT / "README.md").read_text()) for line in block.splitlines()
+    ]
     first_pixi = next(i for i, line in enumerate(lines) if re.search(r"(^|\s)pixi\s", line))
-    source_steps = [i for i, line in enumerate(lines) if "git submodule update --init --recursive" in line
-                    or "python3 scripts/fetch_flashinfer_source.py" in line or "--recurse-submodules" in line]
+    source_steps = [
+        i
+        for i, line in enumerate(lines)
+        if "git submodule update --init --recursive" in line
+        or "python3 scripts/fetch_flashinfer_source.py" in line
+        or "--recurse-submodules" in line
+    ]
     assert source_steps and max(source_steps) < first_pixi, lines
     assert not any("pixi run fetch-flashinfer-source" in line for line in lines)  # it would solve flashinfer-dev first

@@ -122,17 +122,25 @@ def ws(tmp_path):
     """A workspace copy whose manifest points at a stand-in tree, unpacked and recorded as the pinned
     release, with norm and silu_and_mul prebuilt in its data/aot."""
     tree = tmp_path / "tree"
-    for rel, text in {"flashinfer/__init__.py": "", "flashinfer/jit/__init__.py": "", "flashinfer/jit/core.py": CORE,
-                      "flashinfer/jit/env.py": ENV, "flashinfer/jit/activation.py": ACTIVATION, "flashinfer/jit/norm.py": NORM,
-                      "flashinfer/jit/quantization.py": QUANTIZATION, "flashinfer/norm.py": WRAPPER,
-                      "csrc/act_binding.cu": "int bind();\n", "csrc/quantization.cu": '#include "tensorrt_llm/quant.cuh"\n',
-                      "csrc/nv_internal/tensorrt_llm/quant.cuh": "constexpr int Q = 1;\n",
-                      "include/flashinfer/norm.cuh": "constexpr float K = 1.0f;\n",
-                      "include/flashinfer/activation.cuh": '#include "flashinfer/math.cuh"\n',
-                      "include/flashinfer/math.cuh": "constexpr float E = 2.7f;\n",
-                      "include/flashinfer/pos_enc.cuh": "constexpr int R = 1;\n",
-                      "csrc/norm.cu": '#include "flashinfer/norm.cuh"\nint f();\n',
-                      "csrc/rope.cu": '#include "flashinfer/pos_enc.cuh"\n'}.items():
+    for rel, text in {
+        "flashinfer/__init__.py": "",
+        "flashinfer/jit/__init__.py": "",
+        "flashinfer/jit/core.py": CORE,
+        "flashinfer/jit/env.py": ENV,
+        "flashinfer/jit/activation.py": ACTIVATION,
+        "flashinfer/jit/norm.py": NORM,
+        "flashinfer/jit/quantization.py": QUANTIZATION,
+        "flashinfer/norm.py": WRAPPER,
+        "csrc/act_binding.cu": "int bind();\n",
+        "csrc/quantization.cu": '#include "tensorrt_llm/quant.cuh"\n',
+        "csrc/nv_internal/tensorrt_llm/quant.cuh": "constexpr int Q = 1;\n",
+        "include/flashinfer/norm.cuh": "constexpr float K = 1.0f;\n",
+        "include/flashinfer/activation.cuh": '#include "flashinfer/math.cuh"\n',
+        "include/flashinfer/math.cuh": "constexpr float E = 2.7f;\n",
+        "include/flashinfer/pos_enc.cuh": "constexpr int R = 1;\n",
+        "csrc/norm.cu": '#include "flashinfer/norm.cuh"\nint f();\n',
+        "csrc/rope.cu": '#include "flashinfer/pos_enc.cuh"\n',
+    }.items():
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text(text)
     (tree / source_tree.MARKER).write_text(source_tree.marker_text(pins()))
@@ -146,7 +154,11 @@ def ws(tmp_path):
         (data / "aot" / name / f"{name}.so").write_bytes(b"")
     root = tmp_path / "ws"
     shutil.copytree(ROOT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
-    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    text = (
+        (ROOT / "pyproject.toml")
+        .read_text()
+        .replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    )
     (root / "pyproject.toml").write_text(text)
     (root / "driver.py").write_text(DRIVER)
     env = {**os.environ, "PYTHONPATH": str(tree), "FAKE_GEN_DIR": str(tmp_path / "generated")}
@@ -155,8 +167,13 @@ def ws(tmp_path):
 
 
 def task(root, env, **extra):
-    return subprocess.run([sys.executable, str(root / "driver.py"), str(root / "scripts")], capture_output=True, text=True, timeout=60,
-                          env={**env, **extra})
+    return subprocess.run(
+        [sys.executable, str(root / "driver.py"), str(root / "scripts")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, **extra},
+    )
 
 
 def chosen(done):
@@ -175,12 +192,25 @@ def test_nothing_edited_loads_everything_prebuilt(ws):
     assert out["report"] == ["task: kernel source auto: 3 module(s) prebuilt, 0 compiled from the tree"]
 
 
-@pytest.mark.parametrize("rel, old, new, module", [
-    ("include/flashinfer/norm.cuh", "1.0f", "1.005f", "norm"),  # a header norm's source includes
-    ("flashinfer/jit/activation.py", "return val /", "return 1.01f * val /", "silu_and_mul"),  # the generator of silu's source
-    ("csrc/act_binding.cu", "bind", "bind2", "silu_and_mul"),  # a csrc/ file the generator copies into generated/
-    ("csrc/nv_internal/tensorrt_llm/quant.cuh", "1", "2", "quantization"),  # found through the module's own include dir
-])
+@pytest.mark.parametrize(
+    "rel, old, new, module",
+    [
+        ("include/flashinfer/norm.cuh", "1.0f", "1.005f", "norm"),  # a header norm's source includes
+        (
+            "flashinfer/jit/activation.py",
+            "return val /",
+            "return 1.01f * val /",
+            "silu_and_mul",
+        ),  # the generator of silu's source
+        ("csrc/act_binding.cu", "bind", "bind2", "silu_and_mul"),  # a csrc/ file the generator copies into generated/
+        (
+            "csrc/nv_internal/tensorrt_llm/quant.cuh",
+            "1",
+            "2",
+            "quantization",
+        ),  # found through the module's own include dir
+    ],
+)
 def test_an_edit_compiles_the_module_it_reaches_and_no_other(ws, rel, old, new, module):
     tree, root, env = ws
     edit(tree / rel, old, new)
@@ -198,7 +228,9 @@ def test_an_api_wrapper_above_the_generator_is_no_input(ws):
 
 def test_a_header_included_through_another_reaches_the_generated_source(ws):
     tree, root, env = ws
-    edit(tree / "include/flashinfer/math.cuh", "2.7f", "2.8f")  # activation.cuh includes it; silu's generated source, activation.cuh
+    edit(
+        tree / "include/flashinfer/math.cuh", "2.7f", "2.8f"
+    )  # activation.cuh includes it; silu's generated source, activation.cuh
     assert chosen(task(root, env))["prebuilt"] == only("silu_and_mul")
 
 

@@ -18,8 +18,16 @@ import pytest
 from fidev.core.manifest import ROOT, pins
 from script_runs import task_path, two_line_failure
 
-NUMBERS = {"superscript two": "²", "arabic-indic one": "١", "inf": "inf", "nan": "nan", "zero": "0", "negative": "-1",
-           "huge": "1e999", "empty": ""}
+NUMBERS = {
+    "superscript two": "²",
+    "arabic-indic one": "١",
+    "inf": "inf",
+    "nan": "nan",
+    "zero": "0",
+    "negative": "-1",
+    "huge": "1e999",
+    "empty": "",
+}
 WHOLE_NUMBERS = {**NUMBERS, "fraction": "1.5", "past a C long": str(2**70)}
 
 # (script, the arguments before the value, the option that takes it or None for a positional, the arguments after)
@@ -91,8 +99,17 @@ def corrupt_member(tmp):
     return str(path)
 
 
-PATHS = {"too long": long_path, "a symlink loop": loop, "dangling": dangling, "unreadable": unreadable, "empty": lambda tmp: ""}
-UNUSUAL = {"with spaces and non-ASCII": lambda tmp: str(tmp / "a dir ü" / "fi"), "a name of 255 bytes": lambda tmp: str(tmp / ("é" * 127))}
+PATHS = {
+    "too long": long_path,
+    "a symlink loop": loop,
+    "dangling": dangling,
+    "unreadable": unreadable,
+    "empty": lambda tmp: "",
+}
+UNUSUAL = {
+    "with spaces and non-ASCII": lambda tmp: str(tmp / "a dir ü" / "fi"),
+    "a name of 255 bytes": lambda tmp: str(tmp / ("é" * 127)),
+}
 ARCHIVES = {"not a zip": not_a_zip, "truncated": truncated_zip, "a corrupt member": corrupt_member}
 
 PATH_OPTIONS = [
@@ -115,7 +132,14 @@ ARCHIVE_OPTIONS = [
 ]
 COVERED = {case[0] for table in (NUMBER_OPTIONS, PATH_OPTIONS, ARCHIVE_OPTIONS) for case in table} | {
     # no argument that takes a number, a path or an archive (flags only; the GPU tasks run on the GPU host)
-    "preflight.py", "build.py", "import_check.py", "smoke.py", "abi_smoke.py", "affected.py", "prebuilt_set.py"}
+    "preflight.py",
+    "build.py",
+    "import_check.py",
+    "smoke.py",
+    "abi_smoke.py",
+    "affected.py",
+    "prebuilt_set.py",
+}
 
 
 def run(script, argv, tmp):
@@ -123,8 +147,15 @@ def run(script, argv, tmp):
     (tmp / "Cargo.toml").write_text("[package]\nname = 'x'\n")
     (tmp / pins().sdist_name).write_bytes(b"not the release")  # its hash check fails: nothing is downloaded
     env = {**os.environ, "FLASHINFER_WORKSPACE_BASE": str(tmp / "base"), "FLASHINFER_RS_CACHE_DIR": str(tmp / "rs")}
-    return subprocess.run([sys.executable, str(task_path(ROOT, script)), *argv], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=tmp, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, str(task_path(ROOT, script)), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def two_lines(done, statuses):
@@ -136,21 +167,33 @@ def argv_for(before, option, value, after):
 
 
 @pytest.mark.parametrize("value", list(WHOLE_NUMBERS.values()), ids=list(WHOLE_NUMBERS))
-@pytest.mark.parametrize("script, before, option, after", NUMBER_OPTIONS, ids=[f"{c[0]} {c[2]}" for c in NUMBER_OPTIONS])
+@pytest.mark.parametrize(
+    "script, before, option, after", NUMBER_OPTIONS, ids=[f"{c[0]} {c[2]}" for c in NUMBER_OPTIONS]
+)
 def test_odd_numbers_are_bad_usage(tmp_path, script, before, option, after, value):
-    if value in ACCEPTS.get(option, set()) or (value == "1.5" and option in ("--budget", "--timeout", "--time-limit", "--progress")):
+    if value in ACCEPTS.get(option, set()) or (
+        value == "1.5" and option in ("--budget", "--timeout", "--time-limit", "--progress")
+    ):
         pytest.skip(f"{option} takes {value!r}")
     two_lines(run(script, argv_for(before, option, value, after), tmp_path), {2})
 
 
 @pytest.mark.parametrize("make", list(PATHS.values()), ids=list(PATHS))
-@pytest.mark.parametrize("script, before, option, after", PATH_OPTIONS, ids=[f"{c[0]} {c[2] or ' '.join(c[1][-1:]) or 'arg'}" for c in PATH_OPTIONS])
+@pytest.mark.parametrize(
+    "script, before, option, after",
+    PATH_OPTIONS,
+    ids=[f"{c[0]} {c[2] or ' '.join(c[1][-1:]) or 'arg'}" for c in PATH_OPTIONS],
+)
 def test_odd_paths_fail_in_two_lines(tmp_path, script, before, option, after, make):
     two_lines(run(script, argv_for(before, option, make(tmp_path), after), tmp_path), {1, 2})
 
 
 @pytest.mark.parametrize("make", list(UNUSUAL.values()), ids=list(UNUSUAL))
-@pytest.mark.parametrize("script, before, option, after", PATH_OPTIONS, ids=[f"{c[0]} {c[2] or ' '.join(c[1][-1:]) or 'arg'}" for c in PATH_OPTIONS])
+@pytest.mark.parametrize(
+    "script, before, option, after",
+    PATH_OPTIONS,
+    ids=[f"{c[0]} {c[2] or ' '.join(c[1][-1:]) or 'arg'}" for c in PATH_OPTIONS],
+)
 def test_unusual_but_valid_paths_are_taken_as_they_are(tmp_path, script, before, option, after, make):
     """Spaces and any Unicode are a path like any other: what the script does with it may fail (it
     does not exist), but in two lines, never a traceback, and never because of its characters."""
@@ -172,12 +215,21 @@ def test_every_script_and_tool_is_covered():
     assert COVERED - every == set(), "the tables name a script that is gone"
 
 
-TOML_TYPES = {"integer": "5", "float": "1.5", "boolean": "true", "array": '["a", "b"]', "inline table": '{ path = "x" }',
-              "date": "2026-11-25", "empty string": '""'}
-MANIFEST_VALUES = [('source-dir = "extern/tracked/flashinfer"', "source-dir = {}"),
-                   ('source-commit = "', "source-commit = {} # "),
-                   ('cuda-version = "12.9.*"', "cuda-version = {}"),
-                   ('apache-tvm-ffi = ">=0.1.6', "apache-tvm-ffi = {} # ")]
+TOML_TYPES = {
+    "integer": "5",
+    "float": "1.5",
+    "boolean": "true",
+    "array": '["a", "b"]',
+    "inline table": '{ path = "x" }',
+    "date": "2026-11-25",
+    "empty string": '""',
+}
+MANIFEST_VALUES = [
+    ('source-dir = "extern/tracked/flashinfer"', "source-dir = {}"),
+    ('source-commit = "', "source-commit = {} # "),
+    ('cuda-version = "12.9.*"', "cuda-version = {}"),
+    ('apache-tvm-ffi = ">=0.1.6', "apache-tvm-ffi = {} # "),
+]
 
 
 @pytest.mark.parametrize("kind", list(TOML_TYPES), ids=list(TOML_TYPES))
@@ -188,18 +240,34 @@ def test_a_manifest_value_of_the_wrong_type_fails_in_two_lines(tmp_path, where, 
     text = (ROOT / "pyproject.toml").read_text()
     line = next(ln for ln in text.splitlines() if ln.startswith(where))
     (ws / "pyproject.toml").write_text(text.replace(line, template.format(TOML_TYPES[kind]), 1))
-    done = subprocess.run([sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--archive", str(tmp_path / "none.tar.gz")],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--archive", str(tmp_path / "none.tar.gz")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     two_lines(done, {1})
     assert "pyproject.toml" in done.stderr.strip().splitlines()[-2], done.stderr
 
 
-@pytest.mark.parametrize("script, argv, problem", [
-    ("pin.py", ["--url", "https://example.invalid/w.whl", "{tmp}/a.whl", "{tmp}/b.whl"], "--url names one wheel's URL, but several"),
-    ("bench_chain.py", ["--task", "bogus"], "--task 'bogus' is not a task of flashinfer-dev"),
-    ("pin.py", ["--cuda", "cu1210", "{tmp}/a.whl"], "'cu1210' is not a CUDA release"),  # not CUDA 121.0, nor a guess at 12.10
-    ("prefetch.py", ["{tmp}/Cargo.toml", "--cuda", "١٢.٩"], "is not a CUDA release"),
-])
+@pytest.mark.parametrize(
+    "script, argv, problem",
+    [
+        (
+            "pin.py",
+            ["--url", "https://example.invalid/w.whl", "{tmp}/a.whl", "{tmp}/b.whl"],
+            "--url names one wheel's URL, but several",
+        ),
+        ("bench_chain.py", ["--task", "bogus"], "--task 'bogus' is not a task of flashinfer-dev"),
+        (
+            "pin.py",
+            ["--cuda", "cu1210", "{tmp}/a.whl"],
+            "'cu1210' is not a CUDA release",
+        ),  # not CUDA 121.0, nor a guess at 12.10
+        ("prefetch.py", ["{tmp}/Cargo.toml", "--cuda", "١٢.٩"], "is not a CUDA release"),
+    ],
+)
 def test_usage_errors_exit_2(tmp_path, script, argv, problem):
     done = run(script, argv, tmp_path)
     two_lines(done, {2})
@@ -234,12 +302,25 @@ def in_a_read_only_folder(tmp):
     return str(tmp / "read-only" / "out")
 
 
-ODD_OUTPUTS = {"a FIFO": fifo, "a link to a character device": device_link, "a folder": a_folder, "under a file": under_a_file,
-               "in a read-only folder": in_a_read_only_folder}
+ODD_OUTPUTS = {
+    "a FIFO": fifo,
+    "a link to a character device": device_link,
+    "a folder": a_folder,
+    "under a file": under_a_file,
+    "in a read-only folder": in_a_read_only_folder,
+}
 # the files a long run writes at its end, and the folders a tool writes in: each checked before the work
-OUTPUT_FILES = [("affected.py", [], "--summary", []), ("upstream_tests.py", ["norm"], "--summary", []), ("planted_bugs.py", [], "--record", [])]
-OUTPUT_FOLDERS = [("stage_gpu_host.py", [], None, []), ("gpu_acceptance.py", ["--steps", "setup"], "--work", []),
-                  ("prebuilt_set.py", [], None, ["{tmp}/out"]), ("prebuilt_set.py", ["{tmp}/build"], None, [])]
+OUTPUT_FILES = [
+    ("affected.py", [], "--summary", []),
+    ("upstream_tests.py", ["norm"], "--summary", []),
+    ("planted_bugs.py", [], "--record", []),
+]
+OUTPUT_FOLDERS = [
+    ("stage_gpu_host.py", [], None, []),
+    ("gpu_acceptance.py", ["--steps", "setup"], "--work", []),
+    ("prebuilt_set.py", [], None, ["{tmp}/out"]),
+    ("prebuilt_set.py", ["{tmp}/build"], None, []),
+]
 
 
 def odd_output(tmp, make):
@@ -251,7 +332,9 @@ def odd_output(tmp, make):
 
 @pytest.mark.parametrize("make", list(ODD_OUTPUTS.values()), ids=list(ODD_OUTPUTS))
 @pytest.mark.parametrize("script, before, option, after", OUTPUT_FILES, ids=[f"{c[0]} {c[2]}" for c in OUTPUT_FILES])
-def test_an_output_file_that_cannot_be_written_whole_is_refused_before_the_work(tmp_path, script, before, option, after, make):
+def test_an_output_file_that_cannot_be_written_whole_is_refused_before_the_work(
+    tmp_path, script, before, option, after, make
+):
     """A FIFO, a device or a folder at the path is refused in two lines, and left as it was (a
     write by rename would replace it); so is a path whose folder is none or read-only."""
     value, mode = odd_output(tmp_path, make)
@@ -261,9 +344,15 @@ def test_an_output_file_that_cannot_be_written_whole_is_refused_before_the_work(
     assert (os.lstat(value).st_mode if os.path.lexists(value) else None) == mode
 
 
-@pytest.mark.parametrize("make", [fifo, device_link, under_a_file, in_a_read_only_folder], ids=lambda make: make.__name__)
-@pytest.mark.parametrize("script, before, option, after", OUTPUT_FOLDERS, ids=["stage DEST", "--work", "BUILD_DIR", "OUT_DIR"])
-def test_an_output_folder_that_is_none_or_read_only_is_refused_before_the_work(tmp_path, script, before, option, after, make):
+@pytest.mark.parametrize(
+    "make", [fifo, device_link, under_a_file, in_a_read_only_folder], ids=lambda make: make.__name__
+)
+@pytest.mark.parametrize(
+    "script, before, option, after", OUTPUT_FOLDERS, ids=["stage DEST", "--work", "BUILD_DIR", "OUT_DIR"]
+)
+def test_an_output_folder_that_is_none_or_read_only_is_refused_before_the_work(
+    tmp_path, script, before, option, after, make
+):
     value, mode = odd_output(tmp_path, make)
     done = run(script, argv_for(before, option, value, after), tmp_path)
     two_lines(done, {2})
@@ -305,9 +394,16 @@ def test_a_source_commit_that_is_no_full_hash_fails_in_two_lines(tmp_path, commi
     ws = tmp_path / "ws"
     shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     text = (ROOT / "pyproject.toml").read_text()
-    (ws / "pyproject.toml").write_text(text.replace(f'source-commit = "{pins().source_commit}"', f'source-commit = "{commit}"', 1))
-    done = subprocess.run([sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--archive", str(tmp_path / "none.tar.gz")],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    (ws / "pyproject.toml").write_text(
+        text.replace(f'source-commit = "{pins().source_commit}"', f'source-commit = "{commit}"', 1)
+    )
+    done = subprocess.run(
+        [sys.executable, str(ws / "scripts/fetch_flashinfer_source.py"), "--archive", str(tmp_path / "none.tar.gz")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     two_lines(done, {1})
     assert "source-commit must be a commit's full hash" in done.stderr.strip().splitlines()[-2], done.stderr
 
@@ -365,7 +461,9 @@ def test_every_json_reader_refuses_an_odd_record_and_never_hangs(tmp_path, kind)
     assert build_records._read(path, lambda data: True) is None
     assert runs.load_times(path) == {}
     assert suite.known_map(path, "key") is None
-    outcomes = tmp_path / "outcomes.jsonl"  # a process's outcomes, one JSON object a line: a deep line is skipped as a torn one is
+    outcomes = (
+        tmp_path / "outcomes.jsonl"
+    )  # a process's outcomes, one JSON object a line: a deep line is skipped as a torn one is
     outcomes.write_text(DEEP_JSON + '\n{"nodeid": "a", "outcome": "passed"}\n')
     assert runs.entries(outcomes) == [{"nodeid": "a", "outcome": "passed"}]
 
@@ -398,7 +496,9 @@ def test_prefetch_refuses_an_odd_pins_file_in_two_lines(tmp_path, kind):
         path.write_text("a = " + "[" * 10_000 + "]" * 10_000 + "\n")
     else:
         os.mkfifo(path)
-    done = subprocess.run([sys.executable, str(task_path(ROOT, "prefetch.py")), str(path)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(task_path(ROOT, "prefetch.py")), str(path)], capture_output=True, text=True, timeout=60
+    )
     two_line_failure(done, f"cannot read {path}")
 
 
@@ -418,7 +518,9 @@ def test_a_depends_on_cycle_fails_in_two_lines_and_a_single_name_is_one_dependen
     looped.write_text(f"{head}{sep} depends-on = [\"smoke\"],{tail}")
     with pytest.raises(Failure) as refused:
         task_chain("smoke", looped)
-    assert "cycle (smoke -> " in refused.value.problem and refused.value.fix.startswith("make the chain end"), refused.value.problem
+    assert "cycle (smoke -> " in refused.value.problem and refused.value.fix.startswith("make the chain end"), (
+        refused.value.problem
+    )
     single = tmp_path / "single.toml"
     single.write_text(text.replace('depends-on = ["build"]', 'depends-on = "build"'))
     assert [name for name, _ in task_chain("smoke", single)] == chain
@@ -429,8 +531,12 @@ def test_conda_layout_with_a_command_it_cannot_run_fails_in_two_lines(tmp_path, 
     program = tmp_path / "prog"
     if what == "not executable":
         program.write_text("#!/bin/sh\nexit 0\n")
-    done = subprocess.run([sys.executable, str(task_path(ROOT, "conda_layout.py")), str(tmp_path / "prefix"), "--", str(program)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(task_path(ROOT, "conda_layout.py")), str(tmp_path / "prefix"), "--", str(program)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     two_line_failure(done, "cannot run")
 
 
@@ -439,6 +545,11 @@ def test_prebuilt_set_without_an_importable_flashinfer_fails_in_two_lines(tmp_pa
     before any build, not the import's traceback."""
     (tmp_path / "site/flashinfer").mkdir(parents=True)
     (tmp_path / "site/flashinfer/__init__.py").write_text("raise ImportError('a half-installed flashinfer')\n")
-    done = subprocess.run([sys.executable, str(task_path(ROOT, "prebuilt_set.py")), str(tmp_path / "build"), str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    done = subprocess.run(
+        [sys.executable, str(task_path(ROOT, "prebuilt_set.py")), str(tmp_path / "build"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
     two_line_failure(done, "import flashinfer failed")

@@ -20,8 +20,17 @@ def test_pin_prints_the_cargo_metadata_block(tmp_path, norm_so):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
     url = f"https://example.invalid/v{pins().flashinfer}/{JIT_CACHE_WHEEL}"
     table = pinned(run("pin.py", wheel, "--url", url))
-    assert table == {"flashinfer_jit_cache": {pins().cuda_tag: {"x86_64": {
-        "filename": JIT_CACHE_WHEEL, "url": url, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}}}}
+    assert table == {
+        "flashinfer_jit_cache": {
+            pins().cuda_tag: {
+                "x86_64": {
+                    "filename": JIT_CACHE_WHEEL,
+                    "url": url,
+                    "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                }
+            }
+        }
+    }
 
 
 def test_pin_of_a_pure_wheel_serves_every_arch_under_the_manifest_cuda(tmp_path):
@@ -30,12 +39,17 @@ def test_pin_of_a_pure_wheel_serves_every_arch_under_the_manifest_cuda(tmp_path)
         whl.writestr("tvm_ffi/__init__.py", "")
     table = pinned(run("pin.py", wheel, "--url", "https://example.invalid/x.whl"))
     assert set(table["apache_tvm_ffi"][pins().cuda_tag]) == {"x86_64", "aarch64"}
-    assert set(pinned(run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA))["apache_tvm_ffi"]) == {OTHER_CUDA}
+    assert set(
+        pinned(run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA))["apache_tvm_ffi"]
+    ) == {OTHER_CUDA}
 
 
 def test_pin_refuses_a_cuda_key_the_wheel_is_not_built_for(tmp_path, norm_so):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
-    two_line_failure(run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA), f"is built for {pins().cuda_tag}, not {OTHER_CUDA}")
+    two_line_failure(
+        run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA),
+        f"is built for {pins().cuda_tag}, not {OTHER_CUDA}",
+    )
 
 
 def test_pin_needs_wheel_files(tmp_path):
@@ -50,7 +64,11 @@ def test_pin_takes_the_url_from_the_index_and_checks_its_sha256(tmp_path, norm_s
     download = f"{index_server.url}/releases/v{pins().flashinfer}/{JIT_CACHE_WHEEL}"
     index_server.publish("flashinfer-jit-cache", [(JIT_CACHE_WHEEL, download, sha)], style)
     table = pinned(run("pin.py", wheel, "--index", f"{index_server.url}/simple"))
-    assert table["flashinfer_jit_cache"][pins().cuda_tag]["x86_64"] == {"filename": JIT_CACHE_WHEEL, "url": download, "sha256": sha}
+    assert table["flashinfer_jit_cache"][pins().cuda_tag]["x86_64"] == {
+        "filename": JIT_CACHE_WHEEL,
+        "url": download,
+        "sha256": sha,
+    }
 
 
 def test_pin_says_when_the_index_lacks_the_wheel(tmp_path, norm_so, index_server):
@@ -61,13 +79,14 @@ def test_pin_says_when_the_index_lacks_the_wheel(tmp_path, norm_so, index_server
 
 def test_pin_says_when_the_index_is_unreachable(tmp_path, norm_so, index_server):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
-    done = run("pin.py", wheel, "--index", f"{index_server.url}/missing")  # the server answers 404: no such project there
+    done = run(
+        "pin.py", wheel, "--index", f"{index_server.url}/missing"
+    )  # the server answers 404: no such project there
     two_line_failure(done, "cannot read the index page")
     assert "has no project flashinfer_jit_cache" in done.stderr.splitlines()[-1]
     done = run("pin.py", wheel, "--index", "http://127.0.0.1:9/simple")  # nothing listens: unreachable
     two_line_failure(done, "cannot read the index page")
     assert "where the index is reachable" in done.stderr.splitlines()[-1]
-
 
 
 def test_pin_writes_a_wheel_named_twice_once(tmp_path, norm_so, index_server):
@@ -82,7 +101,9 @@ def test_pin_writes_a_wheel_named_twice_once(tmp_path, norm_so, index_server):
     copy = tmp_path / "copy" / JIT_CACHE_WHEEL
     copy.write_bytes(wheel.read_bytes())
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    index_server.publish("flashinfer-jit-cache", [(JIT_CACHE_WHEEL, f"{index_server.url}/w/{JIT_CACHE_WHEEL}", sha)], "html")
+    index_server.publish(
+        "flashinfer-jit-cache", [(JIT_CACHE_WHEEL, f"{index_server.url}/w/{JIT_CACHE_WHEEL}", sha)], "html"
+    )
     done = run("pin.py", wheel, copy, "--index", f"{index_server.url}/simple")
     assert done.stdout.count("[package.") == 1, done.stdout
     assert pinned(done)["flashinfer_jit_cache"][pins().cuda_tag]["x86_64"]["sha256"] == sha
@@ -93,8 +114,13 @@ def test_pin_refuses_two_wheels_for_one_table(tmp_path, norm_so, index_server):
     older = JIT_CACHE_WHEEL.replace(f"-{pins().flashinfer}+", "-0.0.1+")
     assert older != JIT_CACHE_WHEEL
     wheels = [make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so), make_wheel(tmp_path / older, norm_so, modules=("norm",))]
-    index_server.publish("flashinfer-jit-cache", [(w.name, f"{index_server.url}/w/{w.name}", hashlib.sha256(w.read_bytes()).hexdigest())
-                                                  for w in wheels], "html")
+    index_server.publish(
+        "flashinfer-jit-cache",
+        [(w.name, f"{index_server.url}/w/{w.name}", hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels],
+        "html",
+    )
     done = run("pin.py", *wheels, "--index", f"{index_server.url}/simple")
-    two_line_failure(done, f"{JIT_CACHE_WHEEL} and {older} both pin flashinfer_jit_cache for {pins().cuda_tag} on x86_64")
+    two_line_failure(
+        done, f"{JIT_CACHE_WHEEL} and {older} both pin flashinfer_jit_cache for {pins().cuda_tag} on x86_64"
+    )
     assert "[package." not in done.stdout

@@ -72,10 +72,19 @@ def test_the_bug_table_covers_families_kinds_and_sizes():
     assert names & {"decode", "prefill"}, "an attention family"
     assert {b["kind"] for b in bugs} == {"header", "csrc", "generator", "wrapper"}
     for b in bugs:
-        prefix = {"header": "include/flashinfer/", "csrc": "csrc/", "generator": "flashinfer/jit/", "wrapper": "flashinfer/"}[b["kind"]]
+        prefix = {
+            "header": "include/flashinfer/",
+            "csrc": "csrc/",
+            "generator": "flashinfer/jit/",
+            "wrapper": "flashinfer/",
+        }[b["kind"]]
         assert b["file"].startswith(prefix) and b["symbol"] and b["bug"] != b["line"], b
-        assert b["kind"] != "wrapper" or not b["file"].startswith("flashinfer/jit/"), f"{b['id']}: a generator is no wrapper"
-        assert "fp16" in b["size"] or "rounding" in b["size"], f"{b['id']}: its size is not stated against fp16's rounding"
+        assert b["kind"] != "wrapper" or not b["file"].startswith("flashinfer/jit/"), (
+            f"{b['id']}: a generator is no wrapper"
+        )
+        assert "fp16" in b["size"] or "rounding" in b["size"], (
+            f"{b['id']}: its size is not stated against fp16's rounding"
+        )
     nonuniform = ("only", "offset", "as 0", "tail", "dropped", "grow")
     assert sum(any(word in b["size"] for word in nonuniform) for b in bugs) >= 4, "non-uniform bugs, not only scales"
 
@@ -90,7 +99,9 @@ def release_tree():
         info = Path(candidate or "/nonexistent") / "PKG-INFO"
         if info.is_file() and f"\nVersion: {p.flashinfer}\n" in info.read_text(errors="replace"):
             return info.parent
-    pytest.skip(f"no FlashInfer {p.flashinfer} tree here (the vendored tree is not the pinned release; set FIDEV_RELEASE_TREE)")
+    pytest.skip(
+        f"no FlashInfer {p.flashinfer} tree here (the vendored tree is not the pinned release; set FIDEV_RELEASE_TREE)"
+    )
 
 
 def test_every_bugs_line_is_the_releases_once_and_the_bug_changes_it():
@@ -127,8 +138,12 @@ def workspace(tmp_path, **config):
     (tree / source_tree.MARKER).write_text(source_tree.marker_text(pins()))  # the pinned release, its files recorded
     release_reference.record_release(tree)
     tests = {b["file"]: failing_test_of(b) for b in bugs}
-    env = {**os.environ, "STANDIN_AFFECTED": json.dumps({"tree": str(tree), "pristine": str(pristine), "tests": tests,
-                                                         "pids": str(tmp_path / "pids"), **config})}
+    env = {
+        **os.environ,
+        "STANDIN_AFFECTED": json.dumps(
+            {"tree": str(tree), "pristine": str(pristine), "tests": tests, "pids": str(tmp_path / "pids"), **config}
+        ),
+    }
     return root, tree, env, bugs
 
 
@@ -137,7 +152,14 @@ def state(tree):
 
 
 def tool(root, env, *args, timeout=300):
-    return subprocess.run([sys.executable, str(root / TOOL), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=root.parent)
+    return subprocess.run(
+        [sys.executable, str(root / TOOL), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=root.parent,
+    )
 
 
 def test_every_bug_is_planted_judged_from_the_summary_and_restored(tmp_path):
@@ -151,13 +173,30 @@ def test_every_bug_is_planted_judged_from_the_summary_and_restored(tmp_path):
     assert len(rows) == 2 + len(bugs) and rows[0].split(" | ")[1:3] == ["family", "file kind"]
     row = {r.split(" | ")[0].removeprefix("| "): [c.strip() for c in r.strip("| ").split(" | ")] for r in rows[2:]}
     assert row["page-last-token-dropped"][7] == "not recorded" and row["rope-theta"][7] == "0.7"
-    assert row["rope-theta"][5:7] == ["failed", "1"] and row["rope-theta"][10] == "rope (1 test); modules module_rope" and row["rope-theta"][11] == "yes"
+    assert (
+        row["rope-theta"][5:7] == ["failed", "1"]
+        and row["rope-theta"][10] == "rope (1 test); modules module_rope"
+        and row["rope-theta"][11] == "yes"
+    )
     assert "SURVIVORS: 0 of" in done.stdout
     rec = json.loads((tmp_path / "record.json").read_text())
     assert rec["schema"] == "fidev-planted-bugs/1" and rec["complete"] and rec["left"] == [] and rec["survivors"] == []
     assert [b["id"] for b in rec["bugs"]] == [b["id"] for b in bugs] and rec["restored_failures"] == []
     one = rec["bugs"][0]
-    assert {"id", "family", "kind", "file", "symbol", "line", "bug", "size", "planted", "caught", "survived_because", "restored"} <= set(one)
+    assert {
+        "id",
+        "family",
+        "kind",
+        "file",
+        "symbol",
+        "line",
+        "bug",
+        "size",
+        "planted",
+        "caught",
+        "survived_because",
+        "restored",
+    } <= set(one)
     assert {"verdict", "status", "first_failure_s", "build_s", "seconds", "failed", "caught_by"} <= set(one["planted"])
     assert one["planted"]["build_s"] == 1.5 and one["restored"]["passes"] and one["restored"]["status"] == 0
 
@@ -178,7 +217,10 @@ def test_a_bug_that_does_not_compile_is_no_catch(tmp_path):
     root, tree, env, _ = workspace(tmp_path, build_fails=["csrc/topk.cu"])
     done = tool(root, env, "--bugs", "topk-last-unwritten")
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
-    assert "- topk-last-unwritten (topk, csrc/topk.cu): exit 1, build failed: the planted line does not compile" in done.stdout
+    assert (
+        "- topk-last-unwritten (topk, csrc/topk.cu): exit 1, build failed: the planted line does not compile"
+        in done.stdout
+    )
 
 
 def test_a_restored_tree_that_fails_is_said_and_the_tool_exits_1(tmp_path):
@@ -195,7 +237,10 @@ def test_a_restore_after_a_failure_that_affected_calls_no_change_is_no_pass(tmp_
     done = tool(root, env, "--bugs", "page-last-token-dropped")
     assert done.returncode == 1 and "SURVIVORS: 0 of 1" in done.stdout, done.stdout + done.stderr[-3000:]
     assert "NO (exit 0, nothing changed)" in done.stdout
-    assert "restored tree did not pass after page-last-token-dropped: exit 0, nothing changed: the restore of a file whose tests failed" in done.stdout
+    assert (
+        "restored tree did not pass after page-last-token-dropped: exit 0, nothing changed: the restore of a file whose tests failed"
+        in done.stdout
+    )
 
 
 def test_a_missing_line_is_two_lines_and_nothing_is_planted(tmp_path):
@@ -215,7 +260,9 @@ def test_an_edit_of_the_trees_own_is_refused_before_anything_is_planted(tmp_path
     header.write_text(header.read_text() + "// a contributor's edit\n")
     before = state(tree)
     done = tool(root, env, "--bugs", "softmax-scale")
-    two_line_failure(done, "the tree has edits of its own in what the bugs' modules compile: include/flashinfer/norm.cuh")
+    two_line_failure(
+        done, "the tree has edits of its own in what the bugs' modules compile: include/flashinfer/norm.cuh"
+    )
     assert state(tree) == before and not (tmp_path / "pids").exists()
 
 
@@ -237,10 +284,20 @@ def test_sigterm_mid_run_restores_the_tree_and_stops_affected(tmp_path):
     root, tree, env, _ = workspace(tmp_path, sleep=60)
     before = state(tree)
     header = tree / "include/flashinfer/sampling.cuh"
-    proc = subprocess.Popen([sys.executable, str(root / TOOL), "--bugs", "softmax-scale", "--record", str(tmp_path / "record.json")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    wait_until(lambda: header.read_bytes() != before[str(header)][0] and (tmp_path / "pids").is_file(), 60, "the bug planted, affected started",
-               proc)
+    proc = subprocess.Popen(
+        [sys.executable, str(root / TOOL), "--bugs", "softmax-scale", "--record", str(tmp_path / "record.json")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    wait_until(
+        lambda: header.read_bytes() != before[str(header)][0] and (tmp_path / "pids").is_file(),
+        60,
+        "the bug planted, affected started",
+        proc,
+    )
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err, err

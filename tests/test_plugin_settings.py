@@ -15,15 +15,29 @@ from fidev.core.manifest import ROOT
 from fidev.upstream import settings as upstream_settings
 from fidev.upstream.settings import Settings, child_env
 
-FULL = Settings(dry_dir=None, outcomes=Path("/r/a.jsonl"), gate=Path("/g/gate"), gate_owner="12:34", part=(2, 3),
-                sample=Path("/s/sample.json"), stop_after=1, stop_file=Path("/r/failing-cases"))
+FULL = Settings(
+    dry_dir=None,
+    outcomes=Path("/r/a.jsonl"),
+    gate=Path("/g/gate"),
+    gate_owner="12:34",
+    part=(2, 3),
+    sample=Path("/s/sample.json"),
+    stop_after=1,
+    stop_file=Path("/r/failing-cases"),
+)
 
 
 def test_settings_said_in_the_environment_read_back_the_same_and_are_frozen():
     env = FULL.env()
-    assert env == {"FIDEV_UPSTREAM_RUN": "/r/a.jsonl", "FIDEV_UPSTREAM_GATE": "/g/gate", "FIDEV_UPSTREAM_GATE_OWNER": "12:34",
-                   "FIDEV_UPSTREAM_PART": "2/3", "FIDEV_UPSTREAM_SAMPLE": "/s/sample.json", "FIDEV_UPSTREAM_STOP_AFTER": "1",
-                   "FIDEV_UPSTREAM_STOP_FILE": "/r/failing-cases"}
+    assert env == {
+        "FIDEV_UPSTREAM_RUN": "/r/a.jsonl",
+        "FIDEV_UPSTREAM_GATE": "/g/gate",
+        "FIDEV_UPSTREAM_GATE_OWNER": "12:34",
+        "FIDEV_UPSTREAM_PART": "2/3",
+        "FIDEV_UPSTREAM_SAMPLE": "/s/sample.json",
+        "FIDEV_UPSTREAM_STOP_AFTER": "1",
+        "FIDEV_UPSTREAM_STOP_FILE": "/r/failing-cases",
+    }
     assert Settings.read(env) == FULL and Settings.read({}) == Settings() and Settings().env() == {}
     assert Settings.read({"FIDEV_UPSTREAM_PART": "", "FIDEV_UPSTREAM_GATE": ""}) == Settings(), "empty counts as unset"
     assert FULL.in_run and not Settings().in_run and not FULL.but(dry_dir=Path("/d")).in_run
@@ -59,7 +73,10 @@ def environ_writes(path: Path) -> list[int]:
                 found.append(node.lineno)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             owner, name = ast.unparse(node.func.value), node.func.attr
-            if (owner == "os.environ" and name in ("update", "setdefault", "pop", "popitem", "clear")) or (owner, name) == ("os", "putenv"):
+            if (owner == "os.environ" and name in ("update", "setdefault", "pop", "popitem", "clear")) or (
+                owner,
+                name,
+            ) == ("os", "putenv"):
                 found.append(node.lineno)
     return found
 
@@ -68,7 +85,9 @@ def test_no_task_passes_settings_by_writing_its_own_environment():
     files = [*ROOT.glob("scripts/**/*.py"), *ROOT.glob("tools/*.py")]
     writes = {str(p.relative_to(ROOT)): environ_writes(p) for p in files}
     found = {p: lines for p, lines in writes.items() if lines and p not in ALLOWED}
-    assert found == {}, "hand a child its settings in the environment given to its process (fidev.upstream.settings.child_env)"
+    assert found == {}, (
+        "hand a child its settings in the environment given to its process (fidev.upstream.settings.child_env)"
+    )
     assert all(writes.get(p) for p in ALLOWED), "an allowed file no longer writes os.environ: take it off ALLOWED"
 
 
@@ -76,7 +95,9 @@ def test_a_long_build_says_how_many_modules_are_done(monkeypatch):
     """Past PROGRESS_EVERY_S, a line of the modules done out of all, until the build ends."""
     monkeypatch.setattr(module_builds, "PROGRESS_EVERY_S", 0.05)
     said, done, ended = [], ["norm"], threading.Event()
-    ticker = threading.Thread(target=module_builds.keep_saying_progress, args=(3, done, ended, said.append, threading.Lock()))
+    ticker = threading.Thread(
+        target=module_builds.keep_saying_progress, args=(3, done, ended, said.append, threading.Lock())
+    )
     ticker.start()
     deadline = time.monotonic() + 10
     while not said and time.monotonic() < deadline:

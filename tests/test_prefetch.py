@@ -32,11 +32,20 @@ def crate(tmp_path, index_server):
     sha = {name: hashlib.sha256(body).hexdigest() for name, body in wheels.items()}
     url = {name: f"{index_server.url}/files/{name}" for name in wheels}
     manifest = tmp_path / "Cargo.toml"
-    manifest.write_text('[package]\nname = "flashinfer-rs"\nversion = "0.1.0"\n\n'
-                        + entry("flashinfer_jit_cache", "cu129", "x86_64", JIT_WHEEL, url[JIT_WHEEL], sha[JIT_WHEEL])
-                        + entry("flashinfer_jit_cache", "cu129", "aarch64", "other-1-py3-none-linux_aarch64.whl", f"{index_server.url}/nope", "1" * 64)
-                        + entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, url[TVM_WHEEL], sha[TVM_WHEEL])
-                        + entry("apache_tvm_ffi", "cu130", "x86_64", TVM_WHEEL, url[TVM_WHEEL], sha[TVM_WHEEL]))
+    manifest.write_text(
+        '[package]\nname = "flashinfer-rs"\nversion = "0.1.0"\n\n'
+        + entry("flashinfer_jit_cache", "cu129", "x86_64", JIT_WHEEL, url[JIT_WHEEL], sha[JIT_WHEEL])
+        + entry(
+            "flashinfer_jit_cache",
+            "cu129",
+            "aarch64",
+            "other-1-py3-none-linux_aarch64.whl",
+            f"{index_server.url}/nope",
+            "1" * 64,
+        )
+        + entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, url[TVM_WHEEL], sha[TVM_WHEEL])
+        + entry("apache_tvm_ffi", "cu130", "x86_64", TVM_WHEEL, url[TVM_WHEEL], sha[TVM_WHEEL])
+    )
     cache = tmp_path / "cache"
     return manifest, cache, wheels, sha
 
@@ -55,7 +64,10 @@ def test_downloads_each_pinned_wheel_once_into_the_crate_layout(crate, index_ser
     assert done.returncode == 0, done.stderr
     for name, body in wheels.items():
         assert cached(cache, sha, name).read_bytes() == body
-    assert index_server.hits == {f"/files/{JIT_WHEEL}": 1, f"/files/{TVM_WHEEL}": 1}  # tvm-ffi serves cu129 and cu130: one download
+    assert index_server.hits == {
+        f"/files/{JIT_WHEEL}": 1,
+        f"/files/{TVM_WHEEL}": 1,
+    }  # tvm-ffi serves cu129 and cu130: one download
     assert "apache_tvm_ffi.cu129.x86_64, apache_tvm_ffi.cu130.x86_64" in done.stdout
     assert sorted(p.name for p in (cache / "wheels").iterdir() if ".tmp-" in p.name) == []
     assert (cache / "wheels" / f"{sha[JIT_WHEEL]}-{JIT_WHEEL[:-4]}.lock").exists()  # the crate's lock file name
@@ -100,9 +112,21 @@ def test_waits_for_the_lock_another_process_holds(crate):
     target.parent.mkdir(parents=True)
     with open(target.with_suffix(".lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "prefetch.py"), str(manifest), "--arch", "x86_64", "--cuda", "cu129"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)})
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "prefetch.py"),
+                str(manifest),
+                "--arch",
+                "x86_64",
+                "--cuda",
+                "cu129",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "FLASHINFER_RS_CACHE_DIR": str(cache)},
+        )
         try:
             said = queue.Queue()
 
@@ -131,12 +155,21 @@ def test_waits_for_the_lock_another_process_holds(crate):
     assert target.read_bytes() == wheels[JIT_WHEEL]
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('[package]\nname = "x"\n', "has no [package.metadata.flashinfer_rs.pinned_wheels] table"),
-    (entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "https://example.invalid/u.whl", "abc"), "a 64-hex-digit lowercase sha256"),
-    (entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "https://example.invalid/u.whl", "2" * 64), "pins nothing for cuda cu131"),
-    ("not toml [", "cannot read"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('[package]\nname = "x"\n', "has no [package.metadata.flashinfer_rs.pinned_wheels] table"),
+        (
+            entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "https://example.invalid/u.whl", "abc"),
+            "a 64-hex-digit lowercase sha256",
+        ),
+        (
+            entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "https://example.invalid/u.whl", "2" * 64),
+            "pins nothing for cuda cu131",
+        ),
+        ("not toml [", "cannot read"),
+    ],
+)
 def test_bad_pins_fail_in_two_lines(tmp_path, text, problem):
     (tmp_path / "Cargo.toml").write_text(text)
     two_line_failure(prefetch(tmp_path / "Cargo.toml", tmp_path / "cache", "--cuda", "cu131"), problem)

@@ -45,7 +45,12 @@ class Host:
         shutil.copytree(ROOT / "scripts", self.ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(ROOT / "pyproject.toml", self.ws)
         self.src = self.ws / "extern/tracked/flashinfer"
-        for sub in ("csrc/norm.cu", "include/flashinfer/norm.cuh", "3rdparty/cutlass/include/cutlass.h", "3rdparty/spdlog/include/spdlog.h"):
+        for sub in (
+            "csrc/norm.cu",
+            "include/flashinfer/norm.cuh",
+            "3rdparty/cutlass/include/cutlass.h",
+            "3rdparty/spdlog/include/spdlog.h",
+        ):
             write(self.src / sub, "")
         write(self.src / source_tree.MARKER, source_tree.marker_text(P))
         self.link_editable_install()
@@ -59,8 +64,11 @@ class Host:
         tool(self.bin, "ninja", "1.12.1")
         self.nvml(driver="575.57.08", cuda=12090, gpus=[("NVIDIA H100 80GB HBM3", (9, 0))])
         self.dist("torch", f"2.8.0+{P.cuda_tag}", {"torch/version.py": f"cuda: Optional[str] = '{P.cuda}'\n"})
-        self.dist("flashinfer-python", P.flashinfer,
-                  {"direct_url.json": json.dumps({"url": self.src.as_uri(), "dir_info": {"editable": True}})})
+        self.dist(
+            "flashinfer-python",
+            P.flashinfer,
+            {"direct_url.json": json.dumps({"url": self.src.as_uri(), "dir_info": {"editable": True}})},
+        )
         self.dist("flashinfer-cubin", P.flashinfer)
         self.dist("flashinfer-jit-cache", P.jit_cache)
         self.dist("apache-tvm-ffi", "0.1.7")
@@ -105,8 +113,13 @@ class Host:
             write(info / rel if rel.endswith(".json") else self.site / rel, text)
 
     def run(self, *args):
-        done = subprocess.run([sys.executable, "-S", str(self.ws / "scripts/preflight.py"), *args],
-                              capture_output=True, text=True, env=self.env, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-S", str(self.ws / "scripts/preflight.py"), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=60,
+        )
         return done
 
     def checks(self, *args):
@@ -163,13 +176,17 @@ def test_no_driver(host):
 
 def test_nvidia_smi_is_the_fallback_when_nvml_fails(host):
     host.nvml(error="Driver Not Loaded")
-    write(host.bin / "nvidia-smi", """\
+    write(
+        host.bin / "nvidia-smi",
+        """\
         #!/bin/sh
         case "$1" in
           --query-gpu=*) echo "580.159.04, NVIDIA H100 80GB HBM3, 9.0" ;;
           *) echo "| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0 |" ;;
         esac
-        """, mode=0o755)
+        """,
+        mode=0o755,
+    )
     checks = expect(host, "driver", "pass", "580.159.04", "CUDA 13.0", "nvidia-smi", rc=0)
     assert checks["gpu"]["status"] == "pass"
 
@@ -229,12 +246,15 @@ def test_missing_nvcc(host):
     expect(host, "nvcc", "fail", "nvcc not found", "pixi")
 
 
-@pytest.mark.parametrize("version_line, ok", [
-    ("gcc (GCC) 15.1.0", False),
-    ("clang version 20.1.0", False),
-    ("clang version 18.1.8", True),
-    ("gcc (Debian 12.2.0-14) 12.2.0", True),
-])
+@pytest.mark.parametrize(
+    "version_line, ok",
+    [
+        ("gcc (GCC) 15.1.0", False),
+        ("clang version 20.1.0", False),
+        ("clang version 18.1.8", True),
+        ("gcc (Debian 12.2.0-14) 12.2.0", True),
+    ],
+)
 def test_host_compiler_range(host, version_line, ok):
     tool(host.bin, "gcc", version_line)
     expect(host, "host-compiler", "pass" if ok else "fail", version_line.split()[0], rc=0 if ok else 1)
@@ -258,7 +278,13 @@ def test_cpu_torch(host):
 
 def test_missing_source_folder(host):
     shutil.rmtree(host.src)
-    expect(host, "flashinfer-source", "fail", "extern/tracked/flashinfer does not exist", "git submodule update --init --recursive")
+    expect(
+        host,
+        "flashinfer-source",
+        "fail",
+        "extern/tracked/flashinfer does not exist",
+        "git submodule update --init --recursive",
+    )
 
 
 def test_empty_submodule(host):
@@ -269,7 +295,13 @@ def test_empty_submodule(host):
 
 def test_partial_release_is_replaced_not_refetched_into_a_full_folder(host):
     shutil.rmtree(host.src / "3rdparty/cutlass/include")
-    expect(host, "flashinfer-source", "fail", "partial release: no 3rdparty/cutlass/include", "fetch_flashinfer_source.py --replace")
+    expect(
+        host,
+        "flashinfer-source",
+        "fail",
+        "partial release: no 3rdparty/cutlass/include",
+        "fetch_flashinfer_source.py --replace",
+    )
 
 
 def test_tree_of_another_release(host):
@@ -294,8 +326,11 @@ def test_flashinfer_installed_from_a_wheel(host):
 
 
 def test_flashinfer_editable_from_another_tree(host, tmp_path):
-    host.dist("flashinfer-python", P.flashinfer, {"direct_url.json": json.dumps(
-        {"url": (tmp_path / "elsewhere").as_uri(), "dir_info": {"editable": True}})})
+    host.dist(
+        "flashinfer-python",
+        P.flashinfer,
+        {"direct_url.json": json.dumps({"url": (tmp_path / "elsewhere").as_uri(), "dir_info": {"editable": True}})},
+    )
     expect(host, "flashinfer-install", "fail", "elsewhere")
 
 
@@ -350,34 +385,56 @@ def test_cuda_home_alone_cannot_compile_or_link_in_the_conda_layout(host):
     assert headers["status"] == "fail" and "cuda_runtime.h (by g++)" in headers["finding"]
     assert "(by nvcc)" not in headers["finding"]  # nvcc finds them through its nvcc.profile
     assert "FLASHINFER_EXTRA_CFLAGS='-I$CONDA_PREFIX/targets/x86_64-linux/include'" in headers["fix"]
-    assert libs["status"] == "fail" and "libcudart.so (-lcudart)" in libs["finding"] and "libcuda.so (-lcuda)" in libs["finding"]
+    assert (
+        libs["status"] == "fail"
+        and "libcudart.so (-lcudart)" in libs["finding"]
+        and "libcuda.so (-lcuda)" in libs["finding"]
+    )
     assert "FLASHINFER_EXTRA_LDFLAGS=" in libs["fix"]
     assert checks["nvcc-profile"]["status"] == "pass"
 
 
 def test_nvcc_through_the_targets_symlink_finds_no_profile(host):
     host.env["CUDA_HOME"] = str(host.prefix / TARGET)
-    checks = expect(host, "nvcc-profile", "fail", f"{TARGET}/bin/nvcc.profile is missing", "not at targets/x86_64-linux")
+    checks = expect(
+        host, "nvcc-profile", "fail", f"{TARGET}/bin/nvcc.profile is missing", "not at targets/x86_64-linux"
+    )
     assert checks["cuda-libs"]["status"] == "pass"  # lib64 -> lib inside targets: only the profile is missing
 
 
 def test_missing_header_in_an_activated_environment_says_to_install(host):
     (host.prefix / TARGET / "include/cublasLt.h").unlink()
-    expect(host, "cuda-headers", "fail", "cublasLt.h (by g++)", "cublasLt.h (by nvcc)", "pixi install -e flashinfer-dev", "libcublas-dev")
+    expect(
+        host,
+        "cuda-headers",
+        "fail",
+        "cublasLt.h (by g++)",
+        "cublasLt.h (by nvcc)",
+        "pixi install -e flashinfer-dev",
+        "libcublas-dev",
+    )
 
 
 def test_host_toolkit_library_leaking_in_through_library_path(host, tmp_path):
     (host.prefix / TARGET / "lib/stubs/libcuda.so").unlink()
     host_stubs = write(tmp_path / "usr-local-cuda/lib64/stubs/libcuda.so", "").parent
     host.env["LIBRARY_PATH"] = str(host_stubs)  # what the GPU host's image exports
-    checks = expect(host, "host-cuda", "fail", f"-lcuda links {host_stubs}/libcuda.so (LIBRARY_PATH)", "unset", "LIBRARY_PATH")
+    checks = expect(
+        host, "host-cuda", "fail", f"-lcuda links {host_stubs}/libcuda.so (LIBRARY_PATH)", "unset", "LIBRARY_PATH"
+    )
     assert checks["cuda-libs"]["status"] == "pass"
 
 
 def test_host_runtime_preloaded_by_flashinfer(host, tmp_path):
     host_lib = write(tmp_path / "usr-local-cuda/targets/x86_64-linux/lib/libcudart.so.12", "").parent
     host.env["CUDA_LIB_PATH"] = str(host_lib)
-    expect(host, "host-cuda", "fail", f"FlashInfer preloads {host_lib}/libcudart.so.12", "CUDA_LIB_PATH='$CONDA_PREFIX/targets/x86_64-linux/lib'")
+    expect(
+        host,
+        "host-cuda",
+        "fail",
+        f"FlashInfer preloads {host_lib}/libcudart.so.12",
+        "CUDA_LIB_PATH='$CONDA_PREFIX/targets/x86_64-linux/lib'",
+    )
 
 
 def test_read_only_jit_cache_dir(host, read_only_dir):
@@ -387,7 +444,14 @@ def test_read_only_jit_cache_dir(host, read_only_dir):
 
 def test_a_workspace_base_that_does_not_exist_is_a_warning_and_is_not_created(host, tmp_path):
     host.env["FLASHINFER_WORKSPACE_BASE"] = str(tmp_path / "typo" / "base")
-    expect(host, "jit-dir", "warn", "does not exist yet: FlashInfer creates it", "check its spelling; nothing was created", rc=0)
+    expect(
+        host,
+        "jit-dir",
+        "warn",
+        "does not exist yet: FlashInfer creates it",
+        "check its spelling; nothing was created",
+        rc=0,
+    )
     assert not (tmp_path / "typo").exists()
 
 

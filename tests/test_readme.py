@@ -8,12 +8,14 @@ from fidev.core.manifest import ROOT
 from fidev.jit import kernel_source
 
 README = (ROOT / "README.md").read_text()
-COMMANDS = README[README.index("## The two commands"):]
+COMMANDS = README[README.index("## The two commands") :]
 
 
 def test_it_says_what_runs_when_a_kernel_is_edited(monkeypatch):
     monkeypatch.delenv(kernel_source.ENV, raising=False)
-    assert kernel_source.mode() == kernel_source.AUTO, "the default kernel source changed: say so in the README's note on edits"
+    assert kernel_source.mode() == kernel_source.AUTO, (
+        "the default kernel source changed: say so in the README's note on edits"
+    )
     assert "by default (`auto`), a module whose inputs you edited" in COMMANDS
     for mode in (kernel_source.VENDORED, kernel_source.PREBUILT):
         assert f"`{kernel_source.ENV}={mode}`" in COMMANDS

@@ -21,7 +21,8 @@ def module(tmp_path):
     (tmp_path / "build.ninja").write_text(
         "rule cxx\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
         "rule link\n  command = c++ -shared $in -o $out\n"
-        f"build {tmp_path}/m.o: cxx {tmp_path}/m.cpp\nbuild {tmp_path}/m.so: link {tmp_path}/m.o\ndefault {tmp_path}/m.so\n")
+        f"build {tmp_path}/m.o: cxx {tmp_path}/m.cpp\nbuild {tmp_path}/m.so: link {tmp_path}/m.o\ndefault {tmp_path}/m.so\n"
+    )
     return tmp_path
 
 
@@ -64,10 +65,13 @@ def test_a_combined_build_makes_the_modules_own_folder_compile_again(module):
     assert build(module)
     combined = module.parent / "combined.ninja"
     combined.write_text(f"ninja_required_version = 1.3\nsubninja {module}/build.ninja\n")
-    again = subprocess.run(["ninja", "-C", str(module.parent), "-f", str(combined)], capture_output=True, text=True, check=True).stdout
+    again = subprocess.run(
+        ["ninja", "-C", str(module.parent), "-f", str(combined)], capture_output=True, text=True, check=True
+    ).stdout
     assert "no work to do" not in again  # the combined build compiled what was built
-    explain = subprocess.run(["ninja", "-C", str(module), "-n", "-d", "explain"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True).stdout
+    explain = subprocess.run(
+        ["ninja", "-C", str(module), "-n", "-d", "explain"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ).stdout
     assert "stored deps info out of date" in explain and "no work to do" not in explain
 
 
@@ -100,8 +104,10 @@ def test_the_compile_log_counts_each_object_a_run_compiled_and_names_one_compile
         pytest.skip("needs ninja")
     module = tmp_path / "cached_ops" / "norm"
     module.mkdir(parents=True)
-    (module / "build.ninja").write_text("rule cc\n  command = cp $in $out\nrule link\n  command = cp $in $out\n"
-                                        "build norm.o: cc norm.cu\nbuild norm.so: link norm.o\n")
+    (module / "build.ninja").write_text(
+        "rule cc\n  command = cp $in $out\nrule link\n  command = cp $in $out\n"
+        "build norm.o: cc norm.cu\nbuild norm.so: link norm.o\n"
+    )
     (module / "norm.cu").write_text("1\n")
     (tmp_path / "cached_ops" / "empty").mkdir()
     jit_dirs = [tmp_path / "cached_ops"]
@@ -115,4 +121,6 @@ def test_the_compile_log_counts_each_object_a_run_compiled_and_names_one_compile
     assert found == {"norm": {"norm.o": 2}} and compile_log.twice(found) == ["norm"]
     later = compile_log.sizes(jit_dirs)
     (module / ".ninja_log").write_text("# ninja log v5\n")  # recompacted
-    assert compile_log.compiled_since(jit_dirs, later) == {"norm": None} and compile_log.twice({"norm": None}) == ["norm"]
+    assert compile_log.compiled_since(jit_dirs, later) == {"norm": None} and compile_log.twice({"norm": None}) == [
+        "norm"
+    ]

@@ -40,7 +40,11 @@ def test_the_release_is_told_by_its_recorded_hashes(tmp_path):
     header.write_text("constexpr int K = 2;\n")
     (tree / "csrc/new.cu").write_text("\n")
     (tree / "flashinfer/jit/activation.py").unlink()
-    assert release_reference.edited_files(tree, p) == ["csrc/new.cu", "flashinfer/jit/activation.py", "include/flashinfer/norm.cuh"]
+    assert release_reference.edited_files(tree, p) == [
+        "csrc/new.cu",
+        "flashinfer/jit/activation.py",
+        "include/flashinfer/norm.cuh",
+    ]
 
 
 @pytest.mark.skipif(not shutil.which("git"), reason="needs git")
@@ -57,11 +61,20 @@ def test_a_checkout_is_told_against_the_pinned_commit(tmp_path):
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
     (tree / "csrc/new.cu").write_text("\n")
     assert release_reference.edited_files(tree, p) == ["csrc/new.cu", "include/flashinfer/norm.cuh"]
-    subprocess.run([*git, "commit", "-qam", "a contributor's commit"], check=True)  # HEAD moves on: its edits are still edits
+    subprocess.run(
+        [*git, "commit", "-qam", "a contributor's commit"], check=True
+    )  # HEAD moves on: its edits are still edits
     (tree / "csrc/norm.cu").write_text("int g();\n")
     assert release_reference.edited_files(tree, p) == ["csrc/new.cu", "csrc/norm.cu", "include/flashinfer/norm.cuh"]
-    subprocess.run([*git, "mv", "include/flashinfer/norm.cuh", "include/flashinfer/norm2.cuh"], check=True)  # a rename: both names
-    assert release_reference.edited_files(tree, p) == ["csrc/new.cu", "csrc/norm.cu", "include/flashinfer/norm.cuh", "include/flashinfer/norm2.cuh"]
+    subprocess.run(
+        [*git, "mv", "include/flashinfer/norm.cuh", "include/flashinfer/norm2.cuh"], check=True
+    )  # a rename: both names
+    assert release_reference.edited_files(tree, p) == [
+        "csrc/new.cu",
+        "csrc/norm.cu",
+        "include/flashinfer/norm.cuh",
+        "include/flashinfer/norm2.cuh",
+    ]
     with pytest.raises(Failure, match="does not have the pinned commit"):
         release_reference.edited_files(tree, dataclasses.replace(p, source_commit="0" * 40))
     env_path = os.environ["PATH"]
@@ -79,6 +92,8 @@ def test_a_tree_that_matches_neither_is_two_lines(tmp_path):
     with pytest.raises(Failure, match="neither the pinned commit's checkout nor the pinned release") as refused:
         release_reference.edited_files(tree, dataclasses.replace(pins(), source_dir=tree))
     assert "fetch_flashinfer_source.py --replace" in refused.value.fix
-    (tree / source_tree.MARKER).write_text(source_tree.marker_text(pins()))  # the release, unpacked before records were kept
+    (tree / source_tree.MARKER).write_text(
+        source_tree.marker_text(pins())
+    )  # the release, unpacked before records were kept
     with pytest.raises(Failure, match="without its file record"):
         release_reference.edited_files(tree, dataclasses.replace(pins(), source_dir=tree))

@@ -31,8 +31,12 @@ def installed(tmp_path_factory):
     require(*NEEDS, why="the editable install builds and imports with them; .ci/run's flashinfer-dev venv has them")
     tmp = tmp_path_factory.mktemp("release")
     tree = tmp / "flashinfer"
-    fetch = subprocess.run([sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(tree)],
-                           capture_output=True, text=True, timeout=900)
+    fetch = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(tree)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert fetch.returncode == 0, fetch.stderr
     # A throwaway venv that sees the test interpreter's packages (torch, build requirements)
     # through a .pth file, so that only FlashInfer itself is installed into it. It gets no pip
@@ -40,14 +44,34 @@ def installed(tmp_path_factory):
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     runner_paths = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     with open(os.path.join(site, "runner-site.pth"), "w") as pth:
         pth.write("\n".join(sorted(runner_paths)) + "\n")
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index", "--no-deps", "--no-build-isolation",
-                              "--disable-pip-version-check", "-e", str(tree)],
-                             capture_output=True, text=True, timeout=600)
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-index",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-e",
+            str(tree),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     return tree, python, fetch.stdout
 
@@ -58,7 +82,11 @@ def workspace_on(tree, tmp_path):
 
     ws = tmp_path / "ws"
     shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
-    text = (ROOT / "pyproject.toml").read_text().replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    text = (
+        (ROOT / "pyproject.toml")
+        .read_text()
+        .replace('source-dir = "extern/tracked/flashinfer"', f'source-dir = "{tree}"')
+    )
     (ws / "pyproject.toml").write_text(text)
     return ws
 
@@ -81,10 +109,12 @@ def test_editable_install_links_the_vendored_tree(installed):
 
 def test_import_flashinfer_resolves_to_the_vendored_tree(installed, tmp_path):
     tree, python, _ = installed
-    probe = ("import json, flashinfer, importlib.metadata as md;"
-             "d = md.distribution('flashinfer-python');"
-             "print(json.dumps({'version': flashinfer.__version__, 'file': flashinfer.__file__,"
-             " 'direct_url': json.loads(d.read_text('direct_url.json'))}))")
+    probe = (
+        "import json, flashinfer, importlib.metadata as md;"
+        "d = md.distribution('flashinfer-python');"
+        "print(json.dumps({'version': flashinfer.__version__, 'file': flashinfer.__file__,"
+        " 'direct_url': json.loads(d.read_text('direct_url.json'))}))"
+    )
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout.strip().splitlines()[-1])
@@ -97,11 +127,20 @@ def test_module_uris_match_flashinfers_own(installed, tmp_path):
     """fidev.jit.uris restates FlashInfer's module naming; here the pinned release names a grid of
     configurations itself, so a change of naming shows when the pin moves."""
     _, python, _ = installed
-    configs = [AttentionConfig(kind, backend, dtype, "e4m3" if fp8_kv else dtype, dtype, "i32", qk, vo, posenc, swa, cap, f16qk)
-               for kind in KINDS for backend in (("fa2", "fa3") if kind.endswith("prefill") else ("fa2",))
-               for dtype in ("f16", "bf16") for fp8_kv in (False, True) for qk, vo in ((128, 128), (192, 128))
-               for posenc in (0, 1) for swa in (False, True) for cap in (False, True)
-               for f16qk in ((False, True) if kind.endswith("prefill") else (False,))]
+    configs = [
+        AttentionConfig(
+            kind, backend, dtype, "e4m3" if fp8_kv else dtype, dtype, "i32", qk, vo, posenc, swa, cap, f16qk
+        )
+        for kind in KINDS
+        for backend in (("fa2", "fa3") if kind.endswith("prefill") else ("fa2",))
+        for dtype in ("f16", "bf16")
+        for fp8_kv in (False, True)
+        for qk, vo in ((128, 128), (192, 128))
+        for posenc in (0, 1)
+        for swa in (False, True)
+        for cap in (False, True)
+        for f16qk in ((False, True) if kind.endswith("prefill") else (False,))
+    ]
     probe = """
 import json, sys, torch
 from flashinfer.jit.attention import modules
@@ -117,12 +156,20 @@ for c in json.load(sys.stdin):
         out.append(getattr(modules, f"get_{c['kind']}_uri")(*common, *idx, *tail))
 print(json.dumps(out))
 """
-    done = subprocess.run([python, "-c", probe], input=json.dumps([asdict(c) for c in configs]), capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [python, "-c", probe],
+        input=json.dumps([asdict(c) for c in configs]),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     theirs = json.loads(done.stdout.strip().splitlines()[-1])
     mismatched = [(ours, t) for ours, t in zip(map(module_uri, configs), theirs, strict=True) if ours != t]
-    assert not mismatched, f"{len(mismatched)} of {len(configs)} differ, e.g. ours {mismatched[0][0]} vs FlashInfer {mismatched[0][1]}"
+    assert not mismatched, (
+        f"{len(mismatched)} of {len(configs)} differ, e.g. ours {mismatched[0][0]} vs FlashInfer {mismatched[0][1]}"
+    )
 
 
 def test_abi_reads_every_export_of_the_release(installed):
@@ -134,21 +181,71 @@ def test_abi_reads_every_export_of_the_release(installed):
 
     tree, _, _ = installed
     exports = abi.report(tree)
-    lines = [line for path in (tree / "csrc").rglob("*") if path.suffix in (".cu", ".cpp", ".cc")
-             for line in path.read_text(errors="replace").splitlines() if line.lstrip().startswith("TVM_FFI_DLL_EXPORT_TYPED_FUNC(")]
+    lines = [
+        line
+        for path in (tree / "csrc").rglob("*")
+        if path.suffix in (".cu", ".cpp", ".cc")
+        for line in path.read_text(errors="replace").splitlines()
+        if line.lstrip().startswith("TVM_FFI_DLL_EXPORT_TYPED_FUNC(")
+    ]
     assert len(exports) == len(lines) > 100
     assert all(e.signatures for e in exports), [e.key for e in exports if not e.signatures]
     by_key = {e.key: e for e in exports}
-    names = lambda key, tail=None: [p.name for p in by_key[key].signatures[0].params] + [p.name for p in by_key[key].tails.get(tail, ())]  # noqa: E731
-    assert names(("csrc/flashinfer_norm_binding.cu", "gemma_rmsnorm")) == ["out", "input", "weight", "eps", "enable_pdl"]
+    names = lambda key, tail=None: (
+        [p.name for p in by_key[key].signatures[0].params] + [p.name for p in by_key[key].tails.get(tail, ())]
+    )  # noqa: E731
+    assert names(("csrc/flashinfer_norm_binding.cu", "gemma_rmsnorm")) == [
+        "out",
+        "input",
+        "weight",
+        "eps",
+        "enable_pdl",
+    ]
     assert names(("csrc/single_prefill_jit_binding.cu", "run"), "fa2") == [
-        "q", "k", "v", "tmp", "o", "maybe_lse", "mask_mode_code", "layout", "window_left", "maybe_custom_mask", "maybe_alibi_slopes",
-        "logits_soft_cap", "sm_scale", "rope_rcp_scale", "rope_rcp_theta"]
+        "q",
+        "k",
+        "v",
+        "tmp",
+        "o",
+        "maybe_lse",
+        "mask_mode_code",
+        "layout",
+        "window_left",
+        "maybe_custom_mask",
+        "maybe_alibi_slopes",
+        "logits_soft_cap",
+        "sm_scale",
+        "rope_rcp_scale",
+        "rope_rcp_theta",
+    ]
     assert names(("csrc/single_prefill_sm90_jit_binding.cu", "run"), "fa3 and no fp8") == [
-        "q", "k", "v", "tmp", "o", "maybe_lse", "mask_mode_code", "layout", "window_left", "maybe_scale_v", "logits_soft_cap", "sm_scale",
-        "scale_v_scalar"]
+        "q",
+        "k",
+        "v",
+        "tmp",
+        "o",
+        "maybe_lse",
+        "mask_mode_code",
+        "layout",
+        "window_left",
+        "maybe_scale_v",
+        "logits_soft_cap",
+        "sm_scale",
+        "scale_v_scalar",
+    ]
     assert names(("csrc/gdn_prefill_launcher.cu", "gdn_prefill")) == [
-        "output", "output_state", "q", "k", "v", "cu_seqlens", "input_state", "alpha", "beta", "scale", "workspace_buffer"]
+        "output",
+        "output_state",
+        "q",
+        "k",
+        "v",
+        "cu_seqlens",
+        "input_state",
+        "alpha",
+        "beta",
+        "scale",
+        "workspace_buffer",
+    ]
 
 
 def test_the_guides_abi_samples_are_what_abi_prints(installed):
@@ -156,13 +253,22 @@ def test_the_guides_abi_samples_are_what_abi_prints(installed):
     `$ pixi run -e flashinfer-dev abi ...`) is what that command prints on the pinned release."""
     require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter")
     tree, _, _ = installed
-    samples = re.findall(r"```\n\$ pixi run -e flashinfer-dev abi ([^\n]*)\n(.*?)```", (ROOT / "docs/bindings.md").read_text(), re.S)
+    samples = re.findall(
+        r"```\n\$ pixi run -e flashinfer-dev abi ([^\n]*)\n(.*?)```", (ROOT / "docs/bindings.md").read_text(), re.S
+    )
     assert samples, "docs/bindings.md shows no abi sample any more: drop this test with them"
     for args, shown in samples:
-        done = subprocess.run([sys.executable, str(ROOT / "scripts/abi.py"), str(tree), *args.split()], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "scripts/abi.py"), str(tree), *args.split()],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         # the vendored tree as the guide's command names it, for the release's folder here
-        printed = done.stdout.replace(f"abi: {source_tree.shown(tree)} ", f"abi: {source_tree.shown(pins().source_dir)} ", 1)
+        printed = done.stdout.replace(
+            f"abi: {source_tree.shown(tree)} ", f"abi: {source_tree.shown(pins().source_dir)} ", 1
+        )
         assert printed == shown, f"`abi {args}` prints:\n{printed}"
 
 
@@ -222,13 +328,27 @@ print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, si
             (aot / name / f"{name}.so").write_bytes(b"")
         out = run()
         assert out["names"] == ["norm", "silu_and_mul"] and out["prebuilt"] == [True, True], out
-        header.write_bytes(saved[header].replace(b"weight_bias + float(weight_vec[j]))", b"weight_bias + float(weight_vec[j])) * 1.005f", 1))
+        header.write_bytes(
+            saved[header].replace(
+                b"weight_bias + float(weight_vec[j]))", b"weight_bias + float(weight_vec[j])) * 1.005f", 1
+            )
+        )
         out = run()
-        assert out["prebuilt"] == [False, True] and "t: from edited source: norm (include/flashinfer/norm.cuh)" in out["report"], out
+        assert (
+            out["prebuilt"] == [False, True]
+            and "t: from edited source: norm (include/flashinfer/norm.cuh)" in out["report"]
+        ), out
         header.write_bytes(saved[header])
-        generator.write_bytes(saved[generator].replace(b"return val / (1.0f + __expf(-val));", b"return 1.01f * val / (1.0f + __expf(-val));", 1))
+        generator.write_bytes(
+            saved[generator].replace(
+                b"return val / (1.0f + __expf(-val));", b"return 1.01f * val / (1.0f + __expf(-val));", 1
+            )
+        )
         out = run()
-        assert out["prebuilt"] == [True, False] and "t: from edited source: silu_and_mul (flashinfer/jit/activation.py)" in out["report"], out
+        assert (
+            out["prebuilt"] == [True, False]
+            and "t: from edited source: silu_and_mul (flashinfer/jit/activation.py)" in out["report"]
+        ), out
     finally:
         for path, data in saved.items():
             path.write_bytes(data)
@@ -253,7 +373,9 @@ from fidev.jit import kernel_source, module_choice
 module_choice.apply(kernel_source.mode())
 import torch
 """
-    record = head + """
+    record = (
+        head
+        + """
 from flashinfer.jit import gen_single_decode_module
 from flashinfer.jit.activation import gen_act_and_mul_module
 from flashinfer.jit.norm import gen_norm_module
@@ -262,37 +384,62 @@ specs = [gen_act_and_mul_module("gelu"), gen_norm_module(), gen_quantization_mod
          gen_single_decode_module(torch.float16, torch.float16, torch.float16, 128, 128, 0, False, False)]
 print(json.dumps(module_choice.CALLS))
 """
-    again = head + """
+    )
+    again = (
+        head
+        + """
 import shutil
 from flashinfer.jit import env as jit_env
 calls = json.loads(sys.stdin.read())
 shutil.rmtree(jit_env.FLASHINFER_GEN_SRC_DIR, ignore_errors=True)
 print(json.dumps({name: module_choice.call_again(name, call) for name, call in calls.items()}))
 """
+    )
     env = {**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
     generated = tmp_path / "base/.cache/flashinfer" / pins().flashinfer / "90a/generated"
 
     def run(code, stdin=""):
-        done = subprocess.run([python, "-c", code], input=stdin, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+        done = subprocess.run(
+            [python, "-c", code], input=stdin, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     def files():  # every generated file, the config.inc headers its sources include too
-        return {str(f.relative_to(generated)): hashlib.sha256(f.read_bytes()).hexdigest() for f in generated.rglob("*") if f.is_file()}
+        return {
+            str(f.relative_to(generated)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in generated.rglob("*")
+            if f.is_file()
+        }
 
     calls = run(record)
-    assert calls["gelu_and_mul"] == {"module": "flashinfer.jit.activation", "function": "gen_act_and_mul_module", "kwargs": {"act_func_name": "gelu"}}
+    assert calls["gelu_and_mul"] == {
+        "module": "flashinfer.jit.activation",
+        "function": "gen_act_and_mul_module",
+        "kwargs": {"act_func_name": "gelu"},
+    }
     decode = next(name for name in calls if name.startswith("single_decode"))
-    assert calls[decode]["function"] == "gen_single_decode_module" and calls[decode]["kwargs"]["dtype_q"] == {"dtype": "float16"}, calls[decode]
+    assert calls[decode]["function"] == "gen_single_decode_module" and calls[decode]["kwargs"]["dtype_q"] == {
+        "dtype": "float16"
+    }, calls[decode]
     assert set(calls) == {"gelu_and_mul", "norm", "quantization", decode}
     before = files()
     assert run(again, json.dumps(calls)) == {name: True for name in calls}
     assert files() == before
     for rel, old, new, module in (
-            ("flashinfer/jit/activation.py", b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));",  # activation.py's gelu_def_cu_str
-             b"return val * 0.51f * (1.0f + ::erf(val * kAlpha));", "gelu_and_mul"),
-            ("flashinfer/jit/attention/modules.py", b'"#include<flashinfer/attention/variants.cuh>",  # variant_decl',
-             b'"#include<flashinfer/attention/variants.cuh>\\n// edited",  # variant_decl', decode)):
+        (
+            "flashinfer/jit/activation.py",
+            b"return val * 0.5f * (1.0f + ::erf(val * kAlpha));",  # activation.py's gelu_def_cu_str
+            b"return val * 0.51f * (1.0f + ::erf(val * kAlpha));",
+            "gelu_and_mul",
+        ),
+        (
+            "flashinfer/jit/attention/modules.py",
+            b'"#include<flashinfer/attention/variants.cuh>",  # variant_decl',
+            b'"#include<flashinfer/attention/variants.cuh>\\n// edited",  # variant_decl',
+            decode,
+        ),
+    ):
         path = tree / rel
         saved = path.read_bytes()
         try:
@@ -328,7 +475,10 @@ CITED = [
     ("flashinfer/jit/attention/modules.py", "gen_single_decode_module", "gen_customize_single_decode_module("),
     ("flashinfer/jit/attention/modules.py", "gen_customize_batch_decode_module", '"batch_decode.cu"'),
     ("flashinfer/jit/norm.py", "gen_norm_module", "norm.cu"),
-    *[(f"flashinfer/jit/{name}.py", f"gen_{name}_module", "gen_jit_spec(") for name in ("sampling", "topk", "page", "rope", "cascade", "quantization")],
+    *[
+        (f"flashinfer/jit/{name}.py", f"gen_{name}_module", "gen_jit_spec(")
+        for name in ("sampling", "topk", "page", "rope", "cascade", "quantization")
+    ],
     ("flashinfer/aot.py", "compile_and_package_modules", "# Update workdir"),  # tools/prebuilt_set.py
     ("flashinfer/aot.py", "copy_built_kernels", ".so"),
     ("include/flashinfer/norm.cuh", "FusedAddRMSNormKernel", "FusedAddRMSNormKernel"),  # tests/smoke/test_kernels.py
@@ -345,8 +495,12 @@ def cited_source(root, rel: str, symbol: str) -> str | None:
         return text if symbol in text else None
     nodes = ast.parse(text).body
     for part in symbol.split("."):
-        found = [n for n in nodes if getattr(n, "name", None) == part
-                 or any(getattr(t, "id", None) == part for t in getattr(n, "targets", [getattr(n, "target", None)]))]
+        found = [
+            n
+            for n in nodes
+            if getattr(n, "name", None) == part
+            or any(getattr(t, "id", None) == part for t in getattr(n, "targets", [getattr(n, "target", None)]))
+        ]
         if not found:
             return None
         nodes = getattr(found[0], "body", [found[0]])
@@ -356,8 +510,9 @@ def cited_source(root, rel: str, symbol: str) -> str | None:
 def test_the_cited_symbols_are_in_the_release(installed):
     """Each symbol the workspace cites is in the pinned release, where it says, holding what it says."""
     tree = installed[0]
-    missing = [f"{rel} {symbol}" for rel, symbol, holds in CITED
-               if holds not in (cited_source(tree, rel, symbol) or "")]
+    missing = [
+        f"{rel} {symbol}" for rel, symbol, holds in CITED if holds not in (cited_source(tree, rel, symbol) or "")
+    ]
     assert missing == [], f"cited, but not in FlashInfer {pins().flashinfer} as cited: {missing}"
 
 
@@ -370,7 +525,9 @@ def literal_constants(path) -> dict:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
-                found[node.targets[0].id] = eval(compile(ast.Expression(node.value), str(path), "eval"), {"__builtins__": {}}, dict(found))  # noqa: S307
+                found[node.targets[0].id] = eval(
+                    compile(ast.Expression(node.value), str(path), "eval"), {"__builtins__": {}}, dict(found)
+                )  # noqa: S307
             except Exception:  # noqa: BLE001, S112 (a constant built by a call: not a planted line)
                 continue
     return found
@@ -383,7 +540,9 @@ def test_every_planted_line_is_in_the_release(installed):
     (the tool refuses any other count); a round's line at least once (its plant replaces the first:
     NORM_LINE is in RMSNormKernel and again in a later kernel of norm.cuh)."""
     tree = installed[0]
-    listed = subprocess.run([sys.executable, str(ROOT / "tools/planted_bugs.py"), "--list"], capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "tools/planted_bugs.py"), "--list"], capture_output=True, text=True, timeout=60
+    )
     assert listed.returncode == 0, listed.stderr
     bugs = [(b["id"], b["file"], b["line"], b["bug"]) for b in json.loads(listed.stdout)]
     rounds = literal_constants(ROOT / "tools/gpu_acceptance.py")

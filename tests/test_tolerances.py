@@ -53,8 +53,11 @@ BF16_BUGS = [offset, small_zeroed]  # bf16's own rounding (2^-8 of a value) hide
 
 
 def test_no_fp16_rule_is_looser_than_flashinfers():
-    loose = {k: gpu_checks.TOLERANCE[k][F16] for k in FP16_KERNELS
-             if any(ours > theirs for ours, theirs in zip(gpu_checks.TOLERANCE[k][F16], FLASHINFER_FP16, strict=True))}
+    loose = {
+        k: gpu_checks.TOLERANCE[k][F16]
+        for k in FP16_KERNELS
+        if any(ours > theirs for ours, theirs in zip(gpu_checks.TOLERANCE[k][F16], FLASHINFER_FP16, strict=True))
+    }
     assert loose == {}
 
 

@@ -39,7 +39,11 @@ def run_folder(stdout):
 
 def test_a_crash_and_a_timeout_are_their_files_alone(ws):
     root, _, env = ws
-    write(root, "utils/test_quantization.py", "import os, signal\ndef test_crash():\n    os.kill(os.getpid(), signal.SIGSEGV)\n")
+    write(
+        root,
+        "utils/test_quantization.py",
+        "import os, signal\ndef test_crash():\n    os.kill(os.getpid(), signal.SIGSEGV)\n",
+    )
     write(root, "attention/test_page.py", "import time\ndef test_slow():\n    time.sleep(60)\n")
     write(root, "attention/test_rope.py", "def test_fine():\n    pass\ndef test_also():\n    pass\n")
     done = upstream(root, env, "quantization", "page", "rope", "--no-plan", "--file-timeout", "5")
@@ -48,20 +52,30 @@ def test_a_crash_and_a_timeout_are_their_files_alone(ws):
     assert "tests/attention/test_page.py did not finish: timed out after 5 s" in done.stdout
     assert "upstream-tests: 2 passed, 0 skipped, 0 failed, 2 errors" in done.stdout
     folder = run_folder(done.stdout)
-    assert sorted(p.name for p in folder.glob("*.xml")) == ["tests__attention__test_rope.xml"]  # the others died before writing one
+    assert sorted(p.name for p in folder.glob("*.xml")) == [
+        "tests__attention__test_rope.xml"
+    ]  # the others died before writing one
     logs = {"tests__attention__test_rope.log", "tests__attention__test_page.log", "tests__utils__test_quantization.log"}
     assert {p.name for p in folder.glob("*.log")} == logs
 
 
 def test_skips_are_split_by_reason_and_the_conftests_two_fail_the_run(ws):
     root, _, env = ws
-    write(root, "attention/test_rope.py", "import pytest\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n"
-          "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_fine():\n    pass\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import pytest\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n"
+        "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_fine():\n    pass\n",
+    )
     done = upstream(root, env, "rope", "--no-plan")
     assert "upstream-tests: 1 passed, 2 skipped, 0 failed, 0 errors" in done.stdout, done.stdout + done.stderr
     assert "upstream-tests: skipped: 1 not supported here, 1 out of memory" in done.stdout
     assert done.returncode == 1  # an out-of-memory skip hides a failure
-    write(root, "attention/test_rope.py", "import pytest\ndef test_sm100():\n    pytest.skip('needs sm_100')\ndef test_fine():\n    pass\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import pytest\ndef test_sm100():\n    pytest.skip('needs sm_100')\ndef test_fine():\n    pass\n",
+    )
     # a file skipped whole is one skip, as pytest counts it, with its reason
     write(root, "attention/test_page.py", "import pytest\npytest.skip('needs sm_100a', allow_module_level=True)\n")
     done = upstream(root, env, "rope", "page", "--no-plan")
@@ -74,9 +88,15 @@ def test_files_spread_over_the_gpus_one_each(ws, tmp_path):
     root, _, env = ws
     seen = tmp_path / "seen"
     seen.mkdir()
-    for i, rel in enumerate(["attention/test_rope.py", "attention/test_page.py", "utils/test_quantization.py", "utils/test_topk.py"]):
-        write(root, rel, f"import os, time\ndef test_where():\n    time.sleep(1)\n"
-                         f"    open('{seen}/{i}', 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n")
+    for i, rel in enumerate(
+        ["attention/test_rope.py", "attention/test_page.py", "utils/test_quantization.py", "utils/test_topk.py"]
+    ):
+        write(
+            root,
+            rel,
+            f"import os, time\ndef test_where():\n    time.sleep(1)\n"
+            f"    open('{seen}/{i}', 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n",
+        )
     done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "page", "quantization", "topk", "--no-plan")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 file(s), a pytest process each, on 2 GPU(s)" in done.stdout
@@ -88,28 +108,47 @@ def test_files_spread_over_the_gpus_one_each(ws, tmp_path):
 @needs_a_build
 def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):
     root, _, env = ws
-    write(root, "utils/test_norm.py", "import os\ndef test_norm():\n    pass\ndef test_gemma_norm():\n    assert not os.environ.get('FAKE_BUG')\n"
-          "def test_known_broken():\n    assert False\n")
+    write(
+        root,
+        "utils/test_norm.py",
+        "import os\ndef test_norm():\n    pass\ndef test_gemma_norm():\n    assert not os.environ.get('FAKE_BUG')\n"
+        "def test_known_broken():\n    assert False\n",
+    )
     done = upstream(root, env, "norm", "--no-plan", "--baseline")
     assert done.returncode == 0 and "baseline of 3 tests recorded for norm" in done.stdout, done.stdout + done.stderr
     done = upstream(root, {**env, "FAKE_BUG": "1"}, "norm", "--no-plan")
     assert done.returncode == 1, done.stdout
-    assert "  newly failing: 1\n    tests/utils/test_norm.py::test_gemma_norm\n  newly erroring: 0\n  newly passing: 0" in done.stdout, done.stdout
-    compared = upstream_summary.read(run_folder(done.stdout) / upstream_summary.NAME).compared  # what the acceptance run reads
-    assert (compared["newly failing"], compared["newly erroring"]) == (["tests/utils/test_norm.py::test_gemma_norm"], []), compared
+    assert (
+        "  newly failing: 1\n    tests/utils/test_norm.py::test_gemma_norm\n  newly erroring: 0\n  newly passing: 0"
+        in done.stdout
+    ), done.stdout
+    compared = upstream_summary.read(
+        run_folder(done.stdout) / upstream_summary.NAME
+    ).compared  # what the acceptance run reads
+    assert (compared["newly failing"], compared["newly erroring"]) == (
+        ["tests/utils/test_norm.py::test_gemma_norm"],
+        [],
+    ), compared
     done = upstream(root, env, "norm", "--no-plan")
     assert done.returncode == 0, done.stdout  # the known failure is in the baseline: no new failure
     assert "  newly failing: 0\n" in done.stdout
     # past the 50 the terminal shows, every newly failing id is in the run folder's compared.txt
-    write(root, "utils/test_norm.py", "import os, pytest\ndef test_norm():\n    pass\ndef test_gemma_norm():\n    assert not os.environ.get('FAKE_BUG')\n"
-          "def test_known_broken():\n    assert False\n@pytest.mark.parametrize('i', range(60))\n"
-          "def test_many(i):\n    assert not os.environ.get('FAKE_BUG')\n")
+    write(
+        root,
+        "utils/test_norm.py",
+        "import os, pytest\ndef test_norm():\n    pass\ndef test_gemma_norm():\n    assert not os.environ.get('FAKE_BUG')\n"
+        "def test_known_broken():\n    assert False\n@pytest.mark.parametrize('i', range(60))\n"
+        "def test_many(i):\n    assert not os.environ.get('FAKE_BUG')\n",
+    )
     done = upstream(root, env, "norm", "--no-plan", "--baseline")
     assert done.returncode == 0 and "baseline of 63 tests recorded for norm" in done.stdout, done.stdout + done.stderr
     done = upstream(root, {**env, "FAKE_BUG": "1"}, "norm", "--no-plan")
     listed = run_folder(done.stdout) / "compared.txt"
     assert "  newly failing: 61\n" in done.stdout and f"    ... and 11 more: {listed}\n" in done.stdout, done.stdout
-    expected = {"tests/utils/test_norm.py::test_gemma_norm", *(f"tests/utils/test_norm.py::test_many[{i}]" for i in range(60))}
+    expected = {
+        "tests/utils/test_norm.py::test_gemma_norm",
+        *(f"tests/utils/test_norm.py::test_many[{i}]" for i in range(60)),
+    }
     assert {line.removeprefix("newly failing: ") for line in listed.read_text().splitlines()} == expected
 
 
@@ -124,10 +163,19 @@ def test_the_benchmark_times_one_and_two_gpus(ws):
     root, _, env = ws
     for rel in ("attention/test_rope.py", "attention/test_page.py"):
         write(root, rel, "import time\ndef test_slow():\n    time.sleep(2)\n")
-    done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "rope", "page"], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    done = subprocess.run(
+        [sys.executable, str(root / "tools/bench_upstream.py"), "rope", "page"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip() and line.split()[0] in ("1", "2")}
+    rows = {
+        line.split()[0]: line.split()
+        for line in done.stdout.splitlines()
+        if line.strip() and line.split()[0] in ("1", "2")
+    }
     assert set(rows) == {"1", "2"} and rows["1"][2] == "1.00x", done.stdout
     assert re.fullmatch(r"\d+\.\d\dx", rows["2"][2]), done.stdout  # a figure to judge, not a target asserted here
     # each run names its files' GPU and time: what bounds a run on several GPUs is its longest file
@@ -135,14 +183,32 @@ def test_the_benchmark_times_one_and_two_gpus(ws):
     on_two = re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M)
     assert on_two and on_two.group(1) != on_two.group(2), done.stdout  # the two files side by side, a GPU each
     # the counts, from each run's summary.json (upstream-tests --summary FILE), as upstream-tests' count line says them
-    assert re.search(r"^  1 GPU\(s\): [\d.]+ s, exit 0: upstream-tests: 2 passed, 0 skipped, 0 failed, 0 errors; kernel source \w+; "
-                     r"2 file\(s\) on 1 GPU\(s\) in [\d.]+ s$", done.stdout, re.M), done.stdout
+    assert re.search(
+        r"^  1 GPU\(s\): [\d.]+ s, exit 0: upstream-tests: 2 passed, 0 skipped, 0 failed, 0 errors; kernel source \w+; "
+        r"2 file\(s\) on 1 GPU\(s\) in [\d.]+ s$",
+        done.stdout,
+        re.M,
+    ), done.stdout
     # one count per command (a GPU host that limits each command to 10 minutes), the modules built by an earlier one
-    done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "--no-warm-up", "--gpus", "2", "rope", "page"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
-    assert done.returncode == 0 and "warm-up" not in done.stdout and re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M), done.stdout
-    done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "--gpus", "1,4", "rope"], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    done = subprocess.run(
+        [sys.executable, str(root / "tools/bench_upstream.py"), "--no-warm-up", "--gpus", "2", "rope", "page"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"},
+    )
+    assert (
+        done.returncode == 0
+        and "warm-up" not in done.stdout
+        and re.search(r"^  2 GPU\(s\): .*" + files, done.stdout, re.M)
+    ), done.stdout
+    done = subprocess.run(
+        [sys.executable, str(root / "tools/bench_upstream.py"), "--gpus", "1,4", "rope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"},
+    )
     assert done.returncode == 1 and "--gpus asks for 4 GPUs and this host shows 2" in done.stderr
 
 
@@ -153,7 +219,9 @@ def test_the_list_counts_each_familys_cases_and_what_they_leave_out(ws):
     done = upstream(root, env, "--list")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line and not line.startswith(" ")}
-    assert rows["norm"].split()[1:3] == ["2", "cases"] and rows["activation"].split()[1:3] == ["1", "cases"], done.stdout
+    assert rows["norm"].split()[1:3] == ["2", "cases"] and rows["activation"].split()[1:3] == ["1", "cases"], (
+        done.stdout
+    )
     assert rows["single_decode"].split()[1:3] == ["0", "cases"]  # the stand-in's file holds none of its test functions
     assert "left out" in done.stdout and "1 more files did not collect here" in done.stdout
     left = next(line for line in done.stdout.splitlines() if line.startswith("left out"))
@@ -177,10 +245,14 @@ def test_a_files_process_ends_without_the_interpreters_teardown_but_runs_its_exi
     at the interpreter's teardown does not (the cost skipped), and the last lines still arrive."""
     root, _, env = ws
     handler, finalizer = tmp_path / "atexit-ran", tmp_path / "finalizer-ran"
-    write(root, "attention/test_rope.py", "import atexit\n"
-          f"atexit.register(lambda: open('{handler}', 'w').close())\n"
-          f"class Kept:\n    def __del__(self):\n        open('{finalizer}', 'w').close()\n"
-          "KEPT = Kept()\ndef test_bad():\n    assert False\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import atexit\n"
+        f"atexit.register(lambda: open('{handler}', 'w').close())\n"
+        f"class Kept:\n    def __del__(self):\n        open('{finalizer}', 'w').close()\n"
+        "KEPT = Kept()\ndef test_bad():\n    assert False\n",
+    )
     done = upstream(root, env, "rope", "--no-plan")
     assert done.returncode == 1 and "\nFAILED tests/attention/test_rope.py::test_bad\n" in done.stdout, done.stdout
     log = next(run_folder(done.stdout).glob("*test_rope*.log")).read_text()
@@ -191,17 +263,25 @@ def test_a_files_process_ends_without_the_interpreters_teardown_but_runs_its_exi
 def test_arguments_pytest_refuses_are_one_usage_error(ws):
     root, _, env = ws
     write(root, "attention/test_rope.py", "def test_fine():\n    pass\n")
-    two_line_failure(upstream(root, env, "rope", "--no-plan", "--bogus-option"), "pytest refused the arguments", status=2)
+    two_line_failure(
+        upstream(root, env, "rope", "--no-plan", "--bogus-option"), "pytest refused the arguments", status=2
+    )
     two_line_failure(upstream(root, env, "rope", "--no-plan", "-k", "nomatch"), "no upstream-tests test was selected")
 
 
 def test_a_compare_run_counts_an_out_of_memory_skip_as_newly_failing(ws):
     root, _, env = ws
-    write(root, "attention/test_rope.py", "import os\ndef test_big():\n    if os.environ.get('FAKE_OOM'):\n"
-          "        raise RuntimeError('CUDA out of memory')\ndef test_fine():\n    pass\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import os\ndef test_big():\n    if os.environ.get('FAKE_OOM'):\n"
+        "        raise RuntimeError('CUDA out of memory')\ndef test_fine():\n    pass\n",
+    )
     assert upstream(root, env, "rope", "--no-plan", "--baseline").returncode == 0
     done = upstream(root, {**env, "FAKE_OOM": "1"}, "rope", "--no-plan")
-    assert done.returncode == 1 and "  newly failing: 1\n    tests/attention/test_rope.py::test_big\n" in done.stdout, done.stdout
+    assert done.returncode == 1 and "  newly failing: 1\n    tests/attention/test_rope.py::test_big\n" in done.stdout, (
+        done.stdout
+    )
 
 
 def test_a_baseline_of_nothing_passed_is_refused(ws):
@@ -214,19 +294,34 @@ def test_a_comparison_where_nothing_passed_is_refused(ws):
     """Every test skipped (no GPU) against a baseline that passed: no test newly fails, and still
     nothing was exercised, so the comparison is refused, never a pass."""
     root, _, env = ws
-    write(root, "attention/test_rope.py", "import os, pytest\ndef test_fine():\n    if os.environ.get('NO_GPU'):\n"
-          "        pytest.skip('no GPU')\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import os, pytest\ndef test_fine():\n    if os.environ.get('NO_GPU'):\n        pytest.skip('no GPU')\n",
+    )
     assert upstream(root, env, "rope", "--no-plan", "--baseline").returncode == 0
-    two_line_failure(upstream(root, {**env, "NO_GPU": "1"}, "rope", "--no-plan"), "no test passed: a comparison with the baseline of nothing")
+    two_line_failure(
+        upstream(root, {**env, "NO_GPU": "1"}, "rope", "--no-plan"),
+        "no test passed: a comparison with the baseline of nothing",
+    )
 
 
 def test_an_interrupt_stops_the_running_files(ws, tmp_path):
     root, _, env = ws
     pid_file = tmp_path / "child.pid"
-    write(root, "attention/test_rope.py", f"import os, time\ndef test_slow():\n    open('{pid_file}', 'w').write(str(os.getpid()))\n"
-                                          "    time.sleep(120)\n")
-    proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    write(
+        root,
+        "attention/test_rope.py",
+        f"import os, time\ndef test_slow():\n    open('{pid_file}', 'w').write(str(os.getpid()))\n"
+        "    time.sleep(120)\n",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
     wait_until(lambda: pid_file.exists() and pid_file.read_text(), 60, "the test file's process started")
     proc.terminate()
     out, err = proc.communicate(timeout=30)
@@ -243,23 +338,50 @@ def test_an_interrupt_stops_the_running_files(ws, tmp_path):
 def test_the_benchmark_fails_when_its_runs_fail(ws):
     root, _, env = ws
     write(root, "attention/test_rope.py", "def test_bad():\n    assert False\n")
-    done = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"})
+    done = subprocess.run(
+        [sys.executable, str(root / "tools/bench_upstream.py"), "rope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0,1"},
+    )
     two_line_failure(done, "runs failed (exit 1): the figures above time failing runs")
-    hidden = subprocess.run([sys.executable, str(root / "tools/bench_upstream.py"), "rope"], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": ""})
+    hidden = subprocess.run(
+        [sys.executable, str(root / "tools/bench_upstream.py"), "rope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": ""},
+    )
     two_line_failure(hidden, "no GPU is visible here")
 
 
 def test_a_crash_names_the_test_it_died_in_and_a_stale_node_id_is_an_error(ws):
     root, _, env = ws
-    write(root, "utils/test_quantization.py", "import os, signal\ndef test_fine():\n    pass\ndef test_crash():\n"
-                                              "    os.kill(os.getpid(), signal.SIGSEGV)\n")
-    write(root, "attention/test_rope.py", "import pytest\ndef test_a():\n    pass\ndef test_b():\n    pytest.exit('stop')\ndef test_c():\n    pass\n")
+    write(
+        root,
+        "utils/test_quantization.py",
+        "import os, signal\ndef test_fine():\n    pass\ndef test_crash():\n    os.kill(os.getpid(), signal.SIGSEGV)\n",
+    )
+    write(
+        root,
+        "attention/test_rope.py",
+        "import pytest\ndef test_a():\n    pass\ndef test_b():\n    pytest.exit('stop')\ndef test_c():\n    pass\n",
+    )
     write(root, "attention/test_page.py", "def test_fine():\n    pass\n")
-    done = upstream(root, env, "quantization", "rope", "attention/test_page.py::test_gone", "attention/test_page.py::test_fine", "--no-plan")
+    done = upstream(
+        root,
+        env,
+        "quantization",
+        "rope",
+        "attention/test_page.py::test_gone",
+        "attention/test_page.py::test_fine",
+        "--no-plan",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "\nERROR tests/utils/test_quantization.py::test_crash\n" in done.stdout, done.stdout  # the test the process died in
+    assert "\nERROR tests/utils/test_quantization.py::test_crash\n" in done.stdout, (
+        done.stdout
+    )  # the test the process died in
     assert "tests/attention/test_rope.py did not finish: exit 2" in done.stdout  # pytest.exit: test_c never ran
     assert "tests/attention/test_page.py did not finish: exit 4" in done.stdout  # a node id that no longer exists
 
@@ -287,7 +409,9 @@ def test_a_compare_run_names_tests_no_longer_run(ws):
     assert upstream(root, env, "rope", "--no-plan", "--baseline").returncode == 0
     write(root, "attention/test_rope.py", "def test_a():\n    pass\ndef test_b_renamed():\n    pass\n")
     done = upstream(root, env, "rope", "--no-plan")
-    assert done.returncode == 0 and "  not run since: 1\n    tests/attention/test_rope.py::test_b\n" in done.stdout, done.stdout
+    assert done.returncode == 0 and "  not run since: 1\n    tests/attention/test_rope.py::test_b\n" in done.stdout, (
+        done.stdout
+    )
 
 
 def test_the_header_names_the_gpus_the_workers_are_pinned_to(tmp_path, monkeypatch):
@@ -314,20 +438,33 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     from fidev.upstream.settings import Settings
 
     if workers:
-        require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
+        require(
+            "xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)"
+        )
     root, _, env = ws
     collected, ran, gate, context = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate", tmp_path / "context"
     # torch as the file's imports bring it, a stand-in for the two calls the plugin makes, which says when the context was made
-    torch = (f"import sys, types\ntorch = sys.modules['torch'] = types.ModuleType('torch')\n"
-             f"torch.cuda = types.SimpleNamespace(is_available=lambda: True)\n"
-             f"torch.empty = lambda *shape, device=None: open('{context}', 'w').write(str(device))\n")
-    write(root, "attention/test_rope.py", f"{torch}open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n")
+    torch = (
+        f"import sys, types\ntorch = sys.modules['torch'] = types.ModuleType('torch')\n"
+        f"torch.cuda = types.SimpleNamespace(is_available=lambda: True)\n"
+        f"torch.empty = lambda *shape, device=None: open('{context}', 'w').write(str(device))\n"
+    )
+    write(
+        root,
+        "attention/test_rope.py",
+        f"{torch}open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n",
+    )
     gated = {**os.environ, **env, **Settings(gate=gate, gate_owner=upstream_gate.process_identity(os.getpid())).env()}
 
     def collecting() -> subprocess.Popen:
         """upstream-tests behind the gate, once its file's process has collected (imported the file)."""
-        proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=gated)
+        proc = subprocess.Popen(
+            [sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=gated,
+        )
         wait_until(collected.exists, 60, "the file's process collected")
         return proc
 
@@ -360,8 +497,11 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     assert "is gone before they could run" in log if not workers else "did not finish: signal 9" in out, out + log
 
 
-@pytest.mark.parametrize(("workers", "in_parts"), [([], False), (["-n", "2"], False), (["-n", "2"], True), (["--per-gpu", "2"], False)],
-                         ids=["one process", "xdist", "xdist, in parts", "two processes a GPU"])
+@pytest.mark.parametrize(
+    ("workers", "in_parts"),
+    [([], False), (["-n", "2"], False), (["-n", "2"], True), (["--per-gpu", "2"], False)],
+    ids=["one process", "xdist", "xdist, in parts", "two processes a GPU"],
+)
 def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts):
     """A Python edit: affected starts the tests of every module it may change, then names at the
     gate those of the modules it did (a function for all its cases, or a node id). The rest are
@@ -378,8 +518,12 @@ def test_a_gate_that_names_tests_runs_only_those(ws, tmp_path, workers, in_parts
         times.parent.mkdir(parents=True)
         times.write_text('{"tests/attention/test_rope.py": 25.0}')
         env = {**env, "CUDA_VISIBLE_DEVICES": "3,5"}
-    write(root, "attention/test_rope.py", "import pytest\n@pytest.mark.parametrize('i', range(3))\ndef test_a(i):\n    pass\n"
-          "def test_ab():\n    pass\ndef test_b():\n    assert False\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import pytest\n@pytest.mark.parametrize('i', range(3))\ndef test_a(i):\n    pass\n"
+        "def test_ab():\n    pass\ndef test_b():\n    assert False\n",
+    )
     write(root, "attention/test_pos.py", "def test_other():\n    assert False\n")
     gate = tmp_path / "gate"
     upstream_gate.open_gate(gate, ["tests/attention/test_rope.py::test_a", "tests/attention/test_rope.py::test_b"])
@@ -400,26 +544,39 @@ def test_per_gpu_runs_each_file_in_as_many_parts_on_each_gpu_at_once(ws, tmp_pat
     seen.mkdir()
     # each case waits, up to 60 s, until the other process on its GPU has started a case: they get
     # through only where both run at once (no clock compared)
-    write(root, "attention/test_rope.py", "import os, pathlib, time, pytest\n@pytest.mark.parametrize('i', range(8))\ndef test_case(i):\n"
-          "    gpu = os.environ['CUDA_VISIBLE_DEVICES']\n"
-          f"    pathlib.Path('{seen}', f'start-{{gpu}}-{{os.getpid()}}').touch()\n"
-          "    deadline = time.monotonic() + 60\n"
-          f"    while len(list(pathlib.Path('{seen}').glob(f'start-{{gpu}}-*'))) < 2:\n"
-          "        assert time.monotonic() < deadline, 'the other process on this GPU never started a case'\n"
-          "        time.sleep(0.05)\n"
-          f"    pathlib.Path('{seen}', str(i)).write_text(f'{{gpu}} {{os.getpid()}}')\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import os, pathlib, time, pytest\n@pytest.mark.parametrize('i', range(8))\ndef test_case(i):\n"
+        "    gpu = os.environ['CUDA_VISIBLE_DEVICES']\n"
+        f"    pathlib.Path('{seen}', f'start-{{gpu}}-{{os.getpid()}}').touch()\n"
+        "    deadline = time.monotonic() + 60\n"
+        f"    while len(list(pathlib.Path('{seen}').glob(f'start-{{gpu}}-*'))) < 2:\n"
+        "        assert time.monotonic() < deadline, 'the other process on this GPU never started a case'\n"
+        "        time.sleep(0.05)\n"
+        f"    pathlib.Path('{seen}', str(i)).write_text(f'{{gpu}} {{os.getpid()}}')\n",
+    )
     times = workspace.Workspace(Path(env["FLASHINFER_WORKSPACE_BASE"]), pins().flashinfer).file_times
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/attention/test_rope.py": 25.0}')  # long: a part per GPU, then 2 a GPU
     done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "--no-plan", "--per-gpu", "2")
-    assert done.returncode == 0 and "upstream-tests: 8 passed, 0 skipped, 0 failed, 0 errors" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "upstream-tests: 8 passed, 0 skipped, 0 failed, 0 errors" in done.stdout, (
+        done.stdout + done.stderr
+    )
     assert "1 file(s), in 2 parts a GPU, 2 processes on each GPU at once, on 2 GPU(s)" in done.stdout, done.stdout
     assert "(part 4 of 4)" in done.stdout
     ran = [p.read_text().split() for p in seen.iterdir() if not p.name.startswith("start-")]
     assert len(ran) == 8 and len({pid for _, pid in ran}) == 4
-    assert sorted(len({pid for g, pid in ran if g == gpu}) for gpu in ("3", "5")) == [2, 2]  # two processes a GPU, at once (above)
+    assert sorted(len({pid for g, pid in ran if g == gpu}) for gpu in ("3", "5")) == [
+        2,
+        2,
+    ]  # two processes a GPU, at once (above)
     assert upstream_runs.load_times(times) == {"tests/attention/test_rope.py": 25.0}
-    two_line_failure(upstream(root, env, "rope", "--no-plan", "--per-gpu", "0"), "--per-gpu '0' is not a whole number from 1", status=2)
+    two_line_failure(
+        upstream(root, env, "rope", "--no-plan", "--per-gpu", "0"),
+        "--per-gpu '0' is not a whole number from 1",
+        status=2,
+    )
 
 
 def test_the_suites_processes_leave_out_hypothesiss_plugin(ws, tmp_path):
@@ -431,9 +588,13 @@ def test_the_suites_processes_leave_out_hypothesiss_plugin(ws, tmp_path):
     root, _, env = ws
     seen = tmp_path / "seen"
     seen.mkdir()
-    write(root, "attention/test_rope.py", "import os\ndef test_blocked(pytestconfig):\n"
-          f"    where = 'dry' if os.environ.get('{upstream_settings.DRY_RUN_DIR}') else 'run'\n"
-          f"    open('{seen}/' + where, 'w').write(str(pytestconfig.pluginmanager.is_blocked('hypothesispytest')))\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import os\ndef test_blocked(pytestconfig):\n"
+        f"    where = 'dry' if os.environ.get('{upstream_settings.DRY_RUN_DIR}') else 'run'\n"
+        f"    open('{seen}/' + where, 'w').write(str(pytestconfig.pluginmanager.is_blocked('hypothesispytest')))\n",
+    )
     done = upstream(root, env, "rope", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert {p.name: p.read_text() for p in seen.iterdir()} == {"dry": "True", "run": "True"}
@@ -445,7 +606,11 @@ def test_a_file_over_xdist_processes_counts_each_test_once(ws):
     xdist/dsession.py worker_logstart and worker_testreport, and writes their outcomes)."""
     require("xdist", why="affected spreads many cases over pytest-xdist processes (pytest-xdist is in flashinfer-dev)")
     root, _, env = ws
-    write(root, "attention/test_rope.py", "import pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_case(i):\n    assert i != 4\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_case(i):\n    assert i != 4\n",
+    )
     done = upstream(root, env, "rope", "--no-plan", "-n", "2")
     assert "upstream-tests: 5 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout + done.stderr
     assert "FAILED tests/attention/test_rope.py::test_case[4]" in done.stdout
@@ -455,11 +620,15 @@ def test_a_file_over_xdist_processes_counts_each_test_once(ws):
 def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_it_built(ws, tmp_path):
     """An edit of a module only FlashInfer's tests use: affected starts their run before it compiles
     (they wait at the gate), opens the gate once the module is built, and counts what they did."""
-    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)"
+    )
     root, _, env = ws
     done = upstream(root, env, "norm", "--yes")  # its plan records which test needs norm; its run builds norm
     assert done.returncode == 0, done.stdout + done.stderr
-    generated = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/norm/s0.cpp"
+    generated = (
+        Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/norm/s0.cpp"
+    )
     generated.write_text("int f0() { return 7; }\n")
     threads = tmp_path / "threads"  # what the tests' process was given for torch's thread pool
     with open(root / TESTS / "utils/test_norm.py", "a") as test_file:
@@ -468,12 +637,21 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
     scratch.mkdir()
     user = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     record = tmp_path / "affected.json"
-    done = subprocess.run([sys.executable, str(root / "scripts/affected.py"), "--summary", str(record)], capture_output=True, text=True,
-                          timeout=300, env={**user, **env, "TMPDIR": str(scratch)})
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts/affected.py"), "--summary", str(record)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**user, **env, "TMPDIR": str(scratch)},
+    )
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "affected: FlashInfer's tests (2 recorded case(s)) start now and run once the build is done" in out
-    assert out.index("affected: FlashInfer's tests") < out.index("affected: 1 module(s) rebuilt") < out.index("upstream-tests: 2 passed")
+    assert (
+        out.index("affected: FlashInfer's tests")
+        < out.index("affected: 1 module(s) rebuilt")
+        < out.index("upstream-tests: 2 passed")
+    )
     assert "affected: every selected test passed" in out
     # one process for 2 cases: every core for its thread pool (fidev.affected.tests.processes)
     assert threads.read_text() == str(os.cpu_count())
@@ -483,18 +661,34 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
     past = PAST_BUILD.search(out)
     assert past and float(past[2]) <= float(past[1]), out
     done = affected_summary.read(record)  # the same result, from the file the acceptance run reads
-    assert (done.verdict, done.status, done.modules, done.rebuilt, done.failed) == ("passed", 0, {"norm"}, ["norm"], []), done
+    assert (done.verdict, done.status, done.modules, done.rebuilt, done.failed) == (
+        "passed",
+        0,
+        {"norm"},
+        ["norm"],
+        [],
+    ), done
     assert done.past_build == {"ended_s": float(past[1]), "last_case_s": float(past[2]), "first_failure_s": None}, done
     assert list(scratch.iterdir()) == [], "the gate's folder was left behind"
-    assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
-                                               timeout=120, env={**os.environ, **env}).stdout
+    assert (
+        "nothing changed"
+        in subprocess.run(
+            [sys.executable, str(root / "scripts/affected.py")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        ).stdout
+    )
 
 
 @needs_a_build
 def test_under_xdist_the_workers_lines_are_said_by_the_file_at_its_end(ws):
     """An xdist worker has no terminal: its compile lines, and which modules ran from edited source,
     come out through the controller when the file is done."""
-    require("xdist", "filelock", why="affected spreads many cases over pytest-xdist processes (both are in flashinfer-dev)")
+    require(
+        "xdist", "filelock", why="affected spreads many cases over pytest-xdist processes (both are in flashinfer-dev)"
+    )
     root, _, env = ws
     done = upstream(root, env, "norm", "--no-plan", "-n", "2")
     assert done.returncode == 0 and "upstream-tests: 2 passed" in done.stdout, done.stdout + done.stderr
@@ -536,7 +730,9 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     before the regeneration, and the gate lets only the changed module's run. A module of csrc/
     files alone is left as built: no dry run for it. The stand-in package is the tree's own here,
     so that its generator is one of the tree's Python files."""
-    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)"
+    )
     root, record, env = ws
     tree = root / "extern/tracked/flashinfer"
     site = Path(env["PYTHONPATH"])
@@ -544,42 +740,68 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     (tree / "flashinfer/jit/gens.py").write_text(GENS)
     # the JIT source dirs an import checks for (flashinfer/jit/env.py, lines 146-153 at v0.6.3), as the editable install's data/ links
     with open(tree / "flashinfer/jit/env.py", "a") as jit_env:
-        jit_env.write("FLASHINFER_INCLUDE_DIR = FLASHINFER_CSRC_DIR = SPDLOG_INCLUDE_DIR = pathlib.Path(__file__).parent\n"
-                      "CUTLASS_INCLUDE_DIRS = [pathlib.Path(__file__).parent]\n")
+        jit_env.write(
+            "FLASHINFER_INCLUDE_DIR = FLASHINFER_CSRC_DIR = SPDLOG_INCLUDE_DIR = pathlib.Path(__file__).parent\n"
+            "CUTLASS_INCLUDE_DIRS = [pathlib.Path(__file__).parent]\n"
+        )
     init = tree / "flashinfer/__init__.py"
     by_generator = "    from flashinfer.jit import gens\n    return gens.gen_module(name, n)"
     init.write_text(init.read_text().replace("    return core.gen_jit_spec(name, n)", by_generator))
     (tree / "tests/utils/test_norm.py").write_text(TEST_NORM_GENERATED)
-    release_reference.record_release(tree)  # the stand-in package is the release's: gens.py's edit below is the one edit
+    release_reference.record_release(
+        tree
+    )  # the stand-in package is the release's: gens.py's edit below is the one edit
     env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), str(site)])}
-    done = upstream(root, env, "norm", "--yes")  # the plan records which test needs which module; the run builds them, and keeps calls
+    done = upstream(
+        root, env, "norm", "--yes"
+    )  # the plan records which test needs which module; the run builds them, and keeps calls
     assert done.returncode == 0 and "upstream-tests: 4 passed" in done.stdout, done.stdout + done.stderr
     gens = tree / "flashinfer/jit/gens.py"
     gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))  # norm's body alone
     imports = len(record.read_text().splitlines())
-    done = subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts/affected.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "affected: FlashInfer's tests of the modules the edit may change (3 recorded case(s)) start now" in out, out
     assert "(2 by recorded call, 1 of csrc/ files alone, as built)" in out, out
     assert out.index("start now") < out.index("affected: regenerated in")
-    assert "gens.py -> s0.cpp" in out and "affected: 1 module(s) rebuilt" in out and "upstream-tests: 2 passed" in out, out
+    assert (
+        "gens.py -> s0.cpp" in out and "affected: 1 module(s) rebuilt" in out and "upstream-tests: 2 passed" in out
+    ), out
     assert "could not be regenerated" not in out and "dry run" not in out
     from fidev.affected.tests import PAST_BUILD
 
     assert PAST_BUILD.search(out), out
     # flashinfer imported twice: affected itself, and the run of the tests; a dry run would be a third
     assert len(record.read_text().splitlines()) - imports == 2, record.read_text()
-    assert "nothing changed" in subprocess.run([sys.executable, str(root / "scripts/affected.py")], capture_output=True, text=True,
-                                               timeout=120, env={**os.environ, **env}).stdout
+    assert (
+        "nothing changed"
+        in subprocess.run(
+            [sys.executable, str(root / "scripts/affected.py")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        ).stdout
+    )
 
 
 def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_path):
     root, _, env = ws
     seen = tmp_path / "seen"
     seen.mkdir()
-    write(root, "attention/test_rope.py", "import os, pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_case(i):\n"
-          f"    open(f'{seen}/{{i}}', 'w').write(f\"{{os.environ['CUDA_VISIBLE_DEVICES']}} {{os.getpid()}}\")\n    assert i != 4\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import os, pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_case(i):\n"
+        f"    open(f'{seen}/{{i}}', 'w').write(f\"{{os.environ['CUDA_VISIBLE_DEVICES']}} {{os.getpid()}}\")\n    assert i != 4\n",
+    )
     gpus = {**env, "CUDA_VISIBLE_DEVICES": "3,5"}
     done = upstream(root, gpus, "rope", "--no-plan")  # no time kept for it: the file whole, in one process
     assert "1 file(s), a pytest process each, on 2 GPU(s)" in done.stdout and "(part " not in done.stdout, done.stdout
@@ -591,16 +813,26 @@ def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_p
     shutil.rmtree(seen)
     seen.mkdir()
     done = upstream(root, gpus, "rope", "--no-plan")
-    assert "1 file(s), a pytest process each (1 long enough by their last run to go in parts over the GPUs, a process per part)" in done.stdout
+    assert (
+        "1 file(s), a pytest process each (1 long enough by their last run to go in parts over the GPUs, a process per part)"
+        in done.stdout
+    )
     assert "upstream-tests: 5 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout
-    assert re.search(r"\[\d/2\] GPU [35] tests/attention/test_rope\.py \(part 1 of 2\): 2 passed, 1 failed", done.stdout), done.stdout
-    assert re.search(r"\[\d/2\] GPU [35] tests/attention/test_rope\.py \(part 2 of 2\): 3 passed, 0 failed", done.stdout), done.stdout
+    assert re.search(
+        r"\[\d/2\] GPU [35] tests/attention/test_rope\.py \(part 1 of 2\): 2 passed, 1 failed", done.stdout
+    ), done.stdout
+    assert re.search(
+        r"\[\d/2\] GPU [35] tests/attention/test_rope\.py \(part 2 of 2\): 3 passed, 0 failed", done.stdout
+    ), done.stdout
     ran = {int(p.name): p.read_text().split() for p in seen.iterdir()}
     assert sorted(ran) == list(range(6))
     assert {ran[i][1] for i in (0, 2, 4)} != {ran[i][1] for i in (1, 3, 5)}  # two processes: cases 0, 2, 4 and 1, 3, 5
     assert {gpu for gpu, _ in ran.values()} == {"3", "5"}
     folder = run_folder(done.stdout)
-    assert sorted(p.name for p in folder.glob("*.xml")) == ["tests__attention__test_rope.part1of2.xml", "tests__attention__test_rope.part2of2.xml"]
+    assert sorted(p.name for p in folder.glob("*.xml")) == [
+        "tests__attention__test_rope.part1of2.xml",
+        "tests__attention__test_rope.part2of2.xml",
+    ]
     parts = upstream_summary.read(folder / upstream_summary.NAME).processes  # the run's own record of each part's time
     kept = upstream_runs.load_times(times)["tests/attention/test_rope.py"]
     assert abs(kept - sum(r.seconds for r in parts)) <= 0.051, (kept, parts)  # both parts' time, summed (kept to 0.1 s)
@@ -612,12 +844,18 @@ def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_p
     assert done.returncode == 1
     # parts that collect different lists (a parametrization that changes from one collection to the next) may miss cases: an error
     times.write_text('{"tests/attention/test_rope.py": 25.0}')
-    write(root, "attention/test_rope.py", "import os, pytest\n@pytest.mark.parametrize('i', range(3 + int(os.environ['FIDEV_UPSTREAM_PART'][0])))\n"
-          "def test_case(i):\n    pass\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import os, pytest\n@pytest.mark.parametrize('i', range(3 + int(os.environ['FIDEV_UPSTREAM_PART'][0])))\n"
+        "def test_case(i):\n    pass\n",
+    )
     done = upstream(root, gpus, "rope", "--no-plan")
     assert done.returncode == 1 and ", 0 failed, 1 errors" in done.stdout, done.stdout
     assert "tests/attention/test_rope.py: its parts collected different lists of tests" in done.stdout
-    assert "upstream-tests: fix: run it alone, whole: upstream-tests tests/attention/test_rope.py --gpus 1" in done.stdout
+    assert (
+        "upstream-tests: fix: run it alone, whole: upstream-tests tests/attention/test_rope.py --gpus 1" in done.stdout
+    )
 
 
 def test_a_file_takes_a_part_per_gpu_as_far_as_each_gets_ten_seconds():
@@ -632,7 +870,9 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
     guard against a `cp -p` restore to the record of what it built: a part of the same file on
     another GPU that took the lock in between would take the fresh objects for a restored copy,
     delete them and build the module again while this process loads it."""
-    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)"
+    )
     root, _, env = ws
     probe = tmp_path / "probe.py"
     probe.write_text(
@@ -654,9 +894,15 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
         "plugin.pytest_collection_finish(None)\n"
         "spec = flashinfer.gen('norm', 1)\n"
         "spec.build(False)  # need_lock=True: the plugin takes the lock itself\n"
-        "print('held' if held == [True] else f'let go: {held}')\n")
-    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])})
+        "print('held' if held == [True] else f'let go: {held}')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])},
+    )
     assert done.stdout.strip() == "held", done.stdout + done.stderr
 
 
@@ -666,7 +912,14 @@ def test_a_baseline_that_cannot_be_read_is_two_lines(ws):
     write(root, "utils/test_norm.py", "def test_fine():\n    pass\n")
     done = upstream(root, env, "norm", "--no-plan", "--baseline")
     assert done.returncode == 0, done.stdout + done.stderr
-    baseline = next((Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "fidev-upstream-baselines").glob("*.json"))
+    baseline = next(
+        (
+            Path(env["FLASHINFER_WORKSPACE_BASE"])
+            / ".cache/flashinfer"
+            / pins().flashinfer
+            / "fidev-upstream-baselines"
+        ).glob("*.json")
+    )
     baseline.write_text(baseline.read_text()[:50])
     two_line_failure(upstream(root, env, "norm", "--no-plan"), f"the baseline {baseline} cannot be read")
 
@@ -705,27 +958,49 @@ def test_stop_after_counts_failures_across_parts_and_stops_them_all(ws, tmp_path
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/attention/test_rope.py": 25.0}')  # long: a part per GPU
     summary = tmp_path / "summary.json"
-    done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "page", "--no-plan", "--stop-after", "2", "--summary", str(summary))
+    done = upstream(
+        root,
+        {**env, "CUDA_VISIBLE_DEVICES": "3,5"},
+        "rope",
+        "page",
+        "--no-plan",
+        "--stop-after",
+        "2",
+        "--summary",
+        str(summary),
+    )
     out = done.stdout
     assert done.returncode == 1 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "upstream-tests: stopped early: the run's failing cases reached --stop-after 2" in out, out
     for i in (0, 1):
         node = f"tests/attention/test_rope.py::test_case[{i}]"
-        assert f"upstream-tests: FAILED {node}: rerun: pixi run -e flashinfer-dev upstream-tests --no-plan '{node}'" in out, out
+        assert (
+            f"upstream-tests: FAILED {node}: rerun: pixi run -e flashinfer-dev upstream-tests --no-plan '{node}'" in out
+        ), out
     record = upstream_summary.read(summary)
     assert record.stopped_early and record.stop_after == 2 and record.status == 1, record
-    assert record.failing == ["tests/attention/test_rope.py::test_case[0]", "tests/attention/test_rope.py::test_case[1]"], record
+    assert record.failing == [
+        "tests/attention/test_rope.py::test_case[0]",
+        "tests/attention/test_rope.py::test_case[1]",
+    ], record
     assert record.counts["failed"] == 2 and record.counts["error"] == 0, record
     # case 2 passed, or the stop interrupted it: either way the other 17 of rope's 20 did not run
     assert record.counts["passed"] + record.not_run == 18 and record.not_run >= 17, record
     ended = {(p.file, tuple(p.part)): p.ended for p in record.processes}
-    assert ended == {("tests/attention/test_rope.py", (1, 2)): "stopped early", ("tests/attention/test_rope.py", (2, 2)): "stopped early",
-                     ("tests/attention/test_page.py", (1, 1)): "not started"}, ended
+    assert ended == {
+        ("tests/attention/test_rope.py", (1, 2)): "stopped early",
+        ("tests/attention/test_rope.py", (2, 2)): "stopped early",
+        ("tests/attention/test_page.py", (1, 1)): "not started",
+    }, ended
     assert record.not_counted == ["tests/attention/test_page.py"], record
     assert record.first_failure_s is not None and 0 <= record.first_failure_s <= record.ended - record.started, record
     assert "test_never" not in (run_folder(out) / "failing.txt").read_text()
     # a baseline keeps every case's outcome: no early stop for it
-    two_line_failure(upstream(root, env, "rope", "--no-plan", "--stop-after", "2", "--baseline"), "--stop-after with --baseline", status=2)
+    two_line_failure(
+        upstream(root, env, "rope", "--no-plan", "--stop-after", "2", "--baseline"),
+        "--stop-after with --baseline",
+        status=2,
+    )
 
 
 def test_a_run_without_failures_is_not_stopped_and_has_no_first_failure(ws, tmp_path):
@@ -735,7 +1010,9 @@ def test_a_run_without_failures_is_not_stopped_and_has_no_first_failure(ws, tmp_
     done = upstream(root, env, "rope", "--no-plan", "--stop-after", "1", "--summary", str(summary))
     assert done.returncode == 0 and "stopped early" not in done.stdout, done.stdout + done.stderr
     record = upstream_summary.read(summary)
-    assert (record.stopped_early, record.not_run, record.not_counted, record.first_failure_s) == (False, 0, [], None), record
+    assert (record.stopped_early, record.not_run, record.not_counted, record.first_failure_s) == (False, 0, [], None), (
+        record
+    )
 
 
 def test_a_long_run_says_its_progress_in_a_log(ws, tmp_path):
@@ -743,14 +1020,23 @@ def test_a_long_run_says_its_progress_in_a_log(ws, tmp_path):
     of those to run, the failures so far, the time spent and left, from the processes' files."""
     root, _, env = ws
     release = tmp_path / "release"
-    write(root, "attention/test_rope.py", "import pathlib, time\ndef test_first():\n    assert False\ndef test_held():\n"
-          "    deadline = time.monotonic() + 60\n"
-          f"    while not pathlib.Path('{release}').exists():\n"
-          "        assert time.monotonic() < deadline, 'never released'\n        time.sleep(0.05)\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "import pathlib, time\ndef test_first():\n    assert False\ndef test_held():\n"
+        "    deadline = time.monotonic() + 60\n"
+        f"    while not pathlib.Path('{release}').exists():\n"
+        "        assert time.monotonic() < deadline, 'never released'\n        time.sleep(0.05)\n",
+    )
     log = tmp_path / "out.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", "--progress", "0.2"],
-                                stdout=out, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
+        proc = subprocess.Popen(
+            [sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", "--progress", "0.2"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env},
+        )
     try:
         said = "upstream-tests: progress: 1 of 2 cases done, 1 failed, "
         wait_until(lambda: said in log.read_text(), 120, "a progress line with the first case done", proc)
@@ -767,11 +1053,16 @@ def test_the_progress_line_says_the_cases_left_and_estimates_the_time():
     from fidev.upstream import progress
 
     half = progress.Tally(done=50, total=100, failed=2, counted=2, started=2, processes=2)
-    assert progress.line(half, 30) == "upstream-tests: progress: 50 of 100 cases done, 2 failed, 30 s spent, about 30 s left"
+    assert (
+        progress.line(half, 30)
+        == "upstream-tests: progress: 50 of 100 cases done, 2 failed, 30 s spent, about 30 s left"
+    )
     # two of four processes counted: the others taken to hold as many on average
     some = progress.Tally(done=50, total=100, failed=0, counted=2, started=2, processes=4)
-    assert progress.line(some, 60) == ("upstream-tests: progress: 50 of 100+ cases done, 0 failed, 1 min 00 s spent, about 3 min 00 s left"
-                                       " (2 of 4 processes started)")
+    assert progress.line(some, 60) == (
+        "upstream-tests: progress: 50 of 100+ cases done, 0 failed, 1 min 00 s spent, about 3 min 00 s left"
+        " (2 of 4 processes started)"
+    )
     assert progress.left_s(progress.Tally(total=10, counted=1, processes=1), 5) is None  # nothing done yet: no rate
 
 
@@ -790,16 +1081,22 @@ def test_on_a_terminal_the_progress_line_stays_below_the_other_lines(monkeypatch
     board.say("  [1/2] GPU 0 tests/x.py: 1 passed")
     board.show("upstream-tests: progress: 2 of 4 cases done")
     board.clear()
-    assert out.getvalue() == ("first\n\r\033[Kupstream-tests: progress: 1 of 4 cases done"
-                              "\r\033[K  [1/2] GPU 0 tests/x.py: 1 passed\nupstream-tests: progress: 1 of 4 cases done"
-                              "\r\033[Kupstream-tests: progress: 2 of 4 cases done\r\033[K")
+    assert out.getvalue() == (
+        "first\n\r\033[Kupstream-tests: progress: 1 of 4 cases done"
+        "\r\033[K  [1/2] GPU 0 tests/x.py: 1 passed\nupstream-tests: progress: 1 of 4 cases done"
+        "\r\033[Kupstream-tests: progress: 2 of 4 cases done\r\033[K"
+    )
 
 
 def test_a_compare_run_stopped_early_fails_though_nothing_newly_fails(ws):
     """The baseline knows the failure the run stopped at: the comparison finds nothing new, yet the
     cases after it did not run, so the run is no pass, and they are not "not run since"."""
     root, _, env = ws
-    write(root, "attention/test_rope.py", "def test_known_broken():\n    assert False\ndef test_fine():\n    pass\ndef test_also():\n    pass\n")
+    write(
+        root,
+        "attention/test_rope.py",
+        "def test_known_broken():\n    assert False\ndef test_fine():\n    pass\ndef test_also():\n    pass\n",
+    )
     assert upstream(root, env, "rope", "--no-plan", "--baseline").returncode == 0
     done = upstream(root, env, "rope", "--no-plan", "--stop-after", "1")
     assert done.returncode == 1 and "  newly failing: 0\n" in done.stdout, done.stdout + done.stderr
@@ -809,11 +1106,18 @@ def test_a_compare_run_stopped_early_fails_though_nothing_newly_fails(ws):
 def test_each_process_of_a_run_applies_the_kernel_source_mode_it_was_started_in(tmp_path):
     """The plugin, loaded in a process of the run (FIDEV_UPSTREAM_RUN names its outcomes file, not a
     mode), applies the mode of the environment its parent passed, before flashinfer is imported."""
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from fidev.upstream import plugin; from fidev.jit import module_choice;"
-             "print(module_choice.in_force())")
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from fidev.upstream import plugin; from fidev.jit import module_choice;"
+        "print(module_choice.in_force())"
+    )
     for mode in ("vendored", "auto", "prebuilt"):
-        done = subprocess.run([sys.executable, "-c", probe, str(ROOT / "scripts")], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "FIDEV_UPSTREAM_RUN": str(tmp_path / "x.jsonl"), "FLASHINFER_DEV_KERNEL_SOURCE": mode})
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(ROOT / "scripts")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "FIDEV_UPSTREAM_RUN": str(tmp_path / "x.jsonl"), "FLASHINFER_DEV_KERNEL_SOURCE": mode},
+        )
         assert done.returncode == 0 and done.stdout.strip() == mode, done.stdout + done.stderr
 
 
@@ -825,14 +1129,18 @@ def test_a_failing_case_still_being_written_is_not_counted_yet(tmp_path):
     assert plugin.failures_named(shared) == {"tests/a.py::test_x[1]", "tests/a.py::test_x[2]"}
 
 
-SKIPS = [("Skipping due to OOM", "out of memory", True),  # FlashInfer's conftest's skip of an out-of-memory failure
-         ("CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory", True),
-         ("Skipping due to missing JIT cache for module: rope", "JIT module missing", True),
-         ("sm90 is required", "not supported here", False),
-         ("", "not supported here", False)]
+SKIPS = [
+    ("Skipping due to OOM", "out of memory", True),  # FlashInfer's conftest's skip of an out-of-memory failure
+    ("CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory", True),
+    ("Skipping due to missing JIT cache for module: rope", "JIT module missing", True),
+    ("sm90 is required", "not supported here", False),
+    ("", "not supported here", False),
+]
 
 
-@pytest.mark.parametrize(("message", "kind", "fails"), SKIPS, ids=["oom", "cuda-oom", "missing-jit", "feature", "no-message"])
+@pytest.mark.parametrize(
+    ("message", "kind", "fails"), SKIPS, ids=["oom", "cuda-oom", "missing-jit", "feature", "no-message"]
+)
 def test_a_skip_fails_the_run_only_where_the_conftest_made_it_of_a_failure(message, kind, fails):
     """skip_kind tells a skip by FlashInfer's conftest's messages, each alone (tests/conftest.py at v0.6.3);
     fails_the_run counts its out-of-memory and missing-module skips as failures, a feature's skip not."""

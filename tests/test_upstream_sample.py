@@ -58,8 +58,13 @@ def seen(env) -> list[list]:
 
 def every_value_seen(cases: list[list]) -> bool:
     rope = [c for c in cases if c[0] == "test_rope"]
-    return ({c[1] for c in rope} == {1, 19, 99, 989} and {c[2] for c in rope} == {64, 128, 256} and {c[3] for c in rope} == {"fp16", "bf16"}
-            and {c[1] for c in cases if c[0] == "test_pos_ids"} == {True, False} and ["test_plain"] in cases)
+    return (
+        {c[1] for c in rope} == {1, 19, 99, 989}
+        and {c[2] for c in rope} == {64, 128, 256}
+        and {c[3] for c in rope} == {"fp16", "bf16"}
+        and {c[1] for c in cases if c[0] == "test_pos_ids"} == {True, False}
+        and ["test_plain"] in cases
+    )
 
 
 def test_a_sampled_run_runs_only_the_sample_and_says_what_it_covers(ws, tmp_path):
@@ -80,9 +85,13 @@ def test_a_sampled_run_runs_only_the_sample_and_says_what_it_covers(ws, tmp_path
     # the whole family stays the default
     Path(env["SEEN"]).unlink()
     done = upstream(root, env, "rope", "--no-plan", "--summary", str(tmp_path / "summary.json"))
-    assert done.returncode == 0 and len(seen(env)) == 29 and "every value of every parameter" not in done.stdout, done.stdout
+    assert done.returncode == 0 and len(seen(env)) == 29 and "every value of every parameter" not in done.stdout, (
+        done.stdout
+    )
     assert upstream_summary.read(tmp_path / "summary.json").sample is None
-    two_line_failure(upstream(root, env, "rope", "--sample-seed", "x"), "--sample-seed 'x' is not a whole number", status=2)
+    two_line_failure(
+        upstream(root, env, "rope", "--sample-seed", "x"), "--sample-seed 'x' is not a whole number", status=2
+    )
 
 
 def test_the_parts_of_a_long_file_share_one_sample(ws, tmp_path):
@@ -107,7 +116,9 @@ def test_the_plan_is_the_samples_and_a_required_module_gets_its_case(ws, tmp_pat
     # the dry run recorded the modules of the sampled cases alone
     ws_ = workspace.read(pins().flashinfer, {"FLASHINFER_WORKSPACE_BASE": env["FLASHINFER_WORKSPACE_BASE"]})
     record = json.loads((ws_.jit_dirs()[0].parent / workspace.MODULE_TESTS).read_text())
-    assert sum(len(cases) for cases in record.values()) == 4 and f"needs {len(record)} module(s)" in done.stdout, done.stdout
+    assert sum(len(cases) for cases in record.values()) == 4 and f"needs {len(record)} module(s)" in done.stdout, (
+        done.stdout
+    )
     # a module the record names for a case the sample left out: that case joins the sample
     custom = {**record, "rope_custom": ["tests/attention/test_rope.py::test_rope[989-256-bf16]"]}
     (ws_.jit_dirs()[0].parent / workspace.MODULE_TESTS).write_text(json.dumps(custom))
@@ -130,20 +141,35 @@ def test_norm(n, dtype):
 
 @needs_a_build
 def test_affected_runs_the_sample_of_an_edited_modules_tests_and_the_whole_family_on_request(ws, tmp_path):
-    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)"
+    )
     root, env = standin(ws, tmp_path)
     (root / TESTS / "utils/test_norm.py").write_text(NORM)
     done = upstream(root, env, "norm", "--yes")  # its plan records which case needs norm; its run builds norm
     assert done.returncode == 0 and len(seen(env)) == 16, done.stdout + done.stderr  # the dry run's 8, the run's 8
-    generated = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/norm/s0.cpp"
-    for body, flags, cases in (("int f0() { return 7; }\n", [], 4), ("int f0() { return 8; }\n", ["--whole-family"], 8)):
+    generated = (
+        Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/norm/s0.cpp"
+    )
+    for body, flags, cases in (
+        ("int f0() { return 7; }\n", [], 4),
+        ("int f0() { return 8; }\n", ["--whole-family"], 8),
+    ):
         Path(env["SEEN"]).unlink()
         generated.write_text(body)
-        done = subprocess.run([sys.executable, str(root / "scripts/affected.py"), *flags], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, **env})
+        done = subprocess.run(
+            [sys.executable, str(root / "scripts/affected.py"), *flags],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **env},
+        )
         assert done.returncode == 0 and "affected: every selected test passed" in done.stdout, done.stdout + done.stderr
         ran = seen(env)
-        assert len(ran) == cases and {c[1] for c in ran} == {1, 2, 3, 4} and {c[2] for c in ran} == {"fp16", "bf16"}, (ran, done.stdout)
+        assert len(ran) == cases and {c[1] for c in ran} == {1, 2, 3, 4} and {c[2] for c in ran} == {"fp16", "bf16"}, (
+            ran,
+            done.stdout,
+        )
         sampled = "affected: FlashInfer's tests: 4 of 8 cases, every value of every parameter (a sample; --whole-family runs every case)"
         assert (sampled in done.stdout) == (not flags), done.stdout
 
@@ -155,5 +181,11 @@ def test_the_sample_is_of_what_pytests_own_options_leave(ws, tmp_path):
     done = upstream(root, env, "rope", "--no-plan", "--sample", "-k", "fp16")
     assert done.returncode == 0, done.stdout + done.stderr
     ran = seen(env)
-    assert {c[3] for c in ran} == {"fp16"} and {c[1] for c in ran} == {1, 19, 99, 989} and {c[2] for c in ran} == {64, 128, 256}, ran
-    assert f"upstream-tests: rope -k fp16: {len(ran)} of 12 cases, every value of every parameter" in done.stdout, done.stdout
+    assert (
+        {c[3] for c in ran} == {"fp16"}
+        and {c[1] for c in ran} == {1, 19, 99, 989}
+        and {c[2] for c in ran} == {64, 128, 256}
+    ), ran
+    assert f"upstream-tests: rope -k fp16: {len(ran)} of 12 cases, every value of every parameter" in done.stdout, (
+        done.stdout
+    )

@@ -37,9 +37,22 @@ def test_every_family_names_existing_node_ids(ws):
 
 
 def test_the_list_names_every_family():
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--list"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "--list"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and all(f.name in done.stdout for f in upstream_suites.FAMILIES)
-    assert {"norm", "activation", "sampling", "single_decode", "single_prefill", "decode", "prefill", "page", "rope", "gdn"} <= set(upstream_suites.BY_NAME)
+    assert {
+        "norm",
+        "activation",
+        "sampling",
+        "single_decode",
+        "single_prefill",
+        "decode",
+        "prefill",
+        "page",
+        "rope",
+        "gdn",
+    } <= set(upstream_suites.BY_NAME)
 
 
 def test_a_source_release_without_the_suite_fails_in_two_lines(ws):
@@ -76,7 +89,10 @@ def test_the_kernel_source_mode_is_applied_before_flashinfer_is_imported(ws, mod
 
 @needs_a_build
 def test_the_plan_reads_flashinfers_report_compiles_nothing_and_holds_the_budget(ws):
-    require("filelock", why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock",
+        why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
+    )
     root, record, env = ws
     # a host without flashinfer-jit-cache (as the GPU host): test_activation.py's warmup_jit is
     # autouse=not has_flashinfer_jit_cache() (tests/utils/test_activation.py at v0.6.3), so it runs
@@ -94,30 +110,49 @@ def test_the_plan_reads_flashinfers_report_compiles_nothing_and_holds_the_budget
     assert "combined_build" not in record.read_text(), "the warmup built through FlashInfer's combined ninja"
     # Built: a second plan has nothing to compile (so the budget holds), and the run recompiles nothing.
     done = upstream(root, env, "norm", "activation", "--budget", "0")
-    assert done.returncode == 0 and "needs 3 module(s); 0 to compile, 0 object(s)" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "needs 3 module(s); 0 to compile, 0 object(s)" in done.stdout, (
+        done.stdout + done.stderr
+    )
     assert len(compiles(env)) == 5, "the plan or the run recompiled a module whose inputs did not change"
     # the warmup finds its modules built without taking the JIT dir's lock, and says nothing
     assert "its warmup_jit fixture asks for" not in done.stdout, done.stdout
     # but a restored older copy of an input (`cp -p`: other content, an mtime not newer than the object) still rebuilds
-    source = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated/gelu_and_mul/s0.cpp"
+    source = (
+        Path(env["FLASHINFER_WORKSPACE_BASE"])
+        / ".cache/flashinfer"
+        / pins().flashinfer
+        / "90/generated/gelu_and_mul/s0.cpp"
+    )
     stat = source.stat()
     source.write_text(source.read_text() + "int restored() { return 1; }\n")
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     done = upstream(root, env, "activation", "--no-plan")
-    assert done.returncode == 0 and "building 1 module(s) its warmup_jit fixture asks for" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "building 1 module(s) its warmup_jit fixture asks for" in done.stdout, (
+        done.stdout + done.stderr
+    )
     assert len(compiles(env)) == 6, "the restored copy was not rebuilt"
 
 
 def test_a_slow_plan_is_dropped_and_the_run_goes_ahead(ws):
     root, _, env = ws
     tests = root / "extern/tracked/flashinfer/tests"
-    (tests / "utils/test_slow.py").write_text("import time\ndef test_slow():\n    time.sleep(float(__import__('os').environ.get('SLOW_S', 0)))\n")
+    (tests / "utils/test_slow.py").write_text(
+        "import time\ndef test_slow():\n    time.sleep(float(__import__('os').environ.get('SLOW_S', 0)))\n"
+    )
     # PLAN_LIMIT_S lowered to 1 s in a process of its own: the dry run (SLOW_S=5) runs past it
     # the script run as a user runs it (runpy), its library's limit lowered first
-    code = ("import runpy, sys; sys.path.insert(0, 'scripts'); from fidev.upstream import plan; plan.PLAN_LIMIT_S = 1; "
-            "sys.argv[0] = 'scripts/upstream_tests.py'; runpy.run_path('scripts/upstream_tests.py', run_name='__main__')")
-    done = subprocess.run([sys.executable, "-c", code, "utils/test_slow.py", "--budget", "0"], cwd=root, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env, "SLOW_S": "5"})
+    code = (
+        "import runpy, sys; sys.path.insert(0, 'scripts'); from fidev.upstream import plan; plan.PLAN_LIMIT_S = 1; "
+        "sys.argv[0] = 'scripts/upstream_tests.py'; runpy.run_path('scripts/upstream_tests.py', run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "utils/test_slow.py", "--budget", "0"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env, "SLOW_S": "5"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the plan's dry run took over 1 s: going ahead without it" in done.stdout
     assert "upstream-tests: 1 passed" in done.stdout
@@ -132,10 +167,21 @@ def test_nothing_named_is_refused(ws):
 def test_a_collection_error_is_counted_and_fails_the_task(ws):
     root, _, env = ws
     tests = root / "extern/tracked/flashinfer/tests"
-    (tests / "utils/test_broken.py").write_text("import cutlass  # nvidia-cutlass-dsl, missing\n")  # as 6 files of v0.6.3 do
-    done = upstream(root, env, "utils/test_broken.py", "utils/test_norm.py::test_norm", "--no-plan", "--continue-on-collection-errors")
+    (tests / "utils/test_broken.py").write_text(
+        "import cutlass  # nvidia-cutlass-dsl, missing\n"
+    )  # as 6 files of v0.6.3 do
+    done = upstream(
+        root,
+        env,
+        "utils/test_broken.py",
+        "utils/test_norm.py::test_norm",
+        "--no-plan",
+        "--continue-on-collection-errors",
+    )
     assert done.returncode != 0, done.stdout + done.stderr
-    count = [line for line in done.stdout.splitlines() if line.startswith("upstream-tests: ") and " passed, " in line][-1]
+    count = [line for line in done.stdout.splitlines() if line.startswith("upstream-tests: ") and " passed, " in line][
+        -1
+    ]
     assert ", 1 errors;" in count, count
 
 
@@ -143,12 +189,20 @@ def test_the_dry_run_takes_a_worker_per_case_asked_for_and_a_worker_per_core_for
     """affected regenerates FlashInfer's tests' modules by a dry run of one recorded case each: a
     process per case at most (each worker imports torch and flashinfer), while a family's files
     spread over a worker per core."""
-    require("xdist", why="the dry run's workers are pytest-xdist's (a flashinfer-dev package)")  # skips in default, fails in CI's dev venv without it
+    require(
+        "xdist", why="the dry run's workers are pytest-xdist's (a flashinfer-dev package)"
+    )  # skips in default, fails in CI's dev venv without it
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert upstream_plan.dry_run_workers(["tests/utils/test_norm.py::test_norm[dtype0-4096]"]) == []
-    cases = ["tests/utils/test_norm.py::test_norm[dtype0-4096]", "tests/utils/test_quantization.py::test_packbits[big-128]"]
+    cases = [
+        "tests/utils/test_norm.py::test_norm[dtype0-4096]",
+        "tests/utils/test_quantization.py::test_packbits[big-128]",
+    ]
     assert upstream_plan.dry_run_workers(cases) == ["-n", "2"]
-    assert upstream_plan.dry_run_workers(["tests/utils/test_norm.py"]) == ["-n", str(min(16, upstream_plan.DRY_RUN_WORKERS))]
+    assert upstream_plan.dry_run_workers(["tests/utils/test_norm.py"]) == [
+        "-n",
+        str(min(16, upstream_plan.DRY_RUN_WORKERS)),
+    ]
 
 
 def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(ws):
@@ -161,14 +215,21 @@ def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(
     (tests / "utils/test_activation.py").write_text(
         "import pytest\nimport flashinfer\n@pytest.fixture(autouse=True, scope='module')\ndef warmup_jit():\n"
         "    flashinfer.jit.build_jit_specs([flashinfer.gen('silu_and_mul', 1), flashinfer.gen('gelu_and_mul', 1)], verbose=False)\n"
-        "    yield\ndef test_gelu():\n    flashinfer.load('gelu_and_mul', 1)\ndef test_silu():\n    flashinfer.load('silu_and_mul', 1)\n")
-    record = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/fidev-module-tests.json"
+        "    yield\ndef test_gelu():\n    flashinfer.load('gelu_and_mul', 1)\ndef test_silu():\n    flashinfer.load('silu_and_mul', 1)\n"
+    )
+    record = (
+        Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/fidev-module-tests.json"
+    )
     record.parent.mkdir(parents=True)
-    record.write_text(json.dumps({"silu_and_mul": ["tests/utils/test_activation.py::test_gelu"]}))  # a warmup's, from before
+    record.write_text(
+        json.dumps({"silu_and_mul": ["tests/utils/test_activation.py::test_gelu"]})
+    )  # a warmup's, from before
     done = upstream(root, env, "activation", "--budget", "0")
     assert "needs 2 module(s)" in done.stdout, done.stdout + done.stderr  # the plan still counts what the warmup builds
-    assert json.loads(record.read_text()) == {"gelu_and_mul": ["tests/utils/test_activation.py::test_gelu"],
-                                              "silu_and_mul": ["tests/utils/test_activation.py::test_silu"]}
+    assert json.loads(record.read_text()) == {
+        "gelu_and_mul": ["tests/utils/test_activation.py::test_gelu"],
+        "silu_and_mul": ["tests/utils/test_activation.py::test_silu"],
+    }
 
 
 def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):
@@ -177,7 +238,8 @@ def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):
     root, _, env = ws
     (root / "extern/tracked/flashinfer/tests/attention/test_rope.py").write_text(
         "import pytest\ndef test_fine():\n    pass\ndef test_bad():\n    assert False\n"
-        "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n")
+        "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n"
+    )
     asked = tmp_path / "asked/summary.json"
     done = upstream(root, env, "rope", "--no-plan", "--summary", str(asked))
     assert done.returncode == 1, done.stdout + done.stderr
@@ -185,26 +247,50 @@ def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):
     assert printed, done.stdout
     said = upstream_summary.read(asked)
     passed, skipped, failed, errors = map(int, printed.groups())
-    assert said.counts == {"passed": passed, "skipped": skipped, "failed": failed, "error": errors} == \
-        {"passed": 1, "skipped": 2, "failed": 1, "error": 0}
+    assert (
+        said.counts
+        == {"passed": passed, "skipped": skipped, "failed": failed, "error": errors}
+        == {"passed": 1, "skipped": 2, "failed": 1, "error": 0}
+    )
     assert said.status == done.returncode and said.kernel_source in done.stdout.splitlines()[0]
     named = sorted(line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR ")))
-    assert sorted(said.failing + said.erroring) == named == ["tests/attention/test_rope.py::test_bad", "tests/attention/test_rope.py::test_oom"]
+    assert (
+        sorted(said.failing + said.erroring)
+        == named
+        == ["tests/attention/test_rope.py::test_bad", "tests/attention/test_rope.py::test_oom"]
+    )
     assert said.skips == {"not supported here": 1, "out of memory": 1}
     assert [(p.file, p.part, p.ended) for p in said.processes] == [("tests/attention/test_rope.py", [1, 1], "exit 1")]
     run_dir = Path(re.search(r"JUnit XML and logs in (\S+)", done.stdout).group(1))
     assert said.run_dir == str(run_dir) and upstream_summary.read(run_dir / upstream_summary.NAME) == said
 
 
-@pytest.mark.parametrize("spoil, problem", [
-    (lambda text: text[: len(text) // 2], "cannot be read"),
-    (lambda text: text.replace(upstream_summary.SCHEMA, "fidev-upstream-summary/0"), "is not upstream-tests' summary of schema"),
-])
+@pytest.mark.parametrize(
+    "spoil, problem",
+    [
+        (lambda text: text[: len(text) // 2], "cannot be read"),
+        (
+            lambda text: text.replace(upstream_summary.SCHEMA, "fidev-upstream-summary/0"),
+            "is not upstream-tests' summary of schema",
+        ),
+    ],
+)
 def test_a_truncated_summary_or_one_of_another_schema_is_refused_in_two_lines(tmp_path, spoil, problem):
     path = tmp_path / upstream_summary.NAME
-    upstream_summary.write(upstream_summary.Summary(selection=["rope"], kernel_source="auto", run_dir=str(tmp_path), gpus=["0"],
-                                                    gpu_name="NVIDIA H100", started=1.0, ended=2.0, status=0,
-                                                    counts={"passed": 1, "skipped": 0, "failed": 0, "error": 0}), path)
+    upstream_summary.write(
+        upstream_summary.Summary(
+            selection=["rope"],
+            kernel_source="auto",
+            run_dir=str(tmp_path),
+            gpus=["0"],
+            gpu_name="NVIDIA H100",
+            started=1.0,
+            ended=2.0,
+            status=0,
+            counts={"passed": 1, "skipped": 0, "failed": 0, "error": 0},
+        ),
+        path,
+    )
     assert upstream_summary.read(path).counts["passed"] == 1
     path.write_text(spoil(path.read_text()))
     with pytest.raises(Failure) as refused:
@@ -213,4 +299,6 @@ def test_a_truncated_summary_or_one_of_another_schema_is_refused_in_two_lines(tm
     with contextlib.redirect_stderr(stderr):
         report(refused.value)
     lines = stderr.getvalue().splitlines()
-    assert len(lines) == 2 and lines[0].startswith("error: ") and problem in lines[0] and lines[1].startswith("  fix: "), lines
+    assert (
+        len(lines) == 2 and lines[0].startswith("error: ") and problem in lines[0] and lines[1].startswith("  fix: ")
+    ), lines

@@ -70,8 +70,13 @@ def stopped(run: list[tuple[str, float, int, str]], keep_going: bool, where: str
     if keep_going or run[-1][2] == 0:
         return run
     name, _, code, out = run[-1]
-    said = next((line for line in out.splitlines() if line.startswith("error: ")), (out.strip().splitlines() or [""])[-1][:200])
-    raise Failure(f"the chain stopped at {name} (exit {code}){where}: {said}", f"run `{name}` alone; or time past it with --keep-going")
+    said = next(
+        (line for line in out.splitlines() if line.startswith("error: ")), (out.strip().splitlines() or [""])[-1][:200]
+    )
+    raise Failure(
+        f"the chain stopped at {name} (exit {code}){where}: {said}",
+        f"run `{name}` alone; or time past it with --keep-going",
+    )
 
 
 def table(runs: list[list[tuple[str, float, int, str]]]) -> list[str]:
@@ -84,17 +89,23 @@ def table(runs: list[list[tuple[str, float, int, str]]]) -> list[str]:
         else:
             times = [s for run in runs for step, s, _, _ in run if step == name]
             codes = [c for run in runs for step, _, c, _ in run if step == name]
-        lines.append(f"{name:14} {statistics.median(times):8.2f} {min(times):8.2f} {max(times):8.2f} {codes[-1]:5} {len(times):5}")
+        lines.append(
+            f"{name:14} {statistics.median(times):8.2f} {min(times):8.2f} {max(times):8.2f} {codes[-1]:5} {len(times):5}"
+        )
     return lines
 
 
 def edit_round(chain, keep_going: bool) -> list[str]:
     header = pins(WORKSPACE / MANIFEST.name).source_dir / EDITED
     if not header.is_file():
-        raise Failure(f"{header} does not exist", "get the FlashInfer source first (README: First, the FlashInfer source)")
+        raise Failure(
+            f"{header} does not exist", "get the FlashInfer source first (README: First, the FlashInfer source)"
+        )
     lines = []
     tree = pins(WORKSPACE / MANIFEST.name).source_dir
-    with edits.planted(tree, header, lambda text: text + "// bench_chain: a one-line edit\n", "bench_chain --edit-loop") as edit:
+    with edits.planted(
+        tree, header, lambda text: text + "// bench_chain: a one-line edit\n", "bench_chain --edit-loop"
+    ) as edit:
         rounds = [("edit", run_chain(chain, keep_going))]
         edit.restore()  # the old copy, with its old mtime (cp -p): build's restored-copy guard must rebuild
         rounds.append(("restore (cp -p)", run_chain(chain, keep_going)))
@@ -106,31 +117,52 @@ def edit_round(chain, keep_going: bool) -> list[str]:
         per_step = ", ".join(f"{step} {s:.1f} s" + (f" (exit {c})" if c else "") for step, s, c, _ in run)
         compiled = "nothing compiled"
         if slowest and ninja:
-            compiled = (f"compile {float(ninja.group(1)):.1f} s (slowest object {float(slowest.group(1)):.1f} s), "
-                        f"{total - float(ninja.group(1)):.1f} s beyond it")
+            compiled = (
+                f"compile {float(ninja.group(1)):.1f} s (slowest object {float(slowest.group(1)):.1f} s), "
+                f"{total - float(ninja.group(1)):.1f} s beyond it"
+            )
         lines.append(f"{label:16} chain {total:6.1f} s; {compiled}; {per_step}")
     return lines
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=option(numbers.whole_number(example="--runs 5")), default=5, help="warm chains to time (default 5)")
+    parser = ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--runs",
+        type=option(numbers.whole_number(example="--runs 5")),
+        default=5,
+        help="warm chains to time (default 5)",
+    )
     parser.add_argument("--task", default="smoke", help="the chain's last task (default smoke)")
     parser.add_argument("--keep-going", action="store_true", help="time every step even after one fails")
-    parser.add_argument("--edit-loop", action="store_true", help="also time one edit of include/flashinfer/norm.cuh and its restore")
-    parser.add_argument("--workspace", type=option(user_path), default=ROOT, help="the checkout whose chain to time (default: this one)")
+    parser.add_argument(
+        "--edit-loop", action="store_true", help="also time one edit of include/flashinfer/norm.cuh and its restore"
+    )
+    parser.add_argument(
+        "--workspace", type=option(user_path), default=ROOT, help="the checkout whose chain to time (default: this one)"
+    )
     args = parser.parse_args()
     global WORKSPACE
     WORKSPACE = args.workspace.resolve()
     if not (WORKSPACE / MANIFEST.name).is_file():
         raise Failure(f"{args.workspace} holds no {MANIFEST.name}", "point --workspace at a checkout of this workspace")
     if args.task not in (names := task_names(WORKSPACE / MANIFEST.name)):
-        raise Failure(f"--task {args.task!r} is not a task of {FEATURE}", f"name one of {', '.join(names)}", exit_status=USAGE)
+        raise Failure(
+            f"--task {args.task!r} is not a task of {FEATURE}", f"name one of {', '.join(names)}", exit_status=USAGE
+        )
     pixi = shutil.which("pixi") is not None
     chain = steps(args.task, pixi, WORKSPACE)
-    stopped(run_chain(chain, args.keep_going), args.keep_going, "")  # warms the build, so the timed runs are the warm chain
-    runs = [stopped(run_chain(chain, args.keep_going), args.keep_going, f" in timed run {i}") for i in range(1, args.runs + 1)]
+    stopped(
+        run_chain(chain, args.keep_going), args.keep_going, ""
+    )  # warms the build, so the timed runs are the warm chain
+    runs = [
+        stopped(run_chain(chain, args.keep_going), args.keep_going, f" in timed run {i}")
+        for i in range(1, args.runs + 1)
+    ]
     print(f"warm chain ({'pixi run' if pixi else 'the tasks commands, no pixi'}): {' -> '.join(n for n, _ in chain)}")
     for line in table(runs):
         print(line)

@@ -27,7 +27,10 @@ TIMEOUT_S = 300
 def said(stderr: str) -> str:
     """A failed command's reason: its `error:` line, else its last line."""
     lines = stderr.strip().splitlines()
-    return next((line[len("error: "):] for line in lines if line.startswith("error: ")), lines[-1][-200:] if lines else "no output")
+    return next(
+        (line[len("error: ") :] for line in lines if line.startswith("error: ")),
+        lines[-1][-200:] if lines else "no output",
+    )
 
 
 def timed(name: str, cmd: list[str], runs: int, ran: tuple[int, ...], fix: str) -> tuple[float, int]:
@@ -37,34 +40,48 @@ def timed(name: str, cmd: list[str], runs: int, ran: tuple[int, ...], fix: str) 
     for _ in range(runs):
         start = time.perf_counter()
         try:
-            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace", timeout=TIMEOUT_S)
+            done = subprocess.run(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace", timeout=TIMEOUT_S
+            )
         except subprocess.TimeoutExpired:
             raise Failure(f"{name} ran past {TIMEOUT_S} s: no time to report", fix) from None
         times.append(time.perf_counter() - start)
         if done.returncode not in ran:
-            raise Failure(f"{name} failed (exit status {done.returncode}): {said(done.stderr)}; a failed run's time is no result", fix)
+            raise Failure(
+                f"{name} failed (exit status {done.returncode}): {said(done.stderr)}; a failed run's time is no result",
+                fix,
+            )
         code = done.returncode
     return statistics.median(times), code
 
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--runs", type=option(numbers.whole_number(example="--runs 1")), default=11,
-                        help="runs of preflight to take the median of (default 11)")
+    parser.add_argument(
+        "--runs",
+        type=option(numbers.whole_number(example="--runs 1")),
+        default=11,
+        help="runs of preflight to take the median of (default 11)",
+    )
     parser.add_argument("preflight_args", nargs="*", help="passed to preflight.py (e.g. -- --cuda 13.0)")
     args = parser.parse_args()
     preflight = [sys.executable, str(PREFLIGHT), "--json", *args.preflight_args]
     try:
         first = subprocess.run(preflight, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise Failure(f"preflight ran past {TIMEOUT_S} s: no time to report", "run preflight alone with the same arguments to see where it waits") from None
+        raise Failure(
+            f"preflight ran past {TIMEOUT_S} s: no time to report",
+            "run preflight alone with the same arguments to see where it waits",
+        ) from None
     try:
         report = json.loads(first.stdout)
     except ValueError:
         report = {}
     if first.returncode not in (0, 1) or "checks" not in report:  # it ran only if it reported its checks
-        raise Failure(f"preflight did not run (exit status {first.returncode}): {said(first.stderr)}",
-                      "run preflight alone with the same arguments to see both its lines")
+        raise Failure(
+            f"preflight did not run (exit status {first.returncode}): {said(first.stderr)}",
+            "run preflight alone with the same arguments to see both its lines",
+        )
     print(f"{'command':26} {'median wall (s)':>16} {'exit':>5} {'runs':>5}")
     again = "run preflight alone with the same arguments to see why"
     row("preflight.py", *timed("preflight.py", preflight, args.runs, (0, 1), again), args.runs)

@@ -48,7 +48,10 @@ def counts(text: str) -> list[int]:
     except Failure:
         values = []
     if not values or len(set(values)) != len(values):
-        raise Failure(f"{text!r} is not a list of distinct GPU counts", "give whole numbers from 1 to 64, each once, e.g. --gpus 1,2")
+        raise Failure(
+            f"{text!r} is not a list of distinct GPU counts",
+            "give whole numbers from 1 to 64, each once, e.g. --gpus 1,2",
+        )
     return values
 
 
@@ -56,9 +59,11 @@ def count_line(summary: upstream_summary.Summary) -> str:
     """The run's counts, files and GPUs, as upstream-tests' count line says them."""
     c = summary.counts
     files = len({p.file for p in summary.processes})
-    return (f"upstream-tests: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['error']} errors; "
-            f"kernel source {summary.kernel_source}; {files} file(s) on {len(summary.gpus) or 'no'} GPU(s) in "
-            f"{summary.ended - summary.started:.1f} s")
+    return (
+        f"upstream-tests: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['error']} errors; "
+        f"kernel source {summary.kernel_source}; {files} file(s) on {len(summary.gpus) or 'no'} GPU(s) in "
+        f"{summary.ended - summary.started:.1f} s"
+    )
 
 
 def process_lines(summary: upstream_summary.Summary) -> list[str]:
@@ -70,8 +75,10 @@ def process_lines(summary: upstream_summary.Summary) -> list[str]:
         name = p.file if p.part[1] == 1 else f"{p.file} (part {p.part[0]} of {p.part[1]})"
         c = p.counts
         crashed = f"{name} ({p.ended})" in summary.erroring  # a process that did not finish is an error of its own
-        lines.append(f"[{n}/{len(summary.processes)}] GPU {p.gpu or '-'} {name}: {c['passed']} passed, {c['failed']} failed, "
-                     f"{c['error']} errors, {c['skipped']} skipped in {p.seconds:.0f} s" + (f", {p.ended}" if crashed else ""))
+        lines.append(
+            f"[{n}/{len(summary.processes)}] GPU {p.gpu or '-'} {name}: {c['passed']} passed, {c['failed']} failed, "
+            f"{c['error']} errors, {c['skipped']} skipped in {p.seconds:.0f} s" + (f", {p.ended}" if crashed else "")
+        )
     return lines
 
 
@@ -87,7 +94,10 @@ def upstream_run(cmd: list[str], families: list[str]) -> tuple[int, str]:
         except subprocess.TimeoutExpired:
             proc.kill()
         if isinstance(e, subprocess.TimeoutExpired):
-            raise Failure(f"a run of {' '.join(families)} took over {TIMEOUT_S} s", "time a smaller selection (name fewer families)") from None
+            raise Failure(
+                f"a run of {' '.join(families)} took over {TIMEOUT_S} s",
+                "time a smaller selection (name fewer families)",
+            ) from None
         raise
     return proc.returncode, err
 
@@ -97,7 +107,15 @@ def timed(families: list[str], gpus: int | None) -> tuple[float, int, str, list[
     summary; a run that left none (it stopped before its files ran) says its last line of error."""
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / upstream_summary.NAME
-        cmd = [sys.executable, str(UPSTREAM), *families, "--no-plan", *(["--gpus", str(gpus)] if gpus else []), "--summary", str(path)]
+        cmd = [
+            sys.executable,
+            str(UPSTREAM),
+            *families,
+            "--no-plan",
+            *(["--gpus", str(gpus)] if gpus else []),
+            "--summary",
+            str(path),
+        ]
         started = time.perf_counter()
         status, err = upstream_run(cmd, families)
         seconds = time.perf_counter() - started
@@ -108,33 +126,61 @@ def timed(families: list[str], gpus: int | None) -> tuple[float, int, str, list[
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gpus", type=option(counts), default=[1, 2], help="GPU counts to compare, e.g. 1,2 (default 1,2)")
-    parser.add_argument("--runs", type=option(numbers.whole_number(example="--runs 1")), default=1,
-                        help="timed runs per count; each count's median is compared (default 1)")
-    parser.add_argument("--no-warm-up", action="store_true", help="no warm-up run: an earlier run built the selection's modules")
-    parser.add_argument("families", nargs="*", default=DEFAULT,
-                        help=f"the kernel families to time (`upstream_tests.py --list` names them; default: {' '.join(DEFAULT)})")
+    parser = ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--gpus", type=option(counts), default=[1, 2], help="GPU counts to compare, e.g. 1,2 (default 1,2)"
+    )
+    parser.add_argument(
+        "--runs",
+        type=option(numbers.whole_number(example="--runs 1")),
+        default=1,
+        help="timed runs per count; each count's median is compared (default 1)",
+    )
+    parser.add_argument(
+        "--no-warm-up", action="store_true", help="no warm-up run: an earlier run built the selection's modules"
+    )
+    parser.add_argument(
+        "families",
+        nargs="*",
+        default=DEFAULT,
+        help=f"the kernel families to time (`upstream_tests.py --list` names them; default: {' '.join(DEFAULT)})",
+    )
     args = parser.parse_args()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: the run in progress is stopped (timed)
         signal.signal(sig, signal.default_int_handler)
     try:
         return bench(args)
     except KeyboardInterrupt:
-        raise Failure("interrupted (the run in progress was stopped)", "run it again", exit_status=INTERRUPTED) from None
+        raise Failure(
+            "interrupted (the run in progress was stopped)", "run it again", exit_status=INTERRUPTED
+        ) from None
 
 
 def bench(args) -> int:
     have = len(upstream_runs.host_gpus())
     if have == 0:
-        raise Failure("no GPU is visible here (the driver lists none, or CUDA_VISIBLE_DEVICES hides them)", "run it on a host with NVIDIA GPUs")
+        raise Failure(
+            "no GPU is visible here (the driver lists none, or CUDA_VISIBLE_DEVICES hides them)",
+            "run it on a host with NVIDIA GPUs",
+        )
     if max(args.gpus) > have:
-        raise Failure(f"--gpus asks for {max(args.gpus)} GPUs and this host shows {have}", f"compare counts up to {have}: --gpus 1,{have}")
+        raise Failure(
+            f"--gpus asks for {max(args.gpus)} GPUs and this host shows {have}",
+            f"compare counts up to {have}: --gpus 1,{have}",
+        )
     status = 0
     if not args.no_warm_up:
         warm_s, status, line, files = timed(args.families, None)
-        print(f"warm-up ({' '.join(args.families)}): {warm_s:.1f} s, exit {status}: {line}", *(f"    {f}" for f in files), sep="\n", flush=True)
+        print(
+            f"warm-up ({' '.join(args.families)}): {warm_s:.1f} s, exit {status}: {line}",
+            *(f"    {f}" for f in files),
+            sep="\n",
+            flush=True,
+        )
     rows = timed_counts(args)
     print(f"{'gpus':>4}  {'median':>8}  {'speedup':>7}")
     first = rows[0][1]
@@ -143,8 +189,10 @@ def bench(args) -> int:
     failed = [code for _, _, runs in rows for _, code, _, _ in runs if code] + ([status] if status else [])
     if failed:
         total = (not args.no_warm_up) + sum(len(r) for _, _, r in rows)
-        raise Failure(f"{len(failed)} of {total} runs failed (exit {failed[0]}): the figures above time failing runs",
-                      f"run the selection once and read why: python scripts/upstream_tests.py {' '.join(args.families)} --no-plan")
+        raise Failure(
+            f"{len(failed)} of {total} runs failed (exit {failed[0]}): the figures above time failing runs",
+            f"run the selection once and read why: python scripts/upstream_tests.py {' '.join(args.families)} --no-plan",
+        )
     return 0
 
 

@@ -29,26 +29,39 @@ from fidev.jit import activation  # noqa: E402
 def lay_out(prefix: Path, toolkit: Path | None) -> Path:
     """The prefix laid out (tests/support/conda_prefix.build), or two lines where it cannot be."""
     if prefix.is_symlink() and not prefix.exists():
-        raise Failure(f"{prefix} is a symbolic link to nothing", "name the folder itself, or a path where one can be made")
+        raise Failure(
+            f"{prefix} is a symbolic link to nothing", "name the folder itself, or a path where one can be made"
+        )
     if prefix.exists() and not prefix.is_dir():
         raise Failure(f"{prefix} is a file, not a folder", "name a folder (made where missing)")
     try:
         return build(prefix.resolve(), toolkit)
     except OSError as e:
-        raise Failure(f"cannot lay out {prefix}: {e.strerror or e}", "name a folder you can write, whose name leaves room for a "
-                      "scratch folder beside it (under 240 bytes)") from None
+        raise Failure(
+            f"cannot lay out {prefix}: {e.strerror or e}",
+            "name a folder you can write, whose name leaves room for a scratch folder beside it (under 240 bytes)",
+        ) from None
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("prefix", type=option(user_path), help="the prefix to lay out (made where missing)")
-    parser.add_argument("--toolkit", type=option(user_path), help="a host CUDA toolkit to take the files from (default: empty files)")
-    parser.add_argument("--cuda-home-only", action="store_true", help="apply only CUDA_HOME=$CONDA_PREFIX, not the manifest's activation")
+    parser.add_argument(
+        "--toolkit", type=option(user_path), help="a host CUDA toolkit to take the files from (default: empty files)"
+    )
+    parser.add_argument(
+        "--cuda-home-only",
+        action="store_true",
+        help="apply only CUDA_HOME=$CONDA_PREFIX, not the manifest's activation",
+    )
     parser.add_argument("--print-env", action="store_true", help="print what the activation sets, as shell exports")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
-    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
+    args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     prefix = lay_out(args.prefix, args.toolkit)
     env = environment(prefix, dict(os.environ), args.cuda_home_only)
     if args.print_env or not command:
@@ -59,8 +72,10 @@ def main() -> int:
     try:
         return subprocess.run(command, env=env).returncode
     except OSError as e:  # no such program, or not executable: said, as a shell would
-        raise Failure(f"cannot run {command[0]!r} in the prefix: {e.strerror or e}",
-                      "name a program on the PATH, or a path to an executable file, after --") from None
+        raise Failure(
+            f"cannot run {command[0]!r} in the prefix: {e.strerror or e}",
+            "name a program on the PATH, or a path to an executable file, after --",
+        ) from None
 
 
 if __name__ == "__main__":

@@ -84,26 +84,70 @@ NORM_BUG = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float
 # pass. file, the line (v0.6.3), the bug, the module that must be named.
 AFFECTED_EDITS = {
     "affected-header": (NORM_HEADER, NORM_LINE, NORM_BUG, "norm"),  # a header smoke covers
-    "affected-source": ("csrc/norm.cu", "output.stride(0), eps, enable_pdl, stream);",  # csrc/norm.cu, in rmsnorm
-                        "output.stride(0), eps + 0.05, enable_pdl, stream);", "norm"),
-    "affected-generator": ("flashinfer/jit/activation.py", "return val / (1.0f + __expf(-val));",  # silu_def_cu_str
-                           "return 1.01f * val / (1.0f + __expf(-val));", "silu_and_mul"),
+    "affected-source": (
+        "csrc/norm.cu",
+        "output.stride(0), eps, enable_pdl, stream);",  # csrc/norm.cu, in rmsnorm
+        "output.stride(0), eps + 0.05, enable_pdl, stream);",
+        "norm",
+    ),
+    "affected-generator": (
+        "flashinfer/jit/activation.py",
+        "return val / (1.0f + __expf(-val));",  # silu_def_cu_str
+        "return 1.01f * val / (1.0f + __expf(-val));",
+        "silu_and_mul",
+    ),
     # a header only FlashInfer's tests cover (test_quantization.py), after upstream-quantization
     # recorded which test needs the module: include/flashinfer/quantization.cuh, PackBitsKernel, big-endian
-    "affected-upstream": ("include/flashinfer/quantization.cuh", "(input_vec[0] << 7) | (input_vec[1] << 6)",
-                          "(input_vec[0] << 6) | (input_vec[1] << 6)", "quantization"),
+    "affected-upstream": (
+        "include/flashinfer/quantization.cuh",
+        "(input_vec[0] << 7) | (input_vec[1] << 6)",
+        "(input_vec[0] << 6) | (input_vec[1] << 6)",
+        "quantization",
+    ),
     # an attention header: the fa2 prefill's output, 1% off for query head 0 alone (not a uniform scale),
     # include/flashinfer/attention/prefill.cuh, in the epilogue's OutputTransform loop; smoke's single prefill
     # (fa2, built by build-cold) and the attention families it reaches run, and the first failure ends the run
-    "affected-attention": ("include/flashinfer/attention/prefill.cuh", "o_frag[mma_q][mma_d][reg_id] = variant.OutputTransform(",
-                           "o_frag[mma_q][mma_d][reg_id] = (qo_head_idx == 0 ? 1.01f : 1.0f) * variant.OutputTransform(",
-                           "single_prefill_with_kv_cache"),
+    "affected-attention": (
+        "include/flashinfer/attention/prefill.cuh",
+        "o_frag[mma_q][mma_d][reg_id] = variant.OutputTransform(",
+        "o_frag[mma_q][mma_d][reg_id] = (qo_head_idx == 0 ? 1.01f : 1.0f) * variant.OutputTransform(",
+        "single_prefill_with_kv_cache",
+    ),
 }
-STEPS = ["setup", "negative-control", "preflight", "build-cold", "build-noop", "import-check", "smoke", "smoke-noise", "build-abi", "abi-smoke",
-         "build-wide", "smoke-wide", "smoke-noise-wide", "upstream-norm", "upstream-activation", "build-after-upstream", "edit-loop",
-         "upstream-baseline", "upstream-compare-bug", "upstream-compare-clean", "affected-noop", "affected-header", "affected-source",
-         "affected-generator", "affected-attention", "upstream-quantization", "affected-upstream", "prebuilt-set", "auto-fresh", "auto-header",
-         "auto-generator", "auto-restore"]
+STEPS = [
+    "setup",
+    "negative-control",
+    "preflight",
+    "build-cold",
+    "build-noop",
+    "import-check",
+    "smoke",
+    "smoke-noise",
+    "build-abi",
+    "abi-smoke",
+    "build-wide",
+    "smoke-wide",
+    "smoke-noise-wide",
+    "upstream-norm",
+    "upstream-activation",
+    "build-after-upstream",
+    "edit-loop",
+    "upstream-baseline",
+    "upstream-compare-bug",
+    "upstream-compare-clean",
+    "affected-noop",
+    "affected-header",
+    "affected-source",
+    "affected-generator",
+    "affected-attention",
+    "upstream-quantization",
+    "affected-upstream",
+    "prebuilt-set",
+    "auto-fresh",
+    "auto-header",
+    "auto-generator",
+    "auto-restore",
+]
 # a 2-GPU host's, and tools/planted_bugs.py's table (long: a part or two of its own): not part of the default run
 NAMED_ONLY = ["bench-warm-up", "bench-1-gpu", "bench-2-gpus", "planted-bugs"]
 # The table's rows of a step that records more than one (every other step records one, its own name):
@@ -119,26 +163,63 @@ def rows(step: str) -> list[str]:
 # tier's steps: in the one-GPU H200 run behind its rows "cold wide build", "smoke-wide" and "smoke-noise-wide",
 # a little over; the bench steps: estimates), for --time-limit where WORK has no time of
 # its own for it yet: on a GPU host that limits each command to 10 minutes, they pack the run into parts.
-STEP_S = {"setup": 9, "negative-control": 21, "preflight": 1, "build-cold": 137, "build-noop": 1, "import-check": 6, "smoke": 9,
-          "smoke-noise": 18, "build-abi": 371, "abi-smoke": 9, "build-wide": 230, "smoke-wide": 10, "smoke-noise-wide": 15,
-          "upstream-norm": 84, "upstream-activation": 128, "build-after-upstream": 1,
-          "edit-loop": 28 + 10 + 29 + 8,  # its rows': edit-build, edit-smoke, restore-build, restore-smoke
-          "upstream-baseline": 26, "upstream-compare-bug": 100,
-          "upstream-compare-clean": 81, "affected-noop": 2, "affected-header": 78, "affected-source": 76, "affected-generator": 61,
-          # its edit's run is short, its restore's is not: the reached families' clean run outlasted a part of 10 minutes
-          # (docs/measurements.md, row "affected: attention header edit to exit"): a part of its own
-          "affected-attention": 580,
-          "upstream-quantization": 46, "affected-upstream": 42, "prebuilt-set": 121, "auto-fresh": 13, "auto-header": 41,
-          "auto-generator": 20, "auto-restore": 14,
-          # the 2-GPU steps: the warm-up builds what norm, activation and sampling need; on 2 GPUs about half of 1
-          "bench-warm-up": 320, "bench-1-gpu": 460, "bench-2-gpus": 260,
-          "planted-bugs": 60}  # at least one short bug: the tool itself starts no bug past the part's time limit
+STEP_S = {
+    "setup": 9,
+    "negative-control": 21,
+    "preflight": 1,
+    "build-cold": 137,
+    "build-noop": 1,
+    "import-check": 6,
+    "smoke": 9,
+    "smoke-noise": 18,
+    "build-abi": 371,
+    "abi-smoke": 9,
+    "build-wide": 230,
+    "smoke-wide": 10,
+    "smoke-noise-wide": 15,
+    "upstream-norm": 84,
+    "upstream-activation": 128,
+    "build-after-upstream": 1,
+    "edit-loop": 28 + 10 + 29 + 8,  # its rows': edit-build, edit-smoke, restore-build, restore-smoke
+    "upstream-baseline": 26,
+    "upstream-compare-bug": 100,
+    "upstream-compare-clean": 81,
+    "affected-noop": 2,
+    "affected-header": 78,
+    "affected-source": 76,
+    "affected-generator": 61,
+    # its edit's run is short, its restore's is not: the reached families' clean run outlasted a part of 10 minutes
+    # (docs/measurements.md, row "affected: attention header edit to exit"): a part of its own
+    "affected-attention": 580,
+    "upstream-quantization": 46,
+    "affected-upstream": 42,
+    "prebuilt-set": 121,
+    "auto-fresh": 13,
+    "auto-header": 41,
+    "auto-generator": 20,
+    "auto-restore": 14,
+    # the 2-GPU steps: the warm-up builds what norm, activation and sampling need; on 2 GPUs about half of 1
+    "bench-warm-up": 320,
+    "bench-1-gpu": 460,
+    "bench-2-gpus": 260,
+    "planted-bugs": 60,
+}  # at least one short bug: the tool itself starts no bug past the part's time limit
 
 
 # What the run makes in WORK, and all that --fresh removes: Run's folders and files, and the JIT dirs and
 # build folder of negative-control, the auto rounds and prebuilt-set (a results.json half-written by a
 # killed run is `.results.json.tmp-*`, write_whole's temporary file).
-MADE = ("ws", "prefix", "jit-base", "logs", "results.json", ".wheels-installed", "negative-base", "auto-base", "prebuilt-build")
+MADE = (
+    "ws",
+    "prefix",
+    "jit-base",
+    "logs",
+    "results.json",
+    ".wheels-installed",
+    "negative-base",
+    "auto-base",
+    "prebuilt-build",
+)
 MADE_TEMPORARY = ".results.json.tmp-"
 
 
@@ -166,8 +247,15 @@ class Run:
         self.logs.mkdir(parents=True, exist_ok=True)
         print(f"\n=== {name}: {' '.join(argv)}", flush=True)
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=self.ws, env=env or self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)  # its own process group, for stop()
+        proc = subprocess.Popen(
+            argv,
+            cwd=self.ws,
+            env=env or self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )  # its own process group, for stop()
         lines = []
         try:
             with open(self.logs / f"{name}.log", "a") as log:
@@ -202,7 +290,9 @@ class Run:
         status, out, seconds = self.sh(name, [sys.executable, *argv], self.env(**env))
         after = self.objects()
         compiled = sum(1 for path, mtime in after.items() if before.get(path) != mtime)
-        counts = re.findall(r"^(?:smoke|abi-smoke|upstream-tests|smoke-noise)[^\n]*?: .*(?:passed|failed|runs).*$", out, re.M)
+        counts = re.findall(
+            r"^(?:smoke|abi-smoke|upstream-tests|smoke-noise)[^\n]*?: .*(?:passed|failed|runs).*$", out, re.M
+        )
         note = f"exit {status}; {compiled} objects compiled" + (f"; {counts[-1].strip()[:150]}" if counts else "")
         self.record(name, (status == 0) == expect_ok, seconds, note)
         return out, seconds
@@ -236,7 +326,10 @@ def staged_release(tree: Path, staged: Path | None) -> Path | None:
         return None
     archive = staged / pins().sdist_name if staged else None
     if not archive or not archive.is_file():
-        raise Failure(f"{tree} is empty and no source release was staged", "python3 tools/stage_gpu_host.py DIR, then --staged DIR")
+        raise Failure(
+            f"{tree} is empty and no source release was staged",
+            "python3 tools/stage_gpu_host.py DIR, then --staged DIR",
+        )
     return archive
 
 
@@ -247,25 +340,33 @@ def fresh(work: Path, staged: Path | None) -> None:
     if not work.exists():
         return
     if not work.is_dir():
-        raise Failure(f"--work {work} is not a folder", "name a folder for the run's copy of the checkout, its builds and results")
+        raise Failure(
+            f"--work {work} is not a folder", "name a folder for the run's copy of the checkout, its builds and results"
+        )
     staged_release(pins().source_dir, staged)
     foreign = sorted(p.name for p in work.iterdir() if p.name not in MADE and not p.name.startswith(MADE_TEMPORARY))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise Failure(f"--fresh would empty {work}, which holds what this tool did not make: {shown}",
-                      "move them out of the folder, or name a folder of the acceptance run's own: --work DIR")
+        raise Failure(
+            f"--fresh would empty {work}, which holds what this tool did not make: {shown}",
+            "move them out of the folder, or name a folder of the acceptance run's own: --work DIR",
+        )
     for path in [work / name for name in MADE] + [p for p in work.iterdir() if p.name.startswith(MADE_TEMPORARY)]:
         try:
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
         except OSError as e:
-            raise Failure(f"--fresh could not remove {path}: {e.strerror}", f"remove it yourself (rm -r {path}), then run again") from None
+            raise Failure(
+                f"--fresh could not remove {path}: {e.strerror}", f"remove it yourself (rm -r {path}), then run again"
+            ) from None
 
 
 def setup(run: Run) -> None:
     started = time.perf_counter()
     notes = []
     if not run.ws.exists():
-        shutil.copytree(ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(".git", ".stage", "__pycache__", ".pixi", ".ci"))
+        shutil.copytree(
+            ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(".git", ".stage", "__pycache__", ".pixi", ".ci")
+        )
         notes.append("workspace copied")
     if archive := staged_release(run.tree, run.staged):
         checked([sys.executable, "scripts/fetch_flashinfer_source.py", "--archive", str(archive)], cwd=run.ws)
@@ -280,7 +381,20 @@ def setup(run: Run) -> None:
         (run.work / ".wheels-installed").write_text("\n".join(wheels))
         notes.append(f"{len(wheels)} wheels installed")
     if not (run.tree / "flashinfer/data/csrc").is_dir():
-        checked([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-build-isolation", "-e", str(run.tree)])
+        checked(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-build-isolation",
+                "-e",
+                str(run.tree),
+            ]
+        )
         notes.append("FlashInfer installed editable")
     conda_prefix.build(run.prefix, run.toolkit)
     run.record("setup", True, time.perf_counter() - started, ", ".join(notes) or "kept from an earlier run")
@@ -294,9 +408,13 @@ def negative_control(run: Run) -> None:
     code = "from flashinfer.jit import gen_act_and_mul_module as g; g('silu').build(False)"
     status, out, s2 = run.sh("negative-control", [sys.executable, "-c", code], env)
     link_fails = status != 0 and "cannot find -lcudart" in out
-    run.record("negative-control", bool(preflight_fails and link_fails), s1 + s2,
-               f"CUDA_HOME only: preflight cuda-headers/cuda-libs {'FAIL' if preflight_fails else 'not failed'}; "
-               f"silu link {'cannot find -lcudart' if link_fails else 'did not fail as expected'}")
+    run.record(
+        "negative-control",
+        bool(preflight_fails and link_fails),
+        s1 + s2,
+        f"CUDA_HOME only: preflight cuda-headers/cuda-libs {'FAIL' if preflight_fails else 'not failed'}; "
+        f"silu link {'cannot find -lcudart' if link_fails else 'did not fail as expected'}",
+    )
 
 
 # Checks a GPU host without network may fail: the packages it cannot be given (the jit-cache's
@@ -307,12 +425,16 @@ HOST_LACKS = {"cubin": "flashinfer-cubin", "jit-cache": "flashinfer-jit-cache"}
 def preflight(run: Run) -> None:
     """preflight --json in the replica: every check passes (or warns), except those of HOST_LACKS
     whose package is truly not installed."""
-    status, out, seconds = run.sh("preflight", [sys.executable, "scripts/preflight.py", "--json", "--cuda", host_cuda()])
-    checks = json.loads(out[out.index("{"):])["checks"]
+    status, out, seconds = run.sh(
+        "preflight", [sys.executable, "scripts/preflight.py", "--json", "--cuda", host_cuda()]
+    )
+    checks = json.loads(out[out.index("{") :])["checks"]
     failed = {c["id"]: c["finding"] for c in checks if c["status"] == "fail"}
     excused = {i: f for i, f in failed.items() if i in HOST_LACKS and "is not installed" in f}
     others = {i: f for i, f in failed.items() if i not in excused}
-    note = f"{len(checks) - len(failed)} of {len(checks)} pass or warn; " + (f"FAIL {others}" if others else "no other FAIL")
+    note = f"{len(checks) - len(failed)} of {len(checks)} pass or warn; " + (
+        f"FAIL {others}" if others else "no other FAIL"
+    )
     if excused:
         note += f"; the host lacks {', '.join(HOST_LACKS[i] for i in excused)}"
     run.record("preflight", not others, seconds, note)
@@ -360,10 +482,18 @@ def said(done: affected_summary.Summary | None, seconds: float) -> str:
     FlashInfer's tests' time after the build: to their end, to their last case."""
     if done is None:
         return "no summary"
-    rebuilt = f"{len(done.rebuilt)} module(s) rebuilt in {done.build_s:.1f} s" if done.build_s is not None else "nothing rebuilt"
+    rebuilt = (
+        f"{len(done.rebuilt)} module(s) rebuilt in {done.build_s:.1f} s"
+        if done.build_s is not None
+        else "nothing rebuilt"
+    )
     beyond = f"; beyond the compile {seconds - done.build_s:.1f} s" if done.build_s is not None else ""
     past = done.past_build
-    beyond += f" (FlashInfer's tests ended {past['ended_s']:.1f} s after it, their last case at {past['last_case_s']:.1f} s)" if past else ""
+    beyond += (
+        f" (FlashInfer's tests ended {past['ended_s']:.1f} s after it, their last case at {past['last_case_s']:.1f} s)"
+        if past
+        else ""
+    )
     failed = f", {len(done.failed)} failed" if done.failed else ""
     return f"{rebuilt}{beyond}; {done.verdict}{failed}"
 
@@ -377,10 +507,21 @@ def affected_round(run: Run, name: str) -> None:
         planted.restore()
         status2, done2, s2 = affected(run, name)
     named = done is not None and any(m.startswith(module) for m in done.modules)
-    ok = status == Verdict.FAILED.status and named and done.verdict == Verdict.FAILED and status2 == Verdict.PASSED.status and \
-        done2 is not None and done2.verdict == Verdict.PASSED
-    run.record(name, ok, s1 + s2, f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(done, s1)} | "
-                                 f"restore: exit {status2}, {s2:.1f} s, {said(done2, s2)}")
+    ok = (
+        status == Verdict.FAILED.status
+        and named
+        and done.verdict == Verdict.FAILED
+        and status2 == Verdict.PASSED.status
+        and done2 is not None
+        and done2.verdict == Verdict.PASSED
+    )
+    run.record(
+        name,
+        ok,
+        s1 + s2,
+        f"edit: exit {status}, {module} {'named' if named else 'NOT named'}, {s1:.1f} s, {said(done, s1)} | "
+        f"restore: exit {status2}, {s2:.1f} s, {said(done2, s2)}",
+    )
 
 
 def upstream_compare(run: Run, name: str, bug: bool) -> None:
@@ -389,7 +530,9 @@ def upstream_compare(run: Run, name: str, bug: bool) -> None:
     record = run.logs / f"{name}.summary.json"
     record.unlink(missing_ok=True)
     with plant(run, name, NORM_HEADER, NORM_LINE, NORM_BUG) if bug else nullcontext():
-        status, _, seconds = run.sh(name, [sys.executable, "scripts/upstream_tests.py", "norm", "--no-plan", "--summary", str(record)])
+        status, _, seconds = run.sh(
+            name, [sys.executable, "scripts/upstream_tests.py", "norm", "--no-plan", "--summary", str(record)]
+        )
     try:  # what upstream-tests compared, from its summary (fidev.upstream.summary), not its output
         compared = upstream_summary.read(record).compared or {}
     except Failure as failure:
@@ -399,13 +542,22 @@ def upstream_compare(run: Run, name: str, bug: bool) -> None:
     n, e = len(failing) if failing is not None else -1, len(erroring) if erroring is not None else -1
     ok = (status == 1 and n > 0 and e == 0) if bug else (status == 0 and n == 0 and e == 0)
     first = (failing or [])[:2]
-    run.record(name, ok, seconds, f"exit {status}; newly failing {n}, newly erroring {e}" + (f"; e.g. {', '.join(first)}" if first else ""))
+    run.record(
+        name,
+        ok,
+        seconds,
+        f"exit {status}; newly failing {n}, newly erroring {e}" + (f"; e.g. {', '.join(first)}" if first else ""),
+    )
 
 
 def affected_noop(run: Run) -> None:
     status, done, seconds = affected(run, "affected-noop")
-    run.record("affected-noop", status == 0 and done is not None and done.verdict == Verdict.NOTHING_CHANGED, seconds,
-               f"exit {status}; {done.verdict if done else 'no summary'}; {seconds:.1f} s")
+    run.record(
+        "affected-noop",
+        status == 0 and done is not None and done.verdict == Verdict.NOTHING_CHANGED,
+        seconds,
+        f"exit {status}; {done.verdict if done else 'no summary'}; {seconds:.1f} s",
+    )
 
 
 # The kernel source mode auto, with a prebuilt set in the tree's flashinfer/data/aot (tools/prebuilt_set.py,
@@ -415,15 +567,23 @@ def affected_noop(run: Run) -> None:
 AUTO_ROUNDS = {
     "auto-fresh": (set(), True),  # an unedited tree from an empty JIT dir: everything prebuilt
     "auto-header": ({"norm"}, False),  # the edit loop's norm.cuh bug
-    "auto-generator": ({"silu_and_mul"}, False),  # the silu generator's bug, norm.cuh restored with `cp -p` by auto-header
+    "auto-generator": (
+        {"silu_and_mul"},
+        False,
+    ),  # the silu generator's bug, norm.cuh restored with `cp -p` by auto-header
     "auto-restore": (set(), True),  # both restored with `cp -p`: prebuilt again
 }
-AUTO_BUGS = {"auto-header": (NORM_HEADER, NORM_LINE, NORM_BUG), "auto-generator": AFFECTED_EDITS["affected-generator"][:3]}
+AUTO_BUGS = {
+    "auto-header": (NORM_HEADER, NORM_LINE, NORM_BUG),
+    "auto-generator": AFFECTED_EDITS["affected-generator"][:3],
+}
 
 
 def prebuilt_set(run: Run) -> None:
     aot = run.tree / "flashinfer/data/aot"
-    status, out, seconds = run.sh("prebuilt-set", [sys.executable, "tools/prebuilt_set.py", str(run.work / "prebuilt-build"), str(aot)])
+    status, out, seconds = run.sh(
+        "prebuilt-set", [sys.executable, "tools/prebuilt_set.py", str(run.work / "prebuilt-build"), str(aot)]
+    )
     said = [line for line in out.splitlines() if line.startswith("prebuilt-set: ")]
     run.record("prebuilt-set", status == 0, seconds, said[-1][14:160] if said else f"exit {status}")
 
@@ -446,10 +606,19 @@ def auto_round(run: Run, name: str) -> None:
     want, smoke_passes = AUTO_ROUNDS[name]
     ok = s1 == 0 and set(compiled) == want and (s2 == 0) == smoke_passes
     counts = re.findall(r"^smoke: \d+ passed.*$", out2, re.M)
-    edited = [line.split(": ", 1)[1] for line in (out1 + out2).splitlines() if line.startswith(("build: from edited source", "smoke: from edited source"))]
-    run.record(name, ok, t1 + t2, f"modules compiled: {', '.join(compiled) or 'none'}; smoke exit {s2}"
-                                  f"{'; ' + counts[-1][7:90] if counts else ''}; build {t1:.1f} s + smoke {t2:.1f} s"
-                                  + (f"; {edited[0]}" if edited else ""))
+    edited = [
+        line.split(": ", 1)[1]
+        for line in (out1 + out2).splitlines()
+        if line.startswith(("build: from edited source", "smoke: from edited source"))
+    ]
+    run.record(
+        name,
+        ok,
+        t1 + t2,
+        f"modules compiled: {', '.join(compiled) or 'none'}; smoke exit {s2}"
+        f"{'; ' + counts[-1][7:90] if counts else ''}; build {t1:.1f} s + smoke {t2:.1f} s"
+        + (f"; {edited[0]}" if edited else ""),
+    )
     if name == "auto-restore":  # the other steps run without a prebuilt set, as on a host without the jit-cache
         shutil.rmtree(run.tree / "flashinfer/data/aot", ignore_errors=True)
 
@@ -457,11 +626,17 @@ def auto_round(run: Run, name: str) -> None:
 def bench_upstream(run: Run, name: str) -> None:
     """bench_upstream.py's warm-up alone (upstream-tests on its default families), or one GPU count;
     the note keeps the count lines and each file's line (the speedup is the two counts' ratio)."""
-    argv = ["scripts/upstream_tests.py", *upstream_bench.FAMILIES, "--no-plan"] if name == "bench-warm-up" else \
-        ["tools/bench_upstream.py", "--no-warm-up", "--gpus", "1" if name == "bench-1-gpu" else "2"]
+    argv = (
+        ["scripts/upstream_tests.py", *upstream_bench.FAMILIES, "--no-plan"]
+        if name == "bench-warm-up"
+        else ["tools/bench_upstream.py", "--no-warm-up", "--gpus", "1" if name == "bench-1-gpu" else "2"]
+    )
     status, out, seconds = run.sh(name, [sys.executable, *argv])
-    said = [" ".join(line.split()) for line in out.splitlines()
-            if upstream_runs.FILE_LINE.match(line) or re.match(r"\s*(\d+ GPU\(s\): |upstream-tests: \d+ passed)", line)]
+    said = [
+        " ".join(line.split())
+        for line in out.splitlines()
+        if upstream_runs.FILE_LINE.match(line) or re.match(r"\s*(\d+ GPU\(s\): |upstream-tests: \d+ passed)", line)
+    ]
     run.record(name, status == 0, seconds, f"exit {status}; " + " | ".join(said))
 
 
@@ -469,7 +644,12 @@ def planted_bugs(run: Run) -> None:
     """tools/planted_bugs.py on --planted-bugs (default all), within what is left of --time-limit;
     its result from the record it writes (fidev-planted-bugs/1), kept in logs/ beside its log."""
     record = run.logs / f"planted-bugs-{time.strftime('%H%M%S')}.json"
-    argv = ["tools/planted_bugs.py", "--record", str(record), *(["--bugs", ARGS.planted_bugs] if ARGS.planted_bugs else [])]
+    argv = [
+        "tools/planted_bugs.py",
+        "--record",
+        str(record),
+        *(["--bugs", ARGS.planted_bugs] if ARGS.planted_bugs else []),
+    ]
     if run.deadline is not None:
         argv += ["--time-limit", f"{max(1.0, run.deadline - time.perf_counter() - 5):.0f}"]
     status, _, seconds = run.sh("planted-bugs", [sys.executable, *argv])
@@ -481,12 +661,19 @@ def planted_bugs(run: Run) -> None:
     caught = [b["id"] for b in done["bugs"] if b["caught"]]
     if status == 3 and done["left"] and len(caught) == len(done["bugs"]) and not done["restored_failures"]:
         # time ran out with no failure so far: no result, so that the next part runs the bugs left
-        print(f"planted-bugs: {len(caught)} caught so far ({record.name}); left for the next part: --steps planted-bugs "
-              f"--planted-bugs {','.join(done['left'])}", flush=True)
+        print(
+            f"planted-bugs: {len(caught)} caught so far ({record.name}); left for the next part: --steps planted-bugs "
+            f"--planted-bugs {','.join(done['left'])}",
+            flush=True,
+        )
         return
-    run.record("planted-bugs", status == 0 and done["bugs"] and len(caught) == len(done["bugs"]), seconds,
-               f"exit {status}; caught {len(caught)} of {len(done['bugs'])}; survivors: {', '.join(done['survivors']) or 'none'}; "
-               f"restored trees failing: {', '.join(done['restored_failures']) or 'none'}; left: {', '.join(done['left']) or 'none'}; {record.name}")
+    run.record(
+        "planted-bugs",
+        status == 0 and done["bugs"] and len(caught) == len(done["bugs"]),
+        seconds,
+        f"exit {status}; caught {len(caught)} of {len(done['bugs'])}; survivors: {', '.join(done['survivors']) or 'none'}; "
+        f"restored trees failing: {', '.join(done['restored_failures']) or 'none'}; left: {', '.join(done['left']) or 'none'}; {record.name}",
+    )
 
 
 def steps(run: Run) -> dict:
@@ -494,7 +681,10 @@ def steps(run: Run) -> dict:
         "setup": lambda: setup(run),
         "negative-control": lambda: negative_control(run),
         "preflight": lambda: preflight(run),
-        "build-cold": lambda: (shutil.rmtree(run.base, ignore_errors=True), run.task("build-cold", ["scripts/build.py"])),
+        "build-cold": lambda: (
+            shutil.rmtree(run.base, ignore_errors=True),
+            run.task("build-cold", ["scripts/build.py"]),
+        ),
         "build-noop": lambda: run.task("build-noop", ["scripts/build.py"]),
         "import-check": lambda: run.task("import-check", ["scripts/import_check.py"]),
         "smoke": lambda: run.task("smoke", ["scripts/smoke.py"]),
@@ -502,17 +692,31 @@ def steps(run: Run) -> dict:
         "build-abi": lambda: run.task("build-abi", ["scripts/build.py", "--abi"]),
         "abi-smoke": lambda: run.task("abi-smoke", ["scripts/abi_smoke.py"]),
         # The wide tier after the abi tier, which has compiled gdn_prefill, the wide tier's longest module.
-        "build-wide": lambda: run.task("build-wide", ["scripts/build.py", "--wide", *(["--abi"] if "build-abi" in run.results else [])]),
+        "build-wide": lambda: run.task(
+            "build-wide", ["scripts/build.py", "--wide", *(["--abi"] if "build-abi" in run.results else [])]
+        ),
         "smoke-wide": lambda: run.task("smoke-wide", ["scripts/smoke.py", "--wide"]),
-        "smoke-noise-wide": lambda: run.task("smoke-noise-wide", ["tools/smoke_noise.py", "--runs", "10", "--wide", "-m", "wide"]),
+        "smoke-noise-wide": lambda: run.task(
+            "smoke-noise-wide", ["tools/smoke_noise.py", "--runs", "10", "--wide", "-m", "wide"]
+        ),
         "upstream-norm": lambda: run.task("upstream-norm", ["scripts/upstream_tests.py", "norm"]),
         "upstream-activation": lambda: run.task("upstream-activation", ["scripts/upstream_tests.py", "activation"]),
-        "upstream-quantization": lambda: run.task("upstream-quantization", ["scripts/upstream_tests.py", "quantization"]),
+        "upstream-quantization": lambda: run.task(
+            "upstream-quantization", ["scripts/upstream_tests.py", "quantization"]
+        ),
         # The tiers built before: with --abi only where build-abi ran, or it would compile gdn_prefill (342 s) here.
-        "build-after-upstream": lambda: run.task("build-after-upstream", ["scripts/build.py", *(["--abi"] if "build-abi" in run.results else []),
-                                                                               *(["--wide"] if "build-wide" in run.results else [])]),
+        "build-after-upstream": lambda: run.task(
+            "build-after-upstream",
+            [
+                "scripts/build.py",
+                *(["--abi"] if "build-abi" in run.results else []),
+                *(["--wide"] if "build-wide" in run.results else []),
+            ],
+        ),
         "edit-loop": lambda: edit_loop(run),
-        "upstream-baseline": lambda: run.task("upstream-baseline", ["scripts/upstream_tests.py", "norm", "--no-plan", "--baseline"]),
+        "upstream-baseline": lambda: run.task(
+            "upstream-baseline", ["scripts/upstream_tests.py", "norm", "--no-plan", "--baseline"]
+        ),
         "upstream-compare-bug": lambda: upstream_compare(run, "upstream-compare-bug", bug=True),
         "upstream-compare-clean": lambda: upstream_compare(run, "upstream-compare-clean", bug=False),
         "affected-noop": lambda: affected_noop(run),
@@ -526,10 +730,16 @@ def steps(run: Run) -> dict:
 
 def table(run: Run) -> str:
     lines = [("step", "result", "wall", "note")]
-    lines += [(name, r["result"], f"{r['seconds']:.1f} s", r["note"]) for step in STEPS + NAMED_ONLY for name in rows(step)
-              if (r := run.results.get(name))]
+    lines += [
+        (name, r["result"], f"{r['seconds']:.1f} s", r["note"])
+        for step in STEPS + NAMED_ONLY
+        for name in rows(step)
+        if (r := run.results.get(name))
+    ]
     widths = [max(len(line[i]) for line in lines) for i in range(3)]
-    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(line[:3], widths, strict=True)), line[3]]) for line in lines)
+    return "\n".join(
+        "  ".join([*(c.ljust(w) for c, w in zip(line[:3], widths, strict=True)), line[3]]) for line in lines
+    )
 
 
 def recorded(run: Run, step: str) -> bool:
@@ -554,18 +764,48 @@ ARGS = argparse.Namespace()
 
 def main() -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--staged", type=option(user_path), help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)")
-    parser.add_argument("--work", type=option(output_folder), default="/tmp/fidev-acceptance",  # a string: checked as a named one is
-                        help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)")
-    parser.add_argument("--toolkit", type=option(user_path), default="/usr/local/cuda", help="the host CUDA toolkit the replica is laid out from")
-    parser.add_argument("--steps", help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})")
-    parser.add_argument("--fresh", action="store_true",
-                        help="forget WORK's earlier results and builds first (what this tool made there: a WORK holding more is refused)")
-    parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="--time-limit 580")),
-                        help="seconds this part may take: no step starts that would not end in time")
+    parser.add_argument(
+        "--staged",
+        type=option(user_path),
+        help="what tools/stage_gpu_host.py staged (wheels, the source release, FlashInfer's tests)",
+    )
+    parser.add_argument(
+        "--work",
+        type=option(output_folder),
+        default="/tmp/fidev-acceptance",  # a string: checked as a named one is
+        help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)",
+    )
+    parser.add_argument(
+        "--toolkit",
+        type=option(user_path),
+        default="/usr/local/cuda",
+        help="the host CUDA toolkit the replica is laid out from",
+    )
+    parser.add_argument(
+        "--steps",
+        help=f"comma-separated, of: {', '.join(STEPS + NAMED_ONLY)} (default: all but {', '.join(NAMED_ONLY)})",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget WORK's earlier results and builds first (what this tool made there: a WORK holding more is refused)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=option(numbers.decimal_number(example="--time-limit 580")),
+        help="seconds this part may take: no step starts that would not end in time",
+    )
     parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
-    parser.add_argument("--planted-bugs", metavar="ID,...", help="the planted-bugs step's bugs (tools/planted_bugs.py --bugs; default all)")
-    parser.add_argument("--list-steps", action="store_true", help="print each step and the seconds it is expected to take, as JSON; run nothing")
+    parser.add_argument(
+        "--planted-bugs",
+        metavar="ID,...",
+        help="the planted-bugs step's bugs (tools/planted_bugs.py --bugs; default all)",
+    )
+    parser.add_argument(
+        "--list-steps",
+        action="store_true",
+        help="print each step and the seconds it is expected to take, as JSON; run nothing",
+    )
     global ARGS
     ARGS = parser.parse_args()
     if ARGS.list_steps:
@@ -575,12 +815,16 @@ def main() -> int:
     unknown = [s for s in chosen if s not in STEPS + NAMED_ONLY]
     if unknown:
         within = [f"{s} is a row of {step}" for s in unknown for step, names in ROWS.items() if s in names]
-        parser.error(f"unknown step(s) {unknown}{' (' + '; '.join(within) + ')' if within else ''}\n"
-                     f"name them from: {', '.join(STEPS + NAMED_ONLY)}")
+        parser.error(
+            f"unknown step(s) {unknown}{' (' + '; '.join(within) + ')' if within else ''}\n"
+            f"name them from: {', '.join(STEPS + NAMED_ONLY)}"
+        )
     if ARGS.fresh:
         fresh(ARGS.work, ARGS.staged)
     ARGS.work.mkdir(parents=True, exist_ok=True)
-    replaceable(ARGS.work / "results.json")  # written after each step: a FIFO or a folder there is refused before the first
+    replaceable(
+        ARGS.work / "results.json"
+    )  # written after each step: a FIFO or a folder there is refused before the first
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
     named = chosen
     if ARGS.resume:
@@ -598,8 +842,10 @@ def main() -> int:
         if name in ROWS:  # its rows are one result: a part stopped midway leaves none of them, not a mix of two runs'
             run.forget(ROWS[name])
         todo[name]()
-    ran = chosen[:len(chosen) - len(left)]
-    left = [name for name in ran if not recorded(run, name)] + left  # one that kept no result: planted-bugs with no time for a bug
+    ran = chosen[: len(chosen) - len(left)]
+    left = [
+        name for name in ran if not recorded(run, name)
+    ] + left  # one that kept no result: planted-bugs with no time for a bug
     print("\n" + table(run))
     if left:  # said last, after the table: what the next part runs
         print(f"\nnot started, past --time-limit {ARGS.time_limit or 0:.0f} s: --steps {','.join(left)}")
@@ -613,7 +859,9 @@ def part_status(run: Run, named: list[str], ran: list[str]) -> int:
     failed = [row for name in named for row in rows(name) if run.results.get(row, {}).get("result") != "pass"]
     earlier = [row for name in named if name not in ran for row in rows(name) if row in failed]
     if earlier:
-        print(f"\nfailed in an earlier part (--resume leaves out the steps WORK has a result for): {', '.join(earlier)}")
+        print(
+            f"\nfailed in an earlier part (--resume leaves out the steps WORK has a result for): {', '.join(earlier)}"
+        )
     return 1 if failed else 0
 
 

@@ -51,7 +51,12 @@ from fidev.tree import edits, release_reference  # noqa: E402
 from fidev.tree import families as kernel_families  # noqa: E402
 
 RECORD_SCHEMA = edits.PLANTED_BUGS_SCHEMA
-KINDS = {"include/": "header", "csrc/": "csrc", "flashinfer/jit/": "generator", "flashinfer/": "wrapper"}  # first match wins
+KINDS = {
+    "include/": "header",
+    "csrc/": "csrc",
+    "flashinfer/jit/": "generator",
+    "flashinfer/": "wrapper",
+}  # first match wins
 BUG_S = 240.0  # what --time-limit expects of a bug (both affected runs) before one has run here
 STOP_S = 60  # how long a stopped affected has to end its builds and tests before it is killed
 
@@ -72,111 +77,216 @@ class Bug:
 
 
 BUGS = [
-    Bug("norm-fused-add-offset", "norm", "include/flashinfer/norm.cuh", "FusedAddRMSNormKernel",
+    Bug(
+        "norm-fused-add-offset",
+        "norm",
+        "include/flashinfer/norm.cuh",
+        "FusedAddRMSNormKernel",
         "input_vec[j] = x_vec[j] * rms_rcp * (weight_bias + float(weight_vec[j]));",
         "input_vec[j] = x_vec[j] * rms_rcp * (weight_bias + float(weight_vec[j])) + 0.01f;",
-        "additive offset 0.01 on every output: 10x the tests' atol, ~20x fp16's half-ulp at |y| = 1"),
-    Bug("norm-last-row-unwritten", "norm", "csrc/norm.cu", "rmsnorm",
+        "additive offset 0.01 on every output: 10x the tests' atol, ~20x fp16's half-ulp at |y| = 1",
+    ),
+    Bug(
+        "norm-last-row-unwritten",
+        "norm",
+        "csrc/norm.cu",
+        "rmsnorm",
         "          static_cast<c_type*>(output.data_ptr()), batch_size, hidden_size, input.stride(0),",
         "          static_cast<c_type*>(output.data_ptr()), batch_size - 1, hidden_size, input.stride(0),",
         "tail only: the batch's last row never written (a batch of 1: no block launched); the row is whatever "
-        "the output held, not a rounding matter"),
-    Bug("silu-below-one", "activation", "flashinfer/jit/activation.py", "silu_def_cu_str",
+        "the output held, not a rounding matter",
+    ),
+    Bug(
+        "silu-below-one",
+        "activation",
+        "flashinfer/jit/activation.py",
+        "silu_def_cu_str",
         "return val / (1.0f + __expf(-val));",
         "return (fabsf(val) < 1.0f ? 1.02f : 1.0f) * val / (1.0f + __expf(-val));",
-        "only where |x| < 1: 2% of silu(x) there (~40x fp16's half-ulp, 20x the tests' rtol), exact elsewhere"),
-    Bug("gelu-tanh-cubic-dropped", "activation", "flashinfer/jit/activation.py", "gelu_def_tanh_cu_str",
+        "only where |x| < 1: 2% of silu(x) there (~40x fp16's half-ulp, 20x the tests' rtol), exact elsewhere",
+    ),
+    Bug(
+        "gelu-tanh-cubic-dropped",
+        "activation",
+        "flashinfer/jit/activation.py",
+        "gelu_def_tanh_cu_str",
         "0.5f * (1.0f + math::tanh((0.7978845608028654f * (val + 0.044715f * val * val * val))));",
         "0.5f * (1.0f + math::tanh((0.7978845608028654f * (val))));",
         "a dropped term (0.044715 x^3): 0 at x = 0, 0.3% at |x| = 0.5, 1.2% at 1, 1.8% at 1.5 of gelu_tanh(x): "
-        "up to ~35x fp16's half-ulp, 18x the tests' rtol"),
-    Bug("act-small-to-zero", "activation", "include/flashinfer/activation.cuh", "act_and_mul_kernel",
+        "up to ~35x fp16's half-ulp, 18x the tests' rtol",
+    ),
+    Bug(
+        "act-small-to-zero",
+        "activation",
+        "include/flashinfer/activation.cuh",
+        "act_and_mul_kernel",
         "out_vec[i] = Activation(x_vec[i]) * y_vec[i];",
         "out_vec[i] = fabsf(Activation(x_vec[i]) * y_vec[i]) < 0.05f ? 0.f : Activation(x_vec[i]) * y_vec[i];",
         "small values written as 0: outputs below 0.05 in magnitude become 0, an error of the whole value (2048x its "
-        "fp16 half-ulp; up to 50x the tests' atol), larger ones exact"),
-    Bug("softmax-scale", "sampling", "include/flashinfer/sampling.cuh", "OnlineSoftmaxFusedKernel",
+        "fp16 half-ulp; up to 50x the tests' atol), larger ones exact",
+    ),
+    Bug(
+        "softmax-scale",
+        "sampling",
+        "include/flashinfer/sampling.cuh",
+        "OnlineSoftmaxFusedKernel",
         "const float inv_denominator = 1.0f / running_denominator;",
         "const float inv_denominator = 1.01f / running_denominator;",
         "1% of every probability (rows sum to 1.01): ~20x fp16's half-ulp; test_softmax's atol is 1e-5, "
-        "so every probability above 1e-3 is out"),
-    Bug("top-p-threshold", "sampling", "csrc/renorm.cu", "top_p_renorm_probs",
+        "so every probability above 1e-3 is out",
+    ),
+    Bug(
+        "top-p-threshold",
+        "sampling",
+        "csrc/renorm.cu",
+        "top_p_renorm_probs",
         "top_p_val, vocab_size, stream);",
         "top_p_val * 0.9, vocab_size, stream);",
         "the top-p threshold 10% low: up to 10% of the kept mass dropped and the rest ~10% larger (~200x "
-        "fp16's half-ulp), out of the tests' atol (1e-3) where kept probabilities are above ~1e-2"),
-    Bug("topk-last-unwritten", "topk", "csrc/topk.cu", "radix_topk",
+        "fp16's half-ulp), out of the tests' atol (1e-3) where kept probabilities are above ~1e-2",
+    ),
+    Bug(
+        "topk-last-unwritten",
+        "topk",
+        "csrc/topk.cu",
+        "radix_topk",
         "static_cast<c_type*>(output_values.data_ptr()), batch_size, static_cast<uint32_t>(top_k), d,",
         "static_cast<c_type*>(output_values.data_ptr()), batch_size, static_cast<uint32_t>(top_k) - 1, d,",
         "tail only: the last of each row's k values and indices never written (an index out of range or a "
-        "wrong value, not a rounding matter)"),
-    Bug("page-last-token-dropped", "page", "csrc/page.cu", "append_paged_kv_cache",
+        "wrong value, not a rounding matter)",
+    ),
+    Bug(
+        "page-last-token-dropped",
+        "page",
+        "csrc/page.cu",
+        "append_paged_kv_cache",
         "static_cast<int32_t*>(positions.data_ptr()), nnz, append_k_stride_n,",
         "static_cast<int32_t*>(positions.data_ptr()), nnz - 1, append_k_stride_n,",
-        "tail only: the last appended token's K and V never written (whole vectors wrong, not a rounding matter)"),
-    Bug("rope-theta", "rope", "csrc/rope.cu", "apply_rope",
+        "tail only: the last appended token's K and V never written (whole vectors wrong, not a rounding matter)",
+    ),
+    Bug(
+        "rope-theta",
+        "rope",
+        "csrc/rope.cu",
+        "apply_rope",
         "k_rope_stride_h, interleave, rope_scale, rope_theta, stream);",
         "k_rope_stride_h, interleave, rope_scale, rope_theta * 1.05, stream);",
         "rope_theta 5% high: exact at position 0, an angle error growing with the position (up to ~0.03 rad "
-        "at 15, ~0.2 rad at 100: 60x to 400x fp16's half-ulp of |x|)"),
-    Bug("packbits-last-byte", "quantization", "include/flashinfer/quantization.cuh", "PackBitsKernel",
+        "at 15, ~0.2 rad at 100: 60x to 400x fp16's half-ulp of |x|)",
+    ),
+    Bug(
+        "packbits-last-byte",
+        "quantization",
+        "include/flashinfer/quantization.cuh",
+        "PackBitsKernel",
         "if (start_offset + tx * 8 < num_elements) output[start_offset / 8 + tx] = ret;",
         "if (start_offset + tx * 8 + 8 < num_elements) output[start_offset / 8 + tx] = ret;",
-        "tail only: the output's last byte never written (bits are exact or wrong: no rounding)"),
-    Bug("packbits-last-bit", "quantization", "csrc/quantization.cu", "packbits",
+        "tail only: the output's last byte never written (bits are exact or wrong: no rounding)",
+    ),
+    Bug(
+        "packbits-last-bit",
+        "quantization",
+        "csrc/quantization.cu",
+        "packbits",
         "int64_t num_elements = x.numel();",
         "int64_t num_elements = x.numel() - 1;",
         "tail only: the last input read as False: the last byte wrong wherever the last element is True "
-        "(bits are exact or wrong: no rounding)"),
-    Bug("decode-output-offset", "decode", "include/flashinfer/attention/decode.cuh", "BatchDecodeWithPagedKVCacheDevice",
+        "(bits are exact or wrong: no rounding)",
+    ),
+    Bug(
+        "decode-output-offset",
+        "decode",
+        "include/flashinfer/attention/decode.cuh",
+        "BatchDecodeWithPagedKVCacheDevice",
         "st.o[i] = variant.OutputTransform(params, st.o[i], bx, /*qo_idx=*/0, qo_head_idx, st.m, st.d,",
         "st.o[i] = 0.01f + variant.OutputTransform(params, st.o[i], bx, /*qo_idx=*/0, qo_head_idx, st.m, st.d,",
         "additive offset 0.01 on every output (split-KV partials merge to the same +0.01): 10x the tests' atol, "
-        "~20x fp16's half-ulp at |o| = 1, more for smaller o"),
-    Bug("decode-last-head-unwritten", "decode", "include/flashinfer/attention/decode.cuh", "BatchDecodeWithPagedKVCacheDevice",
+        "~20x fp16's half-ulp at |o| = 1, more for smaller o",
+    ),
+    Bug(
+        "decode-last-head-unwritten",
+        "decode",
+        "include/flashinfer/attention/decode.cuh",
+        "BatchDecodeWithPagedKVCacheDevice",
         "st.o.cast_store(o + (bx * num_qo_heads + qo_head_idx) * head_dim + tx * vec_size);",
         "if (qo_head_idx + 1 < num_qo_heads) st.o.cast_store(o + (bx * num_qo_heads + qo_head_idx) * head_dim + tx * vec_size);",
         "tail only: the last query head's output (a split-KV partial too) never written: it is what the buffer held "
-        "(torch.empty, smoke's NaN), not a rounding matter; every other head exact"),
-    Bug("prefill-causal-diagonal", "single_prefill", "include/flashinfer/attention/prefill.cuh", "logits_mask",
+        "(torch.empty, smoke's NaN), not a rounding matter; every other head exact",
+    ),
+    Bug(
+        "prefill-causal-diagonal",
+        "single_prefill",
+        "include/flashinfer/attention/prefill.cuh",
+        "logits_mask",
         "? (kv_idx + qo_len > kv_len + q_idx || (kv_idx >= chunk_end))",
         "? (kv_idx + qo_len >= kv_len + q_idx || (kv_idx >= chunk_end))",
         "causal only: each query's own key (the diagonal) masked, ~1/(keys it sees) of its row's weight: ~1e-2 at "
         "hundreds of keys (10x the tests' atol, ~20x fp16's half-ulp), more in short rows; where qo_len = kv_len the first "
-        "row sees no key at all"),
-    Bug("hopper-rescale-unscaled", "hopper", "include/flashinfer/attention/hopper/attention_updater.cuh", "OnlineSoftmax::update",
+        "row sees no key at all",
+    ),
+    Bug(
+        "hopper-rescale-unscaled",
+        "hopper",
+        "include/flashinfer/attention/hopper/attention_updater.cuh",
+        "OnlineSoftmax::update",
         "scores_scale(mi) = exp2f((scores_max_prev(mi) - scores_max_cur) * sm_scale_log2);",
         "scores_scale(mi) = exp2f((scores_max_prev(mi) - scores_max_cur));",
         "only where a row spans more than one KV tile (CTA_KV 128 at head dim 64) and its running max grows: the earlier "
         "tiles rescaled without sm_scale*log2e (2^-8 for a raw gain of 8, not ~0.5), most of their weight lost: "
-        "O(1) relative error, >1000x fp16's half-ulp; exact within one tile (test_hopper's seq_len 11 and 99)"),
-    Bug("cascade-other-lse-head0", "cascade", "include/flashinfer/attention/cascade.cuh", "MergeStateInPlaceKernel",
+        "O(1) relative error, >1000x fp16's half-ulp; exact within one tile (test_hopper's seq_len 11 and 99)",
+    ),
+    Bug(
+        "cascade-other-lse-head0",
+        "cascade",
+        "include/flashinfer/attention/cascade.cuh",
+        "MergeStateInPlaceKernel",
         "float s_other_val = s_other[pos * num_heads + head_idx];",
         "float s_other_val = s_other[pos * num_heads];",
         "only heads other than 0: merged with head 0's LSE of the other state, weights off by 2^(the heads' LSE gap, "
-        "~0.25 at 128 keys): errors ~1e-2 (10x the tests' atol, ~20x fp16's half-ulp); head 0 exact"),
-    Bug("page-k-never-written", "page", "include/flashinfer/page.cuh", "AppendPagedKVCacheKernel",
+        "~0.25 at 128 keys): errors ~1e-2 (10x the tests' atol, ~20x fp16's half-ulp); head 0 exact",
+    ),
+    Bug(
+        "page-k-never-written",
+        "page",
+        "include/flashinfer/page.cuh",
+        "AppendPagedKVCacheKernel",
         "    DType* k_ptr = paged_kv.get_k_ptr(page_iter, head_idx, entry_idx, tx * vec_size);",
         "    DType* k_ptr = paged_kv.get_v_ptr(page_iter, head_idx, entry_idx, tx * vec_size);",
         "K dropped: the K copy goes to V's slot, which the V copy overwrites, so the cache keeps its old K (zeros, "
-        "smoke's NaN) and V is exact: whole vectors wrong, not a rounding matter"),
-    Bug("mask-last-key", "single_prefill", "include/flashinfer/attention/variants.cuh", "DefaultAttention (LogitsMask)",
+        "smoke's NaN) and V is exact: whole vectors wrong, not a rounding matter",
+    ),
+    Bug(
+        "mask-last-key",
+        "single_prefill",
+        "include/flashinfer/attention/variants.cuh",
+        "DefaultAttention (LogitsMask)",
         "bool mask = true;",
         "bool mask = kv_idx + 1 < kv_len;",
         "only the last key of each request masked (fa2 prefill and decode): ~1/kv_len of a row's weight, errors up to "
         "~1e-2 at hundreds of keys (10x the tests' atol, ~20x fp16's half-ulp), shrinking as rows grow; in causal "
-        "prefill only the last query row sees that key"),
-    Bug("decode-wrapper-scale-no-sqrt", "decode", "flashinfer/decode.py", "BatchDecodeWithPagedKVCacheWrapper.run",
+        "prefill only the last query row sees that key",
+    ),
+    Bug(
+        "decode-wrapper-scale-no-sqrt",
+        "decode",
+        "flashinfer/decode.py",
+        "BatchDecodeWithPagedKVCacheWrapper.run",
         "            sm_scale = 1.0 / math.sqrt(head_dim)",
         "            sm_scale = 1.0 / head_dim",
         "the default sm_scale 1/head_dim, not 1/sqrt(head_dim) (11x too small at 128): attention nearly uniform, "
-        "outputs off by O(|o|) (~0.1: 100x the tests' atol, ~200x fp16's half-ulp); only where plan() got no sm_scale"),
-    Bug("single-prefill-causal-square-only", "single_prefill", "flashinfer/prefill.py", "single_prefill_with_kv_cache",
+        "outputs off by O(|o|) (~0.1: 100x the tests' atol, ~200x fp16's half-ulp); only where plan() got no sm_scale",
+    ),
+    Bug(
+        "single-prefill-causal-square-only",
+        "single_prefill",
+        "flashinfer/prefill.py",
+        "single_prefill_with_kv_cache",
         "        if causal:",
         "        if causal and q.size(0) == k.size(0):",
         "only causal calls with qo_len != kv_len: run unmasked, query i of qo_len sees qo_len - 1 - i later keys "
         "(~7% of the first row's weight at 37 of 501): errors 1e-2 to 1e-1, far past the tests' atol and fp16's "
-        "half-ulp; the last row, square and non-causal calls exact"),
+        "half-ulp; the last row, square and non-causal calls exact",
+    ),
 ]
 BY_ID = {bug.id: bug for bug in BUGS}
 
@@ -193,27 +303,36 @@ def check_lines(tree: Path, chosen: list[Bug]) -> None:
         try:
             count = path.read_text().count(bug.line)
         except OSError as e:
-            raise Failure(f"{bug.id}: {path} cannot be read ({e.strerror or e})",
-                          "get the pinned FlashInfer source (README: First, the FlashInfer source), then run this again") from None
+            raise Failure(
+                f"{bug.id}: {path} cannot be read ({e.strerror or e})",
+                "get the pinned FlashInfer source (README: First, the FlashInfer source), then run this again",
+            ) from None
         if count != 1:
             said = "lacks" if count == 0 else f"has {count} copies of"
-            raise Failure(f"{bug.id}: {bug.file} {said} the line its bug replaces ({bug.symbol}, FlashInfer v0.6.3): {bug.line.strip()[:80]}",
-                          "restore the tree to the pinned release (git checkout -- FILE in the tree, or fetch the source again), "
-                          "or leave the bug out with --bugs")
+            raise Failure(
+                f"{bug.id}: {bug.file} {said} the line its bug replaces ({bug.symbol}, FlashInfer v0.6.3): {bug.line.strip()[:80]}",
+                "restore the tree to the pinned release (git checkout -- FILE in the tree, or fetch the source again), "
+                "or leave the bug out with --bugs",
+            )
 
 
 def check_unedited(tree: Path) -> None:
     """No edit of the tree's own in what the bugs' modules compile or generate, or in the package's Python
     wrappers (fidev.tree.release_reference, against the pinned release or commit): each affected run would build
     or call it with the bug. The install's own flashinfer/_build_meta.py is none (build_records.BUILD_META)."""
-    edited = [rel for rel in release_reference.edited_files(tree, pins())
-              if rel.startswith(tuple(KINDS)) and rel != build_records.BUILD_META]
+    edited = [
+        rel
+        for rel in release_reference.edited_files(tree, pins())
+        if rel.startswith(tuple(KINDS)) and rel != build_records.BUILD_META
+    ]
     if edited:
         more = f" and {len(edited) - 3} more" if len(edited) > 3 else ""
-        raise Failure(f"the tree has edits of its own in what the bugs' modules compile: {', '.join(edited[:3])}{more}; "
-                      "every affected run would build them in with the bug, and its verdict would be theirs too",
-                      "set them aside (git -C TREE stash in a checkout) or restore the pinned release "
-                      "(python scripts/fetch_flashinfer_source.py --replace), then run this again")
+        raise Failure(
+            f"the tree has edits of its own in what the bugs' modules compile: {', '.join(edited[:3])}{more}; "
+            "every affected run would build them in with the bug, and its verdict would be theirs too",
+            "set them aside (git -C TREE stash in a checkout) or restore the pinned release "
+            "(python scripts/fetch_flashinfer_source.py --replace), then run this again",
+        )
 
 
 def affected(summary: Path) -> tuple[affected_summary.Summary | None, str | None, float]:
@@ -221,8 +340,13 @@ def affected(summary: Path) -> tuple[affected_summary.Summary | None, str | None
     its wall seconds). Stopped with SIGTERM, then killed after STOP_S, when this run is interrupted."""
     summary.unlink(missing_ok=True)
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "scripts/affected.py", "--summary", str(summary)], cwd=ROOT,
-                            stdout=sys.stderr, stderr=sys.stderr, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "scripts/affected.py", "--summary", str(summary)],
+        cwd=ROOT,
+        stdout=sys.stderr,
+        stderr=sys.stderr,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         proc.wait()
     except BaseException:  # Ctrl-C, SIGTERM: affected stops what it started, then the file is restored
@@ -298,17 +422,31 @@ def outcome(done: affected_summary.Summary | None, why: str | None, seconds: flo
     if done is None:
         return {"verdict": "no summary", "status": None, "problem": why, "seconds": round(seconds, 1)}
     past = done.past_build or {}
-    return {"verdict": done.verdict, "status": done.status, "first_failure_s": past.get("first_failure_s"), "build_s": done.build_s,
-            "seconds": round(seconds, 1), "summary_seconds": done.seconds, "rebuilt": done.rebuilt, "modules": sorted(done.modules),
-            "tests": len(done.tests), "failed": done.failed, "caught_by": caught_by(done), "problem": done.problem,
-            "compiled": done.compiled, "compiled_twice": done.compiled_twice}
+    return {
+        "verdict": done.verdict,
+        "status": done.status,
+        "first_failure_s": past.get("first_failure_s"),
+        "build_s": done.build_s,
+        "seconds": round(seconds, 1),
+        "summary_seconds": done.seconds,
+        "rebuilt": done.rebuilt,
+        "modules": sorted(done.modules),
+        "tests": len(done.tests),
+        "failed": done.failed,
+        "caught_by": caught_by(done),
+        "problem": done.problem,
+        "compiled": done.compiled,
+        "compiled_twice": done.compiled_twice,
+    }
 
 
 def run_bug(tree: Path, bug: Bug, scratch: Path) -> dict:
     """Plant the bug, `affected`; restore the file (cp -p), `affected` again, which must pass."""
     path = tree / bug.file
     print(f"\n=== planted_bugs: {bug.id}: {bug.file} ({bug.symbol})", file=sys.stderr, flush=True)
-    with edits.planted(tree, path, lambda text: text.replace(bug.line, bug.bug, 1), f"planted_bugs {bug.id}") as planted:
+    with edits.planted(
+        tree, path, lambda text: text.replace(bug.line, bug.bug, 1), f"planted_bugs {bug.id}"
+    ) as planted:
         done, why, seconds = affected(scratch / f"{bug.id}.json")
         planted.restore()
         print(f"\n=== planted_bugs: {bug.id}: restored (cp -p)", file=sys.stderr, flush=True)
@@ -316,10 +454,18 @@ def run_bug(tree: Path, bug: Bug, scratch: Path) -> dict:
     restored = outcome(again, why_again, seconds_again)
     restored["passes"] = restored_passes(done, again)
     if again is not None and again.verdict == Verdict.NOTHING_CHANGED and not restored["passes"]:
-        restored["problem"] = "the restore of a file whose tests failed was no change to affected: they did not run again"
+        restored["problem"] = (
+            "the restore of a file whose tests failed was no change to affected: they did not run again"
+        )
     reason = survived_because(bug, done, why)
-    return {**asdict(bug), "kind": bug.kind, "planted": outcome(done, why, seconds), "caught": reason is None, "survived_because": reason,
-            "restored": restored}
+    return {
+        **asdict(bug),
+        "kind": bug.kind,
+        "planted": outcome(done, why, seconds),
+        "caught": reason is None,
+        "survived_because": reason,
+        "restored": restored,
+    }
 
 
 def restored_passes(done: affected_summary.Summary | None, again: affected_summary.Summary | None) -> bool:
@@ -328,7 +474,9 @@ def restored_passes(done: affected_summary.Summary | None, again: affected_summa
     tests that failed must run again on the restored file."""
     if again is None or again.status != 0:
         return False
-    return again.verdict == Verdict.PASSED or (again.verdict == Verdict.NOTHING_CHANGED and not (done is not None and done.verdict == Verdict.FAILED))
+    return again.verdict == Verdict.PASSED or (
+        again.verdict == Verdict.NOTHING_CHANGED and not (done is not None and done.verdict == Verdict.FAILED)
+    )
 
 
 def seconds_cell(value) -> str:
@@ -340,22 +488,51 @@ def compiled_cell(planted: dict, restored: dict) -> str:
     if "compiled" not in planted or "compiled" not in restored:
         return "-"
     twice = sorted({*planted["compiled_twice"], *restored["compiled_twice"]})
-    return f"{len(planted['compiled'])}, {len(restored['compiled'])}" + (f"; twice: {', '.join(twice)}" if twice else "; each once")
+    return f"{len(planted['compiled'])}, {len(restored['compiled'])}" + (
+        f"; twice: {', '.join(twice)}" if twice else "; each once"
+    )
 
 
 def table(results: list[dict]) -> str:
     """The Markdown table, a row per bug run."""
-    head = ["id", "family", "file kind", "file", "size vs fp16 rounding", "verdict", "exit", "first failure s", "compile s", "total s",
-            "caught by", "restored tree passes", "restore s", "modules compiled (edit, restore)"]
+    head = [
+        "id",
+        "family",
+        "file kind",
+        "file",
+        "size vs fp16 rounding",
+        "verdict",
+        "exit",
+        "first failure s",
+        "compile s",
+        "total s",
+        "caught by",
+        "restored tree passes",
+        "restore s",
+        "modules compiled (edit, restore)",
+    ]
     rows = [head, ["---"] * len(head)]
     for r in results:
         p, back = r["planted"], r["restored"]
         first = p.get("first_failure_s")
-        rows.append([r["id"], r["family"], r["kind"], f"`{r['file']}` ({r['symbol']})", r["size"], p["verdict"], str(p["status"]),
-                     "not recorded" if first is None else seconds_cell(first), seconds_cell(p.get("build_s")), seconds_cell(p["seconds"]),
-                     p.get("caught_by", "-") if r["caught"] else "NOT CAUGHT",
-                     "yes" if back["passes"] else f"NO (exit {back['status']}, {back['verdict']})", seconds_cell(back["seconds"]),
-                     compiled_cell(p, back)])
+        rows.append(
+            [
+                r["id"],
+                r["family"],
+                r["kind"],
+                f"`{r['file']}` ({r['symbol']})",
+                r["size"],
+                p["verdict"],
+                str(p["status"]),
+                "not recorded" if first is None else seconds_cell(first),
+                seconds_cell(p.get("build_s")),
+                seconds_cell(p["seconds"]),
+                p.get("caught_by", "-") if r["caught"] else "NOT CAUGHT",
+                "yes" if back["passes"] else f"NO (exit {back['status']}, {back['verdict']})",
+                seconds_cell(back["seconds"]),
+                compiled_cell(p, back),
+            ]
+        )
     return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows)
 
 
@@ -363,13 +540,19 @@ def report(results: list[dict], left: list[str], limit: float | None) -> int:
     """The table, the survivors and the restored trees that failed, what was left; the exit status."""
     print(table(results))
     survivors = [r for r in results if not r["caught"]]
-    print(f"\nSURVIVORS: {len(survivors)} of {len(results)}" + ("" if survivors else " (affected failed every bug planted)"))
+    print(
+        f"\nSURVIVORS: {len(survivors)} of {len(results)}"
+        + ("" if survivors else " (affected failed every bug planted)")
+    )
     for r in survivors:
         print(f"- {r['id']} ({r['family']}, {r['file']}): {r['survived_because']}")
     broken = [r for r in results if not r["restored"]["passes"]]
     for r in broken:
         back = r["restored"]
-        print(f"restored tree did not pass after {r['id']}: exit {back['status']}, {back['verdict']}" + (f": {back['problem']}" if back.get("problem") else ""))
+        print(
+            f"restored tree did not pass after {r['id']}: exit {back['status']}, {back['verdict']}"
+            + (f": {back['problem']}" if back.get("problem") else "")
+        )
     if left:
         print(f"\nnot started, past --time-limit {limit:.0f} s: --bugs {','.join(left)}")
     if survivors or broken:
@@ -378,9 +561,20 @@ def report(results: list[dict], left: list[str], limit: float | None) -> int:
 
 
 def record(path: Path, results: list[dict], left: list[str], complete: bool) -> None:
-    write_whole(path, json.dumps({"schema": RECORD_SCHEMA, "complete": complete, "bugs": results, "left": left,
-                                  "survivors": [r["id"] for r in results if not r["caught"]],
-                                  "restored_failures": [r["id"] for r in results if not r["restored"]["passes"]]}, indent=1))
+    write_whole(
+        path,
+        json.dumps(
+            {
+                "schema": RECORD_SCHEMA,
+                "complete": complete,
+                "bugs": results,
+                "left": left,
+                "survivors": [r["id"] for r in results if not r["caught"]],
+                "restored_failures": [r["id"] for r in results if not r["restored"]["passes"]],
+            },
+            indent=1,
+        ),
+    )
 
 
 def chosen_bugs(text: str | None) -> list[Bug]:
@@ -389,20 +583,33 @@ def chosen_bugs(text: str | None) -> list[Bug]:
     ids = [i.strip() for i in text.split(",") if i.strip()]
     unknown = [i for i in ids if i not in BY_ID]
     if unknown or not ids:
-        raise Failure(f"--bugs names no bug {', '.join(unknown) or '(empty)'}", f"name them from: {', '.join(BY_ID)} (--list shows each)",
-                      exit_status=2)
+        raise Failure(
+            f"--bugs names no bug {', '.join(unknown) or '(empty)'}",
+            f"name them from: {', '.join(BY_ID)} (--list shows each)",
+            exit_status=2,
+        )
     return [BY_ID[i] for i in dict.fromkeys(ids)]
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--bugs", metavar="ID,...", help="comma-separated bug ids, of --list (default: all)")
     parser.add_argument("--list", action="store_true", help="print the bug table as JSON; run nothing")
-    parser.add_argument("--time-limit", type=option(numbers.decimal_number(example="--time-limit 580")),
-                        help=f"seconds this run may take: no bug starts that would not end in time (by the longest bug so far, else {BUG_S:.0f} s)")
-    parser.add_argument("--record", type=option(output_file), metavar="FILE",
-                        help=f"also write the results to FILE as JSON ({RECORD_SCHEMA}); checked before any bug is planted")
+    parser.add_argument(
+        "--time-limit",
+        type=option(numbers.decimal_number(example="--time-limit 580")),
+        help=f"seconds this run may take: no bug starts that would not end in time (by the longest bug so far, else {BUG_S:.0f} s)",
+    )
+    parser.add_argument(
+        "--record",
+        type=option(output_file),
+        metavar="FILE",
+        help=f"also write the results to FILE as JSON ({RECORD_SCHEMA}); checked before any bug is planted",
+    )
     args = parser.parse_args()
     if args.list:
         print(listing())
@@ -421,7 +628,10 @@ def main() -> int:
                     left = [b.id for b in chosen[i:]]
                     break
                 results.append(run_bug(tree, bug, Path(scratch)))
-                longest = max(longest if results[1:] else 0.0, results[-1]["planted"]["seconds"] + results[-1]["restored"]["seconds"])
+                longest = max(
+                    longest if results[1:] else 0.0,
+                    results[-1]["planted"]["seconds"] + results[-1]["restored"]["seconds"],
+                )
         complete = True
     finally:
         if args.record:

@@ -31,11 +31,20 @@ from fidev.jit.flashinfer_import import import_flashinfer  # noqa: E402
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     # both checked before the build, which takes minutes: a folder, or a path where nothing is yet, that can be written in
-    parser.add_argument("build_dir", type=option(output_folder), help="where FlashInfer's JIT dirs point while the modules compile")
-    parser.add_argument("out_dir", type=option(output_folder), help="where each module's <name>/<name>.so is copied: the prebuilt module set")
+    parser.add_argument(
+        "build_dir", type=option(output_folder), help="where FlashInfer's JIT dirs point while the modules compile"
+    )
+    parser.add_argument(
+        "out_dir",
+        type=option(output_folder),
+        help="where each module's <name>/<name>.so is copied: the prebuilt module set",
+    )
     args = parser.parse_args()
     os.environ[kernel_source.ENV] = kernel_source.VENDORED  # for what FlashInfer's own build starts too
     import_flashinfer(kernel_source.VENDORED)  # the mode applied first; two lines where flashinfer cannot be imported
@@ -54,8 +63,10 @@ def main() -> int:
     started = time.perf_counter()
     core.build_jit_specs(specs, verbose=False, skip_prebuilt=False)
     copy_built_kernels(specs, args.out_dir.resolve())
-    print(f"prebuilt-set: {len(specs)} modules ({', '.join(s.name for s in specs)}) built in {time.perf_counter() - started:.1f} s "
-          f"and copied to {args.out_dir}")
+    print(
+        f"prebuilt-set: {len(specs)} modules ({', '.join(s.name for s in specs)}) built in {time.perf_counter() - started:.1f} s "
+        f"and copied to {args.out_dir}"
+    )
     return 0
 
 

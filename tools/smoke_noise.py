@@ -32,11 +32,20 @@ MIN_MARGIN_OF = {("gdn_state", "bfloat16"): 1.2}
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=option(numbers.whole_number(example="--runs 20")), default=20,
-                        help="runs of the suite, each with fresh random inputs (default 20)")
-    parser.add_argument("--suite", choices=["smoke", "abi_smoke"], default="smoke", help="the suite to run: %(choices)s (default smoke)")
+    parser = ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--runs",
+        type=option(numbers.whole_number(example="--runs 20")),
+        default=20,
+        help="runs of the suite, each with fresh random inputs (default 20)",
+    )
+    parser.add_argument(
+        "--suite", choices=["smoke", "abi_smoke"], default="smoke", help="the suite to run: %(choices)s (default smoke)"
+    )
     args, pytest_args = parser.parse_known_args()
     failed_runs, mode = 0, kernel_source.mode()
     for _ in range(args.runs):
@@ -51,16 +60,29 @@ def main() -> int:
         used.setdefault((kernel, dtype), []).append(share)
     rows, short = [("kernel", "dtype", "checks", "median share", "worst share", "rtol, atol", "margin")], []
     for (kernel, dtype), shares in sorted(used.items()):
-        rtol, atol = next(rule for d, rule in checks.TOLERANCE[kernel].items() if str(d).removeprefix("torch.") == dtype)
+        rtol, atol = next(
+            rule for d, rule in checks.TOLERANCE[kernel].items() if str(d).removeprefix("torch.") == dtype
+        )
         margin = 1 / max(max(shares), 1e-30)
         if margin < MIN_MARGIN_OF.get((kernel, dtype), MIN_MARGIN):
             short.append(f"{kernel} {dtype}")
-        rows.append((kernel, dtype, str(len(shares)), f"{sorted(shares)[len(shares) // 2]:.2f}", f"{max(shares):.2f}",
-                     f"{rtol:g}, {atol:g}", f"{margin:.1f}x"))
+        rows.append(
+            (
+                kernel,
+                dtype,
+                str(len(shares)),
+                f"{sorted(shares)[len(shares) // 2]:.2f}",
+                f"{max(shares):.2f}",
+                f"{rtol:g}, {atol:g}",
+                f"{margin:.1f}x",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-    print(f"smoke-noise: {args.runs} runs of {args.suite}, {failed_runs} failed; margins under {MIN_MARGIN:g}x: {', '.join(short) or 'none'}")
+    print(
+        f"smoke-noise: {args.runs} runs of {args.suite}, {failed_runs} failed; margins under {MIN_MARGIN:g}x: {', '.join(short) or 'none'}"
+    )
     return 1 if failed_runs or short else 0
 
 

@@ -45,21 +45,48 @@ def stage_wheels(dest: Path) -> None:
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     ranges = {re.match(r"[\w.-]+", r).group(0): r for r in pypi_requirements(FEATURE)}
     for name in WHEELS:
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:",
-               "--python-version", HOST_PYTHON, "--implementation", "cp", *platforms, "-d", str(dest), ranges[name]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            HOST_PYTHON,
+            "--implementation",
+            "cp",
+            *platforms,
+            "-d",
+            str(dest),
+            ranges[name],
+        ]
         if subprocess.run(cmd).returncode != 0:
-            raise Failure(f"pip could not download a wheel for {ranges[name]}", "check the network and `pip config list`")
+            raise Failure(
+                f"pip could not download a wheel for {ranges[name]}", "check the network and `pip config list`"
+            )
 
 
 def stage_tests(dest: Path, checkout: Path | None) -> None:
     p = pins()
     git_dir = checkout or p.source_dir
-    has_commit = subprocess.run(["git", "-C", str(git_dir), "cat-file", "-e", f"{p.source_commit}^{{commit}}"], capture_output=True)
+    has_commit = subprocess.run(
+        ["git", "-C", str(git_dir), "cat-file", "-e", f"{p.source_commit}^{{commit}}"], capture_output=True
+    )
     if has_commit.returncode != 0:
-        raise Failure(f"{git_dir} is not a FlashInfer git checkout holding the pinned commit {p.source_commit}",
-                      "git submodule update --init --recursive, or pass --flashinfer-git DIR (a clone of flashinfer-ai/flashinfer)")
-    git_archive(git_dir, [p.source_commit, "--", "tests", "pytest.ini"], dest / TESTS_ARCHIVE,
-                f"git archive of tests/ and pytest.ini at {p.source_commit}", "read git's message above; the checkout must hold the pinned commit whole")
+        raise Failure(
+            f"{git_dir} is not a FlashInfer git checkout holding the pinned commit {p.source_commit}",
+            "git submodule update --init --recursive, or pass --flashinfer-git DIR (a clone of flashinfer-ai/flashinfer)",
+        )
+    git_archive(
+        git_dir,
+        [p.source_commit, "--", "tests", "pytest.ini"],
+        dest / TESTS_ARCHIVE,
+        f"git archive of tests/ and pytest.ini at {p.source_commit}",
+        "read git's message above; the checkout must hold the pinned commit whole",
+    )
 
 
 def revision(rev: str) -> str:
@@ -70,10 +97,15 @@ def revision(rev: str) -> str:
     if rev.startswith("-") or not rev.strip():
         raise Failure(f"{rev!r} is not a revision", fix)
     try:
-        done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+        )
     except OSError as e:
-        raise Failure(f"git could not run to read {rev!r}: {e.strerror}", "install git, or leave --bench-before out") from None
+        raise Failure(
+            f"git could not run to read {rev!r}: {e.strerror}", "install git, or leave --bench-before out"
+        ) from None
     if done.returncode != 0:
         raise Failure(f"{rev!r} names no commit of this checkout", fix)
     return done.stdout.strip()
@@ -81,8 +113,13 @@ def revision(rev: str) -> str:
 
 def stage_before(dest: Path, commit: str) -> None:
     """This workspace at `commit` (revision's answer: a commit's full hash, never an option)."""
-    git_archive(ROOT, ["--prefix", "before/", commit], dest / BEFORE_ARCHIVE, f"git archive of this workspace at {commit}",
-                "read git's message above")
+    git_archive(
+        ROOT,
+        ["--prefix", "before/", commit],
+        dest / BEFORE_ARCHIVE,
+        f"git archive of this workspace at {commit}",
+        "read git's message above",
+    )
 
 
 def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: str) -> None:
@@ -101,12 +138,23 @@ def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: st
 
 
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.split("\n\n", 1)[0], epilog=__doc__.split("\n\n", 1)[1],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("dest", type=option(output_folder), help="the folder to stage into (created where missing)")
-    parser.add_argument("--flashinfer-git", type=option(user_path), help="a FlashInfer git checkout holding the pinned commit (default: the submodule)")
-    parser.add_argument("--bench-before", metavar="REV", type=option(revision),
-                        help="also stage this workspace at REV, a commit of this checkout, to time its chain (bench-before.tar)")
+    parser.add_argument(
+        "--flashinfer-git",
+        type=option(user_path),
+        help="a FlashInfer git checkout holding the pinned commit (default: the submodule)",
+    )
+    parser.add_argument(
+        "--bench-before",
+        metavar="REV",
+        type=option(revision),
+        help="also stage this workspace at REV, a commit of this checkout, to time its chain (bench-before.tar)",
+    )
     args = parser.parse_args()
     args.dest.mkdir(parents=True, exist_ok=True)
     if args.bench_before:

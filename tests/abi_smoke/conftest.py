@@ -36,8 +36,11 @@ def abi_module(tvm_ffi, fi):
             spec = smoke_modules.BY_KEY[key].make()
             path = spec.get_library_path()
             if not path.is_file():
-                pytest.fail(f"{spec.name}.so is not built ({path}): run `pixi run -e flashinfer-dev build-abi` "
-                            "(python scripts/build.py --abi)", pytrace=False)
+                pytest.fail(
+                    f"{spec.name}.so is not built ({path}): run `pixi run -e flashinfer-dev build-abi` "
+                    "(python scripts/build.py --abi)",
+                    pytrace=False,
+                )
             with open(path, "rb") as f:
                 dynamic = elf.read_dynamic(f, str(path))
             loaded[key] = (tvm_ffi.load_module(str(path)), spec, "prebuilt" if spec.is_aot else "compiled", dynamic)

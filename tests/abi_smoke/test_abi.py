@@ -12,20 +12,41 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (abi-smoke runs in flashinfer-dev)")
 from fidev.builds import smoke_modules  # noqa: E402
 from fidev.jit.uris import AttentionConfig, module_uri  # noqa: E402
-from gpu_checks import EPS, add_result, assert_close, attention_ref, fresh_seed, gated_delta_rule_ref, gdn_inputs, poisoned, rms_ref  # noqa: E402
+from gpu_checks import (
+    EPS,
+    add_result,
+    assert_close,
+    attention_ref,
+    fresh_seed,
+    gated_delta_rule_ref,
+    gdn_inputs,
+    poisoned,
+    rms_ref,
+)  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 HALF = [torch.float16, torch.bfloat16]
 # What flashinfer_norm_binding.cu exports at v0.6.3.
-NORM_EXPORTS = ["rmsnorm", "rmsnorm_quant", "fused_add_rmsnorm", "fused_add_rmsnorm_quant", "gemma_rmsnorm", "gemma_fused_add_rmsnorm",
-                "layernorm"]
+NORM_EXPORTS = [
+    "rmsnorm",
+    "rmsnorm_quant",
+    "fused_add_rmsnorm",
+    "fused_add_rmsnorm_quant",
+    "gemma_rmsnorm",
+    "gemma_fused_add_rmsnorm",
+    "layernorm",
+]
 MASK_CAUSAL, LAYOUT_NHD, NO_WINDOW = 1, 0, -1  # FlashInfer's MaskMode.CAUSAL, TensorLayout.NHD, window_left
 PREFILL_TMP_BYTES = 32 << 20  # what FlashInfer's own single prefill passes as `tmp`
 
 
 def record(function, spec, source, err):
-    add_result("flashinfer abi", ("function", "module", "source", "error/allowance"), (function, spec.name, source, f"{err:.2f}"))
+    add_result(
+        "flashinfer abi",
+        ("function", "module", "source", "error/allowance"),
+        (function, spec.name, source, f"{err:.2f}"),
+    )
 
 
 def expect_error(kind, fragment, call):
@@ -33,7 +54,9 @@ def expect_error(kind, fragment, call):
     with pytest.raises(kind) as caught:
         call()
         torch.cuda.synchronize()
-    assert fragment in str(caught.value), f"expected {kind.__name__} with {fragment!r}, got {type(caught.value).__name__}: {caught.value}"
+    assert fragment in str(caught.value), (
+        f"expected {kind.__name__} with {fragment!r}, got {type(caught.value).__name__}: {caught.value}"
+    )
 
 
 # ---------------------------------------------------------------- norm
@@ -54,9 +77,21 @@ def test_norm(abi_module, name, dtype):
 
 
 NORM_BAD_CALLS = {
-    "weight shorter than the hidden size": (RuntimeError, "weight.size(0)", lambda f, out, x, w: f(out, x, w[:2048], EPS, False)),
-    "float32 tensors": (RuntimeError, "failed to dispatch data type", lambda f, out, x, w: f(out.float(), x.float(), w.float(), EPS, False)),
-    "eps passed as a string": (TypeError, "Mismatched type on argument #3", lambda f, out, x, w: f(out, x, w, "1e-6", False)),
+    "weight shorter than the hidden size": (
+        RuntimeError,
+        "weight.size(0)",
+        lambda f, out, x, w: f(out, x, w[:2048], EPS, False),
+    ),
+    "float32 tensors": (
+        RuntimeError,
+        "failed to dispatch data type",
+        lambda f, out, x, w: f(out.float(), x.float(), w.float(), EPS, False),
+    ),
+    "eps passed as a string": (
+        TypeError,
+        "Mismatched type on argument #3",
+        lambda f, out, x, w: f(out, x, w, "1e-6", False),
+    ),
     "enable_pdl left out": (TypeError, "Mismatched number of arguments", lambda f, out, x, w: f(out, x, w, EPS)),
 }
 
@@ -83,7 +118,9 @@ def prefill_call(module, backend, q, k, v, out, lse=None):
     the additional params are the backend's (flashinfer/jit/attention/modules.py)."""
     tmp = torch.empty(PREFILL_TMP_BYTES, dtype=torch.uint8, device="cuda")
     sm_scale = q.shape[-1] ** -0.5
-    if backend == "fa2":  # maybe_custom_mask, maybe_alibi_slopes, logits_soft_cap, sm_scale, rope_rcp_scale, rope_rcp_theta
+    if (
+        backend == "fa2"
+    ):  # maybe_custom_mask, maybe_alibi_slopes, logits_soft_cap, sm_scale, rope_rcp_scale, rope_rcp_theta
         extra = (None, None, 0.0, sm_scale, 1.0, 1e-4)
     else:  # maybe_scale_v, logits_soft_cap, sm_scale, scale_v_scalar
         extra = (None, 0.0, sm_scale, 1.0)
@@ -99,7 +136,9 @@ def prefill_inputs():
 def test_single_prefill_run(abi_module, attention_backend):
     backend = attention_backend
     module, spec, source = abi_module(f"single_prefill_{backend}", ["run"])
-    assert spec.name == module_uri(AttentionConfig("single_prefill", backend=backend)), "module-uri does not name what FlashInfer builds"
+    assert spec.name == module_uri(AttentionConfig("single_prefill", backend=backend)), (
+        "module-uri does not name what FlashInfer builds"
+    )
     seed = fresh_seed()
     q, k, v = prefill_inputs()
     out = poisoned(q.shape, torch.float16)
@@ -128,7 +167,9 @@ def test_bad_single_prefill_call_is_a_decoded_error(abi_module, attention_backen
 def gdn_call(module, q, k, v, g, beta, cu, out, state):
     """gdn_prefill(output, output_state, q, k, v, cu_seqlens, input_state, alpha, beta, scale,
     workspace); scale 0.0 means 1/sqrt(head dim), the workspace holds 128 bytes per SM."""
-    workspace = torch.empty(torch.cuda.get_device_properties(0).multi_processor_count * 128, dtype=torch.uint8, device="cuda")
+    workspace = torch.empty(
+        torch.cuda.get_device_properties(0).multi_processor_count * 128, dtype=torch.uint8, device="cuda"
+    )
     module.gdn_prefill(out, state, q, k, v, cu, None, g, beta, 0.0, workspace)
 
 
@@ -162,11 +203,13 @@ def test_bad_gdn_prefill_call_is_a_decoded_error(abi_module):
 
 
 # What abi-smoke calls, by module key: (exported name, binding file in the source tree, backend tail).
-CALLED = [("norm", "rmsnorm", "csrc/flashinfer_norm_binding.cu", None),
-          ("norm", "gemma_rmsnorm", "csrc/flashinfer_norm_binding.cu", None),
-          ("single_prefill_fa2", "run", "csrc/single_prefill_jit_binding.cu", "fa2"),
-          ("single_prefill_fa3", "run", "csrc/single_prefill_sm90_jit_binding.cu", "fa3 and no fp8"),
-          ("gdn_prefill", "gdn_prefill", "csrc/gdn_prefill_launcher.cu", None)]
+CALLED = [
+    ("norm", "rmsnorm", "csrc/flashinfer_norm_binding.cu", None),
+    ("norm", "gemma_rmsnorm", "csrc/flashinfer_norm_binding.cu", None),
+    ("single_prefill_fa2", "run", "csrc/single_prefill_jit_binding.cu", "fa2"),
+    ("single_prefill_fa3", "run", "csrc/single_prefill_sm90_jit_binding.cu", "fa3 and no fp8"),
+    ("gdn_prefill", "gdn_prefill", "csrc/gdn_prefill_launcher.cu", None),
+]
 RUNTIME_SIGNATURE = re.compile(r"`(\w+)\((.*)\) -> ([^`]+)`")
 
 
@@ -199,4 +242,8 @@ def test_runtime_signature_equals_the_source(abi_module, source_abi, request, ke
     parsed = [tvm_ffi_type(p.type) for p in params]
     assert runtime == parsed, f"{spec.name}.{name}: TVM-FFI {runtime}, source {parsed} ({[p.name for p in params]})"
     assert found.group(3).strip() == tvm_ffi_type(export.signatures[0].returns)
-    add_result("abi signatures", ("function", "module", "parameters", "types match"), (name, spec.name, str(len(runtime)), "yes"))
+    add_result(
+        "abi signatures",
+        ("function", "module", "parameters", "types match"),
+        (name, spec.name, str(len(runtime)), "yes"),
+    )

@@ -28,6 +28,10 @@ def record(module_source):
 
     def add(kernel, key, err, ms):
         name, source = module_source(key)
-        add_result("flashinfer smoke", ("kernel", "module", "source", "error/allowance", "time"), (kernel, name, source, f"{err:.2f}", f"{ms:.3f} ms"))
+        add_result(
+            "flashinfer smoke",
+            ("kernel", "module", "source", "error/allowance", "time"),
+            (kernel, name, source, f"{err:.2f}", f"{ms:.3f} ms"),
+        )
 
     return add

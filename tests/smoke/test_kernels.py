@@ -1,12 +1,22 @@
 """Default smoke tier: the kernels the Rust bindings call, against float64 torch references."""
 
-
 import pytest
 
 from fidev.builds.smoke_modules import BY_KEY
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
-from gpu_checks import EPS, NORM_SIZES, SILU_TAIL_SIZES, assert_close, attention_ref, fresh_seed, gpu_ms, poison_allocator, poisoned, rms_ref  # noqa: E402
+from gpu_checks import (
+    EPS,
+    NORM_SIZES,
+    SILU_TAIL_SIZES,
+    assert_close,
+    attention_ref,
+    fresh_seed,
+    gpu_ms,
+    poison_allocator,
+    poisoned,
+    rms_ref,
+)  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -50,7 +60,12 @@ def test_fused_add_rmsnorm(fi, record, dtype, hidden):
     fi.fused_add_rmsnorm(x, residual, w, EPS)  # in place: x <- norm(x + residual), residual <- x + residual
     assert_close(residual, summed, "residual_sum", dtype, seed)
     err = assert_close(x, expected, "fused_add_rmsnorm", dtype, seed)
-    record(f"fused_add_rmsnorm {str(dtype)[6:]}{size_tag(hidden)}", "norm", err, gpu_ms(lambda: fi.fused_add_rmsnorm(x, residual, w, EPS)))
+    record(
+        f"fused_add_rmsnorm {str(dtype)[6:]}{size_tag(hidden)}",
+        "norm",
+        err,
+        gpu_ms(lambda: fi.fused_add_rmsnorm(x, residual, w, EPS)),
+    )
 
 
 @pytest.mark.parametrize("d", [3072, *SILU_TAIL_SIZES])
@@ -62,7 +77,12 @@ def test_silu_and_mul(fi, record, dtype, d):
     fi.silu_and_mul(x, out=out)
     gate, up = x.double().chunk(2, dim=-1)
     err = assert_close(out, torch.nn.functional.silu(gate) * up, "silu_and_mul", dtype, seed)
-    record(f"silu_and_mul {str(dtype)[6:]}{'' if d == 3072 else f' d={d}'}", "silu", err, gpu_ms(lambda: fi.silu_and_mul(x, out=out)))
+    record(
+        f"silu_and_mul {str(dtype)[6:]}{'' if d == 3072 else f' d={d}'}",
+        "silu",
+        err,
+        gpu_ms(lambda: fi.silu_and_mul(x, out=out)),
+    )
 
 
 def test_single_decode(fi, record):
@@ -123,10 +143,17 @@ def test_top_k_top_p_sampling(fi, record):
     counts = torch.bincount(samples.long(), minlength=vocab)[allowed].double()
     expected = base[allowed].double() / base[allowed].double().sum() * rows
     chi2 = ((counts - expected) ** 2 / expected).sum().item()
-    assert chi2 < CHI2_LIMIT_DF9, f"sample frequencies are off the renormalized top-{top_k} distribution: chi2 {chi2:.1f} (seed {seed})"
+    assert chi2 < CHI2_LIMIT_DF9, (
+        f"sample frequencies are off the renormalized top-{top_k} distribution: chi2 {chi2:.1f} (seed {seed})"
+    )
     # top_p alone: a distribution with a clear nucleus (0.5 + 0.3 of the mass in 2 tokens).
     peaked = torch.full((vocab,), 0.2 / (vocab - 2), device="cuda")
     peaked[[3, 77]] = torch.tensor([0.5, 0.3], device="cuda")
     nucleus = fi.top_k_top_p_sampling_from_probs(peaked.repeat(4096, 1), vocab, 0.7)
     assert set(nucleus.unique().tolist()) <= {3, 77}, f"top_p=0.7 sampled outside the nucleus (seed {seed})"
-    record("top_k_top_p_sampling (chi2/limit)", "sampling", chi2 / CHI2_LIMIT_DF9, gpu_ms(lambda: fi.top_k_top_p_sampling_from_probs(probs, top_k, 1.0)))
+    record(
+        "top_k_top_p_sampling (chi2/limit)",
+        "sampling",
+        chi2 / CHI2_LIMIT_DF9,
+        gpu_ms(lambda: fi.top_k_top_p_sampling_from_probs(probs, top_k, 1.0)),
+    )

@@ -4,7 +4,16 @@ append_paged_kv_cache, top-k, and chunk_gated_delta_rule (gdn_prefill, sm_90).""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
-from gpu_checks import assert_close, attention_ref, fresh_seed, gated_delta_rule_ref, gdn_inputs, gpu_ms, paged_kv, poisoned  # noqa: E402
+from gpu_checks import (
+    assert_close,
+    attention_ref,
+    fresh_seed,
+    gated_delta_rule_ref,
+    gdn_inputs,
+    gpu_ms,
+    paged_kv,
+    poisoned,
+)  # noqa: E402
 
 HALF = [torch.float16, torch.bfloat16]
 
@@ -43,7 +52,7 @@ def batch_prefill_case():
 
 def prefill_ref(q, qo_lens, seqs):
     starts = indptr_of(qo_lens).tolist()
-    return torch.cat([attention_ref(q[starts[i]:starts[i + 1]], k, v, causal=True) for i, (k, v) in enumerate(seqs)])
+    return torch.cat([attention_ref(q[starts[i] : starts[i + 1]], k, v, causal=True) for i, (k, v) in enumerate(seqs)])
 
 
 def test_batch_prefill_paged(fi, record, attention_backend):
@@ -52,11 +61,18 @@ def test_batch_prefill_paged(fi, record, attention_backend):
     qo_lens, kv_lens, q = batch_prefill_case()
     cache, indptr, indices, last, seqs = paged_kv(kv_lens, PAGE, HKV, D, F16)
     wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD", backend=backend)
-    wrapper.plan(indptr_of(qo_lens), indptr, indices, last, HQ, HKV, D, PAGE, causal=True, q_data_type=F16, kv_data_type=F16)
+    wrapper.plan(
+        indptr_of(qo_lens), indptr, indices, last, HQ, HKV, D, PAGE, causal=True, q_data_type=F16, kv_data_type=F16
+    )
     out = poisoned(q.shape, F16)
     wrapper.run(q, cache, out=out)
     err = assert_close(out, prefill_ref(q, qo_lens, seqs), "batch_prefill", F16, seed)
-    record(f"batch_prefill paged fp16 {backend}", f"batch_prefill_{backend}", err, gpu_ms(lambda: wrapper.run(q, cache, out=out)))
+    record(
+        f"batch_prefill paged fp16 {backend}",
+        f"batch_prefill_{backend}",
+        err,
+        gpu_ms(lambda: wrapper.run(q, cache, out=out)),
+    )
 
 
 def test_batch_prefill_ragged(fi, record, attention_backend):
@@ -66,13 +82,18 @@ def test_batch_prefill_ragged(fi, record, attention_backend):
     k = torch.randn(sum(kv_lens), HKV, D, dtype=F16, device="cuda")
     v = torch.randn_like(k)
     kv_starts = indptr_of(kv_lens).tolist()
-    seqs = [(k[kv_starts[i]:kv_starts[i + 1]], v[kv_starts[i]:kv_starts[i + 1]]) for i in range(len(kv_lens))]
+    seqs = [(k[kv_starts[i] : kv_starts[i + 1]], v[kv_starts[i] : kv_starts[i + 1]]) for i in range(len(kv_lens))]
     wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD", backend=backend)
     wrapper.plan(indptr_of(qo_lens), indptr_of(kv_lens), HQ, HKV, D, causal=True, q_data_type=F16, kv_data_type=F16)
     out = poisoned(q.shape, F16)
     wrapper.run(q, k, v, out=out)
     err = assert_close(out, prefill_ref(q, qo_lens, seqs), "batch_prefill", F16, seed)
-    record(f"batch_prefill ragged fp16 {backend}", f"batch_prefill_{backend}", err, gpu_ms(lambda: wrapper.run(q, k, v, out=out)))
+    record(
+        f"batch_prefill ragged fp16 {backend}",
+        f"batch_prefill_{backend}",
+        err,
+        gpu_ms(lambda: wrapper.run(q, k, v, out=out)),
+    )
 
 
 def test_append_paged_kv_cache(fi, record):
@@ -88,8 +109,10 @@ def test_append_paged_kv_cache(fi, record):
     fi.append_paged_kv_cache(k, v, batch, pos, cache, indices, indptr, last, "NHD")
     starts = append_indptr.tolist()
     for i, n in enumerate(kv_lens):
-        pages = cache[indices[indptr[i]:indptr[i + 1]].long()].transpose(0, 1).reshape(2, -1, HKV, D)[:, :n]
-        assert torch.equal(pages[0], k[starts[i]:starts[i + 1]]) and torch.equal(pages[1], v[starts[i]:starts[i + 1]]), f"sequence {i}"
+        pages = cache[indices[indptr[i] : indptr[i + 1]].long()].transpose(0, 1).reshape(2, -1, HKV, D)[:, :n]
+        assert torch.equal(pages[0], k[starts[i] : starts[i + 1]]) and torch.equal(
+            pages[1], v[starts[i] : starts[i + 1]]
+        ), f"sequence {i}"
     ms = gpu_ms(lambda: fi.append_paged_kv_cache(k, v, batch, pos, cache, indices, indptr, last, "NHD"))
     record("append_paged_kv_cache fp16 (exact)", "page", 0.0, ms)
 
@@ -116,5 +139,7 @@ def test_gdn_prefill(fi, record, dtype):
     err = assert_close(out, ref_out, "gdn_prefill", dtype, seed)
     # The state is float32 but accumulates products of `dtype` inputs: judged at that precision.
     assert_close(state, ref_state, "gdn_state", dtype, seed)
-    ms = gpu_ms(lambda: fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state))
+    ms = gpu_ms(
+        lambda: fi.chunk_gated_delta_rule(q, k, v, g, beta, None, None, True, cu, output=out, output_state=state)
+    )
     record(f"chunk_gated_delta_rule {str(dtype)[6:]}", "gdn_prefill", err, ms)

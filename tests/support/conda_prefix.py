@@ -51,9 +51,19 @@ PTXAS_FLAGS     +=
 """
 MARKER = ".conda-layout-prefix"
 # What a run must not inherit from the host: they would hand the host toolkit to the compilers.
-HOST_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_LIB_PATH", "FLASHINFER_NVCC", "FLASHINFER_EXTRA_CFLAGS",
-                  "FLASHINFER_EXTRA_CUDAFLAGS", "FLASHINFER_EXTRA_LDFLAGS", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH",
-                  "CPLUS_INCLUDE_PATH")
+HOST_VARIABLES = (
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_LIB_PATH",
+    "FLASHINFER_NVCC",
+    "FLASHINFER_EXTRA_CFLAGS",
+    "FLASHINFER_EXTRA_CUDAFLAGS",
+    "FLASHINFER_EXTRA_LDFLAGS",
+    "LIBRARY_PATH",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+)
 
 
 def _overlay(source: Path, dest: Path) -> None:
@@ -135,7 +145,14 @@ def build(prefix: Path, toolkit: Path | None = None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.partial-", dir=prefix.parent))
     try:
         targets = tmp / CUDA_TARGET
-        for folder in ("bin", "include", "lib/stubs", f"{CUDA_TARGET}/bin", f"{CUDA_TARGET}/include", f"{CUDA_TARGET}/lib"):
+        for folder in (
+            "bin",
+            "include",
+            "lib/stubs",
+            f"{CUDA_TARGET}/bin",
+            f"{CUDA_TARGET}/include",
+            f"{CUDA_TARGET}/lib",
+        ):
             (tmp / folder).mkdir(parents=True, exist_ok=True)
         _fill_from_toolkit(tmp, toolkit) if toolkit else _fill_empty(tmp)
         (tmp / "bin" / "nvcc.profile").write_text(CONDA_NVCC_PROFILE)
@@ -161,7 +178,11 @@ def environment(prefix: Path, base: dict[str, str], cuda_home_only: bool = False
     env = {k: v for k, v in base.items() if k not in HOST_VARIABLES}
 
     def keep(entry: str) -> bool:  # drop every other toolkit's bin from PATH, and its libraries
-        return bool(entry) and not (Path(entry) / "nvcc").exists() and not any(p.startswith("cuda") for p in Path(entry).parts)
+        return (
+            bool(entry)
+            and not (Path(entry) / "nvcc").exists()
+            and not any(p.startswith("cuda") for p in Path(entry).parts)
+        )
 
     env["PATH"] = os.pathsep.join([str(prefix / "bin"), *filter(keep, base.get("PATH", "").split(os.pathsep))])
     if "LD_LIBRARY_PATH" in base:

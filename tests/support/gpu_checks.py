@@ -91,9 +91,11 @@ def assert_close(out, ref, kernel: str, dtype, seed) -> float:
     if worst > 1:
         at = tuple(int(i) for i in torch.unravel_index(used.argmax(), used.shape))
         failing = (used > 1).sum().item()
-        raise AssertionError(f"{kernel}: {failing} of {out.numel()} elements off by more than {atol:g} + {rtol:g} |ref| "
-                             f"for {dtype}; worst at {at}: {out[at].item():.6g} against {ref[at].item():.6g}, "
-                             f"{worst:.2f}x its allowance (seed {seed})")
+        raise AssertionError(
+            f"{kernel}: {failing} of {out.numel()} elements off by more than {atol:g} + {rtol:g} |ref| "
+            f"for {dtype}; worst at {at}: {out[at].item():.6g} against {ref[at].item():.6g}, "
+            f"{worst:.2f}x its allowance (seed {seed})"
+        )
     return worst
 
 
@@ -136,10 +138,12 @@ def paged_kv(kv_lens, page_size, kv_heads, dim, dtype):
     cache = torch.randn(total, 2, page_size, kv_heads, dim, dtype=dtype, device="cuda")
     order = torch.randperm(total, device="cuda").to(torch.int32)
     indptr = torch.tensor([0, *torch.tensor(pages_per_seq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    last = torch.tensor([n - (p - 1) * page_size for n, p in zip(kv_lens, pages_per_seq, strict=True)], dtype=torch.int32, device="cuda")
+    last = torch.tensor(
+        [n - (p - 1) * page_size for n, p in zip(kv_lens, pages_per_seq, strict=True)], dtype=torch.int32, device="cuda"
+    )
     seqs = []
     for i, n in enumerate(kv_lens):
-        pages = cache[order[indptr[i]:indptr[i + 1]].long()]  # [p, 2, page, H, D]
+        pages = cache[order[indptr[i] : indptr[i + 1]].long()]  # [p, 2, page, H, D]
         kv = pages.transpose(0, 1).reshape(2, -1, kv_heads, dim)[:, :n]
         seqs.append((kv[0], kv[1]))
     return cache, indptr, order, last, seqs

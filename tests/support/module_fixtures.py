@@ -37,8 +37,11 @@ def build_norm_so(tmp):
     (tmp / "module.c").write_text(MODULE_C)
     subprocess.run([gcc, "-shared", "-fPIC", "-o", tmp / "libdep.so", tmp / "dep.c"], check=True, timeout=60)
     out = tmp / "norm.so"
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", out, tmp / "module.c", "-Wl,--no-as-needed", f"-L{tmp}", "-ldep", "-lm"],
-                   check=True, timeout=60)
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", "-O1", "-o", out, tmp / "module.c", "-Wl,--no-as-needed", f"-L{tmp}", "-ldep", "-lm"],
+        check=True,
+        timeout=60,
+    )
     return out
 
 

@@ -19,8 +19,16 @@ DEFAULT = "default"
 
 # Keys the functions below interpret, per table. Anything else may change a solve unseen.
 WORKSPACE_KEYS = {"name", "version", "description", "channels", "channel-priority", "platforms", "requires-pixi"}
-FEATURE_KEYS = {"channels", "channel-priority", "platforms", "dependencies", "pypi-dependencies", "system-requirements", "activation",
-                "tasks"}
+FEATURE_KEYS = {
+    "channels",
+    "channel-priority",
+    "platforms",
+    "dependencies",
+    "pypi-dependencies",
+    "system-requirements",
+    "activation",
+    "tasks",
+}
 # crates/pixi_manifest/src/system_requirements.rs: the virtual package each requirement pins.
 VIRTUAL_PACKAGES = {"cuda": "__cuda", "libc": "__glibc", "linux": "__linux", "macos": "__osx"}
 ENVIRONMENT_KEYS = {"features", "solve-group", "no-default-feature"}
@@ -69,7 +77,10 @@ class Workspace:
         if deps:
             table["dependencies"] = deps
         if self.project.get("dependencies"):
-            table["pypi-dependencies"] = {**dict.fromkeys(self.project["dependencies"], "*"), **table.get("pypi-dependencies", {})}
+            table["pypi-dependencies"] = {
+                **dict.fromkeys(self.project["dependencies"], "*"),
+                **table.get("pypi-dependencies", {}),
+            }
         return Feature(DEFAULT, table)
 
     def feature(self, name: str) -> Feature:
@@ -125,8 +136,12 @@ class Workspace:
         a dependency pinned with `channel = ...` must name one of the environment's channels, else
         "Package '{package}' requested unavailable channel '{channel}'"."""
         have = set(self.channels(env))
-        return [(name, spec["channel"]) for name, specs in self.dependencies(env).items() for spec in specs
-                if isinstance(spec, dict) and "channel" in spec and spec["channel"] not in have]
+        return [
+            (name, spec["channel"])
+            for name, specs in self.dependencies(env).items()
+            for spec in specs
+            if isinstance(spec, dict) and "channel" in spec and spec["channel"] not in have
+        ]
 
     def platforms(self, env: str) -> dict[str, dict[str, str]]:
         """subdir -> the virtual packages its platform declares beyond the subdir's defaults.
@@ -165,9 +180,16 @@ class Workspace:
     def resolution_inputs(self, env: str) -> dict:
         """Everything above that decides what `env` resolves to, over its solve group."""
         group = self.solve_group(env)
-        return {"solve-group": group, "channels": self.channels(env), "channel-priority": self.channel_priority(env),
-                "platforms": self.platforms(env),
-                **{table: {e: self.dependencies(e, table) for e in group} for table in ("dependencies", "pypi-dependencies")}}
+        return {
+            "solve-group": group,
+            "channels": self.channels(env),
+            "channel-priority": self.channel_priority(env),
+            "platforms": self.platforms(env),
+            **{
+                table: {e: self.dependencies(e, table) for e in group}
+                for table in ("dependencies", "pypi-dependencies")
+            },
+        }
 
     # ------------------------------------------------------------ running
 
@@ -192,12 +214,15 @@ class Workspace:
                 raise LookupError(f"the task '{task}' is not available in environment '{env}'")
             return env
         default = self.tasks(DEFAULT).get(task)
-        if default and not any(task in self.tasks(e) and self.tasks(e)[task][0] != default[0]
-                               for e in self.environments() if e != DEFAULT):
+        if default and not any(
+            task in self.tasks(e) and self.tasks(e)[task][0] != default[0] for e in self.environments() if e != DEFAULT
+        ):
             return DEFAULT
         having = [e for e in self.environments() if task in self.tasks(e)]
         if len(having) != 1:
-            raise LookupError(f"task '{task}': {'ambiguous between ' + ', '.join(having) if having else 'in no environment'}")
+            raise LookupError(
+                f"task '{task}': {'ambiguous between ' + ', '.join(having) if having else 'in no environment'}"
+            )
         return having[0]
 
     def activation_env(self, env: str) -> dict[str, str]:
@@ -219,7 +244,11 @@ class Workspace:
 
     def unmodelled_keys(self) -> list[str]:
         extra = [f"workspace.{k}" for k in self.workspace if k not in WORKSPACE_KEYS]
-        extra += [f"workspace.platforms: rich entry {p}" for p in self.workspace.get("platforms", []) if not isinstance(p, str)]
+        extra += [
+            f"workspace.platforms: rich entry {p}"
+            for p in self.workspace.get("platforms", [])
+            if not isinstance(p, str)
+        ]
         extra += [k for k in self.pixi if k not in {"workspace", "project", "feature", "environments", *FEATURE_KEYS}]
         for name, table in self.pixi.get("feature", {}).items():
             extra += [f"feature.{name}.{k}" for k in table if k not in FEATURE_KEYS]

@@ -14,12 +14,20 @@ from fidev.core.manifest import ROOT
 
 def task_path(root, script):
     """A task's script (scripts/) or a maintainer tool (tools/) of the workspace at `root`."""
-    return next((root / folder / script for folder in ("scripts", "tools") if (root / folder / script).is_file()), root / "scripts" / script)
+    return next(
+        (root / folder / script for folder in ("scripts", "tools") if (root / folder / script).is_file()),
+        root / "scripts" / script,
+    )
 
 
 def run(script, *args, flags=(), env=None, timeout=120):
-    return subprocess.run([sys.executable, *flags, str(task_path(ROOT, script)), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, *flags, str(task_path(ROOT, script)), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def two_line_failure(done, problem, status=1):
@@ -27,7 +35,9 @@ def two_line_failure(done, problem, status=1):
     lines of stderr: the problem, then the fix; no traceback."""
     out = done.stdout + done.stderr
     assert "Traceback" not in out, out[-3000:]
-    assert done.returncode in (status if isinstance(status, set) else {status}), f"exit {done.returncode}: {out[-2000:]}"
+    assert done.returncode in (status if isinstance(status, set) else {status}), (
+        f"exit {done.returncode}: {out[-2000:]}"
+    )
     lines = done.stderr.strip().splitlines()
     assert len(lines) >= 2 and lines[-2].startswith("error: ") and problem in lines[-2], lines
     assert lines[-1].lstrip().startswith("fix: "), lines
@@ -53,8 +63,11 @@ def require(*modules, why):
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         if os.environ.get(CI_VENV):
-            pytest.fail(f"the CI's flashinfer-dev venv lacks {missing} (flashinfer-dev's packages in the manifest, "
-                        f"and .ci/requirements.txt): {why}", pytrace=False)
+            pytest.fail(
+                f"the CI's flashinfer-dev venv lacks {missing} (flashinfer-dev's packages in the manifest, "
+                f"and .ci/requirements.txt): {why}",
+                pytrace=False,
+            )
         pytest.skip(f"{', '.join(missing)} not installed here: {why}", allow_module_level=True)
 
 

@@ -207,17 +207,29 @@ def standin_ws(tmp_path):
     (site / "flashinfer/jit/__init__.py").write_text(FAKE_JIT_INIT)
     (site / "flashinfer/jit/env.py").write_text(FAKE_JIT_ENV.replace("{version}", pins().flashinfer))
     (site / "flashinfer/jit/core.py").write_text(FAKE_JIT_CORE)
-    (site / "flashinfer/utils.py").write_text("from flashinfer.jit.env import has_flashinfer_jit_cache  # noqa: F401 (utils.py's import)\n")
+    (site / "flashinfer/utils.py").write_text(
+        "from flashinfer.jit.env import has_flashinfer_jit_cache  # noqa: F401 (utils.py's import)\n"
+    )
     (site / "flashinfer_jit_cache").mkdir()
     (site / "flashinfer_jit_cache/__init__.py").write_text("")
-    env = {"PYTHONPATH": str(site), "FAKE_RECORD": str(tmp_path / "record.jsonl"), "FAKE_COMPILES": str(tmp_path / "compiles.log"),
-           "FAKE_AOT_DIR": str(tmp_path / "aot"), "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
+    env = {
+        "PYTHONPATH": str(site),
+        "FAKE_RECORD": str(tmp_path / "record.jsonl"),
+        "FAKE_COMPILES": str(tmp_path / "compiles.log"),
+        "FAKE_AOT_DIR": str(tmp_path / "aot"),
+        "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base"),
+    }
     return root, tmp_path / "record.jsonl", env
 
 
 def upstream(root, env, *args):
-    return subprocess.run([sys.executable, str(root / "scripts/upstream_tests.py"), *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, str(root / "scripts/upstream_tests.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
 
 
 def compiles(env):
@@ -225,5 +237,7 @@ def compiles(env):
     return open(log).read().splitlines() if os.path.exists(log) else []
 
 
-needs_a_build = pytest.mark.skipif(bool(missing_tools(*BUILD_TOOLS, why="the stand-in's modules build with ninja")),
-                                   reason="needs ninja and a C++ compiler")
+needs_a_build = pytest.mark.skipif(
+    bool(missing_tools(*BUILD_TOOLS, why="the stand-in's modules build with ninja")),
+    reason="needs ninja and a C++ compiler",
+)

@@ -25,8 +25,10 @@ def build_fix(mode: str) -> str:
     you edited, so a first build for affected is `vendored`. `mode` is the task's kernel source
     mode, read at its start."""
     if mode == kernel_source.AUTO and module_choice.prebuilt_available():
-        return (f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev build, then affected with the same setting "
-                "(in auto, a module flashinfer-jit-cache ships is built here only once you edit it)")
+        return (
+            f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev build, then affected with the same setting "
+            "(in auto, a module flashinfer-jit-cache ships is built here only once you edit it)"
+        )
     return BUILD_FIX
 
 
@@ -37,8 +39,10 @@ def jit_dirs(ws: workspace.Workspace, mode: str) -> list[Path]:
         return found
     others = ws.other_versions()
     if others:
-        raise Failure(f"the JIT dir {ws.cache} holds builds of FlashInfer {', '.join(others)}, none of {ws.version}, the pinned one",
-                      build_fix(mode))
+        raise Failure(
+            f"the JIT dir {ws.cache} holds builds of FlashInfer {', '.join(others)}, none of {ws.version}, the pinned one",
+            build_fix(mode),
+        )
     raise Failure(f"nothing is built yet: no JIT dir under {ws.cache}", build_fix(mode))
 
 
@@ -96,8 +100,10 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
     """The vendored tree is there, and the built modules were compiled from it."""
     found = source_tree.inspect(tree, pins())
     if found.kind in ("missing", "not a folder", "empty"):
-        raise Failure(f"there is no vendored FlashInfer tree at {source_tree.shown(tree)} ({found.kind})",
-                      "get it first (README: First, the FlashInfer source), then build")
+        raise Failure(
+            f"there is no vendored FlashInfer tree at {source_tree.shown(tree)} ({found.kind})",
+            "get it first (README: First, the FlashInfer source), then build",
+        )
     real = str(tree.resolve())
     resolved = Resolver()
     checked: set[str] = set()
@@ -106,10 +112,12 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
             checked.add(path)
             at = resolved(path)
             if ("/include/flashinfer/" in at or "/csrc/" in at) and not (at == real or at.startswith(real + os.sep)):
-                raise Failure(f"{module.name} was built from {at.split('/include/flashinfer/')[0].split('/csrc/')[0]}, "
-                              f"not the vendored tree {source_tree.shown(tree)}",
-                              "rebuild it from the vendored tree: pixi run -e flashinfer-dev build, or upstream-tests FAMILY for "
-                              "FlashInfer's own tests' modules")
+                raise Failure(
+                    f"{module.name} was built from {at.split('/include/flashinfer/')[0].split('/csrc/')[0]}, "
+                    f"not the vendored tree {source_tree.shown(tree)}",
+                    "rebuild it from the vendored tree: pixi run -e flashinfer-dev build, or upstream-tests FAMILY for "
+                    "FlashInfer's own tests' modules",
+                )
 
 
 @dataclass
@@ -117,6 +125,7 @@ class Found:
     """What affected starts from: the vendored tree, the JIT dirs, their modules, smoke's module
     keys by name (tier), the tests the upstream-tests plan recorded for each module, and the
     task's workspace and kernel source mode (read at its start, the mode applied)."""
+
     tree: Path
     dirs: list[Path]
     modules: list[Built]
@@ -138,11 +147,17 @@ def find(ws: workspace.Workspace, mode: str) -> Found:
     module_choice.apply(mode)
     if mode == kernel_source.PREBUILT and importlib.util.find_spec(uris.JIT_CACHE_PACKAGE) is not None:
         # FlashInfer would load the jit-cache's copy of any module it ships, whatever was rebuilt here
-        raise Failure(f"kernel source {mode}: flashinfer-jit-cache is installed, so the tests would run its prebuilt kernels, not your edits",
-                      f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev affected")
-    for stamp in build_stamp.unreadable_stamps(ws):  # without it smoke's modules would pass for FlashInfer's tests' ones
-        raise Failure(f"the build stamp {stamp} cannot be read (truncated?), so affected cannot tell which built modules are smoke's",
-                      "run the build again, which rewrites it: pixi run -e flashinfer-dev build (and build-abi for abi-smoke's modules)")
+        raise Failure(
+            f"kernel source {mode}: flashinfer-jit-cache is installed, so the tests would run its prebuilt kernels, not your edits",
+            f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev affected",
+        )
+    for stamp in build_stamp.unreadable_stamps(
+        ws
+    ):  # without it smoke's modules would pass for FlashInfer's tests' ones
+        raise Failure(
+            f"the build stamp {stamp} cannot be read (truncated?), so affected cannot tell which built modules are smoke's",
+            "run the build again, which rewrites it: pixi run -e flashinfer-dev build (and build-abi for abi-smoke's modules)",
+        )
     tier = {name: key for d in dirs for name, key in tier_keys(ws, d).items()}
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
     return Found(tree, dirs, modules, tier, recorded, ws, mode)

@@ -34,6 +34,7 @@ class Changes:
     (unregenerated), FlashInfer's tests started before the regeneration (early), {module: {changed
     file: how}} (changed), {changed file as shown: its modules} (by_file), and the kept not-covered
     edits (fidev.affected.verdicts.Gap) as this run finds them."""
+
     python_edits: list[str]
     generators: dict[str, list[str]]
     specs: dict = field(default_factory=dict)
@@ -45,13 +46,23 @@ class Changes:
     reverted: set[str] = field(default_factory=set)  # kept not-covered edits reverted since
     pending: set[str] = field(default_factory=set)  # those of them a tree record still holds as edited
     before: dict[str, list | None] = field(default_factory=dict)  # the tree's record as the run started
-    lost: list[str] = field(default_factory=list)  # modules a generator edit may change that nothing here can regenerate
-    now: dict[str, list | None] = field(default_factory=dict)  # the tree as this run judges it (build_records.tree_snapshot)
-    unjudged_generators: list[str] = field(default_factory=list)  # generators edited since affected's last verdict, built since
-    owners: dict[str, list[str]] = field(default_factory=dict)  # {changed module: the families whose sources it compiles}
+    lost: list[str] = field(
+        default_factory=list
+    )  # modules a generator edit may change that nothing here can regenerate
+    now: dict[str, list | None] = field(
+        default_factory=dict
+    )  # the tree as this run judges it (build_records.tree_snapshot)
+    unjudged_generators: list[str] = field(
+        default_factory=list
+    )  # generators edited since affected's last verdict, built since
+    owners: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # {changed module: the families whose sources it compiles}
 
 
-def regenerate(tier: list[str], calls: dict[str, dict], upstream_nodes: list[str], mode: str) -> tuple[dict, bool, set[str]]:
+def regenerate(
+    tier: list[str], calls: dict[str, dict], upstream_nodes: list[str], mode: str
+) -> tuple[dict, bool, set[str]]:
     """Write the generated sources of the modules again, compiling nothing: smoke's by their
     generators, FlashInfer's tests' by the call that made each one's JitSpec where its build recorded
     one (fidev.jit.module_choice.call_again), both after one import of flashinfer, in a thread; the rest
@@ -103,29 +114,52 @@ def edited(modules) -> dict[str, dict[str, str]]:
     edited: it is rebuilt and its tests run."""
     found, stats = {}, {}
     for m in modules:
-        bad = [name for name, unreadable in ((ninja_inputs.STAMP, ninja_inputs.unreadable(m.build_dir)),
-                                            (GENERATORS, build_records.unreadable_generators(m.build_dir))) if unreadable]
+        bad = [
+            name
+            for name, unreadable in (
+                (ninja_inputs.STAMP, ninja_inputs.unreadable(m.build_dir)),
+                (GENERATORS, build_records.unreadable_generators(m.build_dir)),
+            )
+            if unreadable
+        ]
         if bad:
-            print(f"affected: {m.name}: {UNREADABLE.format(bad[0])} (truncated?): it is taken as edited, "
-                  "rebuilt, and its tests run")
+            print(
+                f"affected: {m.name}: {UNREADABLE.format(bad[0])} (truncated?): it is taken as edited, "
+                "rebuilt, and its tests run"
+            )
             found[m.name] = {f"({UNREADABLE.format(bad[0])})": "edited"}
             continue
         edits = ninja_inputs.edited(m.build_dir, stats)
         if edits is None:  # built without a content record: ninja's mtimes decide
             pending = ninja_inputs.dry_run(m.build_dir, m.ninja_path)
-            edits = {f"{m.name} (no record: ninja finds newer inputs)": "edited"} if pending is None or pending[0] else {}
+            edits = (
+                {f"{m.name} (no record: ninja finds newer inputs)": "edited"} if pending is None or pending[0] else {}
+            )
         if edits:
             found[m.name] = edits
     return found
 
 
 def regenerated_line(seconds: float, by_smoke: int, calls: int, dry: int, plain: int) -> str:
-    return f"affected: regenerated in {seconds:.1f} s (" + ", ".join(
-        f"{n} {how}" for n, how in ((by_smoke, "by smoke's generators"), (calls, "by recorded call"),
-                                    (dry, "by a dry run of a recorded test"), (plain, "of csrc/ files alone, as built")) if n) + ")"
+    return (
+        f"affected: regenerated in {seconds:.1f} s ("
+        + ", ".join(
+            f"{n} {how}"
+            for n, how in (
+                (by_smoke, "by smoke's generators"),
+                (calls, "by recorded call"),
+                (dry, "by a dry run of a recorded test"),
+                (plain, "of csrc/ files alone, as built"),
+            )
+            if n
+        )
+        + ")"
+    )
 
 
-def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = True, stop_after: int = STOP_AFTER) -> None:
+def regenerate_edits(
+    found: Found, ch: Changes, listing: bool, sampled: bool = True, stop_after: int = STOP_AFTER
+) -> None:
     """After a Python edit: regenerate, compiling nothing, so that generated sources show what
     changed; FlashInfer's tests of every module it may change start first (unless listing), to
     stop at `stop_after` failing cases (0: none)."""
@@ -135,26 +169,49 @@ def regenerate_edits(found: Found, ch: Changes, listing: bool, sampled: bool = T
     plain = [m.name for m in stale if m.name not in tier and not m.generated]
     stale = [m for m in stale if m.name not in plain]
     lost = ch.lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
-    print(f"affected: {short(Path(f).name for f in ch.python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
-          f"module(s), compiling nothing" + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else ""))
+    print(
+        f"affected: {short(Path(f).name for f in ch.python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
+        f"module(s), compiling nothing"
+        + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else "")
+    )
     theirs_stale = [m for m in stale if m.name not in tier and recorded.get(m.name)]
     calls = {m.name: call for m in theirs_stale if (call := build_records.recorded_call(m.build_dir))}
     # the rest, by one recorded test per module: any test that asks for a module makes all of its JitSpec
     dry = [m.name for m in theirs_stale if m.name not in calls]
     may_change = [m.name for m in stale if m.generated]  # what the regeneration may show changed
     if not listing and (early_tests := sorted({t.split("[")[0] for n in may_change for t in recorded.get(n, [])})):
-        ch.early = FlashInferTests(early_tests, cases_by_file(recorded, may_change), found.ws.file_times, deferred=True,
-                                   sample=sample_of(may_change, recorded, sampled), stop_after=stop_after)
+        ch.early = FlashInferTests(
+            early_tests,
+            cases_by_file(recorded, may_change),
+            found.ws.file_times,
+            deferred=True,
+            sample=sample_of(may_change, recorded, sampled),
+            stop_after=stop_after,
+        )
     regenerating = time.perf_counter()
-    ch.specs, dry_run_done, missed = regenerate([tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}),
-                                                found.mode)
-    print(regenerated_line(time.perf_counter() - regenerating, sum(m.name in tier for m in stale), len(calls), len(dry), len(plain)), flush=True)
+    ch.specs, dry_run_done, missed = regenerate(
+        [tier[m.name] for m in stale if m.name in tier], calls, sorted({min(recorded[n]) for n in dry}), found.mode
+    )
+    print(
+        regenerated_line(
+            time.perf_counter() - regenerating, sum(m.name in tier for m in stale), len(calls), len(dry), len(plain)
+        ),
+        flush=True,
+    )
     # their tests regenerate them when they run: run those, and keep the edit unrecorded
     ch.unregenerated = missed | (set(dry) if not dry_run_done else set())
     if ch.unregenerated:
-        why = "; ".join(w for w, applies in (("the dry run did not finish", not dry_run_done),
-                                              ("its recorded call made no such module", missed)) if applies)
-        print(f"affected: {short(ch.unregenerated)} could not be regenerated here ({why}), so it may hold the edit: its tests run, and regenerate it")
+        why = "; ".join(
+            w
+            for w, applies in (
+                ("the dry run did not finish", not dry_run_done),
+                ("its recorded call made no such module", missed),
+            )
+            if applies
+        )
+        print(
+            f"affected: {short(ch.unregenerated)} could not be regenerated here ({why}), so it may hold the edit: its tests run, and regenerate it"
+        )
 
 
 def changed_modules(found: Found, ch: Changes) -> None:
@@ -166,12 +223,19 @@ def changed_modules(found: Found, ch: Changes) -> None:
     for name, edits in ch.changed.items():
         gone = [f for f, how in edits.items() if how == "deleted"]
         if gone:
-            raise Failure(f"{gone[0]}, an input of {name}, is gone (deleted since the build)",
-                          "restore it (git checkout -- FILE in the tree), or regenerate it: pixi run -e flashinfer-dev build "
-                          "(smoke's modules), upstream-tests FAMILY (FlashInfer's tests' modules)")
+            raise Failure(
+                f"{gone[0]}, an input of {name}, is gone (deleted since the build)",
+                "restore it (git checkout -- FILE in the tree), or regenerate it: pixi run -e flashinfer-dev build "
+                "(smoke's modules), upstream-tests FAMILY (FlashInfer's tests' modules)",
+            )
     for m in found.modules:
-        if ch.generators[m.name] and m.name not in ch.changed and (m.name in found.tier or not m.generated
-                                                                   or found.recorded.get(m.name) and m.name not in ch.unregenerated):
+        if (
+            ch.generators[m.name]
+            and m.name not in ch.changed
+            and (
+                m.name in found.tier or not m.generated or found.recorded.get(m.name) and m.name not in ch.unregenerated
+            )
+        ):
             build_records.record_generators(m.build_dir, found.tree)
 
 
@@ -203,12 +267,16 @@ def files_changed(found: Found, ch: Changes) -> None:
     ch.pending = ch.reverted & in_records
     unreached = sorted((in_records | ch.uncovered) - ch.reverted - set(by_file))
     # a module whose record cannot be read may compile any of them: never "reaches no built module" then
-    blind = {name for name, edits in ch.changed.items() if any(f.startswith("(" + UNREADABLE.split("{")[0]) for f in edits)}
+    blind = {
+        name for name, edits in ch.changed.items() if any(f.startswith("(" + UNREADABLE.split("{")[0]) for f in edits)
+    }
     for f in unreached:
         by_file[f] = set(blind)
     for record in filter(None, map(build_records.unreadable_tree, found.dirs)):
-        print(f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module "
-              "compiles cannot be told, so it counts as reaching every kernel family; the next build writes it again")
+        print(
+            f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module "
+            "compiles cannot be told, so it counts as reaching every kernel family; the next build writes it again"
+        )
         by_file[UNTOLD] = set()
     ch.by_file = by_file
 
@@ -224,19 +292,28 @@ def compilers(found: Found) -> dict[str, list[str]]:
     return by_input
 
 
-def unjudged(found: Found, ch: Changes, judged: dict[str, list | None] | None) -> tuple[list[str], dict[str, list | None]]:
+def unjudged(
+    found: Found, ch: Changes, judged: dict[str, list | None] | None
+) -> tuple[list[str], dict[str, list | None]]:
     """The files of affected's snapshot (build_records.tree_snapshot) that differ from its last
     verdict's (`judged`), with their facts there; where it has given none here, those that differ
     from the pinned release (fidev.tree.release_reference), with their released facts where the
     release's record has them, or none where the tree has no release to tell them by (said)."""
     if judged is not None:
-        return sorted(rel for rel in set(ch.now) | set(judged)
-                      if rel not in judged or rel not in ch.now or (judged[rel] or [None] * 3)[2:] != (ch.now[rel] or [None] * 3)[2:]), judged
+        return sorted(
+            rel
+            for rel in set(ch.now) | set(judged)
+            if rel not in judged
+            or rel not in ch.now
+            or (judged[rel] or [None] * 3)[2:] != (ch.now[rel] or [None] * 3)[2:]
+        ), judged
     try:
         edits = [rel for rel in release_reference.edited_files(found.tree, pins()) if build_records.judged_part(rel)]
     except Failure as failure:
-        print(f"affected: no verdict of its own is kept here yet, and {failure.problem}: an edit a build recorded before this run "
-              "is not seen (every later one is)")
+        print(
+            f"affected: no verdict of its own is kept here yet, and {failure.problem}: an edit a build recorded before this run "
+            "is not seen (every later one is)"
+        )
         return [], {}
     return edits, release_reference.released_facts(found.tree)
 
@@ -259,16 +336,27 @@ def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], d
         if baseline.get(rel) is not None:
             ch.before[rel] = baseline[rel]
         if rel.startswith("flashinfer/"):
-            modules = [m.name for m in found.modules if (m.generated or m.name in found.tier)
-                       and (fact := build_records.generators_before(m.build_dir, found.tree).get(rel)) and not differs(path, fact)]
+            modules = [
+                m.name
+                for m in found.modules
+                if (m.generated or m.name in found.tier)
+                and (fact := build_records.generators_before(m.build_dir, found.tree).get(rel))
+                and not differs(path, fact)
+            ]
             ch.unjudged_generators.append(str(path))
         else:
             modules = by_input().get(str(path.resolve()), [])
         for name in modules:
             ch.changed.setdefault(name, {})[str(path)] = "built since"
         ch.by_file[rel] = set(modules)
-    since = "since its last verdict" if kept.judged is not None else "from the pinned release (it has given no verdict here yet)"
-    print(f"affected: {short(edits)} changed {since}, and a build recorded the edit since: its modules' tests and its kernel families' run")
+    since = (
+        "since its last verdict"
+        if kept.judged is not None
+        else "from the pinned release (it has given no verdict here yet)"
+    )
+    print(
+        f"affected: {short(edits)} changed {since}, and a build recorded the edit since: its modules' tests and its kernel families' run"
+    )
 
 
 def uncovered_edits(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], dict[str, list[str]]]) -> None:
@@ -281,12 +369,16 @@ def uncovered_edits(found: Found, ch: Changes, kept: Kept, by_input: Callable[[]
             ch.reverted.add(rel)
             continue
         if gap.result != "not covered":
-            print(f"affected: {rel}: the tests of {', '.join(gap.families)} it reaches "
-                  f"{'failed' if gap.result == 'failed' else 'did not finish'} at {gap.when} (kept): "
-                  "they run again until they pass, or it is reverted")
+            print(
+                f"affected: {rel}: the tests of {', '.join(gap.families)} it reaches "
+                f"{'failed' if gap.result == 'failed' else 'did not finish'} at {gap.when} (kept): "
+                "they run again until they pass, or it is reverted"
+            )
         else:
-            print(f"affected: {rel} reached {', '.join(gap.families)} untested at {gap.when} (kept): "
-                  "not covered until those tests run and pass, or it is reverted")
+            print(
+                f"affected: {rel} reached {', '.join(gap.families)} untested at {gap.when} (kept): "
+                "not covered until those tests run and pass, or it is reverted"
+            )
         modules = by_input().get(str(path.resolve()), [])  # the built modules that compile it
         for name in modules:
             ch.changed.setdefault(name, {})[str(path)] = "not covered"
@@ -306,7 +398,9 @@ def standing_failures(found: Found, ch: Changes, kept: Kept) -> None:
             ch.changed[m.name] = {UNKEPT: "unknown"}
         verdict = None if m.name in ch.changed else kept.standing(m.name, m.build_dir)
         if verdict is not None and verdict.result != "passed":
-            ch.changed[m.name] = {f"(the last run {verdict.result} at {verdict.when}: its tests run again)": verdict.result}
+            ch.changed[m.name] = {
+                f"(the last run {verdict.result} at {verdict.when}: its tests run again)": verdict.result
+            }
 
 
 def before_edits(found: Found) -> dict[str, list | None]:

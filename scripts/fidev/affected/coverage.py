@@ -11,8 +11,11 @@ from fidev.tree import families as upstream_suites
 def failures_of(failed: set[str], chosen: set[str]) -> list[str]:
     """The failures that are the tests `chosen` (Selection.selectors) names: a test id (a case of a
     selected function, or the node id itself), or a file that did not collect or finish."""
-    return sorted(f for f in failed if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0]
-                                           for x in chosen))
+    return sorted(
+        f
+        for f in failed
+        if any(f == x or f.startswith(x + "[") or f.startswith(x + "::") or f == x.split("::")[0] for x in chosen)
+    )
 
 
 def coverage_gaps(sel: Selection, ran: list[str]) -> dict[str, list[str]]:
@@ -24,25 +27,35 @@ def coverage_gaps(sel: Selection, ran: list[str]) -> dict[str, list[str]]:
         reach[UNTOLD] = every
     reach.update((f, every) for f in sel.untold)  # Python whose callers cannot be told: any family's tests may run it
     covered = families_covered(ran)
-    return {f: [fam for fam in families if fam not in covered] for f, families in sorted(reach.items())
-            if any(fam not in covered for fam in families)}
+    return {
+        f: [fam for fam in families if fam not in covered]
+        for f, families in sorted(reach.items())
+        if any(fam not in covered for fam in families)
+    }
 
 
-def modules_untested(sel: Selection, ran: list[str], lost: list[str], owners: dict[str, list[str]] | None = None) -> list[str]:
+def modules_untested(
+    sel: Selection, ran: list[str], lost: list[str], owners: dict[str, list[str]] | None = None
+) -> list[str]:
     """The changed modules no test of which ran to a result: none of smoke's (not in its tier), none
     of FlashInfer's recorded for them in a file where a case passed or failed (`ran`), and, for a
     module with no test recorded (one the family's tests built without a plan), none of the family
     whose sources it compiles (`owners`, fidev.tree.families.owners); and those a generator edit may
     have changed that nothing here could regenerate (`lost`), unless a reached family's tests ran."""
     files, covered = {t.split("::")[0] for t in ran}, families_covered(ran)
-    untested = {name for name in sel.changed if name not in sel.tier
-                and not any(t.split("::")[0] in files for t in sel.recorded.get(name, []))
-                and not (not sel.recorded.get(name) and any(fam in covered for fam in (owners or {}).get(name, [])))}
+    untested = {
+        name
+        for name in sel.changed
+        if name not in sel.tier
+        and not any(t.split("::")[0] in files for t in sel.recorded.get(name, []))
+        and not (not sel.recorded.get(name) and any(fam in covered for fam in (owners or {}).get(name, [])))
+    }
     return sorted(untested | (set() if sel.families and files else set(lost)))
 
 
-def module_results(sel: Selection, failed: set[str], broken: list[str], covered: bool = True,
-                   stopped: bool = False) -> dict[str, tuple[str, list[str], list[str]]]:
+def module_results(
+    sel: Selection, failed: set[str], broken: list[str], covered: bool = True, stopped: bool = False
+) -> dict[str, tuple[str, list[str], list[str]]]:
     """{module: (result, its tests, those that failed)} for each changed module that had tests; one
     whose tests passed in a run that was not covered (NOT_COVERED) is `not covered`, and one none of
     whose tests failed in a run the first failure ended (`stopped`: some did not run) `unfinished`:

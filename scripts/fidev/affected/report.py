@@ -29,8 +29,14 @@ def rows(sel: Selection) -> list[tuple[str, ...]]:
     table_rows = [HEADER]
     for f, names in sel.files():
         tests = sel.file_tests(f, names)
-        table_rows.append((source_tree.shown(Path(f)) if f.startswith("/") else f, short(names, 2) if names else "no built module",
-                           f"{len(tests)} test(s)" if tests else "-", ""))
+        table_rows.append(
+            (
+                source_tree.shown(Path(f)) if f.startswith("/") else f,
+                short(names, 2) if names else "no built module",
+                f"{len(tests)} test(s)" if tests else "-",
+                "",
+            )
+        )
     return table_rows
 
 
@@ -41,17 +47,26 @@ def changed_files(sel: Selection) -> dict[str, list[str]]:
 
 def hints(sel: Selection) -> None:
     if sel.families:
-        print(f"affected: the edit reaches {', '.join(sorted(sel.families))}, whose modules no recorded test of a changed module "
-              f"loads: their FlashInfer tests ({'a sample' if sel.sampled else 'every case'}) and smoke's tests of them run too, "
-              "building what they load")
+        print(
+            f"affected: the edit reaches {', '.join(sorted(sel.families))}, whose modules no recorded test of a changed module "
+            f"loads: their FlashInfer tests ({'a sample' if sel.sampled else 'every case'}) and smoke's tests of them run too, "
+            "building what they load"
+        )
     if sel.unmapped:
-        print(f"affected: no test is recorded for {short(sel.unmapped)}: `upstream-tests FAMILY` (with its plan) records them")
+        print(
+            f"affected: no test is recorded for {short(sel.unmapped)}: `upstream-tests FAMILY` (with its plan) records them"
+        )
     for f, families in sorted(sel.reaching.items()):
         if families and all(fam in sel.families for fam in families):
             continue  # said above: their tests run
-        print(f"affected: {f} reaches no built module; " + (
-            f"the tests of {', '.join(families)} would build one: pixi run -e flashinfer-dev upstream-tests {families[0]}" if families
-            else "no kernel family's sources include it"))
+        print(
+            f"affected: {f} reaches no built module; "
+            + (
+                f"the tests of {', '.join(families)} would build one: pixi run -e flashinfer-dev upstream-tests {families[0]}"
+                if families
+                else "no kernel family's sources include it"
+            )
+        )
 
 
 def build_failed(sel: Selection, result: str) -> str:
@@ -66,7 +81,18 @@ def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
     for row, (f, names) in zip(rows(sel)[1:], sel.files(), strict=True):
         chosen = sel.file_tests(f, names)
         mine = failures_of(failed, chosen)
-        result.append((*row[:3], f"{len(mine)} failed" if mine else "passed" if chosen and not broken else "-" if not chosen else "unknown"))
+        result.append(
+            (
+                *row[:3],
+                f"{len(mine)} failed"
+                if mine
+                else "passed"
+                if chosen and not broken
+                else "-"
+                if not chosen
+                else "unknown",
+            )
+        )
     return table([HEADER, *result])
 
 
@@ -74,29 +100,47 @@ def not_covered(gaps: dict[str, list[str]], untested: list[str] = (), untold: li
     """The lines that make an edit's gaps its own status, with the command that covers them."""
     families = sorted({fam for fams in gaps.values() for fam in fams})
     if untested:
-        print(f"affected: no test of {short(untested)} ran here (none of smoke's, and none of FlashInfer's recorded for them ran "
-              "to a result): not a pass; `upstream-tests FAMILY` of their family runs and records them")
+        print(
+            f"affected: no test of {short(untested)} ran here (none of smoke's, and none of FlashInfer's recorded for them ran "
+            "to a result): not a pass; `upstream-tests FAMILY` of their family runs and records them"
+        )
     if not gaps:
         return
     for f, fams in gaps.items():
         if f in untold:
-            print(f"affected: {f} holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told here")
+            print(
+                f"affected: {f} holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told here"
+            )
         else:
             print(f"affected: {f} reaches {', '.join(fams)}, whose FlashInfer tests did not run here")
-    print(f"affected: not a pass: {len(families)} kernel family(ies) the edit reaches went untested; "
-          f"cover them: pixi run -e flashinfer-dev upstream-tests {' '.join(families)}")
+    print(
+        f"affected: not a pass: {len(families)} kernel family(ies) the edit reaches went untested; "
+        f"cover them: pixi run -e flashinfer-dev upstream-tests {' '.join(families)}"
+    )
 
 
-def final(failed_run: bool, failed: set[str], broken: list[str], reruns: list[str], built: str, total: float, stopped: bool = False) -> None:
+def final(
+    failed_run: bool,
+    failed: set[str],
+    broken: list[str],
+    reruns: list[str],
+    built: str,
+    total: float,
+    stopped: bool = False,
+) -> None:
     """The last lines of a run whose tests ran (`failed_run`: fidev.affected.verdict.of_tests): what
     failed and how to rerun it, or that every selected test passed; where the first failure ended
     the run (`stopped`), that the rest did not run."""
     if failed_run:
         if stopped:
-            print("affected: the first failure ended the run: the other selected tests did not run, and are no pass "
-                  "(the next run runs them again; --keep-going runs every one)")
-        print(f"affected: {len(failed)} failed ({short(failed, 4)}){'; ' + '; '.join(broken) if broken else ''}; {built}; {total:.1f} s "
-              f"in all\naffected: rerun alone: " + ("; ".join(reruns) or "see the output above"))
+            print(
+                "affected: the first failure ended the run: the other selected tests did not run, and are no pass "
+                "(the next run runs them again; --keep-going runs every one)"
+            )
+        print(
+            f"affected: {len(failed)} failed ({short(failed, 4)}){'; ' + '; '.join(broken) if broken else ''}; {built}; {total:.1f} s "
+            f"in all\naffected: rerun alone: " + ("; ".join(reruns) or "see the output above")
+        )
     else:
         print(f"affected: every selected test passed; {built}; {total:.1f} s in all")
 
@@ -105,9 +149,14 @@ def nothing_changed(modules: int, passed: dict, checked_s: float) -> None:
     """The line of a run that found nothing changed: the built modules it checked, and when affected's
     last verdict on them passed (`passed`: {module: its kept passing verdict}, fidev.affected.verdicts)."""
     last = max((v.when for v in passed.values()), default=None)
-    said = (f"; affected's last verdict on {short(passed, 3)}: passed ({sum(len(v.tests) for v in passed.values())} test(s), {last})"
-            if passed else "; no verdict of affected is kept on them (it judges edits: smoke tests the build)")
-    print(f"affected: nothing changed since the {modules} built modules were built (checked in {checked_s:.2f} s){said}")
+    said = (
+        f"; affected's last verdict on {short(passed, 3)}: passed ({sum(len(v.tests) for v in passed.values())} test(s), {last})"
+        if passed
+        else "; no verdict of affected is kept on them (it judges edits: smoke tests the build)"
+    )
+    print(
+        f"affected: nothing changed since the {modules} built modules were built (checked in {checked_s:.2f} s){said}"
+    )
 
 
 def compiled(counts: dict[str, int | None], twice: list[str]) -> str:

@@ -13,7 +13,10 @@ from fidev.builds import smoke_modules
 from fidev.tree import families as upstream_suites
 
 UNTOLD = "(its tree record cannot be read: any edit)"  # a changed "file" that may be any include/ or csrc/ file
-PACKAGE, GENERATOR_DIR = "flashinfer/", "flashinfer/jit/"  # the package's Python files, and its module generators, in the tree
+PACKAGE, GENERATOR_DIR = (
+    "flashinfer/",
+    "flashinfer/jit/",
+)  # the package's Python files, and its module generators, in the tree
 
 
 @dataclass
@@ -21,6 +24,7 @@ class Selection:
     """The changed files with their modules (by_file), and the tests of those modules: smoke's and
     abi-smoke's (ours) and FlashInfer's own, by test function, each with all its cases (theirs:
     the record names each case, thousands for a family)."""
+
     by_file: dict[str, set[str]]
     changed: dict[str, dict[str, str]]
     tier: dict[str, str]
@@ -30,7 +34,9 @@ class Selection:
     # changed module covers, whose tests are in the tree: they run too (a sample), building what they load
     families: dict[str, tuple[str, ...]] = field(default_factory=dict)
     reached: dict[str, list[str]] = field(default_factory=dict)  # {edited file: those of `families` it reaches}
-    reach: dict[str, list[str]] = field(default_factory=dict)  # {edited file of the tree: every kernel family it reaches}
+    reach: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # {edited file of the tree: every kernel family it reaches}
     generators: list[str] = field(default_factory=list)  # the edited Python files of the tree, relative to it
     sampled: bool = True  # FlashInfer's tests run as a sample (else --whole-family: every case)
 
@@ -44,18 +50,25 @@ class Selection:
     def untold(self) -> list[str]:
         """The edited Python files of the package, not generators (outside flashinfer/jit/), that hold no
         kernel family's API (fidev.tree.families' `api`): which tests execute them cannot be told."""
-        return sorted(f for f, fams in self.reach.items() if f.startswith(PACKAGE) and not f.startswith(GENERATOR_DIR) and not fams)
+        return sorted(
+            f
+            for f, fams in self.reach.items()
+            if f.startswith(PACKAGE) and not f.startswith(GENERATOR_DIR) and not fams
+        )
 
     def selectors(self, names) -> set[str]:
         """What a module's tests are, as node ids or function prefixes of pytest's failure lines."""
-        return {f"tests/{t}" for n in names if n in self.tier for t in smoke_modules.BY_KEY[self.tier[n]].tests} | \
-            {t.split("[")[0] for n in names for t in self.recorded.get(n, [])}
+        return {f"tests/{t}" for n in names if n in self.tier for t in smoke_modules.BY_KEY[self.tier[n]].tests} | {
+            t.split("[")[0] for n in names for t in self.recorded.get(n, [])
+        }
 
     @property
     def ours(self) -> list[str]:
         """smoke's and abi-smoke's tests of the changed modules, and of the reached families' (they build what they load)."""
-        return sorted({t for name in self.changed if name in self.tier for t in smoke_modules.BY_KEY[self.tier[name]].tests}
-                      | {t for fam in self.families for t in family_smoke_tests(fam)})
+        return sorted(
+            {t for name in self.changed if name in self.tier for t in smoke_modules.BY_KEY[self.tier[name]].tests}
+            | {t for fam in self.families for t in family_smoke_tests(fam)}
+        )
 
     @property
     def recorded_tests(self) -> list[str]:
@@ -73,16 +86,30 @@ class Selection:
 
     def file_tests(self, f: str, names) -> set[str]:
         """The tests of an edited file: its modules' (selectors), and the reached families' it is compiled by."""
-        families = self.reached.get(f, []) if " -> " not in f else {fam for g in self.generators for fam in self.reached.get(g, [])}
-        return self.selectors(names) | {f"tests/{node}" for fam in families for node in self.families[fam]} | \
-            {f"tests/{t}" for fam in families for t in family_smoke_tests(fam)}
+        families = (
+            self.reached.get(f, [])
+            if " -> " not in f
+            else {fam for g in self.generators for fam in self.reached.get(g, [])}
+        )
+        return (
+            self.selectors(names)
+            | {f"tests/{node}" for fam in families for node in self.families[fam]}
+            | {f"tests/{t}" for fam in families for t in family_smoke_tests(fam)}
+        )
 
     def files(self) -> list[tuple[str, set[str]]]:
         return sorted(self.by_file.items())
 
 
-def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], tier: dict[str, str], recorded: dict[str, list[str]],
-              tree: Path, generators: list[str], sampled: bool = True) -> Selection:
+def selection(
+    by_file: dict[str, set[str]],
+    changed: dict[str, dict[str, str]],
+    tier: dict[str, str],
+    recorded: dict[str, list[str]],
+    tree: Path,
+    generators: list[str],
+    sampled: bool = True,
+) -> Selection:
     """The selection, with the kernel families that compile each file no built module does;
     `generators`: the edited Python files of the tree (paths)."""
     sel = Selection(by_file, changed, tier, recorded, generators=[under(tree, g) for g in generators], sampled=sampled)
@@ -91,7 +118,11 @@ def selection(by_file: dict[str, set[str]], changed: dict[str, dict[str, str]], 
     sel.reach = upstream_suites.families_compiling(tree, sorted({*sel.tree_edits(), *unbuilt}))
     sel.reaching = {f: sel.reach[f] for f in unbuilt}
     sel.families = families_to_run(sel, tree)
-    sel.reached = {f: [fam for fam in fams if fam in sel.families] for f, fams in sel.reach.items() if any(fam in sel.families for fam in fams)}
+    sel.reached = {
+        f: [fam for fam in fams if fam in sel.families]
+        for f, fams in sel.reach.items()
+        if any(fam in sel.families for fam in fams)
+    }
     return sel
 
 
@@ -113,14 +144,22 @@ def families_to_run(sel: Selection, tree: Path) -> dict[str, tuple[str, ...]]:
     a family stays a gap, said)."""
     wanted = {fam for fams in sel.reach.values() for fam in fams}
     covered = families_covered(sel.recorded_tests)
-    return {fam.name: fam.nodes for fam in upstream_suites.FAMILIES
-            if fam.name in wanted and fam.name not in covered and all((tree / "tests" / node.split("::")[0]).is_file() for node in fam.nodes)}
+    return {
+        fam.name: fam.nodes
+        for fam in upstream_suites.FAMILIES
+        if fam.name in wanted
+        and fam.name not in covered
+        and all((tree / "tests" / node.split("::")[0]).is_file() for node in fam.nodes)
+    }
 
 
 def families_covered(ran: list[str]) -> set[str]:
     """The kernel families some test of `ran` (ids under tests/, or their function prefixes) is a test of."""
-    return {fam.name for fam in upstream_suites.FAMILIES
-            if any(t.startswith(f"tests/{node.split('::')[0]}") for node in fam.nodes for t in ran)}
+    return {
+        fam.name
+        for fam in upstream_suites.FAMILIES
+        if any(t.startswith(f"tests/{node.split('::')[0]}") for node in fam.nodes for t in ran)
+    }
 
 
 def tree_files(by_file: dict[str, set[str]]) -> list[str]:

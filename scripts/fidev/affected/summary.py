@@ -76,5 +76,7 @@ def read(path: Path) -> Summary:
     except TypeError as e:
         raise Failure(f"affected's summary {path} lacks a field or has an unknown one ({e})", fix) from None
     if summary.verdict not in VERDICTS:
-        raise Failure(f"affected's summary {path} has the verdict {summary.verdict!r}, not one of {', '.join(VERDICTS)}", fix)
+        raise Failure(
+            f"affected's summary {path} has the verdict {summary.verdict!r}, not one of {', '.join(VERDICTS)}", fix
+        )
     return summary

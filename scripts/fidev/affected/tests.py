@@ -43,7 +43,9 @@ CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
 # either stops the other; the answer is "failed" by then, and the rerun commands name what failed
 STOP_AFTER = 1
 THREADS = "OMP_NUM_THREADS"  # torch's CPU thread pool in each process; the user's own value is kept
-PAST_BUILD = re.compile(r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)")
+PAST_BUILD = re.compile(
+    r"affected: FlashInfer's tests ended (\d+\.\d) s after the build \(their last case (\d+\.\d) s after it\)"
+)
 
 
 def collector(stop: Callable[[], bool] | None = None):
@@ -77,7 +79,9 @@ def collector(stop: Callable[[], bool] | None = None):
     return Failed()
 
 
-def run_ours(tests: list[str], wide: list[str], mode: str, stop: Callable[[], bool] | None = None) -> tuple[int, set[str], bool]:
+def run_ours(
+    tests: list[str], wide: list[str], mode: str, stop: Callable[[], bool] | None = None
+) -> tuple[int, set[str], bool]:
     """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.smoke.gpu_suite: no
     third-party plugin), so that a flashinfer the regeneration imported is not imported again:
     (status, the node ids that failed or errored, whether tests were left unrun). With `stop`, the
@@ -90,7 +94,9 @@ def run_ours(tests: list[str], wide: list[str], mode: str, stop: Callable[[], bo
     os.environ[gpu_suite.NO_AUTOLOAD] = "1"
     first = ["-x"] if stop is not None else []
     try:
-        status = gpu_suite.run_paths("affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *first, *wide], mode, plugins=(plugin,))
+        status = gpu_suite.run_paths(
+            "affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *first, *wide], mode, plugins=(plugin,)
+        )
     except Failure as failure:  # nothing passed: every test skipped, or none selected
         print(f"affected: {failure.problem}")
         status = NOTHING_PASSED
@@ -158,8 +164,16 @@ class FlashInferTests:
 
     started: set[FlashInferTests] = set()  # stopped by run() however it ends
 
-    def __init__(self, tests: list[str], cases_per_file: dict[str, int], file_times: Path, deferred: bool = False,
-                 sample: list[str] | None = None, stop_after: int = STOP_AFTER, plan: bool = False):
+    def __init__(
+        self,
+        tests: list[str],
+        cases_per_file: dict[str, int],
+        file_times: Path,
+        deferred: bool = False,
+        sample: list[str] | None = None,
+        stop_after: int = STOP_AFTER,
+        plan: bool = False,
+    ):
         """`sample`: the modules the sample of their cases must exercise (upstream-tests --sample
         --sample-modules, fidev.upstream.sample); None: every case of the tests (--whole-family).
         `stop_after`: the failing cases that end their run (0: every case runs, --keep-going).
@@ -167,34 +181,66 @@ class FlashInferTests:
         record names the modules of the sample's cases and their warmups build only those
         (fidev.upstream.plugin); else --no-plan."""
         self.tests = tests
-        self.stopped_early = False  # their run stopped at its first failures, or was stopped by smoke's: cases left unrun
+        self.stopped_early = (
+            False  # their run stopped at its first failures, or was stopped by smoke's: cases left unrun
+        )
         self.missed: list[str] = []  # modules the sample had no recorded case of, once finished
         self.opened: float | None = None  # when the gate opened (time.time())
         self.past: dict[str, float] | None = None  # the PAST_BUILD line's figures, once finished
         self.unread: Failure | None = None  # why its summary could not be read, once finished
-        self.exercised_files: set[str] = set()  # the test files with a case that passed or failed (tests/...), once finished
+        self.exercised_files: set[str] = (
+            set()
+        )  # the test files with a case that passed or failed (tests/...), once finished
         self.all_skipped = False  # every case skipped here, once finished
         # a sample is a few dozen cases a file, whatever the record counts (docs/measurements.md, row "sample sizes"):
         # a process a file or part
-        workers, threads = processes(cases_per_file if sample is None else {f: min(n, CASES_PER_PROCESS) for f, n in cases_per_file.items()},
-                                     file_times)
+        workers, threads = processes(
+            cases_per_file if sample is None else {f: min(n, CASES_PER_PROCESS) for f, n in cases_per_file.items()},
+            file_times,
+        )
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
-        sampled = ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])] if sample is not None else []
+        sampled = (
+            ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])]
+            if sample is not None
+            else []
+        )
         # no progress lines: its output is held until finish()
         stopping = ["--stop-after", str(stop_after)] if stop_after else []
         planning = ["--yes"] if plan else ["--no-plan"]  # --yes: the plan says what it will compile, and asks nothing
-        cmd = [sys.executable, str(ROOT / "scripts/upstream_tests.py"), *planning, *tests, *workers, *sampled, *stopping,
-               "--progress", "0", "--summary", str(self.summary)]
-        said = [c for c in cmd if c not in ("--summary", str(self.summary))]  # as before: the command less where its summary goes
+        cmd = [
+            sys.executable,
+            str(ROOT / "scripts/upstream_tests.py"),
+            *planning,
+            *tests,
+            *workers,
+            *sampled,
+            *stopping,
+            "--progress",
+            "0",
+            "--summary",
+            str(self.summary),
+        ]
+        said = [
+            c for c in cmd if c not in ("--summary", str(self.summary))
+        ]  # as before: the command less where its summary goes
         which = "of the modules the edit may change" if deferred else ""
-        then = "; those of the modules it changed run once the build is done" if deferred else " and run once the build is done"
-        print(f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
-              f"{f', {workers[1]} processes a GPU' if workers else ''}) start now{then}: "
-              f"{' '.join(said[:5])}{' ...' if len(said) > 5 else ''}", flush=True)
+        then = (
+            "; those of the modules it changed run once the build is done"
+            if deferred
+            else " and run once the build is done"
+        )
+        print(
+            f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
+            f"{f', {workers[1]} processes a GPU' if workers else ''}) start now{then}: "
+            f"{' '.join(said[:5])}{' ...' if len(said) > 5 else ''}",
+            flush=True,
+        )
         env = child_env(Settings(gate=self.gate, gate_owner=upstream_gate.process_identity(os.getpid())), **threads)
         try:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+            )
         except OSError:
             shutil.rmtree(self.folder, ignore_errors=True)
             raise
@@ -241,13 +287,19 @@ class FlashInferTests:
             self.exercised_files = {p.file for p in done.processes if p.counts.get("passed") or p.counts.get("failed")}
             # every case skipped (nothing failed, nothing errored): no verdict of theirs, but a gap the coverage
             # says (affected's modules_untested, coverage_gaps); nothing selected at all stays a failure
-            self.all_skipped = (done.counts.get("skipped", 0) > 0 and not any(done.counts.get(k) for k in ("passed", "failed", "error"))
-                                and not done.failed_ids)
+            self.all_skipped = (
+                done.counts.get("skipped", 0) > 0
+                and not any(done.counts.get(k) for k in ("passed", "failed", "error"))
+                and not done.failed_ids
+            )
         if self.opened is not None:
             last = done.last_case_end if done else None
             first = done.started + done.first_failure_s if done and done.first_failure_s is not None else None
-            self.past = past_figures(ended - self.opened, None if last is None else last - self.opened,
-                                     None if first is None else first - self.opened)
+            self.past = past_figures(
+                ended - self.opened,
+                None if last is None else last - self.opened,
+                None if first is None else first - self.opened,
+            )
             print(past_build(self.past), flush=True)
         return status, failed
 
@@ -297,6 +349,7 @@ class BuildFailed(Failure):
 class Outcome:
     """What the rebuild and the tests did: the rebuild's line and time, what failed, what broke
     without a failed test named, the commands that rerun the failures alone, and the PAST_BUILD figures."""
+
     built: str
     build_s: float
     rebuilt: list[str]
@@ -304,7 +357,9 @@ class Outcome:
     broken: list[str] = field(default_factory=list)
     reruns: list[str] = field(default_factory=list)
     past: dict[str, float] | None = None
-    exercised_files: set[str] = field(default_factory=set)  # FlashInfer's test files with a case that passed or failed: what covers a family
+    exercised_files: set[str] = field(
+        default_factory=set
+    )  # FlashInfer's test files with a case that passed or failed: what covers a family
     stopped: bool = False  # the first failure ended the run: selected tests did not run (no module passes on them)
 
 
@@ -314,8 +369,15 @@ def sample_of(modules, recorded: dict[str, list[str]], sampled: bool) -> list[st
     return [m for m in sorted(modules) if recorded.get(m)] if sampled else None
 
 
-def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[str, list[str]], changed, file_times: Path,
-              sampled: bool = True, stop_after: int = STOP_AFTER) -> tuple:
+def their_run(
+    early: FlashInferTests | None,
+    theirs: list[str],
+    recorded: dict[str, list[str]],
+    changed,
+    file_times: Path,
+    sampled: bool = True,
+    stop_after: int = STOP_AFTER,
+) -> tuple:
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
     regeneration where it has them all (the gate names these), else one that starts now, and
     imports and collects while the modules compile; a sample of their cases that exercises each
@@ -325,9 +387,18 @@ def their_run(early: FlashInferTests | None, theirs: list[str], recorded: dict[s
         return early, theirs
     if early:
         early.stop()
-    return (FlashInferTests(theirs, cases_by_file(recorded, changed), file_times, sample=sample_of(changed, recorded, sampled),
-                            stop_after=stop_after, plan=sampled and bool(unrecorded(theirs, recorded)))
-            if theirs else None), None
+    return (
+        FlashInferTests(
+            theirs,
+            cases_by_file(recorded, changed),
+            file_times,
+            sample=sample_of(changed, recorded, sampled),
+            stop_after=stop_after,
+            plan=sampled and bool(unrecorded(theirs, recorded)),
+        )
+        if theirs
+        else None
+    ), None
 
 
 def unrecorded(tests: list[str], recorded: dict[str, list[str]]) -> list[str]:
@@ -346,13 +417,22 @@ def rebuild(to_build: list, failed_table) -> Outcome:
     except Failure as failure:
         print(failed_table())
         raise BuildFailed(f"the build of {short(names)} failed: {failure.problem}", failure.fix) from None
-    built = (f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s" + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
-             if to_build else "no built module to rebuild")
+    built = (
+        f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s"
+        + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
+        if to_build
+        else "no built module to rebuild"
+    )
     return Outcome(built, build_s, sorted(names))
 
 
-def ours_step(ours: list[str], importing: threading.Thread | None, outcome: Outcome, mode: str,
-              stop: Callable[[], bool] | None = None) -> None:
+def ours_step(
+    ours: list[str],
+    importing: threading.Thread | None,
+    outcome: Outcome,
+    mode: str,
+    stop: Callable[[], bool] | None = None,
+) -> None:
     """smoke's tests (run_ours); `stop`: the first failure ends them, and so does stop() turning true."""
     if importing:
         importing.join()
@@ -360,32 +440,58 @@ def ours_step(ours: list[str], importing: threading.Thread | None, outcome: Outc
     status, bad, unrun = run_ours(ours, wide, mode, stop)
     outcome.stopped |= unrun
     if unrun and not bad:  # FlashInfer's tests failed first: their failures are the answer
-        print("affected: smoke's tests stopped: FlashInfer's tests failed first (--keep-going runs every test)", flush=True)
+        print(
+            "affected: smoke's tests stopped: FlashInfer's tests failed first (--keep-going runs every test)",
+            flush=True,
+        )
         return
     outcome.failed |= bad
     if bad:
-        outcome.reruns.append("pixi run -e flashinfer-dev python -m pytest " + " ".join(map(shlex.quote, sorted(bad)))
-                              + "".join(f" {w}" for w in wide))
+        outcome.reruns.append(
+            "pixi run -e flashinfer-dev python -m pytest "
+            + " ".join(map(shlex.quote, sorted(bad)))
+            + "".join(f" {w}" for w in wide)
+        )
     elif status != 0:
-        outcome.broken.append("no smoke or abi-smoke test passed (skipped: reasons above)" if status == NOTHING_PASSED
-                              else f"tests/ exited {status} with no failed test named")
+        outcome.broken.append(
+            "no smoke or abi-smoke test passed (skipped: reasons above)"
+            if status == NOTHING_PASSED
+            else f"tests/ exited {status} with no failed test named"
+        )
 
 
 def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Outcome) -> None:
     outcome.failed |= bad
     if bad:
         first = " ".join(map(shlex.quote, sorted(bad)[:5]))
-        outcome.reruns.append(f"pixi run -e flashinfer-dev upstream-tests --no-plan {first}"
-                              + (f" (the first 5 of {len(bad)})" if len(bad) > 5 else ""))
+        outcome.reruns.append(
+            f"pixi run -e flashinfer-dev upstream-tests --no-plan {first}"
+            + (f" (the first 5 of {len(bad)})" if len(bad) > 5 else "")
+        )
     elif unread is not None:
-        outcome.broken.append(f"upstream-tests exited {status}, and its summary could not be read (the error above says why)")
+        outcome.broken.append(
+            f"upstream-tests exited {status}, and its summary could not be read (the error above says why)"
+        )
     elif status != 0:
-        outcome.broken.append(f"upstream-tests exited {status} with no failed test named (its last lines above say why)")
+        outcome.broken.append(
+            f"upstream-tests exited {status} with no failed test named (its last lines above say why)"
+        )
 
 
-def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str], theirs: list[str], recorded: dict[str, list[str]],
-                   changed, file_times: Path, failed_table, built: Callable[[], None], sampled: bool, mode: str,
-                   keep_going: bool = False) -> Outcome:
+def build_and_test(
+    to_build: list,
+    early: FlashInferTests | None,
+    ours: list[str],
+    theirs: list[str],
+    recorded: dict[str, list[str]],
+    changed,
+    file_times: Path,
+    failed_table,
+    built: Callable[[], None],
+    sampled: bool,
+    mode: str,
+    keep_going: bool = False,
+) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
     tests here and let FlashInfer's through their gate; each stopped however it ends. `built()` is
     called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts).
@@ -401,11 +507,16 @@ def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str
             run.open(selection)
         print(f"affected: {outcome.built}")
         if ours:
-            ours_step(ours, importing, outcome, mode, None if keep_going else (run.ended_failing if run else lambda: False))
+            ours_step(
+                ours, importing, outcome, mode, None if keep_going else (run.ended_failing if run else lambda: False)
+            )
         if run and outcome.failed and not keep_going:  # smoke's first failure is the answer: theirs are stopped, unrun
             run.stop()
             outcome.stopped = stopped_theirs = True
-            print("affected: FlashInfer's tests stopped: smoke's tests failed first (--keep-going runs every test)", flush=True)
+            print(
+                "affected: FlashInfer's tests stopped: smoke's tests failed first (--keep-going runs every test)",
+                flush=True,
+            )
         elif run:
             their_status, their_failed = run.finish()
             outcome.stopped |= run.stopped_early
@@ -417,8 +528,10 @@ def build_and_test(to_build: list, early: FlashInferTests | None, ours: list[str
     if theirs and not stopped_theirs:
         theirs_step(0 if run.all_skipped else their_status, their_failed, run.unread, outcome)
         if missed := [m for m in run.missed if m in changed]:  # no case of theirs ran it: not a pass
-            outcome.broken.append(f"no collected FlashInfer test is recorded for {short(missed)}, so the sample did not exercise it "
-                                  "(upstream-tests FAMILY records them again)")
+            outcome.broken.append(
+                f"no collected FlashInfer test is recorded for {short(missed)}, so the sample did not exercise it "
+                "(upstream-tests FAMILY records them again)"
+            )
         outcome.past = run.past
         outcome.exercised_files = run.exercised_files
     return outcome

@@ -35,8 +35,17 @@ class Verdict(str, Enum):
         return self.value
 
 
-STATUS = {Verdict.PASSED: 0, Verdict.NOTHING_CHANGED: 0, Verdict.NO_MODULE_CHANGED: 0, Verdict.LISTED: 0, Verdict.FAILED: 1,
-          Verdict.BUILD_FAILED: 1, Verdict.ERROR: 1, Verdict.NOT_COVERED: 3, Verdict.INTERRUPTED: INTERRUPTED}
+STATUS = {
+    Verdict.PASSED: 0,
+    Verdict.NOTHING_CHANGED: 0,
+    Verdict.NO_MODULE_CHANGED: 0,
+    Verdict.LISTED: 0,
+    Verdict.FAILED: 1,
+    Verdict.BUILD_FAILED: 1,
+    Verdict.ERROR: 1,
+    Verdict.NOT_COVERED: 3,
+    Verdict.INTERRUPTED: INTERRUPTED,
+}
 
 
 def of_tests(failed: set[str], broken: list[str]) -> Verdict:
@@ -49,8 +58,14 @@ def reached_edits(selection: Selection, changed: changes.Changes) -> dict[str, l
     return {f: fams for f, fams in selection.reached.items() if f not in changed.reverted}
 
 
-def covered_or_not(tested: Verdict, selection: Selection, changed: changes.Changes, kept: verdicts.Kept, ran: list[str],
-                   passed: Verdict = Verdict.PASSED) -> Verdict:
+def covered_or_not(
+    tested: Verdict,
+    selection: Selection,
+    changed: changes.Changes,
+    kept: verdicts.Kept,
+    ran: list[str],
+    passed: Verdict = Verdict.PASSED,
+) -> Verdict:
     """The verdict: failed as the tests said (`tested`); else not covered where the edit reaches a
     kernel family none of whose FlashInfer tests ran to a result (`ran`: those of a file where a case
     passed or failed, not skipped alone) or a changed module none of whose tests did; else `passed`.
@@ -61,12 +76,16 @@ def covered_or_not(tested: Verdict, selection: Selection, changed: changes.Chang
     # a failed run's reached families built their modules from the edited tree, which their build
     # recorded: kept, or asking again would find nothing changed
     ran_and_failed = reached_edits(selection, changed) if tested is Verdict.FAILED else {}
-    kept.keep_gaps({f: fams for f, fams in gaps.items() if f != UNTOLD}, changed.before, changed.pending, ran_and_failed)
+    kept.keep_gaps(
+        {f: fams for f, fams in gaps.items() if f != UNTOLD}, changed.before, changed.pending, ran_and_failed
+    )
     if (gaps or untested) and tested is not Verdict.FAILED:
         report.not_covered(gaps, untested, selection.untold)
         return Verdict.NOT_COVERED
     if gaps:
-        print(f"affected: also untested: {', '.join(sorted({fam for fams in gaps.values() for fam in fams}))} (the edit reaches them)")
+        print(
+            f"affected: also untested: {', '.join(sorted({fam for fams in gaps.values() for fam in fams}))} (the edit reaches them)"
+        )
     return tested if tested is Verdict.FAILED else passed
 
 

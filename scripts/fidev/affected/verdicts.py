@@ -71,6 +71,7 @@ class Verdict:
 class Gap:
     """An edited file of the tree whose kernel families' FlashInfer tests did not run: its content
     before the edit (None: a file the tree did not have), those families, and when it was said."""
+
     was: list | None
     families: list[str]
     when: str
@@ -83,18 +84,27 @@ class Gap:
 
 def gaps_well_formed(gaps) -> bool:
     return isinstance(gaps, dict) and all(
-        isinstance(g, dict) and set(g) | {"result"} == set(Gap.__dataclass_fields__) and is_fact(g["was"]) and isinstance(g["when"], str)
+        isinstance(g, dict)
+        and set(g) | {"result"} == set(Gap.__dataclass_fields__)
+        and is_fact(g["was"])
+        and isinstance(g["when"], str)
         and g.get("result", "not covered") in GAP_RESULTS
-        and isinstance(g["families"], list) and all(isinstance(f, str) for f in g["families"]) for g in gaps.values())
+        and isinstance(g["families"], list)
+        and all(isinstance(f, str) for f in g["families"])
+        for g in gaps.values()
+    )
 
 
 def well_formed(modules) -> bool:
     """Whether the file's modules have the shape `Kept.record` writes: {name: a Verdict's fields}."""
     return isinstance(modules, dict) and all(
-        isinstance(v, dict) and set(v) == set(Verdict.__dataclass_fields__) and v["result"] in RESULTS
+        isinstance(v, dict)
+        and set(v) == set(Verdict.__dataclass_fields__)
+        and v["result"] in RESULTS
         and all(isinstance(v[k], str) for k in ("inputs", "when"))
         and all(isinstance(v[k], list) and all(isinstance(t, str) for t in v[k]) for k in ("tests", "failed"))
-        for v in modules.values())
+        for v in modules.values()
+    )
 
 
 class Kept:
@@ -113,9 +123,14 @@ class Kept:
             self.problem = failure.problem
             return
         judged = data.get("judged", {})
-        if not well_formed(data.get("modules")) or not gaps_well_formed(data.get("uncovered", {})) or \
-                not (isinstance(judged, dict) and all(is_fact(fact) for fact in judged.values())):
-            self.problem = f"affected's kept verdicts {path} cannot be read (they are not of the shape {SCHEMA} gives them)"
+        if (
+            not well_formed(data.get("modules"))
+            or not gaps_well_formed(data.get("uncovered", {}))
+            or not (isinstance(judged, dict) and all(is_fact(fact) for fact in judged.values()))
+        ):
+            self.problem = (
+                f"affected's kept verdicts {path} cannot be read (they are not of the shape {SCHEMA} gives them)"
+            )
             return
         self.modules = {name: Verdict(**v) for name, v in data["modules"].items()}
         self.gaps = {rel: Gap(**g) for rel, g in data.get("uncovered", {}).items()}
@@ -135,14 +150,23 @@ class Kept:
                 self.modules.pop(name, None)
             else:
                 self.modules[name] = Verdict(inputs, result, when, sorted(tests), sorted(failed))
-        data = {"schema": SCHEMA, "modules": {n: vars(v) for n, v in sorted(self.modules.items())},
-                "uncovered": {rel: vars(g) for rel, g in sorted(self.gaps.items())}}
+        data = {
+            "schema": SCHEMA,
+            "modules": {n: vars(v) for n, v in sorted(self.modules.items())},
+            "uncovered": {rel: vars(g) for rel, g in sorted(self.gaps.items())},
+        }
         if self.judged is not None:
             data["judged"] = dict(sorted(self.judged.items()))
         write_whole(self.path, json.dumps(data, indent=1))
 
-    def keep_gaps(self, gaps: dict[str, list[str]], before: dict[str, list | None], pending: set[str],
-                  ran: dict[str, list[str]] | None = None, ran_result: str = "failed") -> None:
+    def keep_gaps(
+        self,
+        gaps: dict[str, list[str]],
+        before: dict[str, list | None],
+        pending: set[str],
+        ran: dict[str, list[str]] | None = None,
+        ran_result: str = "failed",
+    ) -> None:
         """The run's gaps ({file: families}), and the files whose reached families' tests ran in a
         run that did not pass (`ran`, kept as `ran_result`: "failed", or "unfinished" as the tests
         start), each with its content before the edit: a kept one's, else `before` (the tree's
@@ -153,6 +177,8 @@ class Kept:
         def kept(rel: str, families: list[str], result: str) -> Gap:
             return Gap(self.gaps[rel].was if rel in self.gaps else before.get(rel), sorted(families), when, result)
 
-        self.gaps = {**{rel: self.gaps[rel] for rel in pending if rel in self.gaps},
-                     **{rel: kept(rel, families, ran_result) for rel, families in (ran or {}).items()},
-                     **{rel: kept(rel, families, "not covered") for rel, families in gaps.items()}}
+        self.gaps = {
+            **{rel: self.gaps[rel] for rel in pending if rel in self.gaps},
+            **{rel: kept(rel, families, ran_result) for rel, families in (ran or {}).items()},
+            **{rel: kept(rel, families, "not covered") for rel, families in gaps.items()},
+        }

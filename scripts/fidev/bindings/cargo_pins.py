@@ -46,11 +46,16 @@ def parse_wheel_filename(filename: str) -> WheelName:
         from packaging.utils import InvalidWheelFilename
         from packaging.utils import parse_wheel_filename as parse
     except ModuleNotFoundError as e:
-        raise Failure("packaging is not installed in this interpreter", "run it in the environment: `pixi run -e flashinfer-dev ...`") from e
+        raise Failure(
+            "packaging is not installed in this interpreter",
+            "run it in the environment: `pixi run -e flashinfer-dev ...`",
+        ) from e
     try:
         _, version, _, tags = parse(filename)
     except InvalidWheelFilename as e:
-        raise Failure(f"{filename} is not a wheel file name: {e}", "pass the wheel as downloaded, without renaming it") from e
+        raise Failure(
+            f"{filename} is not a wheel file name: {e}", "pass the wheel as downloaded, without renaming it"
+        ) from e
     return WheelName(filename, filename.split("-")[0], str(version), tuple(sorted({t.platform for t in tags})))
 
 
@@ -72,11 +77,15 @@ def pin_toml(pins_: list[Pin]) -> str:
     for p in pins_:
         header = ".".join((*METADATA_PATH, p.name, p.cuda, p.arch))
         if seen.setdefault(header, p) != p:
-            raise Failure(f"{seen[header].filename} and {p.filename} both pin {p.name} for {p.cuda} on {p.arch}",
-                          "pin one wheel of each package for each CUDA key and arch")
+            raise Failure(
+                f"{seen[header].filename} and {p.filename} both pin {p.name} for {p.cuda} on {p.arch}",
+                "pin one wheel of each package for each CUDA key and arch",
+            )
         if seen[header] is not p:
             continue
-        blocks.append(f"[{header}]\nfilename = {json.dumps(p.filename)}\nurl = {json.dumps(p.url)}\nsha256 = {json.dumps(p.sha256)}\n")
+        blocks.append(
+            f"[{header}]\nfilename = {json.dumps(p.filename)}\nurl = {json.dumps(p.url)}\nsha256 = {json.dumps(p.sha256)}\n"
+        )
     return "\n".join(blocks)
 
 
@@ -86,8 +95,10 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
     for key in METADATA_PATH:
         table = table.get(key) if isinstance(table, dict) else None
     if not isinstance(table, dict):
-        raise Failure(f"{source} has no [{'.'.join(METADATA_PATH)}] table",
-                      "name the bindings crate's Cargo.toml, or a file holding the blocks the `pin` task prints")
+        raise Failure(
+            f"{source} has no [{'.'.join(METADATA_PATH)}] table",
+            "name the bindings crate's Cargo.toml, or a file holding the blocks the `pin` task prints",
+        )
     found = []
     for name, by_cuda in table.items():
         for cuda, by_arch in (by_cuda or {}).items():
@@ -96,10 +107,17 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
                 if not isinstance(entry, dict):
                     raise Failure(f"{source}: {where} is not a table", "each entry needs filename, url and sha256")
                 filename, url, sha = (str(entry.get(k, "")).strip() for k in ("filename", "url", "sha256"))
-                if not filename.endswith(".whl") or "/" in filename or not url.startswith(("https://", "http://", "file://")) \
-                        or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
-                    raise Failure(f"{source}: {where} needs a wheel filename, an http(s) or file url and a 64-hex-digit lowercase sha256",
-                                  "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`")
+                if (
+                    not filename.endswith(".whl")
+                    or "/" in filename
+                    or not url.startswith(("https://", "http://", "file://"))
+                    or len(sha) != 64
+                    or not all(c in "0123456789abcdef" for c in sha)
+                ):
+                    raise Failure(
+                        f"{source}: {where} needs a wheel filename, an http(s) or file url and a 64-hex-digit lowercase sha256",
+                        "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`",
+                    )
                 found.append(Pin(name, cuda, arch, filename, url, sha))
     return found
 
@@ -120,14 +138,18 @@ def find_in_index(index: str, wheel: WheelName, timeout: float = 30) -> tuple[st
     try:
         base, files = package_index.listed_files(page, timeout=timeout)
     except Failure as e:
-        fix = (f"{index} has no project {wheel.name}: check the wheel and --index, or give the download URL yourself: --url URL"
-               if isinstance(e, package_index.HttpStatus) and e.status == 404
-               else "run it where the index is reachable, or give the download URL yourself: --url URL")
+        fix = (
+            f"{index} has no project {wheel.name}: check the wheel and --index, or give the download URL yourself: --url URL"
+            if isinstance(e, package_index.HttpStatus) and e.status == 404
+            else "run it where the index is reachable, or give the download URL yourself: --url URL"
+        )
         raise Failure(f"cannot read the index page: {e.problem}", fix) from e
     found = package_index.file_in(files, base, wheel.filename)
     if found is None:
-        raise Failure(f"{page} does not list {wheel.filename}",
-                      "check the file name (and the CUDA tag in it), or give the download URL yourself: --url URL")
+        raise Failure(
+            f"{page} does not list {wheel.filename}",
+            "check the file name (and the CUDA tag in it), or give the download URL yourself: --url URL",
+        )
     return found
 
 
@@ -151,9 +173,13 @@ def pins_for(path: Path, filename: str, cuda: str, index: str | None = None, url
     if url is None:
         url, published = find_in_index(index or package_index.PYPI_SIMPLE, wheel)
         if published and published.lower() != sha:
-            raise Failure(f"{filename}: the index publishes sha256 {published}, the file has {sha}",
-                          "the file is not the published wheel: download it again")
+            raise Failure(
+                f"{filename}: the index publishes sha256 {published}, the file has {sha}",
+                "the file is not the published wheel: download it again",
+            )
     if not wheel.arches:
-        raise Failure(f"{filename}: platform {', '.join(wheel.platforms)} is none of the crate's arches ({', '.join(ARCHES)})",
-                      "pin a manylinux x86_64 or aarch64 wheel")
+        raise Failure(
+            f"{filename}: platform {', '.join(wheel.platforms)} is none of the crate's arches ({', '.join(ARCHES)})",
+            "pin a manylinux x86_64 or aarch64 wheel",
+        )
     return [Pin(wheel.name, wheel.cuda or cuda, arch, filename, url, sha) for arch in wheel.arches]

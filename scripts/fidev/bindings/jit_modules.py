@@ -50,8 +50,10 @@ def matches(uri: str, pattern: str | None) -> bool:
 def installed_jit_cache() -> Source:
     spec = importlib.util.find_spec(uris.JIT_CACHE_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise Failure("flashinfer-jit-cache is not installed in this environment",
-                      "run it in the environment (`pixi run -e flashinfer-dev artifacts`), or name a wheel or a folder: artifacts PATH")
+        raise Failure(
+            "flashinfer-jit-cache is not installed in this environment",
+            "run it in the environment (`pixi run -e flashinfer-dev artifacts`), or name a wheel or a folder: artifacts PATH",
+        )
     package = Path(next(iter(spec.submodule_search_locations)))
     try:
         version = importlib.metadata.version("flashinfer-jit-cache")
@@ -74,7 +76,10 @@ def open_source(arg: str | None) -> Source:
             version = None
         return Source("wheel", path, version)
     what = "does not exist" if not path.exists() else "is neither a .whl file nor a folder"
-    raise Failure(f"{arg} {what}", "name a flashinfer-jit-cache wheel, a folder of built modules (the JIT dir `build` prints), or nothing (installed)")
+    raise Failure(
+        f"{arg} {what}",
+        "name a flashinfer-jit-cache wheel, a folder of built modules (the JIT dir `build` prints), or nothing (installed)",
+    )
 
 
 def modules(source: Source, pattern: str | None = None) -> Iterator[Module]:
@@ -82,7 +87,11 @@ def modules(source: Source, pattern: str | None = None) -> Iterator[Module]:
     if source.kind == "wheel":
         yield from _wheel_modules(source.location, pattern)
         return
-    root = source.location / uris.JIT_CACHE_PACKAGE / uris.MODULES_IN_PACKAGE if source.kind == "installed" else source.location
+    root = (
+        source.location / uris.JIT_CACHE_PACKAGE / uris.MODULES_IN_PACKAGE
+        if source.kind == "installed"
+        else source.location
+    )
     for so in sorted(root.rglob("*.so")):
         rel = PurePosixPath(so.relative_to(source.location).as_posix())
         if is_module_path(rel) and matches(so.stem, pattern):
@@ -94,7 +103,10 @@ def _wheel_modules(wheel: Path, pattern: str | None) -> Iterator[Module]:
     try:
         archive = zipfile.ZipFile(wheel)
     except zipfile.BadZipFile as e:
-        raise Failure(f"{wheel} is not a readable wheel (zip): {e}", "download it again; `prefetch` verifies the SHA-256 of pinned wheels") from e
+        raise Failure(
+            f"{wheel} is not a readable wheel (zip): {e}",
+            "download it again; `prefetch` verifies the SHA-256 of pinned wheels",
+        ) from e
     with archive:
         members = [(PurePosixPath(i.filename), i) for i in archive.infolist()]
         for member, info in sorted(members, key=lambda m: m[0]):
@@ -104,8 +116,12 @@ def _wheel_modules(wheel: Path, pattern: str | None) -> Iterator[Module]:
             try:
                 with archive.open(info) as packed, tempfile.TemporaryFile() as unpacked:
                     shutil.copyfileobj(packed, unpacked, 1 << 20)
-                    module = Module(member.stem, str(member), info.file_size, read_dynamic(unpacked, f"{wheel.name}:{member}"))
+                    module = Module(
+                        member.stem, str(member), info.file_size, read_dynamic(unpacked, f"{wheel.name}:{member}")
+                    )
             except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # the member damaged, the central directory intact
-                raise Failure(f"{wheel}: its member {member} cannot be unpacked ({e})",
-                              "download it again; `prefetch` verifies the SHA-256 of pinned wheels") from None
+                raise Failure(
+                    f"{wheel}: its member {member} cannot be unpacked ({e})",
+                    "download it again; `prefetch` verifies the SHA-256 of pinned wheels",
+                ) from None
             yield module

@@ -79,10 +79,15 @@ class CppParser:
             import tree_sitter_cpp
             from tree_sitter import Language, Parser, Query, QueryCursor
         except ModuleNotFoundError as e:  # before ImportError, of which it is a kind
-            raise Failure(f"{e.name} is not installed in this interpreter",
-                          "run it in the environment: `pixi run -e flashinfer-dev abi` (tree-sitter and tree-sitter-cpp come with it)") from e
+            raise Failure(
+                f"{e.name} is not installed in this interpreter",
+                "run it in the environment: `pixi run -e flashinfer-dev abi` (tree-sitter and tree-sitter-cpp come with it)",
+            ) from e
         except ImportError as e:  # a tree-sitter older than 0.25 has no QueryCursor
-            raise Failure(f"this tree-sitter is too old: {e}", "install tree-sitter >= 0.25 (the flashinfer-dev environment pins it)") from e
+            raise Failure(
+                f"this tree-sitter is too old: {e}",
+                "install tree-sitter >= 0.25 (the flashinfer-dev environment pins it)",
+            ) from e
         language = Language(tree_sitter_cpp.language())
         self.parser = Parser(language)
         self._functions = Query(language, "(function_declarator) @fd")
@@ -97,13 +102,18 @@ class CppParser:
 
 # ---------------------------------------------------------------- reading a tree or a release
 
+
 def read_sources(location: Path) -> dict[str, bytes]:
     """csrc/**/*, include/**/* and the attention modules' generator, from a source tree or a source release
     archive (read in memory, never unpacked or installed). Paths are relative to the tree."""
     wanted = lambda rel: (rel.startswith(("csrc/", "include/")) and rel.endswith(SOURCE_SUFFIXES)) or rel == MODULES_PY  # noqa: E731
     if location.is_dir():
-        files = {p.relative_to(location).as_posix(): p.read_bytes()
-                 for top in ("csrc", "include") for p in sorted((location / top).rglob("*")) if p.is_file()}
+        files = {
+            p.relative_to(location).as_posix(): p.read_bytes()
+            for top in ("csrc", "include")
+            for p in sorted((location / top).rglob("*"))
+            if p.is_file()
+        }
         if (location / MODULES_PY).is_file():
             files[MODULES_PY] = (location / MODULES_PY).read_bytes()
         found = {rel: data for rel, data in files.items() if wanted(rel)}
@@ -116,20 +126,31 @@ def read_sources(location: Path) -> dict[str, bytes]:
                     if member.isfile() and wanted(rel):
                         found[rel] = tar.extractfile(member).read()
         except (tarfile.TarError, OSError, EOFError) as e:
-            raise Failure(f"cannot read {location.name}: {e}", "pass a FlashInfer source release (flashinfer_python-X.tar.gz) or a source tree") from e
+            raise Failure(
+                f"cannot read {location.name}: {e}",
+                "pass a FlashInfer source release (flashinfer_python-X.tar.gz) or a source tree",
+            ) from e
     elif not location.exists():
-        raise Failure(f"{location} does not exist", "pass a FlashInfer source tree or a source release flashinfer_python-X.tar.gz")
+        raise Failure(
+            f"{location} does not exist", "pass a FlashInfer source tree or a source release flashinfer_python-X.tar.gz"
+        )
     else:
-        raise Failure(f"{location} is neither a folder nor a .tar.gz source release", "pass a FlashInfer source tree or flashinfer_python-X.tar.gz")
+        raise Failure(
+            f"{location} is neither a folder nor a .tar.gz source release",
+            "pass a FlashInfer source tree or flashinfer_python-X.tar.gz",
+        )
     if not any(rel.startswith("csrc/") for rel in found):
-        raise Failure(f"{location} has no csrc/ sources", "pass the root of a FlashInfer source tree or its source release")
+        raise Failure(
+            f"{location} has no csrc/ sources", "pass the root of a FlashInfer source tree or its source release"
+        )
     return found
 
 
 # ---------------------------------------------------------------- parsing
 
+
 def _text(src: bytes, node) -> str:
-    return " ".join(src[node.start_byte:node.end_byte].decode(errors="replace").split())
+    return " ".join(src[node.start_byte : node.end_byte].decode(errors="replace").split())
 
 
 def _walk(node):
@@ -154,13 +175,19 @@ def expand_macros(parser: CppParser, src: bytes) -> bytes:
             define = next((a for a in [node, *_ancestors(node)] if a.type == "preproc_def"), None)
             if define is not None:
                 value = define.child_by_field_name("value")
-                defines[_text(src, define.child_by_field_name("name"))] = _text(src, value).replace("\\", " ") if value is not None else ""
+                defines[_text(src, define.child_by_field_name("name"))] = (
+                    _text(src, value).replace("\\", " ") if value is not None else ""
+                )
         uses = []
         for name in defines:
             for match in re.finditer(rb"\b" + re.escape(name.encode()) + rb"\b", src):
                 node = root.descendant_for_byte_range(match.start(), match.end())
-                if node.type in ("identifier", "type_identifier", "field_identifier", "namespace_identifier") and \
-                        not any(a.type in ("preproc_def", "preproc_function_def") for a in _ancestors(node)):
+                if node.type in (
+                    "identifier",
+                    "type_identifier",
+                    "field_identifier",
+                    "namespace_identifier",
+                ) and not any(a.type in ("preproc_def", "preproc_function_def") for a in _ancestors(node)):
                     uses.append((match.start(), match.end(), name))
         if not uses:
             return src
@@ -181,9 +208,11 @@ def _condition(src: bytes, node) -> str | None:
     conditions = []
     for parent in _ancestors(node):
         if parent.type in ("preproc_if", "preproc_elif"):
-            conditions.append(f"#{parent.type[len('preproc_'):]} {_text(src, parent.child_by_field_name('condition'))}")
+            conditions.append(
+                f"#{parent.type[len('preproc_') :]} {_text(src, parent.child_by_field_name('condition'))}"
+            )
         elif parent.type == "preproc_ifdef":
-            keyword = src[parent.start_byte:parent.end_byte].decode(errors="replace").split()[0]
+            keyword = src[parent.start_byte : parent.end_byte].decode(errors="replace").split()[0]
             conditions.append(f"{keyword} {_text(src, parent.child_by_field_name('name'))}")
         elif parent.type == "preproc_else":
             conditions.append("#else")
@@ -198,23 +227,35 @@ def _param(src: bytes, node) -> Param:
             break
     default = node.child_by_field_name("default_value")
     end = default.start_byte if default is not None else node.end_byte
-    whole = src[node.start_byte:end].decode(errors="replace").rstrip().rstrip("=").rstrip()
+    whole = src[node.start_byte : end].decode(errors="replace").rstrip().rstrip("=").rstrip()
     if name_node is not None:
-        before = src[node.start_byte:name_node.start_byte].decode(errors="replace")
-        after = src[name_node.end_byte:end].decode(errors="replace").rstrip().rstrip("=")
+        before = src[node.start_byte : name_node.start_byte].decode(errors="replace")
+        after = src[name_node.end_byte : end].decode(errors="replace").rstrip().rstrip("=")
         type_text, name = " ".join((before + after).split()), _text(src, name_node)
     else:  # an unnamed parameter
         type_text, name = " ".join(whole.split()), ""
     type_node = node.child_by_field_name("type")
-    optional = type_node is not None and type_node.type == "template_type" and \
-        _text(src, type_node.child_by_field_name("name")).split("::")[-1] == "Optional"
-    return Param(name, type_text.replace(" &", "&").replace(" *", "*"), optional, _text(src, default) if default is not None else None)
+    optional = (
+        type_node is not None
+        and type_node.type == "template_type"
+        and _text(src, type_node.child_by_field_name("name")).split("::")[-1] == "Optional"
+    )
+    return Param(
+        name,
+        type_text.replace(" &", "&").replace(" *", "*"),
+        optional,
+        _text(src, default) if default is not None else None,
+    )
 
 
 def _signature(src: bytes, declarator, owner, rel: str) -> Signature:
     params = declarator.child_by_field_name("parameters")
-    tail = any(c.type == "comment" and src[c.start_byte:c.end_byte] == TAIL_MARK for c in params.children)
-    items = [_param(src, c) for c in params.named_children if c.type in ("parameter_declaration", "optional_parameter_declaration")]
+    tail = any(c.type == "comment" and src[c.start_byte : c.end_byte] == TAIL_MARK for c in params.children)
+    items = [
+        _param(src, c)
+        for c in params.named_children
+        if c.type in ("parameter_declaration", "optional_parameter_declaration")
+    ]
     if [c for c in params.named_children if c.type == "variadic_parameter_declaration"]:
         items.append(Param("...", "...", False))
     returns = _text(src, owner.child_by_field_name("type")) if owner.child_by_field_name("type") is not None else ""
@@ -267,6 +308,7 @@ def parse_file(parser: CppParser, rel: str, raw: bytes):
 
 # ---------------------------------------------------------------- attention tails
 
+
 def attention_tails(modules_py: bytes) -> dict[str, dict[str, tuple[Param, ...]]]:
     """family (single_prefill, batch_decode...) -> backend -> the parameters ADDITIONAL_FUNC_PARAMS
     expands to: the `additional_*` lists of each `gen_<family>_module` in modules.py, per branch of
@@ -275,12 +317,18 @@ def attention_tails(modules_py: bytes) -> dict[str, dict[str, tuple[Param, ...]]
     tree = ast.parse(modules_py)
     families = {}
     for fn in tree.body:
-        if isinstance(fn, ast.FunctionDef) and re.fullmatch(r"gen_(\w+)_module", fn.name) and not fn.name.startswith("gen_customize"):
+        if (
+            isinstance(fn, ast.FunctionDef)
+            and re.fullmatch(r"gen_(\w+)_module", fn.name)
+            and not fn.name.startswith("gen_customize")
+        ):
             variants = {}
             _collect(fn.body, [], {}, variants)
-            variants = {label: _render(values) for label, values in variants.items() if "additional_tensor_names" in values}
+            variants = {
+                label: _render(values) for label, values in variants.items() if "additional_tensor_names" in values
+            }
             if variants:
-                families[fn.name[len("gen_"):-len("_module")]] = variants
+                families[fn.name[len("gen_") : -len("_module")]] = variants
     return families
 
 
@@ -294,8 +342,13 @@ def _literal(node):
 def _collect(body, labels, values, out):
     values = dict(values)
     for stmt in body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-                and stmt.targets[0].id.startswith("additional_") and isinstance(_literal(stmt.value), list):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id.startswith("additional_")
+            and isinstance(_literal(stmt.value), list)
+        ):
             values[stmt.targets[0].id] = _literal(stmt.value)
         elif isinstance(stmt, ast.If):
             label = ast.unparse(stmt.test)
@@ -307,9 +360,16 @@ def _collect(body, labels, values, out):
 
 
 def _render(values) -> tuple[Param, ...]:
-    tensors = [Param(n, "Optional<ffi::Tensor>" if n.startswith("maybe") else "ffi::Tensor", n.startswith("maybe"))
-               for n in values.get("additional_tensor_names", [])]
-    scalars = [Param(n, t, False) for n, t in zip(values.get("additional_scalar_names", []), values.get("additional_scalar_dtypes", []), strict=False)]
+    tensors = [
+        Param(n, "Optional<ffi::Tensor>" if n.startswith("maybe") else "ffi::Tensor", n.startswith("maybe"))
+        for n in values.get("additional_tensor_names", [])
+    ]
+    scalars = [
+        Param(n, t, False)
+        for n, t in zip(
+            values.get("additional_scalar_names", []), values.get("additional_scalar_dtypes", []), strict=False
+        )
+    ]
     return tuple(tensors + scalars)
 
 
@@ -327,11 +387,15 @@ def _backend_label(label: str) -> str:
 
 # ---------------------------------------------------------------- the report
 
+
 def report(location: Path) -> list[Export]:
     files = read_sources(location)
     parser = CppParser()
-    parsed = {rel: parse_file(parser, rel, raw) for rel, raw in files.items()
-              if rel.startswith("csrc/") and EXPORT_MACRO.encode() in raw}
+    parsed = {
+        rel: parse_file(parser, rel, raw)
+        for rel, raw in files.items()
+        if rel.startswith("csrc/") and EXPORT_MACRO.encode() in raw
+    }
     tails = attention_tails(files[MODULES_PY]) if MODULES_PY in files else {}
     elsewhere: dict[str, list[Signature]] = {}  # declarations from files without exports, read on demand
 
@@ -342,8 +406,12 @@ def report(location: Path) -> list[Export]:
         if found:
             return found
         if binds not in elsewhere:
-            elsewhere[binds] = [s for rel, raw in files.items() if rel not in parsed and rel != MODULES_PY and binds.encode() in raw
-                                for s in parse_file(parser, rel, raw)[1].get(binds, [])]
+            elsewhere[binds] = [
+                s
+                for rel, raw in files.items()
+                if rel not in parsed and rel != MODULES_PY and binds.encode() in raw
+                for s in parse_file(parser, rel, raw)[1].get(binds, [])
+            ]
         return elsewhere[binds]
 
     exports = []
@@ -351,13 +419,18 @@ def report(location: Path) -> list[Export]:
         for name, binds, line, condition in found:
             sigs = [lambdas[(name, line)]] if (name, line) in lambdas else declarations.get(binds) or declared(binds)
             free = [s for s in sigs if not s.member] or sigs
-            unique = tuple(sorted({(s.returns, s.params, s.tail): s for s in free}.values(), key=lambda s: (s.file, s.line)))
+            unique = tuple(
+                sorted({(s.returns, s.params, s.tail): s for s in free}.values(), key=lambda s: (s.file, s.line))
+            )
             family, sm90 = _family(rel), rel.endswith("_sm90_jit_binding.cu")
             tail = {}
             if any(s.tail for s in unique) and family in tails:
                 wanted = "fa3" if sm90 else "fa2"
-                tail = {label: params for label, params in ((_backend_label(k), v) for k, v in tails[family].items())
-                        if label.startswith(wanted) or label == "all" or not label.startswith(("fa2", "fa3"))}
+                tail = {
+                    label: params
+                    for label, params in ((_backend_label(k), v) for k, v in tails[family].items())
+                    if label.startswith(wanted) or label == "all" or not label.startswith(("fa2", "fa3"))
+                }
             exports.append(Export(name, rel, line, binds, condition, unique, tail))
     return exports
 
@@ -367,6 +440,7 @@ def as_json(exports: list[Export]) -> list[dict]:
 
 
 # ---------------------------------------------------------------- the diff
+
 
 @dataclass(frozen=True)
 class Change:
@@ -395,7 +469,9 @@ def param_changes(old: tuple[Param, ...], new: tuple[Param, ...]) -> list[str]:
     came = [p for p in new if p.name not in old_names]
     renamed = {}
     for p in gone:  # a parameter removed where one of the same type appears at the same place: renamed
-        twin = next((q for q in came if new.index(q) == old.index(p) and q.type == p.type and q not in renamed.values()), None)
+        twin = next(
+            (q for q in came if new.index(q) == old.index(p) and q.type == p.type and q not in renamed.values()), None
+        )
         if twin is not None:
             renamed[p.name] = twin
             changes.append(f"parameter #{old.index(p)} renamed: {p.name} -> {twin.name}")
@@ -464,10 +540,33 @@ def diff(old: list[Export], new: list[Export]) -> tuple[list[Export], list[Expor
 # apache-tvm-ffi 0.1.7: TypeTraits<T>::TypeStr() (include/tvm/ffi/type_traits.h, container/tensor.h)
 # and the StaticTypeKey strings of include/tvm/ffi/object.h. A function's signature at run time,
 # as TVM-FFI prints it, spells each parameter this way.
-_TVM_FFI_NAMES = {"bool": "bool", "float": "float", "double": "float", "TensorView": "DLTensor*", "Tensor": "ffi.Tensor",
-                  "DLDataType": "DataType", "DLDevice": "Device", "String": "str", "void": "void"}
-_INTEGERS = {"int", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t", "long",
-             "unsigned", "unsigned int", "long long"}
+_TVM_FFI_NAMES = {
+    "bool": "bool",
+    "float": "float",
+    "double": "float",
+    "TensorView": "DLTensor*",
+    "Tensor": "ffi.Tensor",
+    "DLDataType": "DataType",
+    "DLDevice": "Device",
+    "String": "str",
+    "void": "void",
+}
+_INTEGERS = {
+    "int",
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
+    "uint8_t",
+    "uint16_t",
+    "uint32_t",
+    "uint64_t",
+    "size_t",
+    "long",
+    "unsigned",
+    "unsigned int",
+    "long long",
+}
 
 
 def tvm_ffi_type(cpp: str) -> str:
@@ -484,6 +583,7 @@ def tvm_ffi_type(cpp: str) -> str:
 
 # ---------------------------------------------------------------- TVM-FFI type indices
 
+
 def _tvm_ffi_header(location: Path) -> bytes:
     """c_api.h of apache-tvm-ffi, from a wheel, an installed package folder or the header itself."""
     member = "tvm_ffi/include/tvm/ffi/c_api.h"
@@ -492,7 +592,10 @@ def _tvm_ffi_header(location: Path) -> bytes:
             with zipfile.ZipFile(location) as whl:
                 return whl.read(member)
         except (zipfile.BadZipFile, KeyError, OSError) as e:
-            raise Failure(f"{location.name} has no readable {member}: {e}", "pass an apache-tvm-ffi wheel or its installed tvm_ffi folder") from e
+            raise Failure(
+                f"{location.name} has no readable {member}: {e}",
+                "pass an apache-tvm-ffi wheel or its installed tvm_ffi folder",
+            ) from e
     for candidate in (location, location / "include/tvm/ffi/c_api.h", location / member):
         if candidate.is_file():
             return candidate.read_bytes()
@@ -510,8 +613,10 @@ def type_indices(location: Path) -> dict[str, int]:
     end = src.find(b"TVMFFITypeIndex;", brace) if brace >= 0 else -1
     close = src.rfind(b"}", brace, end) if end >= 0 else -1
     if close < 0:
-        raise Failure(f"no TVMFFITypeIndex enum in {location}", "pass an apache-tvm-ffi wheel or its installed tvm_ffi folder")
-    body = b"\n".join(line for line in src[brace + 1:close].splitlines() if not line.lstrip().startswith(b"#"))
+        raise Failure(
+            f"no TVMFFITypeIndex enum in {location}", "pass an apache-tvm-ffi wheel or its installed tvm_ffi folder"
+        )
+    body = b"\n".join(line for line in src[brace + 1 : close].splitlines() if not line.lstrip().startswith(b"#"))
     enum = b"enum TVMFFITypeIndex {" + body + b"};"
     values: dict[str, int] = {}
     following = -1
@@ -529,7 +634,10 @@ def _evaluate(expression: str, known: dict[str, int]) -> int:
     tokens = re.findall(r"0x[0-9a-fA-F]+|\d+|\w+|[-+()]", expression)
     python = " ".join(str(known[t]) if t in known else str(int(t, 0)) if t[0].isdigit() else t for t in tokens)
     if not re.fullmatch(r"[\d\s+\-()]+", python):
-        raise Failure(f"cannot evaluate TVMFFITypeIndex value {expression!r}", "report it: the header uses an expression this reader does not know")
+        raise Failure(
+            f"cannot evaluate TVMFFITypeIndex value {expression!r}",
+            "report it: the header uses an expression this reader does not know",
+        )
     return int(eval(python, {"__builtins__": {}}))  # noqa: S307 (digits, +, -, parentheses only)
 
 

@@ -70,8 +70,14 @@ def _verified(pin: Pin, target: Path) -> bool:
     return target.is_file() and sha256_file(target) == pin.sha256
 
 
-def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 60,
-           waiting: Callable[[], None] = lambda: None, progress: Callable[[int, int | None], None] = lambda done, total: None) -> Outcome:
+def ensure(
+    pin: Pin,
+    root: Path,
+    seed_dir: Path | None = None,
+    timeout: float = 60,
+    waiting: Callable[[], None] = lambda: None,
+    progress: Callable[[int, int | None], None] = lambda done, total: None,
+) -> Outcome:
     """Make `cached_path(pin)` hold the pinned wheel: keep a verified copy, else fetch it (from
     `seed_dir/<filename>` when given, else from its URL). What can fail before a byte arrives (a
     missing seed, an unreachable URL, an HTTP error) fails before anything is written; later
@@ -86,15 +92,22 @@ def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 
     if seed_dir is not None:
         seed = seed_dir / pin.filename
         if not seed.is_file():
-            raise Failure(f"{seed} does not exist", f"copy {pin.filename} into {seed_dir}, or drop --from to download it")
+            raise Failure(
+                f"{seed} does not exist", f"copy {pin.filename} into {seed_dir}, or drop --from to download it"
+            )
         if (actual := sha256_file(seed)) != pin.sha256:  # a local file: check it before anything is written
-            raise Failure(f"{seed} has sha256 {actual}, the pin says {pin.sha256}",
-                          f"the carried file is not the pinned wheel: copy the published {pin.filename} into {seed_dir} again")
+            raise Failure(
+                f"{seed} has sha256 {actual}, the pin says {pin.sha256}",
+                f"the carried file is not the pinned wheel: copy the published {pin.filename} into {seed_dir} again",
+            )
         chunks, state, what = read_chunks(seed), "copied", str(seed)
     else:
-        response = package_index.open_url(pin.url, timeout=timeout,
-                                          fix="check the pin's url (regenerate it with the `pin` task), the network or proxy; "
-                                              "on an offline host copy the wheels over and run prefetch --from DIR")
+        response = package_index.open_url(
+            pin.url,
+            timeout=timeout,
+            fix="check the pin's url (regenerate it with the `pin` task), the network or proxy; "
+            "on an offline host copy the wheels over and run prefetch --from DIR",
+        )
         chunks, state, what = package_index.read_chunks(response, pin.url, timeout, progress), "downloaded", pin.url
     with locked(target, waiting):
         for stale in target.parent.glob(f"{target.name}.tmp-*"):  # left by a killed run; we hold the lock
@@ -107,9 +120,15 @@ def ensure(pin: Pin, root: Path, seed_dir: Path | None = None, timeout: float = 
             target.unlink()
             state = "rewritten (the cached file's sha256 did not match)"
         try:
-            size = write_verified(target, chunks, pin.sha256,
-                                  lambda actual: Failure(f"{what} has sha256 {actual}, the pin says {pin.sha256}",
-                                                         "the pin or its URL is wrong: regenerate the pin with the `pin` task from the published wheel"))
+            size = write_verified(
+                target,
+                chunks,
+                pin.sha256,
+                lambda actual: Failure(
+                    f"{what} has sha256 {actual}, the pin says {pin.sha256}",
+                    "the pin or its URL is wrong: regenerate the pin with the `pin` task from the published wheel",
+                ),
+            )
         except OSError as e:
             raise Failure(f"cannot write {target}: {e.strerror or e}", CACHE_FIX) from e
     return Outcome(state, size, time.monotonic() - started)

@@ -31,14 +31,26 @@ from fidev.records import build_records, ninja_inputs
 
 # Read by FlashInfer's JIT (flashinfer/jit/cpp_ext.py, env.py, compilation_context.py) or by the
 # compilers it starts; every FLASHINFER_* variable counts too.
-JIT_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_LIB_PATH", "CUDA_VISIBLE_DEVICES", "CXX", "CC", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
-                 "CPATH", "LIBRARY_PATH", "MAX_JOBS")
+JIT_VARIABLES = (
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_LIB_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CXX",
+    "CC",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CPATH",
+    "LIBRARY_PATH",
+    "MAX_JOBS",
+)
 GPUS = Path("/proc/driver/nvidia/gpus")
 
 
 @dataclass(frozen=True)
 class Module:
     """What the stamp keeps of a module: enough for ninja, and for fidev.builds.module_builds."""
+
     key: str
     name: str
     build_dir: Path
@@ -63,14 +75,20 @@ def path(ws: workspace.Workspace, options: dict) -> Path:
 def _gpu_uuids() -> list[str] | None:
     """The GPUs' UUIDs, from the driver's /proc files, else nvidia-smi (slower); None without either."""
     try:
-        found = [line.split(":", 1)[1].strip() for info in sorted(GPUS.glob("*/information"))
-                 for line in info.read_text().splitlines() if line.startswith("GPU UUID")]
+        found = [
+            line.split(":", 1)[1].strip()
+            for info in sorted(GPUS.glob("*/information"))
+            for line in info.read_text().splitlines()
+            if line.startswith("GPU UUID")
+        ]
     except OSError:
         found = []
     if found:
         return found
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return sorted(done.stdout.split()) if done.returncode == 0 and done.stdout.strip() else None
@@ -120,8 +138,23 @@ def fingerprint(options: dict, tree: Path, mode: str) -> str | None:
 
 
 def write(ws: workspace.Workspace, options: dict, stamp: str, modules: list[Module]) -> None:
-    write_whole(path(ws, options), json.dumps({"fingerprint": stamp, "modules": [
-        {"key": m.key, "name": m.name, "build_dir": str(m.build_dir), "sources": [str(s) for s in m.sources]} for m in modules]}))
+    write_whole(
+        path(ws, options),
+        json.dumps(
+            {
+                "fingerprint": stamp,
+                "modules": [
+                    {
+                        "key": m.key,
+                        "name": m.name,
+                        "build_dir": str(m.build_dir),
+                        "sources": [str(s) for s in m.sources],
+                    }
+                    for m in modules
+                ],
+            }
+        ),
+    )
 
 
 def load(ws: workspace.Workspace, options: dict, stamp: str | None) -> list[Module] | None:
@@ -149,9 +182,18 @@ def has_work(module: Module) -> bool:
 
 def _well_formed(data) -> bool:
     """Whether a stamp read back has the shape `write` gives it."""
-    return (isinstance(data, dict) and isinstance(data.get("fingerprint"), str) and isinstance(data.get("modules"), list)
-            and all(isinstance(m, dict) and all(isinstance(m.get(k), str) for k in ("key", "name", "build_dir"))
-                    and isinstance(m.get("sources"), list) and all(isinstance(s, str) for s in m["sources"]) for m in data["modules"]))
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("fingerprint"), str)
+        and isinstance(data.get("modules"), list)
+        and all(
+            isinstance(m, dict)
+            and all(isinstance(m.get(k), str) for k in ("key", "name", "build_dir"))
+            and isinstance(m.get("sources"), list)
+            and all(isinstance(s, str) for s in m["sources"])
+            for m in data["modules"]
+        )
+    )
 
 
 def _read(stamp: Path) -> dict | None:

@@ -34,8 +34,10 @@ BUILD_FAILED_FIX = "read the compiler output above; `pixi run -e flashinfer-dev 
 
 def first_error(lines: list[str]) -> str:
     """The first line of a failed build's output that names a cause, else its last line."""
-    return next((line.strip() for line in lines if ERROR_LINE.search(line) and not NOT_THE_CAUSE.match(line.strip())),
-                lines[-1].strip() if lines else "no output")
+    return next(
+        (line.strip() for line in lines if ERROR_LINE.search(line) and not NOT_THE_CAUSE.match(line.strip())),
+        lines[-1].strip() if lines else "no output",
+    )
 
 
 def job_budgets(specs) -> list[int]:
@@ -59,7 +61,9 @@ def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = No
     tree = tree or pins().source_dir
     ninja_inputs.record(build_dir, ninja_file)
     build_records.record_generators(build_dir, tree, generators)
-    if build_dir.name in module_choice.GENERATORS:  # this process made its JitSpec (a rebuild of build.ninja alone keeps the record)
+    if (
+        build_dir.name in module_choice.GENERATORS
+    ):  # this process made its JitSpec (a rebuild of build.ninja alone keeps the record)
         build_records.record_call(build_dir, module_choice.CALLS.get(build_dir.name))
     build_records.record_tree(build_dir.parent, tree)
 
@@ -73,6 +77,7 @@ def recording_build(original: Callable, say: Callable[[str], None]) -> Callable:
     (`JitSpec.lock_path`, which `JitSpec.build` takes; `JitSpec.build_and_load` holds it already and
     passes need_lock=False): another process that took the lock between the build and its record
     would take the fresh objects for a restored copy and build them again under a loading process."""
+
     def build(spec, verbose, need_lock=True):
         if need_lock:
             from filelock import FileLock
@@ -110,8 +115,12 @@ def keep_saying_progress(total: int, done: list, ended: threading.Event, say: Ca
             say(f"  building: {len(done)} of {total} module(s) done, {time.perf_counter() - started:.0f} s")
 
 
-def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(line, flush=True), running: list | None = None,
-                      on_done: Callable | None = None) -> None:
+def run_module_builds(
+    specs,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
+    running: list | None = None,
+    on_done: Callable | None = None,
+) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
@@ -125,12 +134,19 @@ def run_module_builds(specs, say: Callable[[str], None] = lambda line: print(lin
         stale = ninja_inputs.restored(spec.build_dir)
         for obj, inputs in stale.items():
             with printing:
-                say(f"  {spec.name[:48]}/{Path(obj).name}: {Path(inputs[0]).name} changed but is not newer than it "
-                    f"(a restored copy?): rebuilding it")
+                say(
+                    f"  {spec.name[:48]}/{Path(obj).name}: {Path(inputs[0]).name} changed but is not newer than it "
+                    f"(a restored copy?): rebuilding it"
+                )
         ninja_inputs.invalidate(spec.build_dir, stale)
         cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=dict(os.environ, NINJA_STATUS="[%f/%t %es] "))
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ, NINJA_STATUS="[%f/%t %es] "),
+        )
         if running is not None:
             running.append(proc)
         output = []
@@ -182,7 +198,9 @@ def build_beside(specs, say: Callable[[str], None], running: list) -> None:
                 continue
             held[spec.name] = (spec, lock)
         if held:  # each lock let go as its module ends: a test waiting for one module waits for it alone
-            run_module_builds([spec for spec, _ in held.values()], say, running, on_done=lambda spec: release(held, spec.name))
+            run_module_builds(
+                [spec for spec, _ in held.values()], say, running, on_done=lambda spec: release(held, spec.name)
+            )
     except Failure as failure:
         say(f"the build beside the tests failed ({failure.problem}); the test that loads the module builds it again")
     finally:
@@ -208,9 +226,9 @@ def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
     return sorted(((int(r[1]) - int(r[0])) / 1000, r[3]) for r in rows if len(r) >= 4)[::-1][:SLOWEST_SHOWN]
 
 
-
-
-def build_specs(specs, say: Callable[[str], None] = lambda line: print(line, flush=True)) -> tuple[float, list[tuple[float, str]]]:
+def build_specs(
+    specs, say: Callable[[str], None] = lambda line: print(line, flush=True)
+) -> tuple[float, list[tuple[float, str]]]:
     """Build `specs` (FlashInfer JitSpecs, none prebuilt, or fidev.builds.build_stamp's modules, whose build
     files exist) each in its own folder, under the JIT dir's lock as FlashInfer's own builds are
     (`<jit dir>/tmp/flashinfer_jit.lock`, flashinfer/jit/core.py: get_tmpdir, build_jit_specs).
@@ -218,8 +236,10 @@ def build_specs(specs, say: Callable[[str], None] = lambda line: print(line, flu
     try:
         from filelock import FileLock  # what FlashInfer itself locks its JIT dir with
     except ModuleNotFoundError as e:
-        raise Failure("filelock is not installed in this interpreter: builds take FlashInfer's JIT-dir lock with it",
-                      "run it in the environment: `pixi run -e flashinfer-dev ...` (filelock comes with torch there)") from e
+        raise Failure(
+            "filelock is not installed in this interpreter: builds take FlashInfer's JIT-dir lock with it",
+            "run it in the environment: `pixi run -e flashinfer-dev ...` (filelock comes with torch there)",
+        ) from e
 
     started = time.time()
     logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in specs}
@@ -234,5 +254,10 @@ def build_specs(specs, say: Callable[[str], None] = lambda line: print(line, flu
     seconds = time.time() - started
     missing = [s.name for s in specs if not s.jit_library_path.exists()]
     if missing:
-        raise Failure(f"the build finished without {', '.join(missing)}", "run it again with FLASHINFER_JIT_VERBOSE=1 and read ninja's output")
-    return seconds, slowest_objects([line for spec in specs for line in ninja_log_lines(spec)[logs_before[spec.name]:]])
+        raise Failure(
+            f"the build finished without {', '.join(missing)}",
+            "run it again with FLASHINFER_JIT_VERBOSE=1 and read ninja's output",
+        )
+    return seconds, slowest_objects(
+        [line for spec in specs for line in ninja_log_lines(spec)[logs_before[spec.name] :]]
+    )

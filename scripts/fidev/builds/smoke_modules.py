@@ -109,12 +109,18 @@ def _case(function: str, case: str) -> str:
 
 
 _K, _W, _A = "smoke/test_kernels.py::", "smoke/test_wide.py::", "abi_smoke/test_abi.py::"
-_SIGNATURES = _A + "test_runtime_signature_equals_the_source"  # a case per (module, function): tests/abi_smoke/test_abi.py, CALLED
+_SIGNATURES = (
+    _A + "test_runtime_signature_equals_the_source"
+)  # a case per (module, function): tests/abi_smoke/test_abi.py, CALLED
 
 
 def _single_prefill_tests(backend: str) -> tuple[str, ...]:
-    return (_case(_K + "test_single_prefill", backend), _case(_A + "test_single_prefill_run", backend),
-            _case(_A + "test_bad_single_prefill_call_is_a_decoded_error", backend), _case(_SIGNATURES, f"single_prefill_{backend}.run"))
+    return (
+        _case(_K + "test_single_prefill", backend),
+        _case(_A + "test_single_prefill_run", backend),
+        _case(_A + "test_bad_single_prefill_call_is_a_decoded_error", backend),
+        _case(_SIGNATURES, f"single_prefill_{backend}.run"),
+    )
 
 
 def _batch_prefill_tests(backend: str) -> tuple[str, ...]:
@@ -122,28 +128,103 @@ def _batch_prefill_tests(backend: str) -> tuple[str, ...]:
 
 
 MODULES = [
-    SmokeModule("norm", "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm", _norm, abi=True,
-                tests=_tests(_K + "test_rmsnorm", _K + "test_fused_add_rmsnorm", _A + "test_norm", _A + "test_bad_norm_call_is_a_decoded_error",
-                             _case(_SIGNATURES, "norm.rmsnorm"), _case(_SIGNATURES, "norm.gemma_rmsnorm")), family="norm"),
+    SmokeModule(
+        "norm",
+        "rmsnorm, gemma_rmsnorm, fused_add_rmsnorm",
+        _norm,
+        abi=True,
+        tests=_tests(
+            _K + "test_rmsnorm",
+            _K + "test_fused_add_rmsnorm",
+            _A + "test_norm",
+            _A + "test_bad_norm_call_is_a_decoded_error",
+            _case(_SIGNATURES, "norm.rmsnorm"),
+            _case(_SIGNATURES, "norm.gemma_rmsnorm"),
+        ),
+        family="norm",
+    ),
     SmokeModule("silu", "silu_and_mul", _silu, tests=_tests(_K + "test_silu_and_mul"), family="activation"),
-    SmokeModule("sampling", "top_k_top_p_sampling_from_probs", _sampling, tests=_tests(_K + "test_top_k_top_p_sampling"), family="sampling"),
-    SmokeModule("single_decode", "single_decode_with_kv_cache", _single_decode, tests=_tests(_K + "test_single_decode"), family="single_decode"),
-    SmokeModule("single_prefill_fa2", "single_prefill_with_kv_cache(backend='fa2')", lambda: _single_prefill("fa2"), abi=True,
-                tests=_tests(*_single_prefill_tests("fa2")), family="single_prefill"),
-    SmokeModule("single_prefill_fa3", "single_prefill_with_kv_cache(backend='fa3'|'auto')", lambda: _single_prefill("fa3"), sm90=True,
-                abi=True, tests=_tests(*_single_prefill_tests("fa3"), _K + "test_auto_backend_is_fa3_on_sm90"), family="hopper"),
+    SmokeModule(
+        "sampling",
+        "top_k_top_p_sampling_from_probs",
+        _sampling,
+        tests=_tests(_K + "test_top_k_top_p_sampling"),
+        family="sampling",
+    ),
+    SmokeModule(
+        "single_decode",
+        "single_decode_with_kv_cache",
+        _single_decode,
+        tests=_tests(_K + "test_single_decode"),
+        family="single_decode",
+    ),
+    SmokeModule(
+        "single_prefill_fa2",
+        "single_prefill_with_kv_cache(backend='fa2')",
+        lambda: _single_prefill("fa2"),
+        abi=True,
+        tests=_tests(*_single_prefill_tests("fa2")),
+        family="single_prefill",
+    ),
+    SmokeModule(
+        "single_prefill_fa3",
+        "single_prefill_with_kv_cache(backend='fa3'|'auto')",
+        lambda: _single_prefill("fa3"),
+        sm90=True,
+        abi=True,
+        tests=_tests(*_single_prefill_tests("fa3"), _K + "test_auto_backend_is_fa3_on_sm90"),
+        family="hopper",
+    ),
     # Wide tier: its 32 kernel instantiations alone take minutes of a cold build, past the default
     # tier's 3-minute budget (docs/measurements.md, row "gdn_prefill_sm90 cold build").
-    SmokeModule("gdn_prefill", "chunk_gated_delta_rule", _gdn_prefill, sm90=True, tier=WIDE, abi=True,
-                tests=_tests(_W + "test_gdn_prefill", _A + "test_gdn_prefill", _A + "test_bad_gdn_prefill_call_is_a_decoded_error",
-                             _case(_SIGNATURES, "gdn_prefill.gdn_prefill")), family="gdn"),
-    SmokeModule("batch_prefill_fa2", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa2')", lambda: _batch_prefill("fa2"), tier=WIDE,
-                tests=_tests(*_batch_prefill_tests("fa2")), family="prefill"),
-    SmokeModule("batch_prefill_fa3", "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa3')", lambda: _batch_prefill("fa3"),
-                sm90=True, tier=WIDE, tests=_tests(*_batch_prefill_tests("fa3")), family="hopper"),
-    SmokeModule("batch_decode", "BatchDecodeWithPagedKVCacheWrapper", _batch_decode, tier=WIDE, tests=_tests(_W + "test_batch_decode_paged"),
-                family="decode"),
-    SmokeModule("page", "append_paged_kv_cache", _page, tier=WIDE, tests=_tests(_W + "test_append_paged_kv_cache"), family="page"),
+    SmokeModule(
+        "gdn_prefill",
+        "chunk_gated_delta_rule",
+        _gdn_prefill,
+        sm90=True,
+        tier=WIDE,
+        abi=True,
+        tests=_tests(
+            _W + "test_gdn_prefill",
+            _A + "test_gdn_prefill",
+            _A + "test_bad_gdn_prefill_call_is_a_decoded_error",
+            _case(_SIGNATURES, "gdn_prefill.gdn_prefill"),
+        ),
+        family="gdn",
+    ),
+    SmokeModule(
+        "batch_prefill_fa2",
+        "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa2')",
+        lambda: _batch_prefill("fa2"),
+        tier=WIDE,
+        tests=_tests(*_batch_prefill_tests("fa2")),
+        family="prefill",
+    ),
+    SmokeModule(
+        "batch_prefill_fa3",
+        "BatchPrefillWith{Paged,Ragged}KVCacheWrapper(backend='fa3')",
+        lambda: _batch_prefill("fa3"),
+        sm90=True,
+        tier=WIDE,
+        tests=_tests(*_batch_prefill_tests("fa3")),
+        family="hopper",
+    ),
+    SmokeModule(
+        "batch_decode",
+        "BatchDecodeWithPagedKVCacheWrapper",
+        _batch_decode,
+        tier=WIDE,
+        tests=_tests(_W + "test_batch_decode_paged"),
+        family="decode",
+    ),
+    SmokeModule(
+        "page",
+        "append_paged_kv_cache",
+        _page,
+        tier=WIDE,
+        tests=_tests(_W + "test_append_paged_kv_cache"),
+        family="page",
+    ),
     SmokeModule("topk", "top_k", _topk, tier=WIDE, tests=_tests(_W + "test_top_k"), family="topk"),
 ]
 BY_KEY = {m.key: m for m in MODULES}

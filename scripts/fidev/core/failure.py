@@ -19,7 +19,9 @@ class Failure(Exception):
         super().__init__(problem)
         self.problem = problem
         self.fix = fix
-        self.exit_status = exit_status  # USAGE for bad usage that shows only past argparse (a combination of options, pytest's own)
+        self.exit_status = (
+            exit_status  # USAGE for bad usage that shows only past argparse (a combination of options, pytest's own)
+        )
 
 
 def report(failure: Failure) -> None:

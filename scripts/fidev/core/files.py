@@ -77,8 +77,12 @@ def file_fact(path: str | Path) -> list | None:
 def is_fact(value) -> bool:
     """Whether `value` has file_fact's shape, as a record read back holds it: None, or [mtime_ns,
     size] with the sha256 or None after them (an input saved while its object compiled)."""
-    return value is None or (isinstance(value, list) and len(value) in (2, 3) and all(type(n) is int for n in value[:2])
-                             and (len(value) == 2 or value[2] is None or isinstance(value[2], str)))
+    return value is None or (
+        isinstance(value, list)
+        and len(value) in (2, 3)
+        and all(type(n) is int for n in value[:2])
+        and (len(value) == 2 or value[2] is None or isinstance(value[2], str))
+    )
 
 
 def differs(path: str | Path, recorded: list | None) -> bool:
@@ -100,8 +104,13 @@ def differs(path: str | Path, recorded: list | None) -> bool:
 
 
 # What a path that exists and is no regular file is, as said (stat's file types)
-KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
 
 
 def replaceable(path: Path) -> None:
@@ -113,8 +122,10 @@ def replaceable(path: Path) -> None:
         return
     if not stat.S_ISREG(mode):
         kind = KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise Failure(f"{path} exists and is {kind}, not a regular file: it would be replaced, not written",
-                      "name a regular file, or a path where nothing is yet")
+        raise Failure(
+            f"{path} exists and is {kind}, not a regular file: it would be replaced, not written",
+            "name a regular file, or a path where nothing is yet",
+        )
 
 
 def writable_folder(folder: Path, what: str) -> None:
@@ -184,16 +195,25 @@ def user_path(text: str) -> Path:
     if not text.strip():
         raise Failure("the path is empty", "name a file or folder")
     if len(os.fsencode(text)) >= PATH_MAX:
-        raise Failure(f"the path is {len(os.fsencode(text))} bytes long, past the system's limit of {PATH_MAX}", "name a shorter path")
+        raise Failure(
+            f"the path is {len(os.fsencode(text))} bytes long, past the system's limit of {PATH_MAX}",
+            "name a shorter path",
+        )
     long = next((part for part in Path(text).parts if len(os.fsencode(part)) > NAME_MAX), None)
     if long is not None:
-        raise Failure(f"a part of the path is {len(os.fsencode(long))} bytes long, past the file system's limit of {NAME_MAX} "
-                      f"({long[:24]}...)", "name a path whose every folder and file name is shorter")
+        raise Failure(
+            f"a part of the path is {len(os.fsencode(long))} bytes long, past the file system's limit of {NAME_MAX} "
+            f"({long[:24]}...)",
+            "name a path whose every folder and file name is shorter",
+        )
     try:
         os.stat(text)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise Failure(f"{text}: a symbolic link on the way loops", "fix or remove the looping link (ls -l each folder of the path)") from None
+            raise Failure(
+                f"{text}: a symbolic link on the way loops",
+                "fix or remove the looping link (ls -l each folder of the path)",
+            ) from None
     return Path(text)
 
 
@@ -245,7 +265,9 @@ def exclusive(lock_path: Path, who: str, busy: Failure, unwritable: Callable[[OS
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            raise Failure(busy.problem.format(handle.read().strip() or "another process"), busy.fix, exit_status=busy.exit_status) from None
+            raise Failure(
+                busy.problem.format(handle.read().strip() or "another process"), busy.fix, exit_status=busy.exit_status
+            ) from None
         try:
             current = os.stat(lock_path).st_ino
         except FileNotFoundError:

@@ -55,7 +55,9 @@ def cuda_release(text: str) -> str:
     """A CUDA release as every script's --cuda takes it, X.Y (12.9) or the wheel tag (cu129),
     as X.Y. Anything else is refused, so that no script turns it into a broken key."""
     # digits 0-9 only, a major of one or two and a minor of one: cu1210 would read as 121.0 or 12.10
-    match = re.fullmatch(r"([0-9]{1,2})\.([0-9])", text.strip()) or re.fullmatch(r"cu([0-9]{1,2})([0-9])", text.strip().lower())
+    match = re.fullmatch(r"([0-9]{1,2})\.([0-9])", text.strip()) or re.fullmatch(
+        r"cu([0-9]{1,2})([0-9])", text.strip().lower()
+    )
     if not match:
         raise Failure(f"{text!r} is not a CUDA release", "write it as X.Y (12.9) or as its wheel tag (cu129)")
     return f"{int(match.group(1))}.{match.group(2)}"
@@ -63,26 +65,38 @@ def cuda_release(text: str) -> str:
 
 def load_manifest(path: Path = MANIFEST) -> dict:
     if tomllib is None:
-        raise Failure("this Python 3.10 has no TOML reader (no tomli, no pip) to read the manifest",
-                      "run it with Python >= 3.11 (the environments have 3.12), or with a Python 3.10 that has pip")
+        raise Failure(
+            "this Python 3.10 has no TOML reader (no tomli, no pip) to read the manifest",
+            "run it with Python >= 3.11 (the environments have 3.12), or with a Python 3.10 that has pip",
+        )
     data = b""
     try:
         data = read_input(path)
         if data.startswith(codecs.BOM_UTF8):  # tomllib reads it as an invalid statement at column 1
-            raise Failure(f"{path.name} starts with a byte-order mark (BOM), which TOML does not allow",
-                          "save it as UTF-8 without a BOM (most editors: 'UTF-8', not 'UTF-8 with BOM')")
+            raise Failure(
+                f"{path.name} starts with a byte-order mark (BOM), which TOML does not allow",
+                "save it as UTF-8 without a BOM (most editors: 'UTF-8', not 'UTF-8 with BOM')",
+            )
         return tomllib.loads(data.decode("utf-8"))
     except OSError as e:
-        raise Failure(f"cannot read the manifest {path}: {e.strerror or e}", "run it from a checkout of the workspace") from e
+        raise Failure(
+            f"cannot read the manifest {path}: {e.strerror or e}", "run it from a checkout of the workspace"
+        ) from e
     except RecursionError:
-        raise Failure(f"{path.name} nests its tables or arrays too deeply to be read",
-                      f"restore it (`git diff {path.name}` shows what changed)") from None
+        raise Failure(
+            f"{path.name} nests its tables or arrays too deeply to be read",
+            f"restore it (`git diff {path.name}` shows what changed)",
+        ) from None
     except UnicodeDecodeError as e:  # TOML is UTF-8; an editor that saved it as Latin-1, say
-        line = data[:e.start].count(b"\n") + 1
-        raise Failure(f"{path.name} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}",
-                      f"save it as UTF-8, which TOML requires (`git diff {path.name}` shows what changed)") from e
+        line = data[: e.start].count(b"\n") + 1
+        raise Failure(
+            f"{path.name} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}",
+            f"save it as UTF-8, which TOML requires (`git diff {path.name}` shows what changed)",
+        ) from e
     except tomllib.TOMLDecodeError as e:
-        raise Failure(f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)") from e
+        raise Failure(
+            f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)"
+        ) from e
     except ValueError as e:  # read_input's: no regular file (a FIFO, /dev/zero), or far too large
         raise Failure(f"cannot read the manifest: {e}", "name the workspace's pyproject.toml, a regular file") from e
 
@@ -92,8 +106,10 @@ def _table(manifest: dict, *keys: str) -> dict:
     for key in keys:
         table = table.get(key) if isinstance(table, dict) else None
     if not isinstance(table, dict):
-        raise Failure(f"{MANIFEST.name} has no [{'.'.join(keys)}] table",
-                      f"restore it (`git diff {MANIFEST.name}` shows what changed)")
+        raise Failure(
+            f"{MANIFEST.name} has no [{'.'.join(keys)}] table",
+            f"restore it (`git diff {MANIFEST.name}` shows what changed)",
+        )
     return table
 
 
@@ -103,7 +119,9 @@ def feature(manifest: dict) -> dict:
 
 def _entry(table: dict, key: str, where: str):
     if key not in table:
-        raise Failure(f"{MANIFEST.name}: [{where}] has no {key}", f"restore it (`git diff {MANIFEST.name}` shows what changed)")
+        raise Failure(
+            f"{MANIFEST.name}: [{where}] has no {key}", f"restore it (`git diff {MANIFEST.name}` shows what changed)"
+        )
     return table[key]
 
 
@@ -115,8 +133,10 @@ def _text(table: dict, key: str, where: str) -> str:
         return value["version"]  # { version = "...", index = ... }, as the pypi-dependencies write it
     if not isinstance(value, str) or not value.strip():
         found = "an empty string" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
-        raise Failure(f"{MANIFEST.name}: [{where}] {key} must be a non-empty string, found {found}",
-                      f"write it as a quoted string (`git diff {MANIFEST.name}` shows what changed)")
+        raise Failure(
+            f"{MANIFEST.name}: [{where}] {key} must be a non-empty string, found {found}",
+            f"write it as a quoted string (`git diff {MANIFEST.name}` shows what changed)",
+        )
     return value
 
 
@@ -125,16 +145,20 @@ def _exact(spec: object, name: str) -> str:
     version = spec.get("version") if isinstance(spec, dict) else spec
     match = re.fullmatch(r"==\s*([^,*\s]+)", str(version))
     if not match:
-        raise Failure(f"{MANIFEST.name}: {name} must be pinned exactly (==X), found {version!r}",
-                      f"pin it with == ({name} must match FlashInfer's release exactly)")
+        raise Failure(
+            f"{MANIFEST.name}: {name} must be pinned exactly (==X), found {version!r}",
+            f"pin it with == ({name} must match FlashInfer's release exactly)",
+        )
     return match.group(1)
 
 
 def _commit(text: str, name: str) -> str:
     """source-commit: a commit's full hash, which git takes as nothing else (never as an option)."""
     if not re.fullmatch(r"[0-9a-f]{40}", text):
-        raise Failure(f"{name}: [tool.{FEATURE}] source-commit must be a commit's full hash (40 hex digits), found {text[:60]!r}",
-                      f"pin FlashInfer's commit by its hash (git -C <source-dir> rev-parse HEAD; `git diff {name}` shows what changed)")
+        raise Failure(
+            f"{name}: [tool.{FEATURE}] source-commit must be a commit's full hash (40 hex digits), found {text[:60]!r}",
+            f"pin FlashInfer's commit by its hash (git -C <source-dir> rev-parse HEAD; `git diff {name}` shows what changed)",
+        )
     return text
 
 
@@ -146,7 +170,10 @@ def pins(path: Path = MANIFEST) -> Pins:
     deps, pypi = _table(feat, "dependencies"), _table(feat, "pypi-dependencies")
     cuda = re.fullmatch(r"([0-9]+\.[0-9]+)\.\*", _text(deps, "cuda-version", f"{where}.dependencies"))
     if not cuda:
-        raise Failure(f"{path.name}: cuda-version must read 'X.Y.*', found {deps['cuda-version']!r}", "pin the CUDA release as X.Y.*")
+        raise Failure(
+            f"{path.name}: cuda-version must read 'X.Y.*', found {deps['cuda-version']!r}",
+            "pin the CUDA release as X.Y.*",
+        )
     tvm = _text(pypi, "apache-tvm-ffi", f"{where}.pypi-dependencies")
     facts = _table(manifest, "tool", FEATURE)
     return Pins(
@@ -166,20 +193,36 @@ def package_indexes(path: Path = MANIFEST) -> dict[str, str]:
     from fidev.core import package_index  # here, not at the top: preflight imports this module and needs no urllib/ssl
 
     specs = _table(feature(load_manifest(path)), "pypi-dependencies")
-    return {package_index.normalize(name): spec["index"] for name, spec in specs.items() if isinstance(spec, dict) and "index" in spec}
+    return {
+        package_index.normalize(name): spec["index"]
+        for name, spec in specs.items()
+        if isinstance(spec, dict) and "index" in spec
+    }
 
 
 # How tooling outside Pixi (.ci/run, on CI's CPU machines) installs each package of the manifest
 # from PyPI: the PyPI name (the same as conda's for each of these), or None where it does not and
 # why. A package added to the manifest must be entered here, or .ci/run stops in two lines.
 PYPI = {
-    "python": None, "pip": None,  # they come with the venv
-    "pytest": "pytest", "ruff": "ruff", "ninja": "ninja", "nvidia-ml-py": "nvidia-ml-py", "pyelftools": "pyelftools",
-    "apache-tvm-ffi": "apache-tvm-ffi", "tree-sitter": "tree-sitter", "tree-sitter-cpp": "tree-sitter-cpp", "pytest-xdist": "pytest-xdist",
-    "cuda-version": None, "cuda-nvcc": None, "cuda-toolkit": None, "gxx_linux-64": None,  # conda's CUDA 12.9 and compiler
+    "python": None,
+    "pip": None,  # they come with the venv
+    "pytest": "pytest",
+    "ruff": "ruff",
+    "ninja": "ninja",
+    "nvidia-ml-py": "nvidia-ml-py",
+    "pyelftools": "pyelftools",
+    "apache-tvm-ffi": "apache-tvm-ffi",
+    "tree-sitter": "tree-sitter",
+    "tree-sitter-cpp": "tree-sitter-cpp",
+    "pytest-xdist": "pytest-xdist",
+    "cuda-version": None,
+    "cuda-nvcc": None,
+    "cuda-toolkit": None,
+    "gxx_linux-64": None,  # conda's CUDA 12.9 and compiler
     "torch": None,  # the manifest's is a CUDA build: .ci/requirements.txt names the CPU build
     "flashinfer-python": None,  # the vendored tree: the integration test installs the source release
-    "flashinfer-cubin": None, "flashinfer-jit-cache": None,  # kernels for the GPU; no CPU test loads them
+    "flashinfer-cubin": None,
+    "flashinfer-jit-cache": None,  # kernels for the GPU; no CPU test loads them
 }
 ENVIRONMENTS = ("default", FEATURE)
 
@@ -193,8 +236,10 @@ def _pip_version(name: str, spec: object) -> str:
         return f"=={version}"
     if all(re.fullmatch(r"(==|!=|>=|<=|~=|<|>)\s*\d[\w.+*]*", part.strip()) for part in version.split(",")):
         return version.replace(" ", "")
-    raise Failure(f"{MANIFEST.name}: {name} = {version!r} is not a range pip reads the same way",
-                  "write it as *, X.Y.* or comparisons (>=0.31, <0.2, !=0.1.8)")
+    raise Failure(
+        f"{MANIFEST.name}: {name} = {version!r} is not a range pip reads the same way",
+        "write it as *, X.Y.* or comparisons (>=0.31, <0.2, !=0.1.8)",
+    )
 
 
 def pypi_requirements(environment: str, path: Path = MANIFEST) -> list[str]:
@@ -204,12 +249,19 @@ def pypi_requirements(environment: str, path: Path = MANIFEST) -> list[str]:
     if environment not in ENVIRONMENTS:
         raise Failure(f"no environment {environment!r} to install from PyPI", f"one of {', '.join(ENVIRONMENTS)}")
     tables = (_table(manifest, "tool", "pixi"),) if environment == "default" else (feature(manifest),)
-    specs = {name: spec for table in tables for kind in ("dependencies", "pypi-dependencies") for name, spec in table.get(kind, {}).items()}
+    specs = {
+        name: spec
+        for table in tables
+        for kind in ("dependencies", "pypi-dependencies")
+        for name, spec in table.get(kind, {}).items()
+    }
     found = []
     for name, spec in specs.items():
         if name not in PYPI:
-            raise Failure(f"{path.name}: {environment} declares {name}, and scripts/fidev/core/manifest.py does not say how PyPI provides it",
-                          "enter it in PYPI there: its PyPI name, or None with the reason .ci/run leaves it out")
+            raise Failure(
+                f"{path.name}: {environment} declares {name}, and scripts/fidev/core/manifest.py does not say how PyPI provides it",
+                "enter it in PYPI there: its PyPI name, or None with the reason .ci/run leaves it out",
+            )
         if PYPI[name]:
             found.append(PYPI[name] + _pip_version(name, spec))
     return found
@@ -220,7 +272,9 @@ def default_python(path: Path = MANIFEST) -> str:
     spec = str(_entry(_table(load_manifest(path), "tool", "pixi", "dependencies"), "python", "tool.pixi.dependencies"))
     match = re.fullmatch(r"(\d+\.\d+)\.\*", spec.strip())
     if not match:
-        raise Failure(f"{path.name}: default's python must read 'X.Y.*', found {spec!r}", "pin the Python release as X.Y.*")
+        raise Failure(
+            f"{path.name}: default's python must read 'X.Y.*', found {spec!r}", "pin the Python release as X.Y.*"
+        )
     return match.group(1)
 
 
@@ -243,9 +297,11 @@ def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:
     steps, name = [], last
     while name:
         if name in (seen := [n for n, _ in steps]):
-            cycle = " -> ".join([*seen[seen.index(name):], name])
-            raise Failure(f"{MANIFEST.name}: the tasks' depends-on go round in a cycle ({cycle}), which pixi refuses too",
-                          f"make the chain end: remove one depends-on of [tool.pixi.feature.{FEATURE}.tasks] (`git diff {MANIFEST.name}`)")
+            cycle = " -> ".join([*seen[seen.index(name) :], name])
+            raise Failure(
+                f"{MANIFEST.name}: the tasks' depends-on go round in a cycle ({cycle}), which pixi refuses too",
+                f"make the chain end: remove one depends-on of [tool.pixi.feature.{FEATURE}.tasks] (`git diff {MANIFEST.name}`)",
+            )
         task = _entry(tasks, name, f"tool.pixi.feature.{FEATURE}.tasks")
         steps.append((name, task["cmd"] if isinstance(task, dict) else task))
         deps = task.get("depends-on", []) if isinstance(task, dict) else []

@@ -21,23 +21,28 @@ def whole_number(least: int = 1, most: int = MOST_COUNT, example: str = "2") -> 
 
     def parse(text: str) -> int:
         if not WHOLE.fullmatch(text) or not least <= int(text) <= most:
-            raise Failure(f"{text!r} is not a whole number from {least} to {most}", f"give one in the digits 0-9, e.g. {example}")
+            raise Failure(
+                f"{text!r} is not a whole number from {least} to {most}", f"give one in the digits 0-9, e.g. {example}"
+            )
         return int(text)
 
     parse.__name__ = "whole number"
     return parse
 
 
-def decimal_number(least: float = 0.0, most: float = MOST_SECONDS, example: str = "60", unit: str = "seconds",
-                   zero: bool = False) -> Callable[[str], float]:
+def decimal_number(
+    least: float = 0.0, most: float = MOST_SECONDS, example: str = "60", unit: str = "seconds", zero: bool = False
+) -> Callable[[str], float]:
     """A parser of a number of `unit` above `least` (or equal to it, with `zero`) and at most `most`."""
 
     def parse(text: str) -> float:
         value = float(text) if DECIMAL.fullmatch(text) else -1.0
         if not ((least <= value if zero else least < value) and value <= most):
             above = f"{least:g} or more" if zero else f"more than {least:g}"
-            raise Failure(f"{text!r} is not a number of {unit}, {above} and at most {most:g}",
-                          f"give one in the digits 0-9 (a decimal point allowed), e.g. {example}")
+            raise Failure(
+                f"{text!r} is not a number of {unit}, {above} and at most {most:g}",
+                f"give one in the digits 0-9 (a decimal point allowed), e.g. {example}",
+            )
         return value
 
     parse.__name__ = f"number of {unit}"

@@ -66,7 +66,9 @@ def _config_values(python: str) -> dict[str, str]:
     """`pip config list` prints the merged pip.conf values as `section.key='value'`, and the PIP_*
     variables as `:env:.key='value'`. Without pip, the PIP_* variables alone."""
     try:
-        done = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=PIP_CONFIG_TIMEOUT_S)
+        done = subprocess.run(
+            [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=PIP_CONFIG_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired):
         done = None
     if done is None or done.returncode != 0:
@@ -93,10 +95,15 @@ def pip_settings(python: str = sys.executable) -> PipSettings:
         return None
 
     timeout = get("timeout") or get("default-timeout")
-    return PipSettings(index_url=get("index-url") or PYPI_SIMPLE, extra_index_urls=tuple((get("extra-index-url") or "").split()),
-                       find_links=tuple((get("find-links") or "").split()),
-                       no_index=(get("no-index") or "").lower() in ("1", "true", "yes", "on"),
-                       cert=get("cert"), proxy=get("proxy"), timeout=float(timeout) if timeout else 15)
+    return PipSettings(
+        index_url=get("index-url") or PYPI_SIMPLE,
+        extra_index_urls=tuple((get("extra-index-url") or "").split()),
+        find_links=tuple((get("find-links") or "").split()),
+        no_index=(get("no-index") or "").lower() in ("1", "true", "yes", "on"),
+        cert=get("cert"),
+        proxy=get("proxy"),
+        timeout=float(timeout) if timeout else 15,
+    )
 
 
 class HttpStatus(Failure):
@@ -117,8 +124,13 @@ def _opener(settings: PipSettings | None) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(*handlers)  # otherwise urllib's own: http(s)_proxy, no_proxy, system CAs
 
 
-def open_url(url: str, settings: PipSettings | None = None, timeout: float = 60, accept: str | None = None,
-             fix: str = "check the network (or proxy)"):
+def open_url(
+    url: str,
+    settings: PipSettings | None = None,
+    timeout: float = 60,
+    accept: str | None = None,
+    fix: str = "check the network (or proxy)",
+):
     """The response, or a Failure naming what went wrong: an HTTP status, or the connection."""
     try:
         request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
@@ -126,13 +138,17 @@ def open_url(url: str, settings: PipSettings | None = None, timeout: float = 60,
     except urllib.error.HTTPError as e:
         raise HttpStatus(f"{url} answered {e.code} {e.reason}", fix, e.code) from e
     except ValueError as e:  # no scheme, or one urllib does not know
-        raise Failure(f"{url!r} is not a URL urllib can open: {e}", "write it with its scheme: https://..., http://... or file://...") from e
+        raise Failure(
+            f"{url!r} is not a URL urllib can open: {e}",
+            "write it with its scheme: https://..., http://... or file://...",
+        ) from e
     except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise Failure(f"cannot reach {url}: {getattr(e, 'reason', e)}", fix) from e
 
 
-def read_chunks(response, url: str, stall_s: float, progress: Callable[[int, int | None], None] = lambda done, total: None
-                ) -> Iterator[bytes]:
+def read_chunks(
+    response, url: str, stall_s: float, progress: Callable[[int, int | None], None] = lambda done, total: None
+) -> Iterator[bytes]:
     """The body in chunks. A read that waits `stall_s` (the timeout the response was opened
     with) is a stall, and a body shorter than its Content-Length is cut short: both fail in two
     lines, as does a connection that breaks."""
@@ -145,8 +161,10 @@ def read_chunks(response, url: str, stall_s: float, progress: Callable[[int, int
             try:
                 chunk = read(CHUNK)
             except TimeoutError as e:
-                raise Failure(f"the download of {url} stalled: no data for {stall_s:g} s after {done / 1e6:.1f} MB",
-                              "retry; if it stalls again, check the network (or proxy)") from e
+                raise Failure(
+                    f"the download of {url} stalled: no data for {stall_s:g} s after {done / 1e6:.1f} MB",
+                    "retry; if it stalls again, check the network (or proxy)",
+                ) from e
             except http.client.IncompleteRead as e:
                 done += len(e.partial)
                 break
@@ -160,8 +178,10 @@ def read_chunks(response, url: str, stall_s: float, progress: Callable[[int, int
                 last = time.monotonic()
             yield chunk
     if total is not None and done != total:
-        raise Failure(f"the download of {url} was cut short: {done} of {total} bytes",
-                      "retry; if it happens again, check the network (or proxy)")
+        raise Failure(
+            f"the download of {url} was cut short: {done} of {total} bytes",
+            "retry; if it happens again, check the network (or proxy)",
+        )
 
 
 class _Links(HTMLParser):
@@ -180,20 +200,29 @@ class _Links(HTMLParser):
             self._href = None
 
 
-def listed_files(page: str, settings: PipSettings | None = None, timeout: float = 30) -> tuple[str, list[tuple[str, str, str | None]]]:
+def listed_files(
+    page: str, settings: PipSettings | None = None, timeout: float = 30
+) -> tuple[str, list[tuple[str, str, str | None]]]:
     """(base URL, [(url, filename, sha256 or None)]) of a PEP 691 (JSON) or PEP 503 (HTML) page."""
-    response = open_url(page, settings, timeout, accept="application/vnd.pypi.simple.v1+json, text/html;q=0.1",
-                        fix="check the network and the index URL")
+    response = open_url(
+        page,
+        settings,
+        timeout,
+        accept="application/vnd.pypi.simple.v1+json, text/html;q=0.1",
+        fix="check the network and the index URL",
+    )
     base, kind = response.geturl(), response.headers.get_content_type()
     body = b"".join(read_chunks(response, page, timeout)).decode(errors="replace")
     if kind.endswith("json"):
-        return base, [(f["url"], f["filename"], f.get("hashes", {}).get("sha256")) for f in json.loads(body).get("files", [])]
+        return base, [
+            (f["url"], f["filename"], f.get("hashes", {}).get("sha256")) for f in json.loads(body).get("files", [])
+        ]
     parser = _Links()
     parser.feed(body)
     files = []
     for href, text in parser.links:
         url, _, fragment = href.partition("#")
-        sha = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
+        sha = fragment[len("sha256=") :] if fragment.startswith("sha256=") else None
         files.append((url, text or urllib.parse.unquote(url.rsplit("/", 1)[-1]), sha))
     return base, files
 
@@ -236,5 +265,7 @@ def find_file(project: str, filename: str, settings: PipSettings, timeout: float
         tried.append(page)
     if unreachable:
         raise Failure(unreachable[0], "check the network and your index settings (`pip config list`)")
-    raise Failure(f"{filename} is on none of the indexes pip uses (tried {', '.join(tried) or 'nothing: ' + settings.describe()})",
-                  "check your index settings (`pip config list`); a mirror must carry the source release")
+    raise Failure(
+        f"{filename} is on none of the indexes pip uses (tried {', '.join(tried) or 'nothing: ' + settings.describe()})",
+        "check your index settings (`pip config list`); a mirror must carry the source release",
+    )

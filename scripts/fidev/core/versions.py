@@ -58,7 +58,11 @@ class Version:
             pre = _INF if self.pre is None else ("a b rc".split().index(self.pre[0]), self.pre[1])
         post = _NEG if self.post is None else (self.post,)
         dev = _INF if self.dev is None else (self.dev,)
-        local = () if self.local is None else tuple((p, "") if isinstance(p, int) else (float("-inf"), p) for p in self.local)
+        local = (
+            ()
+            if self.local is None
+            else tuple((p, "") if isinstance(p, int) else (float("-inf"), p) for p in self.local)
+        )
         return self.epoch, tuple(release), pre, post, dev, local
 
     def __lt__(self, other: Version) -> bool:
@@ -82,22 +86,28 @@ def parse(text: str) -> Version:
     pre = (_PRE[g["pre_l"].lower()], int(g["pre_n"] or 0)) if g["pre_l"] else None
     post = g["post_n1"] or g["post_n2"] or ("0" if g["post_l"] else None)
     local = tuple(int(p) if p.isdigit() else p.lower() for p in re.split(r"[-_.]", g["local"])) if g["local"] else None
-    return Version(int(g["epoch"] or 0), tuple(int(p) for p in g["release"].split(".")), pre,
-                   int(post) if post is not None else None, int(g["dev_n"] or 0) if g["dev_l"] else None, local)
+    return Version(
+        int(g["epoch"] or 0),
+        tuple(int(p) for p in g["release"].split(".")),
+        pre,
+        int(post) if post is not None else None,
+        int(g["dev_n"] or 0) if g["dev_l"] else None,
+        local,
+    )
 
 
 def _prefix_match(version: Version, spec: str) -> bool:
     """`== spec.*`: the release starts with spec's (zero-padded), ignoring pre/post/dev/local."""
     want = parse(spec)
     have = version.release + (0,) * max(0, len(want.release) - len(version.release))
-    return version.epoch == want.epoch and have[:len(want.release)] == want.release
+    return version.epoch == want.epoch and have[: len(want.release)] == want.release
 
 
 def _holds(version: Version, raw: str, clause: str) -> bool:
     op = next((o for o in _OPERATORS if clause.startswith(o)), None)
     if op is None:
         raise ValueError(f"{clause!r} has no comparison operator ({', '.join(_OPERATORS)})")
-    target = clause[len(op):].strip()
+    target = clause[len(op) :].strip()
     if op == "===":
         return raw.strip().lower() == target.lower()
     if target.endswith(".*"):

@@ -24,7 +24,9 @@ from pathlib import Path
 BASE_VARIABLE = "FLASHINFER_WORKSPACE_BASE"
 JIT_DIR_NAME = "cached_ops"  # FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
 GENERATED_DIR_NAME = "generated"  # FLASHINFER_GEN_SRC_DIR = FLASHINFER_WORKSPACE_DIR / "generated"
-NINJA_FILE = "build.ninja"  # each module's, in its build folder <JIT dir>/<name>/ (JitSpec.ninja_path, flashinfer/jit/core.py)
+NINJA_FILE = (
+    "build.ninja"  # each module's, in its build folder <JIT dir>/<name>/ (JitSpec.ninja_path, flashinfer/jit/core.py)
+)
 
 # The state files and folders, by where they live.
 # In the cache folder (<base>/.cache/flashinfer): one per set of build options (fidev.builds.build_stamp).
@@ -35,7 +37,9 @@ RUNS = "fidev-upstream-runs"  # upstream-tests' run folders
 FILE_TIMES = "file-times.json"  # in RUNS: each test file's time in its last run that finished, its parts summed
 BASELINES = "fidev-upstream-baselines"  # upstream-tests' baselines, one per selection
 VERDICTS = "fidev-affected.json"  # affected's kept verdicts
-AFFECTED_LOCK = "fidev-affected.lock"  # held while an affected run judges this version's builds (fidev.core.files.exclusive)
+AFFECTED_LOCK = (
+    "fidev-affected.lock"  # held while an affected run judges this version's builds (fidev.core.files.exclusive)
+)
 # In a JIT dir (<version>/<archs>/cached_ops):
 MODULE_TESTS = "fidev-module-tests.json"  # which of FlashInfer's tests asked for which module
 TREE = "fidev-tree.json"  # the tree's include/ and csrc/ files as last built

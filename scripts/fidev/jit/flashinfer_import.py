@@ -37,22 +37,36 @@ def import_flashinfer(mode: str) -> Imported:
         import flashinfer
         from flashinfer.jit import env as jit_env
     except module_choice.Unpatchable as e:
-        raise Failure(str(e), f"{kernel_source.ENV}={kernel_source.PREBUILT} leaves FlashInfer's own choice alone") from e
+        raise Failure(
+            str(e), f"{kernel_source.ENV}={kernel_source.PREBUILT} leaves FlashInfer's own choice alone"
+        ) from e
     except Exception as e:  # ImportError, or FlashInfer refusing a cubin/jit-cache of another version
         first = str(e).splitlines()[0] if str(e) else ""
-        other = re.match(r"flashinfer-jit-cache version \(([^)]*)\)", first)  # flashinfer/jit/env.py, _get_aot_dir's RuntimeError at v0.6.3
+        other = re.match(
+            r"flashinfer-jit-cache version \(([^)]*)\)", first
+        )  # flashinfer/jit/env.py, _get_aot_dir's RuntimeError at v0.6.3
         if other:
-            raise Failure(f"flashinfer-jit-cache {other.group(1)} does not match FlashInfer {pins().flashinfer}: "
-                          "FlashInfer refuses to import", f"pixi install -e flashinfer-dev (the manifest pins both), or "
-                          f"{kernel_source.ENV}={kernel_source.VENDORED}, which hides the jit-cache and compiles every module") from e
+            raise Failure(
+                f"flashinfer-jit-cache {other.group(1)} does not match FlashInfer {pins().flashinfer}: "
+                "FlashInfer refuses to import",
+                f"pixi install -e flashinfer-dev (the manifest pins both), or "
+                f"{kernel_source.ENV}={kernel_source.VENDORED}, which hides the jit-cache and compiles every module",
+            ) from e
         raise Failure(f"import flashinfer failed: {type(e).__name__}: {first}", REINSTALL) from e
     # FlashInfer compiles from flashinfer/data/{csrc,include,cutlass,spdlog}, links its editable
     # install made in the tree; re-creating the tree removes them.
-    needed = [jit_env.FLASHINFER_CSRC_DIR, jit_env.FLASHINFER_INCLUDE_DIR, *jit_env.CUTLASS_INCLUDE_DIRS[:1], jit_env.SPDLOG_INCLUDE_DIR]
+    needed = [
+        jit_env.FLASHINFER_CSRC_DIR,
+        jit_env.FLASHINFER_INCLUDE_DIR,
+        *jit_env.CUTLASS_INCLUDE_DIRS[:1],
+        jit_env.SPDLOG_INCLUDE_DIR,
+    ]
     missing = [str(path) for path in needed if not path.is_dir()]
     if missing:
-        raise Failure(f"FlashInfer's JIT sources are gone ({missing[0]} does not exist): the tree was re-created after the editable install",
-                      source_tree.REINSTALL)
+        raise Failure(
+            f"FlashInfer's JIT sources are gone ({missing[0]} does not exist): the tree was re-created after the editable install",
+            source_tree.REINSTALL,
+        )
     return Imported(flashinfer, jit_env, mode, time.perf_counter() - started)
 
 
@@ -70,7 +84,10 @@ def vendored_rows(flashinfer: ModuleType, jit_env: ModuleType, mode: str) -> lis
     # Where it came from first: that needs nothing but the import, and is what the check proves.
     where = Path(flashinfer.__file__).resolve()
     if not where.is_relative_to(p.source_dir.resolve()):
-        raise Failure(f"flashinfer was imported from {where.parent}, not the vendored tree {source_tree.shown(p.source_dir)}", REINSTALL)
+        raise Failure(
+            f"flashinfer was imported from {where.parent}, not the vendored tree {source_tree.shown(p.source_dir)}",
+            REINSTALL,
+        )
     if flashinfer.__version__ != p.flashinfer:
         raise Failure(f"flashinfer {flashinfer.__version__} imported, the pin is {p.flashinfer}", REINSTALL)
     try:
@@ -86,8 +103,14 @@ def vendored_rows(flashinfer: ModuleType, jit_env: ModuleType, mode: str) -> lis
         ("apache-tvm-ffi", _installed("apache-tvm-ffi")),
         ("torch", f"{torch.__version__} (CUDA {torch.version.cuda})"),
         ("JIT cache", str(jit_env.FLASHINFER_JIT_DIR)),
-        ("prebuilt modules", "not used" if mode == kernel_source.VENDORED else
-         str(jit_env.FLASHINFER_AOT_DIR) if jit_env.FLASHINFER_AOT_DIR.exists() else "none"),
+        (
+            "prebuilt modules",
+            "not used"
+            if mode == kernel_source.VENDORED
+            else str(jit_env.FLASHINFER_AOT_DIR)
+            if jit_env.FLASHINFER_AOT_DIR.exists()
+            else "none",
+        ),
         ("kernel source", f"{mode} ({kernel_source.ENV}): {kernel_source.SAID[mode]}"),
         *([("edited vs the release", module_choice.edited_summary())] if mode == kernel_source.AUTO else []),
     ]

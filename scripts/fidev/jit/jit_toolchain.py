@@ -98,7 +98,7 @@ def flag_dirs(tokens: list[str], options: tuple[str, ...]) -> list[tuple[str, Pa
                 found.append((option, Path(tokens[i + 1])))
                 i += 1
                 break
-            rest = token[len(option):]
+            rest = token[len(option) :]
             if token.startswith(option) and rest:
                 found.append((option, Path(rest[1:] if rest.startswith("=") else rest)))
                 break
@@ -137,8 +137,10 @@ def profile_includes(profile: Path) -> tuple[list[SearchDir], list[SearchDir]]:
     values = read_profile(profile)
     quoted = flag_dirs(split_flags(values.get("INCLUDES", "")), ("-I", "--include-path"))
     system = flag_dirs(split_flags(values.get("SYSTEM_INCLUDES", "")), ("-isystem",))
-    return ([SearchDir(d, f"{profile} INCLUDES") for _, d in quoted],
-            [SearchDir(d, f"{profile} SYSTEM_INCLUDES") for _, d in system])
+    return (
+        [SearchDir(d, f"{profile} INCLUDES") for _, d in quoted],
+        [SearchDir(d, f"{profile} SYSTEM_INCLUDES") for _, d in system],
+    )
 
 
 def from_env(env: Mapping[str, str]) -> JitToolchain:
@@ -146,8 +148,10 @@ def from_env(env: Mapping[str, str]) -> JitToolchain:
     nvcc = Path(env["FLASHINFER_NVCC"]) if env.get("FLASHINFER_NVCC") else home / "bin" / "nvcc"
     nvcc_from = "FLASHINFER_NVCC" if env.get("FLASHINFER_NVCC") else "$cuda_home/bin/nvcc"
 
-    flashinfer_isystem = [SearchDir(home / "include", "-isystem $cuda_home/include"),
-                          SearchDir(home / "include" / "cccl", "-isystem $cuda_home/include/cccl")]
+    flashinfer_isystem = [
+        SearchDir(home / "include", "-isystem $cuda_home/include"),
+        SearchDir(home / "include" / "cccl", "-isystem $cuda_home/include/cccl"),
+    ]
     if str(home) == "/usr":
         flashinfer_isystem = flashinfer_isystem[1:]
 
@@ -156,15 +160,37 @@ def from_env(env: Mapping[str, str]) -> JitToolchain:
         quoted = [SearchDir(d, extra_var) for option, d in extra if option in ("-I", "--include-path")]
         system = [SearchDir(d, extra_var) for option, d in extra if option == "-isystem"]
         after = [SearchDir(d, extra_var) for option, d in extra if option == "-idirafter"]
-        return tuple(quoted + profile[0] + _path_list(env, "CPATH") + flashinfer_isystem + system + profile[1]
-                     + _path_list(env, "CPLUS_INCLUDE_PATH") + after)
+        return tuple(
+            quoted
+            + profile[0]
+            + _path_list(env, "CPATH")
+            + flashinfer_isystem
+            + system
+            + profile[1]
+            + _path_list(env, "CPLUS_INCLUDE_PATH")
+            + after
+        )
 
-    links = [SearchDir(home / "lib64", "-L$cuda_home/lib64"), SearchDir(home / "lib64" / "stubs", "-L$cuda_home/lib64/stubs")]
-    links += [SearchDir(d, "FLASHINFER_EXTRA_LDFLAGS") for _, d in flag_dirs(split_flags(env.get("FLASHINFER_EXTRA_LDFLAGS")), ("-L",))]
+    links = [
+        SearchDir(home / "lib64", "-L$cuda_home/lib64"),
+        SearchDir(home / "lib64" / "stubs", "-L$cuda_home/lib64/stubs"),
+    ]
+    links += [
+        SearchDir(d, "FLASHINFER_EXTRA_LDFLAGS")
+        for _, d in flag_dirs(split_flags(env.get("FLASHINFER_EXTRA_LDFLAGS")), ("-L",))
+    ]
     links += _path_list(env, "LIBRARY_PATH")
     preload = Path(env.get("CUDA_LIB_PATH") or DEFAULT_CUDA_LIB_PATH) / PRELOADED_RUNTIME
-    return JitToolchain(home, home_from, nvcc, nvcc_from, includes("FLASHINFER_EXTRA_CFLAGS", ([], [])),
-                        includes("FLASHINFER_EXTRA_CUDAFLAGS", profile_includes(profile_of(nvcc))), tuple(links), preload)
+    return JitToolchain(
+        home,
+        home_from,
+        nvcc,
+        nvcc_from,
+        includes("FLASHINFER_EXTRA_CFLAGS", ([], [])),
+        includes("FLASHINFER_EXTRA_CUDAFLAGS", profile_includes(profile_of(nvcc))),
+        tuple(links),
+        preload,
+    )
 
 
 def find_header(name: str, dirs: tuple[SearchDir, ...]) -> SearchDir | None:

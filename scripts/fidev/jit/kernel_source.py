@@ -32,7 +32,8 @@ def mode() -> str:
     """The mode in force; an empty variable counts as unset, as for every variable here."""
     value = os.environ.get(ENV) or AUTO
     if value not in MODES:
-        raise Failure(f"{ENV}={value!r} is not a kernel source mode",
-                      f"set {ENV} to '{AUTO}' (the default), '{PREBUILT}' or '{VENDORED}'")
+        raise Failure(
+            f"{ENV}={value!r} is not a kernel source mode",
+            f"set {ENV} to '{AUTO}' (the default), '{PREBUILT}' or '{VENDORED}'",
+        )
     return value
-

@@ -39,7 +39,9 @@ _STATE: dict = {"mode": None, "edited": None, "hooked": False, "applied": None}
 INPUTS: dict[str, list[str]] = {}  # module name -> its edited inputs ([]: none), for each module asked about
 PREBUILT: dict[str, bool] = {}  # module name -> whether it loaded prebuilt
 GENERATORS: dict[str, set[str]] = {}  # module name -> the tree's Python files on the stack when its JitSpec was made
-CALLS: dict[str, dict] = {}  # module name -> the call that made its JitSpec, where it can be made again (generator_call)
+CALLS: dict[
+    str, dict
+] = {}  # module name -> the call that made its JitSpec, where it can be made again (generator_call)
 
 
 def tree() -> Path:
@@ -63,10 +65,12 @@ def edited() -> list[str]:
         found = release_reference.edited_files(tree(), pins())
         gone = [rel for rel in found if rel.split("/")[0] in build_records.TREE_PARTS and not (tree() / rel).exists()]
         if gone:
-            raise Failure(f"{gone[0]} of the FlashInfer release is deleted from {source_tree.shown(pins().source_dir)}"
-                          + (f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""),
-                          f"restore it (git -C {source_tree.shown(pins().source_dir)} checkout -- {gone[0]}; a source release: "
-                          "python scripts/fetch_flashinfer_source.py --replace), or FLASHINFER_DEV_KERNEL_SOURCE=vendored to compile every module")
+            raise Failure(
+                f"{gone[0]} of the FlashInfer release is deleted from {source_tree.shown(pins().source_dir)}"
+                + (f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""),
+                f"restore it (git -C {source_tree.shown(pins().source_dir)} checkout -- {gone[0]}; a source release: "
+                "python scripts/fetch_flashinfer_source.py --replace), or FLASHINFER_DEV_KERNEL_SOURCE=vendored to compile every module",
+            )
         _STATE["edited"] = found
     return _STATE["edited"]
 
@@ -141,8 +145,10 @@ def patch(core) -> None:
     if spec_class is None or getattr(spec_class, "_fidev_choice", False):
         return  # a stand-in without modules (tests/test_faults.py), or patched already
     if not hasattr(core, "jit_spec_registry") or not isinstance(getattr(spec_class, "is_aot", None), property):
-        raise Unpatchable("flashinfer.jit.core has no jit_spec_registry or JitSpec.is_aot property as FlashInfer 0.6.3 has: "
-                          "the kernel source modes auto and vendored cannot choose per module")
+        raise Unpatchable(
+            "flashinfer.jit.core has no jit_spec_registry or JitSpec.is_aot property as FlashInfer 0.6.3 has: "
+            "the kernel source modes auto and vendored cannot choose per module"
+        )
     shipped = core.JitSpec.is_aot.fget
 
     def is_aot(spec) -> bool:
@@ -158,7 +164,9 @@ def patch(core) -> None:
 
     core.JitSpec.is_aot = property(is_aot)
     core.JitSpec._fidev_choice = True
-    combined = core.build_jit_specs  # skips by aot_path.exists() itself (core.py, build_jit_specs): by the mode's choice instead
+    combined = (
+        core.build_jit_specs
+    )  # skips by aot_path.exists() itself (core.py, build_jit_specs): by the mode's choice instead
 
     def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
         return combined([s for s in specs if not (skip_prebuilt and s.is_aot)], verbose=verbose, skip_prebuilt=False)
@@ -183,8 +191,15 @@ def _stack_files() -> set[str]:
     flashinfer/jit/. Not the API wrappers above them (flashinfer/norm.py): whether build or a test
     made the spec must not change what counts."""
     root = str(tree())
-    package, generators = root + os.sep + "flashinfer" + os.sep, root + os.sep + os.path.join("flashinfer", "jit") + os.sep
-    found, frame, depth = set(), sys._getframe(2), 0  # past _stack_files and noted: gen_jit_spec (core.py), then its caller
+    package, generators = (
+        root + os.sep + "flashinfer" + os.sep,
+        root + os.sep + os.path.join("flashinfer", "jit") + os.sep,
+    )
+    found, frame, depth = (
+        set(),
+        sys._getframe(2),
+        0,
+    )  # past _stack_files and noted: gen_jit_spec (core.py), then its caller
     while frame is not None:
         path = _real(frame.f_code.co_filename)
         if path.startswith(generators) or (depth == 1 and path.startswith(package)):
@@ -229,13 +244,17 @@ def generator_call(frame) -> dict | None:
     while frame.f_back is not None and frame.f_back.f_globals.get("__name__", "").startswith("flashinfer.jit."):
         frame = frame.f_back
     code, module = frame.f_code, frame.f_globals.get("__name__", "")
-    if not module.startswith("flashinfer.") or code.co_posonlyargcount or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+    if (
+        not module.startswith("flashinfer.")
+        or code.co_posonlyargcount
+        or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    ):
         return None
     function = getattr(sys.modules.get(module), code.co_name, None)
     try:
         if function is None or getattr(inspect.unwrap(function), "__code__", None) is not code:
             return None
-        names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         kwargs = {name: _plain(frame.f_locals[name]) for name in names}
     except (KeyError, TypeError, ValueError, RecursionError):  # ValueError: a __wrapped__ cycle
         return None
@@ -311,13 +330,19 @@ def report(task: str) -> list[str]:
     lines = []
     if _STATE["mode"] == kernel_source.AUTO and PREBUILT:
         prebuilt = sorted(name for name, chosen in PREBUILT.items() if chosen)
-        lines.append(f"{task}: kernel source auto: {len(prebuilt)} module(s) prebuilt, {len(PREBUILT) - len(prebuilt)} compiled from the tree")
+        lines.append(
+            f"{task}: kernel source auto: {len(prebuilt)} module(s) prebuilt, {len(PREBUILT) - len(prebuilt)} compiled from the tree"
+        )
     for name, inputs in from_edits().items():
         lines.append(f"{task}: from edited source: {name} ({', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''})")
     unused = unused_edits()
     if unused:
         families = sorted({f for names in upstream_suites.families_compiling(tree(), unused).values() for f in names})
-        lines.append(f"{task}: edited, and compiled by no module of this run: {', '.join(unused[:3])}{' ...' if len(unused) > 3 else ''}")
-        lines.append(f"{task}: fix: its kernels run in FlashInfer's tests: upstream-tests {' '.join(families) or 'FAMILY'} "
-                     "(`affected` names what an edit reaches)")
+        lines.append(
+            f"{task}: edited, and compiled by no module of this run: {', '.join(unused[:3])}{' ...' if len(unused) > 3 else ''}"
+        )
+        lines.append(
+            f"{task}: fix: its kernels run in FlashInfer's tests: upstream-tests {' '.join(families) or 'FAMILY'} "
+            "(`affected` names what an edit reaches)"
+        )
     return lines

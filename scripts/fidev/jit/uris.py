@@ -15,15 +15,35 @@ BACKENDS = ("fa2", "fa3")
 POSENC = {"none": 0, "rope_llama": 1, "alibi": 2}  # FlashInfer's PosEncodingMode values
 
 # FlashInfer's filename-safe dtype names, and the torch spellings that map to them.
-DTYPES = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2", "i8": "i8", "u8": "u8",
-          "i32": "i32", "u32": "u32", "i64": "i64", "u64": "u64",
-          "float16": "f16", "half": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
-          "int8": "i8", "uint8": "u8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64"}
+DTYPES = {
+    "f16": "f16",
+    "bf16": "bf16",
+    "e4m3": "e4m3",
+    "e5m2": "e5m2",
+    "i8": "i8",
+    "u8": "u8",
+    "i32": "i32",
+    "u32": "u32",
+    "i64": "i64",
+    "u64": "u64",
+    "float16": "f16",
+    "half": "f16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "e4m3",
+    "float8_e5m2": "e5m2",
+    "int8": "i8",
+    "uint8": "u8",
+    "int32": "i32",
+    "uint32": "u32",
+    "int64": "i64",
+    "uint64": "u64",
+}
 
 FP8 = ("e4m3", "e5m2")
 ATTENTION_DTYPES = ("f16", "bf16", *FP8)
 OUTPUT_DTYPES = ("f16", "bf16")
 INDEX_DTYPES = ("i32",)  # the page and index arrays are int32 (IdType) in every attention binding
+
 
 def dtype(name: str) -> str:
     """FlashInfer's name of a dtype, from that name or torch's (float16 -> f16)."""
@@ -43,7 +63,18 @@ def head_dim(value: int) -> int:
 
 # The fields of each kind's URI, in FlashInfer's order. Batch kinds carry the index dtype;
 # prefill kinds carry the fp16 QK reduction flag and, for fa3, the `_sm90` suffix.
-_FIELDS = ("dtype_q", "dtype_kv", "dtype_o", "dtype_idx", "head_dim_qk", "head_dim_vo", "posenc", "use_swa", "use_logits_cap", "f16qk")
+_FIELDS = (
+    "dtype_q",
+    "dtype_kv",
+    "dtype_o",
+    "dtype_idx",
+    "head_dim_qk",
+    "head_dim_vo",
+    "posenc",
+    "use_swa",
+    "use_logits_cap",
+    "f16qk",
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +98,9 @@ class AttentionConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; one of {', '.join(BACKENDS)}")
         if self.backend == "fa3" and self.kind.endswith("decode"):
-            raise ValueError(f"{self.kind} modules have no fa3 variant (tensor-core decode runs on the batch_prefill module)")
+            raise ValueError(
+                f"{self.kind} modules have no fa3 variant (tensor-core decode runs on the batch_prefill module)"
+            )
         if self.f16qk and self.kind.endswith("decode"):
             raise ValueError(f"{self.kind} has no fp16 QK reduction variant")
         if self.posenc not in POSENC.values():
@@ -83,10 +116,14 @@ class AttentionConfig:
         """What FlashInfer 0.6.3 can build, so that no URI names a module that cannot exist."""
         for field in ("dtype_q", "dtype_kv"):
             if getattr(self, field) not in ATTENTION_DTYPES:
-                raise ValueError(f"{field} {getattr(self, field)} is not an attention dtype ({', '.join(ATTENTION_DTYPES)})")
+                raise ValueError(
+                    f"{field} {getattr(self, field)} is not an attention dtype ({', '.join(ATTENTION_DTYPES)})"
+                )
         if self.backend == "fa2" and self.kind.endswith("prefill") and self.dtype_q in FP8:
             # flashinfer/jit/attention/modules.py: `assert not fp8_enabled, "fp8 tensor core is not supported in fa2 backend"`
-            raise ValueError(f"fa2 has no fp8 ({self.dtype_q}) queries: FlashInfer asserts against it; use --backend fa3")
+            raise ValueError(
+                f"fa2 has no fp8 ({self.dtype_q}) queries: FlashInfer asserts against it; use --backend fa3"
+            )
         if self.dtype_o not in OUTPUT_DTYPES:
             raise ValueError(f"dtype_o {self.dtype_o} is not an output dtype ({', '.join(OUTPUT_DTYPES)})")
         if self.dtype_idx not in INDEX_DTYPES:
@@ -101,7 +138,9 @@ class AttentionConfig:
             # equal to HEAD_DIM_QK except the (192, 128) pair.
             pair = (self.head_dim_qk, self.head_dim_vo)
             if pair != (192, 128) and (self.head_dim_vo not in (64, 128, 256) or self.head_dim_qk != self.head_dim_vo):
-                raise ValueError(f"fa3 has no head dims {pair[0]}/{pair[1]}: it takes 64, 128 or 256 for both, or 192/128")
+                raise ValueError(
+                    f"fa3 has no head dims {pair[0]}/{pair[1]}: it takes 64, 128 or 256 for both, or 192/128"
+                )
 
 
 def fields(config: AttentionConfig) -> list[str]:

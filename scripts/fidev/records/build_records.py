@@ -58,13 +58,19 @@ def facts(data) -> bool:
 
 def tests_by_module(data) -> bool:
     """{module name: [test node id]}: a JIT dir's record of FlashInfer's tests."""
-    return isinstance(data, dict) and all(isinstance(tests, list) and all(isinstance(t, str) for t in tests) for tests in data.values())
+    return isinstance(data, dict) and all(
+        isinstance(tests, list) and all(isinstance(t, str) for t in tests) for tests in data.values()
+    )
 
 
 def a_call(data) -> bool:
     """The call that made a module's JitSpec: its module, function and keyword arguments."""
-    return (isinstance(data, dict) and isinstance(data.get("module"), str) and isinstance(data.get("function"), str)
-            and isinstance(data.get("kwargs"), dict))
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("module"), str)
+        and isinstance(data.get("function"), str)
+        and isinstance(data.get("kwargs"), dict)
+    )
 
 
 def unreadable_generators(build_dir: Path) -> bool:
@@ -188,7 +194,11 @@ def generators_before(build_dir: Path, tree: Path) -> dict[str, list]:
     holds them (at its last build); empty where it left none it can read."""
     recorded = _read(build_dir / GENERATORS, facts) or {}
     real = tree.resolve()
-    return {str(Path(p).resolve().relative_to(real)): fact for p, fact in recorded.items() if Path(p).resolve().is_relative_to(real)}
+    return {
+        str(Path(p).resolve().relative_to(real)): fact
+        for p, fact in recorded.items()
+        if Path(p).resolve().is_relative_to(real)
+    }
 
 
 def unreadable_tree(jit_dir: Path) -> Path | None:

@@ -29,8 +29,12 @@ TIMEOUT_S = 60
 def deps(build_dir: Path, ninja_file: Path) -> dict[str, list[str]]:
     """object -> its inputs, from ninja's deps log."""
     try:
-        out = subprocess.run(["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-t", "deps"], capture_output=True, text=True,
-                             timeout=TIMEOUT_S).stdout
+        out = subprocess.run(
+            ["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-t", "deps"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
     found, current = {}, None
@@ -73,7 +77,9 @@ def record(build_dir: Path, ninja_file: Path) -> None:
     def facts(obj: str, inputs: list[str]) -> dict[str, list | None]:
         built = _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
         # an input newer than its object was saved while it compiled: its hash is not what was built
-        return {path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]}
+        return {
+            path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]
+        }
 
     stamp = {obj: facts(obj, inputs) for obj, inputs in deps(build_dir, ninja_file).items()}
     write_whole(build_dir / STAMP, json.dumps(stamp))
@@ -84,9 +90,10 @@ _READ: dict[tuple, dict] = {}  # the records read, by file and stat: `affected` 
 
 def well_formed(stamp) -> bool:
     """Whether a record read back has the shape `record` writes: {object: {input: file fact}}."""
-    return isinstance(stamp, dict) and all(isinstance(inputs, dict) and all(isinstance(path, str) and is_fact(fact)
-                                                                             for path, fact in inputs.items())
-                                           for inputs in stamp.values())
+    return isinstance(stamp, dict) and all(
+        isinstance(inputs, dict) and all(isinstance(path, str) and is_fact(fact) for path, fact in inputs.items())
+        for inputs in stamp.values()
+    )
 
 
 def _recorded(build_dir: Path) -> dict[str, dict[str, list | None]] | None:
@@ -143,7 +150,11 @@ def restored(build_dir: Path) -> dict[str, list[str]]:
         built = _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
         if built is None:
             continue  # gone: ninja rebuilds it anyway
-        moved = [path for path, was in inputs.items() if was and (now := _stat(path)) is not None and now != was[:2] and now[0] <= built[0]]
+        moved = [
+            path
+            for path, was in inputs.items()
+            if was and (now := _stat(path)) is not None and now != was[:2] and now[0] <= built[0]
+        ]
         if moved:
             found[obj] = moved
     return found
@@ -154,8 +165,12 @@ def dry_run(build_dir: Path, ninja_file: Path) -> tuple[set[str], int] | None:
     `restored` finds included: the build removes them first) and how many edges ninja would run,
     the link included. None when ninja cannot tell (no ninja, a broken build.ninja)."""
     try:
-        done = subprocess.run(["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-n", "-v"], capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        done = subprocess.run(
+            ["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-n", "-v"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:

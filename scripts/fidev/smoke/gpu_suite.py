@@ -55,7 +55,9 @@ def run(task: str, suite: str, pytest_args: list[str], mode: str) -> int:
             os.environ[NO_AUTOLOAD] = autoload
 
 
-def run_paths(task: str, paths: list[str], pytest_args: list[str], mode: str, options: tuple[str, ...] = (), plugins: tuple = ()) -> int:
+def run_paths(
+    task: str, paths: list[str], pytest_args: list[str], mode: str, options: tuple[str, ...] = (), plugins: tuple = ()
+) -> int:
     """pytest on `paths` in this interpreter, in the task's kernel source `mode` (applied before
     anything imports flashinfer), with a one-line count at the end; `plugins` join pytest's."""
     import pytest
@@ -64,18 +66,26 @@ def run_paths(task: str, paths: list[str], pytest_args: list[str], mode: str, op
     module_choice.apply(mode)
     outcomes = Outcomes()
     started = time.perf_counter()
-    code = pytest_usage.pytest_main(task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins])
+    code = pytest_usage.pytest_main(
+        task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins]
+    )
     c = outcomes.counts
     for line in module_choice.report(task):
         print(line)
-    print(f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['errors']} errors; kernel source {mode}; "
-          f"{time.perf_counter() - started:.1f} s")
+    print(
+        f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['errors']} errors; kernel source {mode}; "
+        f"{time.perf_counter() - started:.1f} s"
+    )
     if c["errors"] and code == pytest.ExitCode.OK:
         code = pytest.ExitCode.TESTS_FAILED  # an error in a teardown leaves pytest's status 0
     if code in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and c["passed"] == 0:
         if not any(c.values()):
-            raise Failure(f"no {task} test was selected ({' '.join(pytest_args) or 'none collected'})",
-                          f"check the -k/-m expression; `{task} --collect-only -q` lists the tests")
-        raise Failure(f"no {task} test passed: every one was skipped (reasons above)",
-                      "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment")
+            raise Failure(
+                f"no {task} test was selected ({' '.join(pytest_args) or 'none collected'})",
+                f"check the -k/-m expression; `{task} --collect-only -q` lists the tests",
+            )
+        raise Failure(
+            f"no {task} test passed: every one was skipped (reasons above)",
+            "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment",
+        )
     return int(code)

@@ -24,12 +24,19 @@ def pytest_main(task: str, args: list[str], plugins: list) -> int:
     if code != pytest.ExitCode.USAGE_ERROR:
         return code
     if refusal.message is None:
-        raise Failure(f"pytest could not start the {task} suite (exit status {int(code)}): its ERROR above says why", "fix what it names")
+        raise Failure(
+            f"pytest could not start the {task} suite (exit status {int(code)}): its ERROR above says why",
+            "fix what it names",
+        )
     lines = [line.strip() for line in refusal.message.splitlines() if line.strip()]
-    said = next((line.split("error: ", 1)[1] for line in lines if "error: " in line), lines[0] if lines else "no message")
-    raise Failure(f"{task}: pytest refused the arguments: {said}",
-                  f"see `{task} --help`; what {task} does not take goes to pytest (`python -m pytest --help` lists its options)",
-                  exit_status=USAGE)
+    said = next(
+        (line.split("error: ", 1)[1] for line in lines if "error: " in line), lines[0] if lines else "no message"
+    )
+    raise Failure(
+        f"{task}: pytest refused the arguments: {said}",
+        f"see `{task} --help`; what {task} does not take goes to pytest (`python -m pytest --help` lists its options)",
+        exit_status=USAGE,
+    )
 
 
 def _refusal_plugin(pytest):

@@ -63,12 +63,16 @@ def tree_lock(tree: Path, who: str) -> Iterator[None]:
     """The tree's lock (fidev.core.files.exclusive: a file beside the tree, gone once let go), or two
     lines naming who holds it."""
     lock_path = tree.parent / f".{tree.name}{TREE_LOCK}"
-    busy = Failure(f"{who}: another tool is writing {tree} ({{}}); two at once would undo each other's work",
-                   "wait for it to end (a tool that planted an edit restores it), then run this again")
+    busy = Failure(
+        f"{who}: another tool is writing {tree} ({{}}); two at once would undo each other's work",
+        "wait for it to end (a tool that planted an edit restores it), then run this again",
+    )
 
     def unwritable(e: OSError) -> Failure:
-        return Failure(f"cannot write beside {tree}: its lock {lock_path.name} ({e.strerror or e})",
-                       "use a tree whose parent you can write (for the source fetch: point --dest at a folder whose parent you can write)")
+        return Failure(
+            f"cannot write beside {tree}: its lock {lock_path.name} ({e.strerror or e})",
+            "use a tree whose parent you can write (for the source fetch: point --dest at a folder whose parent you can write)",
+        )
 
     with exclusive(lock_path, who, busy, unwritable):
         yield
@@ -85,8 +89,10 @@ def planted(tree: Path, path: Path, edit: Callable[[str], str], who: str) -> Ite
             text = path.read_text()
             new = edit(text)
             if new == text:
-                raise Failure(f"{who}: the edit of {path} changes nothing (the line it replaces is not there)",
-                              "restore the tree to the pinned release (git checkout -- FILE in the tree), then run this again")
+                raise Failure(
+                    f"{who}: the edit of {path} changes nothing (the line it replaces is not there)",
+                    "restore the tree to the pinned release (git checkout -- FILE in the tree), then run this again",
+                )
             path.write_text(new)
             yield state
         finally:

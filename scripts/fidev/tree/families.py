@@ -29,64 +29,139 @@ class Family:
     what: str
     nodes: tuple[str, ...]  # paths under tests/, or path::test_function
     sources: tuple[str, ...] = field(default=())  # globs, relative to the tree: what its modules compile
-    api: tuple[str, ...] = field(default=())  # the package's Python files that hold the family's API, relative to the tree
+    api: tuple[str, ...] = field(
+        default=()
+    )  # the package's Python files that hold the family's API, relative to the tree
 
 
 FAMILIES = [
-    Family("norm", "rmsnorm, fused add rmsnorm, gemma rmsnorm, layernorm", ("utils/test_norm.py",),
-           ("csrc/norm.cu", "csrc/flashinfer_norm_binding.cu"),
-           api=("flashinfer/norm.py",)),
-    Family("activation", "silu/gelu/gelu-tanh and mul", ("utils/test_activation.py",),
-           ("flashinfer/jit/activation.py", "include/flashinfer/activation.cuh"),
-           api=("flashinfer/activation.py",)),
-    Family("sampling", "sampling from probs and logits, top-k/top-p/min-p", ("utils/test_sampling.py",),
-           ("csrc/sampling.cu", "csrc/renorm.cu", "csrc/flashinfer_sampling_binding.cu"),
-           api=("flashinfer/sampling.py",)),
-    Family("topk", "top-k and its page-table/ragged transforms", ("utils/test_topk.py",),
-           ("csrc/topk.cu", "csrc/flashinfer_topk_binding.cu"),
-           api=("flashinfer/topk.py",)),
-    Family("page", "appending to a paged KV cache", ("attention/test_page.py",),
-           ("csrc/page.cu", "csrc/flashinfer_page_binding.cu"),
-           api=("flashinfer/page.py",)),
-    Family("rope", "rotary embeddings, with quantize-and-append", ("attention/test_rope.py",),
-           ("csrc/rope.cu", "csrc/flashinfer_rope_binding.cu"),
-           api=("flashinfer/rope.py",)),
-    Family("single_decode", "single-request decode: soft cap, sliding window, ALiBi", (
-        "attention/test_logits_cap.py::test_single_decode_logits_soft_cap",
-        "attention/test_sliding_window.py::test_single_decode_sliding_window",
-        "attention/test_alibi.py::test_single_decode_alibi"),
+    Family(
+        "norm",
+        "rmsnorm, fused add rmsnorm, gemma rmsnorm, layernorm",
+        ("utils/test_norm.py",),
+        ("csrc/norm.cu", "csrc/flashinfer_norm_binding.cu"),
+        api=("flashinfer/norm.py",),
+    ),
+    Family(
+        "activation",
+        "silu/gelu/gelu-tanh and mul",
+        ("utils/test_activation.py",),
+        ("flashinfer/jit/activation.py", "include/flashinfer/activation.cuh"),
+        api=("flashinfer/activation.py",),
+    ),
+    Family(
+        "sampling",
+        "sampling from probs and logits, top-k/top-p/min-p",
+        ("utils/test_sampling.py",),
+        ("csrc/sampling.cu", "csrc/renorm.cu", "csrc/flashinfer_sampling_binding.cu"),
+        api=("flashinfer/sampling.py",),
+    ),
+    Family(
+        "topk",
+        "top-k and its page-table/ragged transforms",
+        ("utils/test_topk.py",),
+        ("csrc/topk.cu", "csrc/flashinfer_topk_binding.cu"),
+        api=("flashinfer/topk.py",),
+    ),
+    Family(
+        "page",
+        "appending to a paged KV cache",
+        ("attention/test_page.py",),
+        ("csrc/page.cu", "csrc/flashinfer_page_binding.cu"),
+        api=("flashinfer/page.py",),
+    ),
+    Family(
+        "rope",
+        "rotary embeddings, with quantize-and-append",
+        ("attention/test_rope.py",),
+        ("csrc/rope.cu", "csrc/flashinfer_rope_binding.cu"),
+        api=("flashinfer/rope.py",),
+    ),
+    Family(
+        "single_decode",
+        "single-request decode: soft cap, sliding window, ALiBi",
+        (
+            "attention/test_logits_cap.py::test_single_decode_logits_soft_cap",
+            "attention/test_sliding_window.py::test_single_decode_sliding_window",
+            "attention/test_alibi.py::test_single_decode_alibi",
+        ),
         ("csrc/single_decode.cu", "csrc/single_decode_jit_binding.cu", "csrc/single_decode_*.jinja"),
-        api=("flashinfer/decode.py",)),
-    Family("single_prefill", "single-request prefill (fa2), soft cap, sliding window, ALiBi", (
-        "attention/test_single_prefill.py",
-        "attention/test_logits_cap.py::test_single_prefill_logits_soft_cap",
-        "attention/test_sliding_window.py::test_single_prefill_sliding_window",
-        "attention/test_alibi.py::test_single_prefill_alibi"),
-        ("csrc/single_prefill.cu", "csrc/single_prefill_jit_binding.cu", "csrc/single_prefill_kernel_inst.jinja",
-         "csrc/single_prefill_customize_config.jinja"),
-        api=("flashinfer/prefill.py",)),
-    Family("decode", "batch decode on paged KV, CUDA graphs, tensor cores", (
-        "attention/test_batch_decode_kernels.py", "attention/test_tensor_cores_decode.py", "attention/test_non_contiguous_decode.py"),
-        ("csrc/batch_decode.cu", "csrc/batch_decode_jit_binding.cu", "csrc/batch_decode_kernel_inst.jinja",
-         "csrc/batch_decode_customize_config.jinja"),
-        api=("flashinfer/decode.py",)),
-    Family("prefill", "batch prefill on paged and ragged KV", (
-        "attention/test_batch_prefill_kernels.py", "attention/test_non_contiguous_prefill.py"),
-        ("csrc/batch_prefill.cu", "csrc/batch_prefill_jit_binding.cu", "csrc/batch_prefill_paged_kernel_inst.jinja",
-         "csrc/batch_prefill_ragged_kernel_inst.jinja", "csrc/batch_prefill_customize_config.jinja"),
-        api=("flashinfer/prefill.py",)),
-    Family("hopper", "fa3 (sm_90) single, batch and paged prefill", ("attention/test_hopper.py",),
-           ("csrc/single_prefill_sm90*", "csrc/batch_prefill_sm90*"),
-           api=("flashinfer/prefill.py",)),
-    Family("cascade", "shared-prefix (cascade) attention", ("attention/test_shared_prefix_kernels.py",),
-           ("csrc/cascade.cu", "csrc/flashinfer_cascade_binding.cu"),
-           api=("flashinfer/cascade.py",)),
-    Family("gdn", "gated delta rule prefill and decode", ("gdn/test_prefill_delta_rule.py", "gdn/test_decode_delta_rule.py"),
-           ("csrc/gdn_prefill*",),
-           api=("flashinfer/gdn_prefill.py", "flashinfer/gdn_decode.py")),
-    Family("quantization", "packbits and segment packbits", ("utils/test_quantization.py",),
-           ("csrc/quantization.cu", "csrc/flashinfer_quantization_binding.cu"),
-           api=("flashinfer/quantization.py",)),
+        api=("flashinfer/decode.py",),
+    ),
+    Family(
+        "single_prefill",
+        "single-request prefill (fa2), soft cap, sliding window, ALiBi",
+        (
+            "attention/test_single_prefill.py",
+            "attention/test_logits_cap.py::test_single_prefill_logits_soft_cap",
+            "attention/test_sliding_window.py::test_single_prefill_sliding_window",
+            "attention/test_alibi.py::test_single_prefill_alibi",
+        ),
+        (
+            "csrc/single_prefill.cu",
+            "csrc/single_prefill_jit_binding.cu",
+            "csrc/single_prefill_kernel_inst.jinja",
+            "csrc/single_prefill_customize_config.jinja",
+        ),
+        api=("flashinfer/prefill.py",),
+    ),
+    Family(
+        "decode",
+        "batch decode on paged KV, CUDA graphs, tensor cores",
+        (
+            "attention/test_batch_decode_kernels.py",
+            "attention/test_tensor_cores_decode.py",
+            "attention/test_non_contiguous_decode.py",
+        ),
+        (
+            "csrc/batch_decode.cu",
+            "csrc/batch_decode_jit_binding.cu",
+            "csrc/batch_decode_kernel_inst.jinja",
+            "csrc/batch_decode_customize_config.jinja",
+        ),
+        api=("flashinfer/decode.py",),
+    ),
+    Family(
+        "prefill",
+        "batch prefill on paged and ragged KV",
+        ("attention/test_batch_prefill_kernels.py", "attention/test_non_contiguous_prefill.py"),
+        (
+            "csrc/batch_prefill.cu",
+            "csrc/batch_prefill_jit_binding.cu",
+            "csrc/batch_prefill_paged_kernel_inst.jinja",
+            "csrc/batch_prefill_ragged_kernel_inst.jinja",
+            "csrc/batch_prefill_customize_config.jinja",
+        ),
+        api=("flashinfer/prefill.py",),
+    ),
+    Family(
+        "hopper",
+        "fa3 (sm_90) single, batch and paged prefill",
+        ("attention/test_hopper.py",),
+        ("csrc/single_prefill_sm90*", "csrc/batch_prefill_sm90*"),
+        api=("flashinfer/prefill.py",),
+    ),
+    Family(
+        "cascade",
+        "shared-prefix (cascade) attention",
+        ("attention/test_shared_prefix_kernels.py",),
+        ("csrc/cascade.cu", "csrc/flashinfer_cascade_binding.cu"),
+        api=("flashinfer/cascade.py",),
+    ),
+    Family(
+        "gdn",
+        "gated delta rule prefill and decode",
+        ("gdn/test_prefill_delta_rule.py", "gdn/test_decode_delta_rule.py"),
+        ("csrc/gdn_prefill*",),
+        api=("flashinfer/gdn_prefill.py", "flashinfer/gdn_decode.py"),
+    ),
+    Family(
+        "quantization",
+        "packbits and segment packbits",
+        ("utils/test_quantization.py",),
+        ("csrc/quantization.cu", "csrc/flashinfer_quantization_binding.cu"),
+        api=("flashinfer/quantization.py",),
+    ),
 ]
 BY_NAME = {f.name: f for f in FAMILIES}
 
@@ -148,6 +223,15 @@ def owners(tree: Path, inputs: dict[str, set[str]]) -> dict[str, list[str]]:
     given with their inputs (resolved paths): a module built from csrc/rope.cu is rope's, whichever
     test built it, so a run of rope's tests is a run of its tests."""
     tree = tree.resolve()
-    sources = {str(p.resolve()): family.name for family in FAMILIES for pattern in family.sources for p in tree.glob(pattern) if p.is_file()}
-    return {name: sorted({sources[p] for p in paths if p in sources}) for name, paths in inputs.items()
-            if any(p in sources for p in paths)}
+    sources = {
+        str(p.resolve()): family.name
+        for family in FAMILIES
+        for pattern in family.sources
+        for p in tree.glob(pattern)
+        if p.is_file()
+    }
+    return {
+        name: sorted({sources[p] for p in paths if p in sources})
+        for name, paths in inputs.items()
+        if any(p in sources for p in paths)
+    }

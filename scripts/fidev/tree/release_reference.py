@@ -34,9 +34,14 @@ def _files(tree: Path) -> list[Path]:
     found = []
     for root, dirs, files in os.walk(tree):
         here = Path(root)
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.endswith(".egg-info")
-                         and not (here == tree / "flashinfer" and d == "data"))
-        found += [here / f for f in sorted(files) if not (here == tree and f in SKIPPED) and not (here / f).is_symlink()]
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d != "__pycache__" and not d.endswith(".egg-info") and not (here == tree / "flashinfer" and d == "data")
+        )
+        found += [
+            here / f for f in sorted(files) if not (here == tree and f in SKIPPED) and not (here / f).is_symlink()
+        ]
     return found
 
 
@@ -54,20 +59,30 @@ def edited_files(tree: Path, pins: Pins) -> list[str]:
     if found.kind == "submodule":
         # committed edits too: the working tree against the pinned commit, wherever HEAD is
         if not _git(tree, "rev-parse", "--verify", "--quiet", f"{pins.source_commit}^{{commit}}", may_fail=True):
-            raise Failure(f"{source_tree.shown(tree)} (at {found.found[:12] or 'no commit'}) does not have the pinned commit "
-                          f"{pins.source_commit[:12]}: there is nothing to tell its edits by",
-                          "git -C extern/tracked/flashinfer fetch origin, or git submodule update --init --recursive")
+            raise Failure(
+                f"{source_tree.shown(tree)} (at {found.found[:12] or 'no commit'}) does not have the pinned commit "
+                f"{pins.source_commit[:12]}: there is nothing to tell its edits by",
+                "git -C extern/tracked/flashinfer fetch origin, or git submodule update --init --recursive",
+            )
         # --no-renames: a renamed file is its old name deleted and its new one added, not the new name alone
-        return sorted(set(_git(tree, "diff", "--name-only", "--no-renames", pins.source_commit)) |
-                      set(_git(tree, "ls-files", "--others", "--exclude-standard")))
+        return sorted(
+            set(_git(tree, "diff", "--name-only", "--no-renames", pins.source_commit))
+            | set(_git(tree, "ls-files", "--others", "--exclude-standard"))
+        )
     if found.kind == "release" and found.pinned and (tree / RELEASE_FILES).is_file():
         return _against_record(tree)
     if found.kind == "release":
-        what = "the pinned release without its file record (unpacked before records were kept)" if found.pinned else f"another release ({found.found})"
+        what = (
+            "the pinned release without its file record (unpacked before records were kept)"
+            if found.pinned
+            else f"another release ({found.found})"
+        )
     else:
         what = f"neither the pinned commit's checkout nor the pinned release ({found.kind})"
-    raise Failure(f"{source_tree.shown(tree)} is {what}: there is nothing to tell its edits by",
-                  "python scripts/fetch_flashinfer_source.py --replace (the pinned release, recorded), or the git submodule at the pinned commit")
+    raise Failure(
+        f"{source_tree.shown(tree)} is {what}: there is nothing to tell its edits by",
+        "python scripts/fetch_flashinfer_source.py --replace (the pinned release, recorded), or the git submodule at the pinned commit",
+    )
 
 
 def _git(tree: Path, *args: str, may_fail: bool = False) -> list[str]:
@@ -75,12 +90,17 @@ def _git(tree: Path, *args: str, may_fail: bool = False) -> list[str]:
     try:
         done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise Failure(f"git could not answer for {source_tree.shown(tree)}: {e}", "check that git is installed and the checkout is readable") from e
+        raise Failure(
+            f"git could not answer for {source_tree.shown(tree)}: {e}",
+            "check that git is installed and the checkout is readable",
+        ) from e
     if done.returncode != 0 and may_fail:
         return []
     if done.returncode != 0:
-        raise Failure(f"git {args[0]} failed in {source_tree.shown(tree)}: {done.stderr.strip()[:200]}",
-                      "git submodule update --init --recursive, then try again")
+        raise Failure(
+            f"git {args[0]} failed in {source_tree.shown(tree)}: {done.stderr.strip()[:200]}",
+            "git submodule update --init --recursive, then try again",
+        )
     return [line for line in done.stdout.splitlines() if line]
 
 
@@ -88,7 +108,10 @@ def _against_record(tree: Path) -> list[str]:
     try:
         recorded = load_json(tree / RELEASE_FILES)
     except (OSError, ValueError) as e:
-        raise Failure(f"{tree / RELEASE_FILES} cannot be read: {e}", "python scripts/fetch_flashinfer_source.py --replace writes it again") from e
+        raise Failure(
+            f"{tree / RELEASE_FILES} cannot be read: {e}",
+            "python scripts/fetch_flashinfer_source.py --replace writes it again",
+        ) from e
     now = {str(p.relative_to(tree)): p for p in _files(tree)}
     changed = sorted(set(recorded) ^ set(now))
     return sorted(changed + [rel for rel in set(recorded) & set(now) if differs(now[rel], recorded[rel])])

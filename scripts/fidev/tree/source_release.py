@@ -17,7 +17,9 @@ from fidev.core.manifest import ROOT, Pins
 from fidev.tree import edits, release_reference, source_tree
 
 PROJECT = "flashinfer-python"
-NETWORK_FIX = "check the network and your index settings (`pip config list`), or pass --archive PATH to a copy of the release"
+NETWORK_FIX = (
+    "check the network and your index settings (`pip config list`), or pass --archive PATH to a copy of the release"
+)
 
 
 def download(p: Pins, into: Path) -> Path:
@@ -28,13 +30,21 @@ def download(p: Pins, into: Path) -> Path:
     except Failure as e:
         raise Failure(f"cannot download the {PROJECT}=={p.flashinfer} source release: {e.problem}", NETWORK_FIX) from e
     if published and published.lower() != p.sdist_sha256:
-        raise Failure(f"{url}: the index publishes sha256 {published}, the manifest pins {p.sdist_sha256}",
-                      "the index or mirror does not serve the pinned release: fix the mirror, or pass --archive PATH")
+        raise Failure(
+            f"{url}: the index publishes sha256 {published}, the manifest pins {p.sdist_sha256}",
+            "the index or mirror does not serve the pinned release: fix the mirror, or pass --archive PATH",
+        )
     response = package_index.open_url(url, settings, settings.timeout, fix=NETWORK_FIX)
     target = into / p.sdist_name
-    write_verified(target, package_index.read_chunks(response, url, settings.timeout), p.sdist_sha256,
-                   lambda actual: Failure(f"{url} has sha256 {actual}, the manifest pins {p.sdist_sha256}",
-                                          "the file is not the pinned release: check the index or mirror serving it"))
+    write_verified(
+        target,
+        package_index.read_chunks(response, url, settings.timeout),
+        p.sdist_sha256,
+        lambda actual: Failure(
+            f"{url} has sha256 {actual}, the manifest pins {p.sdist_sha256}",
+            "the file is not the pinned release: check the index or mirror serving it",
+        ),
+    )
     return target
 
 
@@ -45,9 +55,16 @@ def _safe_members(tar: tarfile.TarFile, name: str) -> list[tarfile.TarInfo]:
     for m in members:
         path = PurePosixPath(m.name)
         link = PurePosixPath(m.linkname) if m.issym() or m.islnk() else None
-        if path.is_absolute() or ".." in path.parts or (link and (link.is_absolute() or ".." in (path.parent / link).parts)) \
-                or m.isdev():
-            raise Failure(f"{name} holds {m.name!r}, which would land outside the tree", "use the unmodified source release from PyPI")
+        if (
+            path.is_absolute()
+            or ".." in path.parts
+            or (link and (link.is_absolute() or ".." in (path.parent / link).parts))
+            or m.isdev()
+        ):
+            raise Failure(
+                f"{name} holds {m.name!r}, which would land outside the tree",
+                "use the unmodified source release from PyPI",
+            )
     return members
 
 
@@ -63,7 +80,9 @@ def unpack(archive: Path, scratch: Path, marker: str) -> Path:
         raise Failure(f"cannot unpack {archive.name}: {e}", "re-download it; the copy is damaged or incomplete") from e
     tops = list((scratch / "tree").iterdir())
     if len(tops) != 1 or not tops[0].is_dir():
-        raise Failure(f"{archive.name} does not hold one top-level folder", "use the unmodified source release from PyPI")
+        raise Failure(
+            f"{archive.name} does not hold one top-level folder", "use the unmodified source release from PyPI"
+        )
     (tops[0] / source_tree.MARKER).write_text(marker)
     release_reference.record_release(tops[0])  # what each file holds as released: edits are told by it
     return tops[0]
@@ -76,32 +95,53 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         raise Failure(f"--archive {archive} is a folder", f"pass the {p.sdist_name} file itself")
     if archive is not None and not archive.is_file():
         raise Failure(f"--archive {archive} does not exist", f"pass the path of a downloaded {p.sdist_name}")
-    elsewhere = f"point --dest at the source folder ({source_tree.shown(p.source_dir)}, the default) or at an empty folder"
+    elsewhere = (
+        f"point --dest at the source folder ({source_tree.shown(p.source_dir)}, the default) or at an empty folder"
+    )
     if ROOT.resolve().is_relative_to(dest.resolve()) or ".git" in dest.resolve().parts:
         raise Failure(f"--dest {where} holds this workspace or its .git", elsewhere)
     if any(parent.exists() and not parent.is_dir() for parent in dest.parents):
-        raise Failure(f"--dest {where}: {next(q for q in dest.parents if q.exists() and not q.is_dir())} is a file, not a folder", elsewhere)
+        raise Failure(
+            f"--dest {where}: {next(q for q in dest.parents if q.exists() and not q.is_dir())} is a file, not a folder",
+            elsewhere,
+        )
     tree = source_tree.inspect(dest, p)
     if tree.kind == "not a folder":
         raise Failure(f"{where} is a file, not a folder", "point --dest at a folder (or move the file away)")
     if tree.kind == "submodule" and dest.resolve() == p.source_dir.resolve():
-        raise Failure(f"{where} is the initialized git submodule; refusing to overwrite it",
-                      f"update it with git: git submodule update --init --recursive (or `git submodule deinit -f {where}` first to replace it)")
+        raise Failure(
+            f"{where} is the initialized git submodule; refusing to overwrite it",
+            f"update it with git: git submodule update --init --recursive (or `git submodule deinit -f {where}` first to replace it)",
+        )
     if tree.kind == "submodule":
         raise Failure(f"{where} is a git checkout; refusing to overwrite it", elsewhere)
     if tree.kind == "release" and tree.pinned and not tree.lacking:
         return f"{where} already holds {p.sdist_name}; nothing to do"
     if tree.kind == "foreign" and not any((dest / d).is_dir() for d in ("csrc", "include/flashinfer", "flashinfer")):
-        raise Failure(f"{where} holds files that are not a FlashInfer tree", f"{elsewhere}; --replace only ever replaces a FlashInfer tree")
+        raise Failure(
+            f"{where} holds files that are not a FlashInfer tree",
+            f"{elsewhere}; --replace only ever replaces a FlashInfer tree",
+        )
     if tree.kind in ("release", "foreign") and not replace:
-        what = f"another release ({tree.found})" if tree.kind == "release" and not tree.pinned else \
-            f"a partial release (no {', '.join(tree.lacking)})" if tree.kind == "release" else "a FlashInfer tree that is not the pinned release"
-        raise Failure(f"{where} holds {what}", f"run it with --replace, which keeps the old tree as {where}.replaced-<time>")
+        what = (
+            f"another release ({tree.found})"
+            if tree.kind == "release" and not tree.pinned
+            else f"a partial release (no {', '.join(tree.lacking)})"
+            if tree.kind == "release"
+            else "a FlashInfer tree that is not the pinned release"
+        )
+        raise Failure(
+            f"{where} holds {what}", f"run it with --replace, which keeps the old tree as {where}.replaced-<time>"
+        )
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise Failure(f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write") from e
-    with edits.tree_lock(dest, "fetch_flashinfer_source"):  # a second fetch into it is refused: it would remove this one's scratch
+        raise Failure(
+            f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write"
+        ) from e
+    with edits.tree_lock(
+        dest, "fetch_flashinfer_source"
+    ):  # a second fetch into it is refused: it would remove this one's scratch
         return _write(dest, p, archive, tree.kind, where)
 
 
@@ -112,13 +152,17 @@ def _write(dest: Path, p: Pins, archive: Path | None, kind: str, where: str) -> 
             shutil.rmtree(stale, ignore_errors=True)  # left by a run that was killed
         scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
     except OSError as e:
-        raise Failure(f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write") from e
+        raise Failure(
+            f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write"
+        ) from e
     try:
         if archive is None:
             archive = download(p, scratch)
         elif (actual := sha256_file(archive)) != p.sdist_sha256:
-            raise Failure(f"{archive.name} has sha256 {actual}, the manifest pins {p.sdist_sha256}",
-                          "the file is not the pinned release: check the index or mirror serving it, or re-download")
+            raise Failure(
+                f"{archive.name} has sha256 {actual}, the manifest pins {p.sdist_sha256}",
+                "the file is not the pinned release: check the index or mirror serving it, or re-download",
+            )
         new = unpack(archive, scratch, source_tree.marker_text(p))
         kept = None
         if kind in ("release", "foreign"):
@@ -136,4 +180,6 @@ def _write(dest: Path, p: Pins, archive: Path | None, kind: str, where: str) -> 
         raise Failure(f"cannot write {where}: {e.strerror or e}", "point --dest at a folder you can write") from e
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return f"materialized {p.sdist_name} into {where}" + (f"; the old tree is {source_tree.shown(kept)}" if kept else "")
+    return f"materialized {p.sdist_name} into {where}" + (
+        f"; the old tree is {source_tree.shown(kept)}" if kept else ""
+    )

@@ -22,7 +22,9 @@ REQUIRED = ("csrc", "include", "3rdparty/cutlass/include")
 EDITABLE_LINKS = {"csrc": "csrc", "include": "include", "cutlass": "3rdparty/cutlass", "spdlog": "3rdparty/spdlog"}
 # How to get the tree, for every message that finds it missing.
 GET = "git submodule update --init --recursive (no GitHub: python3 scripts/fetch_flashinfer_source.py)"
-REINSTALL = "pixi reinstall -e flashinfer-dev flashinfer-python (it re-creates them; outside pixi: reinstall it editable)"
+REINSTALL = (
+    "pixi reinstall -e flashinfer-dev flashinfer-python (it re-creates them; outside pixi: reinstall it editable)"
+)
 GIT_TIMEOUT_S = 5
 
 
@@ -46,7 +48,9 @@ class SourceTree:
 
 def git_head(path: Path) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        done = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -56,7 +60,11 @@ def descends_from(path: Path, commit: str) -> bool:
     """Whether the checkout's HEAD has `commit` among its ancestors (a contributor's commits on top
     of the pin); False where git cannot tell."""
     try:
-        done = subprocess.run(["git", "-C", str(path), "merge-base", "--is-ancestor", commit, "HEAD"], capture_output=True, timeout=GIT_TIMEOUT_S)
+        done = subprocess.run(
+            ["git", "-C", str(path), "merge-base", "--is-ancestor", commit, "HEAD"],
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -83,5 +91,8 @@ def inspect(path: Path, pins: Pins) -> SourceTree:
 def broken_editable_links(tree: Path) -> list[str]:
     """The flashinfer/data links an editable install of `tree` should have and does not."""
     data = tree / "flashinfer" / "data"
-    return [name for name, target in EDITABLE_LINKS.items()
-            if not (data / name).is_dir() or (data / name).resolve() != (tree / target).resolve()]
+    return [
+        name
+        for name, target in EDITABLE_LINKS.items()
+        if not (data / name).is_dir() or (data / name).resolve() != (tree / target).resolve()
+    ]

@@ -65,7 +65,10 @@ def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> list[str] | Non
         if not owner_alive(owner):
             if xdist_worker:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
-            pytest.exit(f"the process that started these tests ({owner}) is gone before they could run", returncode=pytest.ExitCode.INTERRUPTED)
+            pytest.exit(
+                f"the process that started these tests ({owner}) is gone before they could run",
+                returncode=pytest.ExitCode.INTERRUPTED,
+            )
         time.sleep(0.05)
 
 

@@ -19,8 +19,12 @@ from pathlib import Path
 from fidev.core.files import write_whole
 
 COLLECTED = "collected"  # a part's line in its outcomes: a digest of the node ids it collected, before taking its share
-STOPPED = "stopped"  # a process's line in its outcomes: it ran no more cases, the run's failures having reached its stop
-PROGRESS_SCHEMA = "fidev-upstream-progress/1"  # "<outcomes file>.progress": {"total": cases to run or null, "done", "failed", "t"}
+STOPPED = (
+    "stopped"  # a process's line in its outcomes: it ran no more cases, the run's failures having reached its stop
+)
+PROGRESS_SCHEMA = (
+    "fidev-upstream-progress/1"  # "<outcomes file>.progress": {"total": cases to run or null, "done", "failed", "t"}
+)
 OOM, MISSING_JIT, FEATURE = "out of memory", "JIT module missing", "not supported here"
 
 
@@ -51,7 +55,7 @@ def failures_named(path: Path) -> set[str]:
         text = path.read_text(errors="replace")
     except OSError:
         return set()
-    return {line for line in text[:text.rfind("\n") + 1].splitlines() if line}
+    return {line for line in text[: text.rfind("\n") + 1].splitlines() if line}
 
 
 class Outcomes:
@@ -73,7 +77,9 @@ class Outcomes:
 
     def write(self, nodeid: str, outcome: str, message: str = "") -> None:
         with open(self.path, "a") as f:
-            f.write(json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message[:300], "t": time.time()}) + "\n")
+            f.write(
+                json.dumps({"nodeid": nodeid, "outcome": outcome, "message": message[:300], "t": time.time()}) + "\n"
+            )
 
     def progress(self) -> None:
         """The progress file, where it moved since it was last written."""
@@ -81,8 +87,18 @@ class Outcomes:
             now = (self.total, self.done, len(self.failed))
             if now != self.written:
                 self.written = now
-                write_whole(progress_path(self.path), json.dumps({"schema": PROGRESS_SCHEMA, "total": self.total, "done": self.done,
-                                                                  "failed": len(self.failed), "t": time.time()}))
+                write_whole(
+                    progress_path(self.path),
+                    json.dumps(
+                        {
+                            "schema": PROGRESS_SCHEMA,
+                            "total": self.total,
+                            "done": self.done,
+                            "failed": len(self.failed),
+                            "t": time.time(),
+                        }
+                    ),
+                )
 
     def keep_progress(self) -> None:
         while True:
@@ -116,7 +132,11 @@ class Outcomes:
     def skip_message(report) -> str:
         """A skip's reason: pytest keeps it as (path, line, message) in longrepr, for a test and for a
         file skipped whole (`pytest.skip(..., allow_module_level=True)`, _pytest/reports.py)."""
-        return report.longrepr[2] if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3 else str(report.longrepr)
+        return (
+            report.longrepr[2]
+            if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3
+            else str(report.longrepr)
+        )
 
     def pytest_runtest_logreport(self, report):
         if report.skipped:
@@ -185,5 +205,3 @@ def early_stop(after: int, stop_file: Path, outcomes: str):
             return True  # not run
 
     return EarlyStop()
-
-

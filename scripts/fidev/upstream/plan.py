@@ -74,26 +74,49 @@ def dry_run_workers(nodes: list[str]) -> list[str]:
     return ["-n", str(workers)]
 
 
-def dry_run(nodes: list[str], pytest_args: list[str], tests: Path, scratch: str,
-            sample: Path | None = None) -> tuple[subprocess.Popen, str, float] | None:
+def dry_run(
+    nodes: list[str], pytest_args: list[str], tests: Path, scratch: str, sample: Path | None = None
+) -> tuple[subprocess.Popen, str, float] | None:
     """The dry run's pytest, its records in `scratch`, of the sample `sample` specifies (None: every
     case): (the process, its output, its time); None when it took longer than PLAN_LIMIT_S (its processes killed)."""
-    env = child_env(Settings(dry_dir=Path(scratch), sample=sample), FLASHINFER_DISABLE_JIT="1",
-                    FLASHINFER_JIT_CACHE_REPORT_FILE=str(Path(scratch) / "flashinfer-report.jsonl"),  # FlashInfer's own, where it writes one
-                    PYTHONPATH=scripts_path())
+    env = child_env(
+        Settings(dry_dir=Path(scratch), sample=sample),
+        FLASHINFER_DISABLE_JIT="1",
+        FLASHINFER_JIT_CACHE_REPORT_FILE=str(
+            Path(scratch) / "flashinfer-report.jsonl"
+        ),  # FlashInfer's own, where it writes one
+        PYTHONPATH=scripts_path(),
+    )
     workers = dry_run_workers(nodes)
     if workers:
         env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", *upstream_runs.UNUSED_PLUGINS, "-p", "fidev.upstream.plugin", *workers,
-           *pytest_options(tests), *pytest_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *nodes,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *upstream_runs.UNUSED_PLUGINS,
+        "-p",
+        "fidev.upstream.plugin",
+        *workers,
+        *pytest_options(tests),
+        *pytest_args,
+    ]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=PLAN_LIMIT_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the xdist workers too
         proc.communicate()
-        print(f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each module's compile shows as it runs")
+        print(
+            f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each module's compile shows as it runs"
+        )
         return None
     except BaseException:  # Ctrl-C, SIGTERM: its own session would outlive us
         os.killpg(proc.pid, signal.SIGKILL)
@@ -101,7 +124,9 @@ def dry_run(nodes: list[str], pytest_args: list[str], tests: Path, scratch: str,
     return proc, out, time.perf_counter() - started
 
 
-def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | None = None) -> tuple[dict[str, int], float] | None:
+def plan(
+    nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | None = None
+) -> tuple[dict[str, int], float] | None:
     """{module the selection needs: objects to compile}, and the dry run's time; None when the dry
     run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without.
 
@@ -136,10 +161,14 @@ def hold_budget(planned: tuple[dict[str, int], float], budget_s: float, yes: boo
     needed, seconds = planned
     todo = {name: objects for name, objects in needed.items() if objects}
     guess = estimate_s(todo)
-    print(f"upstream-tests: the selection needs {len(needed)} module(s); {len(todo)} to compile, {sum(todo.values())} object(s), "
-          f"about {guess / 60:.0f} min on {os.cpu_count()} cores (plan {seconds:.0f} s)")
+    print(
+        f"upstream-tests: the selection needs {len(needed)} module(s); {len(todo)} to compile, {sum(todo.values())} object(s), "
+        f"about {guess / 60:.0f} min on {os.cpu_count()} cores (plan {seconds:.0f} s)"
+    )
     for name, objects in sorted(todo.items()):
         print(f"  {name}  ({objects} object{'s' * (objects != 1)})")
     if guess > budget_s and not yes:
-        raise Failure(f"compiling them would take about {guess / 60:.0f} min, past the {budget_s / 60:.0f} min budget",
-                      "narrow the selection (-k, a node id), or start it anyway with --yes (or a larger --budget MINUTES)")
+        raise Failure(
+            f"compiling them would take about {guess / 60:.0f} min, past the {budget_s / 60:.0f} min budget",
+            "narrow the selection (-k, a node id), or start it anyway with --yes (or a larger --budget MINUTES)",
+        )

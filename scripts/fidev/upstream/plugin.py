@@ -67,9 +67,23 @@ JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the p
 def spec_record(test_name: str, spec, warmup: bool = False) -> str:
     """One line of FlashInfer's JIT report (tests/conftest.py at v0.6.3: the spec_info dict of
     `pytest_runtest_call`, the line of `pytest_terminal_summary`), marked when a warmup asked for the module."""
-    info = {"name": spec.name, "sources": [str(s) for s in spec.sources], "needs_device_linking": spec.needs_device_linking,
-            "aot_path": str(spec.aot_path)}
-    return json.dumps({"test_name": test_name, "module_name": spec.name, "spec_info": str(info), **({"warmup": True} if warmup else {})}) + "\n"
+    info = {
+        "name": spec.name,
+        "sources": [str(s) for s in spec.sources],
+        "needs_device_linking": spec.needs_device_linking,
+        "aot_path": str(spec.aot_path),
+    }
+    return (
+        json.dumps(
+            {
+                "test_name": test_name,
+                "module_name": spec.name,
+                "spec_info": str(info),
+                **({"warmup": True} if warmup else {}),
+            }
+        )
+        + "\n"
+    )
 
 
 def after_pytests_own(hook):
@@ -88,7 +102,10 @@ def module_built(name: str) -> bool:
     jit_env = sys.modules.get("flashinfer.jit.env")
     if jit_env is None:
         return False
-    return any((Path(folder) / name / f"{name}.so").exists() for folder in (jit_env.FLASHINFER_JIT_DIR, jit_env.FLASHINFER_AOT_DIR))
+    return any(
+        (Path(folder) / name / f"{name}.so").exists()
+        for folder in (jit_env.FLASHINFER_JIT_DIR, jit_env.FLASHINFER_AOT_DIR)
+    )
 
 
 class Sampling:
@@ -113,8 +130,15 @@ class Sampling:
         if not self.settings.in_run or self.found is None:
             return
         chosen = self.found.selected
-        kept = sorted({n.split("[")[0] for n in chosen if upstream_gate.selected(n, gate_selection)}) if gate_selection is not None else None
-        write_whole(Path(f"{self.settings.outcomes}{upstream_sample.RECORD}"), json.dumps(upstream_sample.sample_record(self.found, kept)))
+        kept = (
+            sorted({n.split("[")[0] for n in chosen if upstream_gate.selected(n, gate_selection)})
+            if gate_selection is not None
+            else None
+        )
+        write_whole(
+            Path(f"{self.settings.outcomes}{upstream_sample.RECORD}"),
+            json.dumps(upstream_sample.sample_record(self.found, kept)),
+        )
 
 
 class Parts:
@@ -136,13 +160,15 @@ class Parts:
             config.hook.pytest_deselected(items=[item for n, item in enumerate(items) if n % k != i - 1])
         finally:
             self.splitting = False
-        items[:] = items[i - 1::k]
+        items[:] = items[i - 1 :: k]
 
 
 class Narrowing:
     """The one hook that narrows what the process runs, its steps in order (the module's docstring)."""
 
-    def __init__(self, sampling: Sampling | None, parts: Parts | None, gate_: upstream_gate.Gate | None, builds: Builds | None):
+    def __init__(
+        self, sampling: Sampling | None, parts: Parts | None, gate_: upstream_gate.Gate | None, builds: Builds | None
+    ):
         self.sampling, self.parts, self.gate, self.builds = sampling, parts, gate_, builds
 
     @after_pytests_own
@@ -201,7 +227,9 @@ class Builds:
         self.settings, self.needs, self.parts = settings, needs, parts
         self.config = None
         self.current = "unknown"
-        self.narrowed = False  # a subset of the file's cases runs (not a part's share): the warmup builds what they need
+        self.narrowed = (
+            False  # a subset of the file's cases runs (not a part's share): the warmup builds what they need
+        )
         self.kept: list[str] = []  # the node ids to run, once narrowed
         self.later: list = []  # the warmup's modules to build beside the tests once the first case has run
         self.beside: list[threading.Thread] = []
@@ -266,7 +294,9 @@ class Builds:
     def say(self, line: str) -> None:
         capture = self.config.pluginmanager.getplugin("capturemanager")
         terminal = self.config.pluginmanager.getplugin("terminalreporter")
-        if hasattr(self.config, "workerinput"):  # an xdist worker's terminal goes nowhere: the controller says its lines at the end
+        if hasattr(
+            self.config, "workerinput"
+        ):  # an xdist worker's terminal goes nowhere: the controller says its lines at the end
             with open(self.relay_file(), "a") as relayed:
                 relayed.write(line + "\n")
             return
@@ -280,7 +310,9 @@ class Builds:
         from flashinfer.jit import core
 
         flashinfer.jit.build_jit_specs = core.build_jit_specs = self.build_jit_specs
-        core.JitSpec.build = module_builds.recording_build(core.JitSpec.build, lambda line: self.say(f"upstream-tests: {line}"))
+        core.JitSpec.build = module_builds.recording_build(
+            core.JitSpec.build, lambda line: self.say(f"upstream-tests: {line}")
+        )
 
     @staticmethod
     def built_already(spec) -> bool:
@@ -315,8 +347,10 @@ class Builds:
         needed, unnamed = self.needed()
         now = [spec for spec in todo if needed is not None and spec.name in needed]
         self.later = [spec for spec in todo if spec not in now] if unnamed else []
-        self.say(f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s); a subset of the file's cases "
-                 f"runs, so {self.warmup_plan(needed is not None, len(now), len(self.later), len(todo))}")
+        self.say(
+            f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s); a subset of the file's cases "
+            f"runs, so {self.warmup_plan(needed is not None, len(now), len(self.later), len(todo))}"
+        )
         if now:
             self.start_beside(now)
 
@@ -325,9 +359,17 @@ class Builds:
         """What the narrowed warmup builds, said."""
         if not recorded:
             return "each case builds what it loads, and the rest build beside them after the first case"
-        said = [f"the {now} its cases need by the record build side by side now, the cases with their modules built running first"] if now else []
+        said = (
+            [
+                f"the {now} its cases need by the record build side by side now, the cases with their modules built running first"
+            ]
+            if now
+            else []
+        )
         if later:
-            said.append(f"a case the record does not name builds what it loads, and {later} more build beside them after the first case")
+            said.append(
+                f"a case the record does not name builds what it loads, and {later} more build beside them after the first case"
+            )
         if asked - now - later:
             said.append(f"the {asked - now - later} no case to run needs are not built")
         return "; ".join(said)
@@ -375,4 +417,6 @@ def pytest_configure(config):
 # Loaded with -p, this module is imported before FlashInfer's conftest imports flashinfer: the
 # kernel source mode must be in force by then, in every process of the dry run or the run.
 if SETTINGS.dry_dir is not None or SETTINGS.outcomes is not None:
-    module_choice.apply(kernel_source.mode())  # a process of the run: the mode its parent ran in, from the environment it passed
+    module_choice.apply(
+        kernel_source.mode()
+    )  # a process of the run: the mode its parent ran in, from the environment it passed

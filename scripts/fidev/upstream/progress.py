@@ -71,6 +71,7 @@ BOARD = Board()
 @dataclass
 class Tally:
     """The run's progress, summed over its processes' files."""
+
     done: int = 0
     total: int = 0  # the cases to run of the processes that wrote a total
     failed: int = 0
@@ -120,13 +121,14 @@ def left_s(t: Tally, spent: float) -> float | None:
 
 
 def line(t: Tally, spent: float) -> str:
-    """"upstream-tests: progress: 120 of 480 cases done, 2 failed, 1 min 05 s spent, about 3 min 15 s left"
+    """ "upstream-tests: progress: 120 of 480 cases done, 2 failed, 1 min 05 s spent, about 3 min 15 s left"
     (where some processes have not counted their cases yet: "of 480+", or "of ?" where none has, and
     how many have started)."""
     of = "?" if not t.counted else f"{t.total}{'' if t.counted == t.processes else '+'}"
     left = left_s(t, spent)
-    text = (f"upstream-tests: progress: {t.done} of {of} cases done, {t.failed} failed, {duration(spent)} spent, "
-            + (f"about {duration(left)} left" if left is not None else "time left not known yet"))
+    text = f"upstream-tests: progress: {t.done} of {of} cases done, {t.failed} failed, {duration(spent)} spent, " + (
+        f"about {duration(left)} left" if left is not None else "time left not known yet"
+    )
     return text + (f" ({t.started} of {t.processes} processes started)" if t.counted < t.processes else "")
 
 
@@ -134,8 +136,16 @@ class Watch:
     """A thread that shows the run's progress and stops it early: `stop_early` once the run's
     failing cases reach `stop_after` (0: never), then `kill` STOP_GRACE_S later for what still runs."""
 
-    def __init__(self, run_dir: Path, processes: int, stop_after: int, every_s: float, stop_early: Callable[[], None],
-                 kill: Callable[[], None], tty: bool | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        processes: int,
+        stop_after: int,
+        every_s: float,
+        stop_early: Callable[[], None],
+        kill: Callable[[], None],
+        tty: bool | None = None,
+    ):
         self.run_dir, self.processes, self.stop_after = run_dir, processes, stop_after
         self.tty = sys.stdout.isatty() if tty is None else tty
         self.every_s = (TTY_EVERY_S if every_s else 0) if self.tty else every_s  # 0: no progress shown
@@ -162,7 +172,11 @@ class Watch:
             self.check_stop_locked()
 
     def check_stop_locked(self) -> None:
-        if self.stopped_at is None and self.stop_after and len(failures_named(self.run_dir / STOP_FILE)) >= self.stop_after:
+        if (
+            self.stopped_at is None
+            and self.stop_after
+            and len(failures_named(self.run_dir / STOP_FILE)) >= self.stop_after
+        ):
             self.stopped_at = time.perf_counter()
             self.stop_early()
         elif self.stopped_at is not None and time.perf_counter() - self.stopped_at > STOP_GRACE_S:

@@ -57,14 +57,32 @@ UNUSED_PLUGINS = ["-p", "no:hypothesispytest"]
 # interpreter's teardown of torch and flashinfer (fidev.core.failure.exit_now), which came after each
 # file's last case and before upstream-tests could count it.
 PYTEST = "import pytest\nfrom fidev.core.failure import exit_now\nexit_now(int(pytest.console_main()))"
-PART_MIN_S = 10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
+PART_MIN_S = (
+    10  # a part shorter would spend much of itself starting (torch and flashinfer imported, the file collected)
+)
 GPUS = Path("/proc/driver/nvidia/gpus")
 # how run_files' line for each process as it ends begins; bench_upstream says a process's line the same way (from the
 # run's summary), and tools/gpu_acceptance.py keeps bench_upstream's lines by it
 FILE_LINE = re.compile(r"\s+\[\d+/\d+\] GPU ")
-OOM, MISSING_JIT, FEATURE = upstream_outcomes.OOM, upstream_outcomes.MISSING_JIT, upstream_outcomes.FEATURE  # skip_kind's, FlashInfer's conftest's
-SEVERITY = {"passed": 0, f"skipped: {FEATURE}": 1, f"skipped: {OOM}": 2, f"skipped: {MISSING_JIT}": 2, "failed": 3, "error": 4}
-FAILING = {"failed", "error", f"skipped: {OOM}", f"skipped: {MISSING_JIT}"}  # the two skips: failures FlashInfer's conftest hides
+OOM, MISSING_JIT, FEATURE = (
+    upstream_outcomes.OOM,
+    upstream_outcomes.MISSING_JIT,
+    upstream_outcomes.FEATURE,
+)  # skip_kind's, FlashInfer's conftest's
+SEVERITY = {
+    "passed": 0,
+    f"skipped: {FEATURE}": 1,
+    f"skipped: {OOM}": 2,
+    f"skipped: {MISSING_JIT}": 2,
+    "failed": 3,
+    "error": 4,
+}
+FAILING = {
+    "failed",
+    "error",
+    f"skipped: {OOM}",
+    f"skipped: {MISSING_JIT}",
+}  # the two skips: failures FlashInfer's conftest hides
 
 
 def host_gpus() -> list[str]:
@@ -86,16 +104,24 @@ def host_gpus() -> list[str]:
 def gpu_name(gpus: list[str]) -> str:
     """The model of the GPUs the workers are pinned to ("2x NVIDIA H200"), from the driver's /proc
     files in PCI order, as nvidia-smi numbers them (no CUDA context), else nvidia-smi."""
-    models = [line.split(":", 1)[1].strip() for info in (sorted(GPUS.glob("*/information")) if GPUS.is_dir() else [])
-              for line in info.read_text(errors="replace").splitlines() if line.startswith("Model:")]
+    models = [
+        line.split(":", 1)[1].strip()
+        for info in (sorted(GPUS.glob("*/information")) if GPUS.is_dir() else [])
+        for line in info.read_text(errors="replace").splitlines()
+        if line.startswith("Model:")
+    ]
     if not models:
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+            ).stdout
         except (OSError, subprocess.TimeoutExpired):
             out = ""
         models = [line.strip() for line in out.splitlines() if line.strip()]
     # A UUID or MIG entry of CUDA_VISIBLE_DEVICES names no index: the first model stands for it.
-    pinned = sorted({models[int(g)] if g.isdigit() and int(g) < len(models) else models[0] for g in gpus}) if models else []
+    pinned = (
+        sorted({models[int(g)] if g.isdigit() and int(g) < len(models) else models[0] for g in gpus}) if models else []
+    )
     if not pinned:
         return "no GPU seen"
     return ", ".join(pinned) if len(pinned) > 1 else (f"{len(gpus)}x {pinned[0]}" if len(gpus) > 1 else pinned[0])
@@ -145,7 +171,9 @@ class FileResult:
     junit: str = ""
     part: tuple[int, int] = (1, 1)  # (i, k): every k-th case from the i-th; (1, 1) is the whole file
     collected: set[str] = field(default_factory=set)  # a part's digests of the list it split (its xdist workers' too)
-    not_run: int | None = 0  # of its cases to run, those it did not run (the run stopped early); None where it never counted them
+    not_run: int | None = (
+        0  # of its cases to run, those it did not run (the run stopped early); None where it never counted them
+    )
 
     @property
     def log(self) -> Path:
@@ -164,7 +192,9 @@ class FileResult:
         early stop ended, or never started, did not crash: what it did not run is counted as not run."""
         if self.ended in ("exit 0", "exit 1", "exit 5", STOPPED_EARLY, NOT_STARTED):
             return False
-        collection_errors = any(o == "error" and "::" not in n for n, o in self.outcomes.items())  # a file that did not collect
+        collection_errors = any(
+            o == "error" and "::" not in n for n, o in self.outcomes.items()
+        )  # a file that did not collect
         return not (self.ended == "exit 2" and collection_errors)
 
 
@@ -225,9 +255,16 @@ def not_run(path: Path) -> int | None:
 
 def first_failure(run_dir: Path) -> float | None:
     """When the run's first failing case ended (time.time()), by its processes' outcomes files; None where none failed."""
-    return min((entry["t"] for f in run_dir.glob("*.jsonl") for entry in entries(f)
-                if upstream_outcomes.fails_the_run(entry.get("outcome"), entry.get("message", "")) and isinstance(entry.get("t"), (int, float))),
-               default=None)
+    return min(
+        (
+            entry["t"]
+            for f in run_dir.glob("*.jsonl")
+            for entry in entries(f)
+            if upstream_outcomes.fails_the_run(entry.get("outcome"), entry.get("message", ""))
+            and isinstance(entry.get("t"), (int, float))
+        ),
+        default=None,
+    )
 
 
 def read_collected(path: Path) -> set[str]:
@@ -238,8 +275,12 @@ def read_collected(path: Path) -> set[str]:
 def last_case_end(run_dir: Path) -> float | None:
     """When the run's last test case finished (time.time()), by its processes' outcomes files; None
     where none did. What follows it is the processes' exit and upstream-tests' summary."""
-    ends = [entry["t"] for f in run_dir.glob("*.jsonl") for entry in entries(f)
-            if entry.get("outcome") == "finished" and isinstance(entry.get("t"), (int, float))]
+    ends = [
+        entry["t"]
+        for f in run_dir.glob("*.jsonl")
+        for entry in entries(f)
+        if entry.get("outcome") == "finished" and isinstance(entry.get("t"), (int, float))
+    ]
     return max(ends, default=None)
 
 
@@ -290,7 +331,9 @@ def parts(seconds: float | None, gpus: int) -> int:
     return max(1, min(gpus, int((seconds or 0) // PART_MIN_S)))
 
 
-def split(groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, float], per_gpu: int = 1) -> dict[str, int]:
+def split(
+    groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, float], per_gpu: int = 1
+) -> dict[str, int]:
     """{test file: its parts} for a run on `gpus` GPUs, `per_gpu` processes on each at once."""
     return {f: parts(times.get(relative(f, tree)), gpus) * per_gpu for f in groups}
 
@@ -314,21 +357,29 @@ def save_times(path: Path, results: list[FileResult]) -> None:
     write_whole(path, json.dumps(times, indent=1, sort_keys=True))
 
 
-def process_env(outcomes: Path, gpu: str | None, part: tuple[int, int], stop_after: int, base: Settings) -> dict[str, str]:
+def process_env(
+    outcomes: Path, gpu: str | None, part: tuple[int, int], stop_after: int, base: Settings
+) -> dict[str, str]:
     """A file's process's environment: its plugin's settings (fidev.upstream.settings: the run's
     `base`, with where it writes, its part and the run's early stop), its GPU, and our scripts' path."""
     from fidev.core.manifest import ROOT
 
-    settings = base.but(outcomes=outcomes, part=part if part[1] > 1 else None, stop_after=stop_after,
-                        stop_file=outcomes.parent / progress.STOP_FILE if stop_after else None)
-    env = child_env(settings, PYTHONPATH=os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    settings = base.but(
+        outcomes=outcomes,
+        part=part if part[1] > 1 else None,
+        stop_after=stop_after,
+        stop_file=outcomes.parent / progress.STOP_FILE if stop_after else None,
+    )
+    env = child_env(
+        settings, PYTHONPATH=os.pathsep.join([str(ROOT / "scripts"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    )
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     return env
 
 
 def how_it_ended(code: int, stop: Stop, outcomes: Path) -> str:
-    """"exit N", "signal N", "stopped" (an interrupt), or STOPPED_EARLY: its own early stop ended it,
+    """ "exit N", "signal N", "stopped" (an interrupt), or STOPPED_EARLY: its own early stop ended it,
     or the run's, where it did not end on its own (0, 1, 5)."""
     if stop.flag.is_set():
         return "stopped"
@@ -337,18 +388,49 @@ def how_it_ended(code: int, stop: Stop, outcomes: Path) -> str:
     return f"signal {-code}" if code < 0 else f"exit {code}"
 
 
-def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int], run_dir: Path, tree: Path, argv: list[str],
-             limit_s: float, stop: Stop, stop_after: int = 0, base: Settings = NO_SETTINGS) -> FileResult:
+def run_file(
+    file: str,
+    nodes: list[str],
+    gpu: str | None,
+    part: tuple[int, int],
+    run_dir: Path,
+    tree: Path,
+    argv: list[str],
+    limit_s: float,
+    stop: Stop,
+    stop_after: int = 0,
+    base: Settings = NO_SETTINGS,
+) -> FileResult:
     """One file's pytest process (or one part's), pinned to `gpu` (None: nothing to pin), its output in the run folder."""
     rel = relative(file, tree)
     junit, log, outcomes = (run_dir / f"{stem(rel, part)}{ext}" for ext in (".xml", ".log", ".jsonl"))
     env = process_env(outcomes, gpu, part, stop_after, base)
-    cmd = [sys.executable, "-c", PYTEST, *nodes, "-q", "-rfE", "-p", "no:cacheprovider", *UNUSED_PLUGINS, "-p", "fidev.upstream.plugin",
-           f"--junitxml={junit}", *argv]
+    cmd = [
+        sys.executable,
+        "-c",
+        PYTEST,
+        *nodes,
+        "-q",
+        "-rfE",
+        "-p",
+        "no:cacheprovider",
+        *UNUSED_PLUGINS,
+        "-p",
+        "fidev.upstream.plugin",
+        f"--junitxml={junit}",
+        *argv,
+    ]
     started = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=env,
+            start_new_session=True,
+        )
         with stop.lock:
             stop.live.add(proc)
         if stop.flag.is_set():
@@ -374,8 +456,17 @@ def run_file(file: str, nodes: list[str], gpu: str | None, part: tuple[int, int]
         with stop.lock:
             stop.live.discard(proc)
     early = ended == STOPPED_EARLY
-    return FileResult(rel, gpu, time.perf_counter() - started, ended, read_outcomes(outcomes, early), str(junit), part, read_collected(outcomes),
-                      not_run(outcomes) if early else 0)
+    return FileResult(
+        rel,
+        gpu,
+        time.perf_counter() - started,
+        ended,
+        read_outcomes(outcomes, early),
+        str(junit),
+        part,
+        read_collected(outcomes),
+        not_run(outcomes) if early else 0,
+    )
 
 
 def stem(rel: str, part: tuple[int, int]) -> str:
@@ -383,9 +474,19 @@ def stem(rel: str, part: tuple[int, int]) -> str:
     return rel.replace("/", "__").removesuffix(".py") + (f".part{part[0]}of{part[1]}" if part[1] > 1 else "")
 
 
-def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree: Path, argv: list[str], limit_s: float,
-              times: dict[str, float], per_gpu: int = 1, stop_after: int = 0, every_s: float = progress.EVERY_S,
-              base: Settings = NO_SETTINGS) -> list[FileResult]:
+def run_files(
+    groups: dict[str, list[str]],
+    gpus: list[str],
+    run_dir: Path,
+    tree: Path,
+    argv: list[str],
+    limit_s: float,
+    times: dict[str, float],
+    per_gpu: int = 1,
+    stop_after: int = 0,
+    every_s: float = progress.EVERY_S,
+    base: Settings = NO_SETTINGS,
+) -> list[FileResult]:
     """Every file once, in parts() by its last time, a worker per GPU (one unpinned worker where
     none can be seen) taking the longest process left (by its file's last time over its parts,
     else the file's size); a line per process as it ends, and the run's progress meanwhile
@@ -396,8 +497,10 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     processes and raises KeyboardInterrupt. `base`: the settings every process's plugin gets
     (fidev.upstream.settings: the sample, the gate); a gate whose owner is gone stops the run."""
     k = split(groups, len(gpus), tree, times, per_gpu)
-    order = sorted(((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
-                   key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp))
+    order = sorted(
+        ((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
+        key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp),
+    )
     todo: queue.Queue = queue.Queue()
     for f in order:
         todo.put(f)
@@ -421,10 +524,14 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
             result = run_file(f, groups[f], gpu, part, run_dir, tree, argv, limit_s, stop, stop_after, base)
             with lock:
                 results.append(result)
-                say(f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s"
-                    + (f", {result.ended}" if result.crashed or result.ended == STOPPED_EARLY else ""))
+                say(
+                    f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s"
+                    + (f", {result.ended}" if result.crashed or result.ended == STOPPED_EARLY else "")
+                )
 
-    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None]) for _ in range(per_gpu)]
+    threads = [
+        threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None]) for _ in range(per_gpu)
+    ]
     watch.start()
     try:
         run_workers(threads, stop)
@@ -433,7 +540,11 @@ def run_files(groups: dict[str, list[str]], gpus: list[str], run_dir: Path, tree
     while not todo.empty():  # the run stopped early: what never started
         f, part = todo.get_nowait()
         rel = relative(f, tree)
-        results.append(FileResult(rel, None, 0.0, NOT_STARTED, junit=str(run_dir / f"{stem(rel, part)}.xml"), part=part, not_run=None))
+        results.append(
+            FileResult(
+                rel, None, 0.0, NOT_STARTED, junit=str(run_dir / f"{stem(rel, part)}.xml"), part=part, not_run=None
+            )
+        )
     results.sort(key=lambda r: (r.file, r.part))
     for f in mismatched(results):
         next(r for r in results if r.file == f).outcomes[f] = "error"
@@ -444,7 +555,9 @@ def run_workers(threads: list[threading.Thread], stop: Stop) -> None:
     """The workers to their end; SIGTERM and SIGHUP (a closed ssh session) stop the run as Ctrl-C
     does: the running processes killed, then KeyboardInterrupt."""
     main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
+    previous = (
+        {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)} if main else {}
+    )
     try:
         for t in threads:
             t.start()
@@ -509,8 +622,13 @@ def failing(results: list[FileResult]) -> list[tuple[str, str]]:
 
 # The baseline: a file per selection (fidev.core.workspace.Workspace.baseline), beside the JIT dirs of the FlashInfer version.
 def save_baseline(path: Path, selection: list[str], commit: str, gpu: str, results: list[FileResult]) -> None:
-    data = {"selection": selection, "commit": commit, "gpu": gpu, "outcomes": outcomes(results),
-            "crashed": sorted({r.file for r in results if r.crashed})}
+    data = {
+        "selection": selection,
+        "commit": commit,
+        "gpu": gpu,
+        "outcomes": outcomes(results),
+        "crashed": sorted({r.file for r in results if r.crashed}),
+    }
     write_whole(path, json.dumps(data, indent=1))
 
 
@@ -540,7 +658,11 @@ def compare(baseline: dict, results: list[FileResult]) -> dict[str, list[str]]:
         "newly erroring": sorted(n for n, o in now.items() if o == "error" and was.get(n) not in FAILING),
         "newly passing": sorted(n for n, o in now.items() if o == "passed" and was.get(n) in FAILING),
     }
-    changes["newly erroring"] += sorted(f"{r.name} ({r.ended})" for r in results if r.crashed and r.file not in baseline.get("crashed", []))
+    changes["newly erroring"] += sorted(
+        f"{r.name} ({r.ended})" for r in results if r.crashed and r.file not in baseline.get("crashed", [])
+    )
     ran = {r.file for r in results} - {r.file for r in results if r.crashed or r.ended in (STOPPED_EARLY, NOT_STARTED)}
-    changes["not run since"] = sorted(n for n in was if n.split("::")[0] in ran and n not in now)  # renamed or removed: say so
+    changes["not run since"] = sorted(
+        n for n in was if n.split("::")[0] in ran and n not in now
+    )  # renamed or removed: say so
     return changes

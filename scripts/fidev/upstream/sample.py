@@ -45,6 +45,7 @@ RECORD = ".sample.json"  # beside each process's outcomes file: what its sample 
 class Case:
     """A collected test case: its node id, its test function (the node id before "["), and each
     parametrized argument's value, as a string that names it (value_id)."""
+
     nodeid: str
     function: str
     values: tuple[tuple[str, str], ...] = ()
@@ -57,16 +58,25 @@ class Case:
 @dataclass
 class Sample:
     """The selected node ids (in the cases' order), and what they cover."""
+
     selected: list[str]
     total: int
     functions: int
     values: int  # (function, argument, value) pairs of the cases, every one covered
     seed: int
-    modules: int | None = None  # modules the selected cases need by the record (one each for a case it does not name); None without one
-    whole: list[str] = field(default_factory=list)  # required modules without a collected recorded case: their functions run whole
-    missed: list[str] = field(default_factory=list)  # required modules no collected case is recorded for, nor a function
+    modules: int | None = (
+        None  # modules the selected cases need by the record (one each for a case it does not name); None without one
+    )
+    whole: list[str] = field(
+        default_factory=list
+    )  # required modules without a collected recorded case: their functions run whole
+    missed: list[str] = field(
+        default_factory=list
+    )  # required modules no collected case is recorded for, nor a function
     per_function: dict[str, list[int]] = field(default_factory=dict)  # {test function: [selected, collected]}
-    exercised: list[str] = field(default_factory=list)  # the required modules a selected case needs (by the record), or taken whole
+    exercised: list[str] = field(
+        default_factory=list
+    )  # the required modules a selected case needs (by the record), or taken whole
 
     def line(self, label: str) -> str:
         """Such as "rope: N of M cases, every value of every parameter"."""
@@ -84,7 +94,9 @@ class Cover:
 
     def __init__(self, cases: list[Case], modules: dict[str, list[str]] | None, rank: dict[str, int]):
         self.cases, self.rank = cases, rank
-        self.mods = {c.nodeid: tuple(modules[c.nodeid]) if modules and c.nodeid in modules else (f"?{c.nodeid}",) for c in cases}
+        self.mods = {
+            c.nodeid: tuple(modules[c.nodeid]) if modules and c.nodeid in modules else (f"?{c.nodeid}",) for c in cases
+        }
         self.chosen: list[Case] = []
         self.picked: set[str] = set()
         self.kept: set[str] = set()  # required: never dropped as redundant
@@ -139,7 +151,11 @@ class Cover:
             for v in c.values:
                 counts[(c.function, v)] = counts.get((c.function, v), 0) + 1
         for c in reversed(list(self.chosen)):
-            if c.nodeid in self.kept or per_function[c.function] < 2 or any(counts[(c.function, v)] < 2 for v in c.values):
+            if (
+                c.nodeid in self.kept
+                or per_function[c.function] < 2
+                or any(counts[(c.function, v)] < 2 for v in c.values)
+            ):
                 continue
             self.chosen.remove(c)
             per_function[c.function] -= 1
@@ -157,7 +173,9 @@ def by_function(cases: list[Case]) -> dict[str, list[Case]]:
     return groups
 
 
-def required_cases(cover: Cover, groups: dict[str, list[Case]], modules: dict[str, list[str]], required: list[str]) -> tuple[list[str], list[str]]:
+def required_cases(
+    cover: Cover, groups: dict[str, list[Case]], modules: dict[str, list[str]], required: list[str]
+) -> tuple[list[str], list[str]]:
     """Take a case of each required module: one the record names for it, the fewest new modules
     first; where none was collected, every case of the functions recorded for it. Returns (the
     modules whose functions were taken whole, the modules with nothing collected at all)."""
@@ -177,8 +195,9 @@ def required_cases(cover: Cover, groups: dict[str, list[Case]], modules: dict[st
     return whole, missed
 
 
-def greedy(cases: list[Case], modules: dict[str, list[str]] | None, rank: dict[str, int], by_modules: bool,
-           required: list[str]) -> tuple[Cover, list[str], list[str]]:
+def greedy(
+    cases: list[Case], modules: dict[str, list[str]] | None, rank: dict[str, int], by_modules: bool, required: list[str]
+) -> tuple[Cover, list[str], list[str]]:
     """One cover: the required modules' cases, then each function's values, then redundant cases dropped."""
     cover = Cover(cases, modules, rank)
     groups = by_function(cases)
@@ -191,7 +210,9 @@ def greedy(cases: list[Case], modules: dict[str, list[str]] | None, rank: dict[s
     return cover, whole, missed
 
 
-def select(cases: list[Case], modules: dict[str, list[str]] | None = None, seed: int = SEED, required: list[str] = ()) -> Sample:
+def select(
+    cases: list[Case], modules: dict[str, list[str]] | None = None, seed: int = SEED, required: list[str] = ()
+) -> Sample:
     """The sample of `cases` (see the module's docstring); `modules`: {node id: the modules the
     record says it needs}; `required`: modules the sample must exercise (by that record)."""
     order = sorted(c.nodeid for c in cases)
@@ -205,12 +226,23 @@ def select(cases: list[Case], modules: dict[str, list[str]] | None = None, seed:
     values = sum(len({v for c in group for v in c.values}) for group in groups.values())
     per_function = {f: [sum(1 for c in group if c.nodeid in cover.picked), len(group)] for f, group in groups.items()}
     exercised = sorted(m for m in set(required) if m in cover.modules or m in whole)
-    return Sample([c.nodeid for c in cases if c.nodeid in cover.picked], len(cases), len(groups), values, seed,
-                  len(cover.modules) if modules else None, whole, missed, per_function, exercised)
+    return Sample(
+        [c.nodeid for c in cases if c.nodeid in cover.picked],
+        len(cases),
+        len(groups),
+        values,
+        seed,
+        len(cover.modules) if modules else None,
+        whole,
+        missed,
+        per_function,
+        exercised,
+    )
 
 
 # In a pytest process (fidev.upstream.plugin): the cases from pytest's items, the spec upstream-tests
 # wrote, and what the sample covered, for upstream-tests' summary.
+
 
 def plain(value) -> bool:
     """A value whose repr names it the same in every process: a number, a string, a bool, None, or
@@ -245,7 +277,7 @@ def cases_of(items) -> list[Case]:
         function = item.nodeid.split("[")[0]
         callspec = getattr(item, "callspec", None)
         values = {}
-        for arg, value in (callspec.params.items() if callspec else ()):
+        for arg, value in callspec.params.items() if callspec else ():
             named = value_id(value)
             if named is None:
                 order = seen.setdefault((function, arg), {})
@@ -262,7 +294,12 @@ def write_spec(path: Path, seed: int, modules: dict[str, list[str]], required: l
 
 def read_spec(path: Path) -> tuple[int, dict[str, list[str]], list[str]]:
     """(seed, {node id: modules}, required modules) from the spec; a spec of another schema is refused."""
-    data = read_record(path, SCHEMA, "upstream-tests' sample spec", "run upstream-tests again: it writes the spec before its tests start")
+    data = read_record(
+        path,
+        SCHEMA,
+        "upstream-tests' sample spec",
+        "run upstream-tests again: it writes the spec before its tests start",
+    )
     return int(data["seed"]), data.get("modules") or {}, data.get("required") or []
 
 
@@ -271,7 +308,13 @@ def sample_record(sample: Sample, kept: list[str] | None = None) -> dict:
     selected (`kept`: a gate may narrow them; None: all), the seed, and the required modules taken
     whole, missed or exercised. The parts of a file and xdist's workers write the same, merged by function."""
     functions = {f: counts for f, counts in sample.per_function.items() if kept is None or f in kept}
-    return {"seed": sample.seed, "functions": functions, "whole": sample.whole, "missed": sample.missed, "exercised": sample.exercised}
+    return {
+        "seed": sample.seed,
+        "functions": functions,
+        "whole": sample.whole,
+        "missed": sample.missed,
+        "exercised": sample.exercised,
+    }
 
 
 def merge_records(records: list[dict]) -> dict | None:
@@ -284,20 +327,27 @@ def merge_records(records: list[dict]) -> dict | None:
     functions: dict[str, list[int]] = {}
     for r in records:
         functions.update({f: list(counts) for f, counts in r.get("functions", {}).items()})
-    return {"selected": sum(s for s, _ in functions.values()), "total": sum(t for _, t in functions.values()),
-            "seed": records[0].get("seed"), "functions": len(functions),
-            **covering(records)}
+    return {
+        "selected": sum(s for s, _ in functions.values()),
+        "total": sum(t for _, t in functions.values()),
+        "seed": records[0].get("seed"),
+        "functions": len(functions),
+        **covering(records),
+    }
 
 
 def covering(records: list[dict]) -> dict[str, list[str]]:
     """{whole, missed} over the run's processes (merge_records)."""
     exercised = {m for r in records for m in r.get("exercised", [])}
     by_a_case = {m for r in records for m in r.get("exercised", []) if m not in r.get("whole", [])}
-    return {"whole": sorted({m for r in records for m in r.get("whole", [])} - by_a_case),
-            "missed": sorted({m for r in records for m in r.get("missed", [])} - exercised)}
+    return {
+        "whole": sorted({m for r in records for m in r.get("whole", [])} - by_a_case),
+        "missed": sorted({m for r in records for m in r.get("missed", [])} - exercised),
+    }
 
 
 # upstream-tests' side: the record it passes down, and the coverage its processes wrote.
+
 
 def recorded_modules(module_tests: dict[str, list[str]], files: set[str]) -> dict[str, list[str]]:
     """{node id: the modules the record names for it} from {module: node ids}
@@ -330,7 +380,11 @@ def coverage_lines(label: str, merged: dict | None) -> list[str]:
         return [f"{label}: no process recorded its sample (none collected its cases)"]
     lines = [describe(label, merged["selected"], merged["total"]) + " (the sample; without --sample, all of them)"]
     if merged["whole"]:
-        lines.append(f"no collected case is recorded for {', '.join(merged['whole'])}: every case of its test functions ran")
+        lines.append(
+            f"no collected case is recorded for {', '.join(merged['whole'])}: every case of its test functions ran"
+        )
     if merged["missed"]:
-        lines.append(f"no collected case or test function is recorded for {', '.join(merged['missed'])}: the sample may not exercise it")
+        lines.append(
+            f"no collected case or test function is recorded for {', '.join(merged['missed'])}: the sample may not exercise it"
+        )
     return lines

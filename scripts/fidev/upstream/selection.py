@@ -25,6 +25,7 @@ from fidev.upstream.suite import pytest_options
 @dataclass
 class Options:
     """upstream-tests' options for the run itself."""
+
     gpus: int | None = None  # --gpus N: the host's first N; None: all of them
     file_timeout: float = upstream_runs.FILE_LIMIT_S  # --file-timeout SECONDS, per process
     per_gpu: int = 1  # --per-gpu N
@@ -32,7 +33,9 @@ class Options:
     summary: str | None = None  # --summary FILE: a copy of summary.json
     sample: int | None = None  # --sample: its seed (the processes read the spec base.sample names); None: every case
     stop_after: int = 0  # --stop-after N: stop once the run's processes have N failing cases; 0: run everything
-    progress_s: float = upstream_progress.EVERY_S  # --progress SECONDS: a progress line this often where the output is no terminal
+    progress_s: float = (
+        upstream_progress.EVERY_S
+    )  # --progress SECONDS: a progress line this often where the output is no terminal
     # what every process's plugin is told (fidev.upstream.settings): the sample spec, and the gate of affected's run
     base: Settings = field(default_factory=Settings)
 
@@ -40,6 +43,7 @@ class Options:
 @dataclass
 class Run:
     """A run of a selection: what was asked, what it runs on, and, once its files ran, their results."""
+
     selection: list[str]
     nodes: list[str]
     pytest_args: list[str]
@@ -62,7 +66,15 @@ class Run:
     compared: dict[str, list[str]] | None = None
 
 
-def run(selection: list[str], nodes: list[str], pytest_args: list[str], tests: Path, options: Options, mode: str, ws: workspace.Workspace) -> int:
+def run(
+    selection: list[str],
+    nodes: list[str],
+    pytest_args: list[str],
+    tests: Path,
+    options: Options,
+    mode: str,
+    ws: workspace.Workspace,
+) -> int:
     """The selection a process per file over the host's GPUs (fidev.upstream.runs), then its counts,
     and with a baseline of the same selection, what changed since; its summary written at its end,
     whatever the end. `mode` and `ws`: the kernel source mode and the workspace the task read."""
@@ -83,23 +95,45 @@ def write_summary(record: Run, status: int, extra: str | None) -> None:
     """summary.json in the run folder, and at --summary FILE where asked (fidev.upstream.summary)."""
     results = record.results
     failed = upstream_runs.failing(results)
-    processes = [upstream_summary.Process(r.file, list(r.part), r.gpu, round(r.seconds, 3), r.ended, upstream_runs.counts([r])) for r in results]
+    processes = [
+        upstream_summary.Process(r.file, list(r.part), r.gpu, round(r.seconds, 3), r.ended, upstream_runs.counts([r]))
+        for r in results
+    ]
     first = upstream_runs.first_failure(record.run_dir)
     stopped = upstream_runs.stopped_early(results)
     done = upstream_summary.Summary(
-        selection=record.key, kernel_source=record.mode, run_dir=str(record.run_dir), gpus=record.gpus, gpu_name=record.gpu,
-        started=record.started, ended=time.time(), status=status, counts=upstream_runs.counts(results),
-        skips=upstream_runs.skip_summary(results), failing=[what for word, what in failed if word == "FAILED"],
-        erroring=[what for word, what in failed if word == "ERROR"], processes=processes,
-        last_case_end=upstream_runs.last_case_end(record.run_dir), compared=record.compared, sample=sampled(record),
-        first_failure_s=None if first is None else round(max(0.0, first - record.started), 3), stop_after=record.options.stop_after,
-        stopped_early=bool(stopped), not_run=sum(r.not_run or 0 for r in stopped), not_counted=[r.name for r in stopped if r.not_run is None])
+        selection=record.key,
+        kernel_source=record.mode,
+        run_dir=str(record.run_dir),
+        gpus=record.gpus,
+        gpu_name=record.gpu,
+        started=record.started,
+        ended=time.time(),
+        status=status,
+        counts=upstream_runs.counts(results),
+        skips=upstream_runs.skip_summary(results),
+        failing=[what for word, what in failed if word == "FAILED"],
+        erroring=[what for word, what in failed if word == "ERROR"],
+        processes=processes,
+        last_case_end=upstream_runs.last_case_end(record.run_dir),
+        compared=record.compared,
+        sample=sampled(record),
+        first_failure_s=None if first is None else round(max(0.0, first - record.started), 3),
+        stop_after=record.options.stop_after,
+        stopped_early=bool(stopped),
+        not_run=sum(r.not_run or 0 for r in stopped),
+        not_counted=[r.name for r in stopped if r.not_run is None],
+    )
     upstream_summary.write(done, record.run_dir / upstream_summary.NAME, *([Path(extra)] if extra else []))
 
 
 def sampled(record: Run) -> dict | None:
     """With --sample, what its processes' samples covered together (fidev.upstream.sample); None without."""
-    return upstream_sample.merge_records(upstream_sample.read_records(record.run_dir)) if record.options.sample is not None else None
+    return (
+        upstream_sample.merge_records(upstream_sample.read_records(record.run_dir))
+        if record.options.sample is not None
+        else None
+    )
 
 
 def run_selection(record: Run) -> int:
@@ -126,8 +160,11 @@ def prepare(record: Run) -> None:
     host = upstream_runs.host_gpus()
     wanted = record.options.gpus
     if wanted and wanted > max(len(host), 1):
-        raise Failure(f"--gpus {wanted}: this host shows {len(host)} GPU(s) (CUDA_VISIBLE_DEVICES included)",
-                      f"ask for at most {len(host)}, or leave --gpus out to use them all", exit_status=USAGE)
+        raise Failure(
+            f"--gpus {wanted}: this host shows {len(host)} GPU(s) (CUDA_VISIBLE_DEVICES included)",
+            f"ask for at most {len(host)}, or leave --gpus out to use them all",
+            exit_status=USAGE,
+        )
     record.gpus = host[:wanted] if wanted else host
     record.run_dir = upstream_runs.run_folder(record.ws.runs)
     # a sample's baseline is its own: another selection than every case
@@ -149,11 +186,23 @@ def sample_key(seed: int | None) -> list[str]:
 def say_header(record: Run) -> None:
     """The run's first line: its files, how they are split, its GPUs, its time limit, its folder."""
     per_gpu = record.options.per_gpu
-    in_parts = sum(k > 1 for k in upstream_runs.split(record.groups, len(record.gpus), record.tests.parent, record.times).values())
-    in_parts = f" ({in_parts} long enough by their last run to go in parts over the GPUs, a process per part)" if in_parts else ""
-    each = f"in {per_gpu} parts a GPU, {per_gpu} processes on each GPU at once" if per_gpu > 1 else f"a pytest process each{in_parts}"
-    print(f"upstream-tests: {len(record.groups)} file(s), {each}, on {len(record.gpus) or 'no'} GPU(s) ({record.gpu}), "
-          f"{record.options.file_timeout:.0f} s per process at most; JUnit XML and logs in {record.run_dir}")
+    in_parts = sum(
+        k > 1 for k in upstream_runs.split(record.groups, len(record.gpus), record.tests.parent, record.times).values()
+    )
+    in_parts = (
+        f" ({in_parts} long enough by their last run to go in parts over the GPUs, a process per part)"
+        if in_parts
+        else ""
+    )
+    each = (
+        f"in {per_gpu} parts a GPU, {per_gpu} processes on each GPU at once"
+        if per_gpu > 1
+        else f"a pytest process each{in_parts}"
+    )
+    print(
+        f"upstream-tests: {len(record.groups)} file(s), {each}, on {len(record.gpus) or 'no'} GPU(s) ({record.gpu}), "
+        f"{record.options.file_timeout:.0f} s per process at most; JUnit XML and logs in {record.run_dir}"
+    )
 
 
 def run_all(record: Run) -> None:
@@ -161,20 +210,36 @@ def run_all(record: Run) -> None:
     record.clock = time.perf_counter()
     record.started = time.time()
     try:
-        record.results = upstream_runs.run_files(record.groups, record.gpus, record.run_dir, record.tests.parent,
-                                                 [*pytest_options(record.tests), *record.pytest_args], record.options.file_timeout,
-                                                 record.times, record.options.per_gpu, record.options.stop_after,
-                                                 record.options.progress_s, record.options.base)
+        record.results = upstream_runs.run_files(
+            record.groups,
+            record.gpus,
+            record.run_dir,
+            record.tests.parent,
+            [*pytest_options(record.tests), *record.pytest_args],
+            record.options.file_timeout,
+            record.times,
+            record.options.per_gpu,
+            record.options.stop_after,
+            record.options.progress_s,
+            record.options.base,
+        )
     except KeyboardInterrupt:
-        raise Failure(f"interrupted: the running test files were stopped; what finished is in {record.run_dir}",
-                      "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)", exit_status=INTERRUPTED) from None
+        raise Failure(
+            f"interrupted: the running test files were stopped; what finished is in {record.run_dir}",
+            "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)",
+            exit_status=INTERRUPTED,
+        ) from None
 
 
 def keep_times(record: Run) -> None:
     """Each file's time for the next run's parts, where it is the file's own."""
     # behind affected's gate a file's time includes the wait for the build; with parts sharing a GPU, their sum is not its time
     # a run stopped early has files whose processes did not all run to their end
-    if record.options.base.gate is None and record.options.per_gpu == 1 and not upstream_runs.stopped_early(record.results):
+    if (
+        record.options.base.gate is None
+        and record.options.per_gpu == 1
+        and not upstream_runs.stopped_early(record.results)
+    ):
         upstream_runs.save_times(record.times_file, record.results)
 
 
@@ -192,7 +257,9 @@ def judge(record: Run) -> int:
     return 1 if upstream_runs.stopped_early(record.results) else verdict.passed(record.results)
 
 
-def sample_spec(folder: Path, seed: int, required: list[str], nodes: list[str], tests: Path, ws: workspace.Workspace) -> Path:
+def sample_spec(
+    folder: Path, seed: int, required: list[str], nodes: list[str], tests: Path, ws: workspace.Workspace
+) -> Path:
     """The spec every process of a sampled run reads (fidev.upstream.sample), written in `folder`:
     the seed, the modules the JIT dirs' record names for the selection's files' cases, and the
     modules it must exercise. Returns its path, for the processes' settings (fidev.upstream.settings.Settings.sample)."""

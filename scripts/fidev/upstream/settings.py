@@ -15,13 +15,18 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 DRY_RUN_DIR = "FIDEV_UPSTREAM_DRY_RUN_DIR"  # where each dry-run process writes its records
-RUN_MODE = "FIDEV_UPSTREAM_RUN"  # in each test file's process of a run (fidev.upstream.runs): where it writes its outcomes
+RUN_MODE = (
+    "FIDEV_UPSTREAM_RUN"  # in each test file's process of a run (fidev.upstream.runs): where it writes its outcomes
+)
 GATE, GATE_OWNER = "FIDEV_UPSTREAM_GATE", "FIDEV_UPSTREAM_GATE_OWNER"  # the gate file, and the identity of who opens it
 PART = "FIDEV_UPSTREAM_PART"  # "i/k" in a part of a file's run: its cases are every k-th from the i-th
 # the sample spec's path in a sampled run (`upstream-tests --sample`): each process runs the sample of the cases
 # it collected (fidev.upstream.sample)
 SAMPLE = "FIDEV_UPSTREAM_SAMPLE"
-STOP_AFTER, STOP_FILE = "FIDEV_UPSTREAM_STOP_AFTER", "FIDEV_UPSTREAM_STOP_FILE"  # the failures to stop at, their shared file
+STOP_AFTER, STOP_FILE = (
+    "FIDEV_UPSTREAM_STOP_AFTER",
+    "FIDEV_UPSTREAM_STOP_FILE",
+)  # the failures to stop at, their shared file
 
 
 def in_part(value: str) -> tuple[int, int]:
@@ -74,8 +79,16 @@ class Settings:
         return self.dry_dir is None and self.outcomes is not None
 
 
-VARIABLES = {"dry_dir": DRY_RUN_DIR, "outcomes": RUN_MODE, "gate": GATE, "gate_owner": GATE_OWNER, "part": PART, "sample": SAMPLE,
-             "stop_after": STOP_AFTER, "stop_file": STOP_FILE}
+VARIABLES = {
+    "dry_dir": DRY_RUN_DIR,
+    "outcomes": RUN_MODE,
+    "gate": GATE,
+    "gate_owner": GATE_OWNER,
+    "part": PART,
+    "sample": SAMPLE,
+    "stop_after": STOP_AFTER,
+    "stop_file": STOP_FILE,
+}
 PARSE = {"gate_owner": str, "part": in_part, "stop_after": int}
 
 

@@ -28,15 +28,25 @@ def tests_dir() -> Path:
     at v0.6.3; without the importlib mode, tests/gdn/test_prefill_delta_rule.py's relative import fails)."""
     p = pins()
     tests = p.source_dir / "tests"
-    missing = [name for name, path in (("tests/conftest.py", tests / "conftest.py"), ("pytest.ini", p.source_dir / "pytest.ini"))
-               if not path.is_file()]
+    missing = [
+        name
+        for name, path in (("tests/conftest.py", tests / "conftest.py"), ("pytest.ini", p.source_dir / "pytest.ini"))
+        if not path.is_file()
+    ]
     if missing:
         tree = source_tree.inspect(p.source_dir, p)
-        why = ("the PyPI source release ships neither (its tests/ holds one file)" if tree.kind == "release"
-               else "the submodule is not initialized" if tree.kind in ("missing", "empty") else "it is not a FlashInfer checkout")
-        raise Failure(f"{source_tree.shown(p.source_dir)} has no runnable FlashInfer test suite: no {' and no '.join(missing)} ({why})",
-                      "get the git checkout, which has both: git submodule update --init --recursive (a host without GitHub: copy "
-                      "tests/ and pytest.ini of the pinned tag from a checkout, `git archive <commit> tests pytest.ini`)")
+        why = (
+            "the PyPI source release ships neither (its tests/ holds one file)"
+            if tree.kind == "release"
+            else "the submodule is not initialized"
+            if tree.kind in ("missing", "empty")
+            else "it is not a FlashInfer checkout"
+        )
+        raise Failure(
+            f"{source_tree.shown(p.source_dir)} has no runnable FlashInfer test suite: no {' and no '.join(missing)} ({why})",
+            "get the git checkout, which has both: git submodule update --init --recursive (a host without GitHub: copy "
+            "tests/ and pytest.ini of the pinned tag from a checkout, `git archive <commit> tests pytest.ini`)",
+        )
     return tests
 
 
@@ -51,7 +61,10 @@ def resolve(selection: list[str], tests: Path) -> list[str]:
             nodes.append(path_node(item, tests))
     for node in nodes:
         if not Path(node.split("::")[0]).exists():
-            raise Failure(f"{node.split('::')[0]} does not exist in this tree", "the family table is the pinned release's; update it with the pin")
+            raise Failure(
+                f"{node.split('::')[0]} does not exist in this tree",
+                "the family table is the pinned release's; update it with the pin",
+            )
     return nodes
 
 
@@ -74,10 +87,15 @@ def path_node(item: str, tests: Path) -> str:
         if _exists(base / file):
             found = (base / file).resolve()
             if not found.is_relative_to(tests.resolve()):
-                raise Failure(f"{item} is outside the tree's tests/ ({source_tree.shown(tests)}): upstream-tests runs FlashInfer's own tests",
-                              "name a family, or a file or node id under the tree's tests/", exit_status=USAGE)
-            return str(found) + item[len(file):]
-    raise Failure(f"{item!r} is neither a kernel family nor a path under {source_tree.shown(tests)}", fix, exit_status=USAGE)
+                raise Failure(
+                    f"{item} is outside the tree's tests/ ({source_tree.shown(tests)}): upstream-tests runs FlashInfer's own tests",
+                    "name a family, or a file or node id under the tree's tests/",
+                    exit_status=USAGE,
+                )
+            return str(found) + item[len(file) :]
+    raise Failure(
+        f"{item!r} is neither a kernel family nor a path under {source_tree.shown(tests)}", fix, exit_status=USAGE
+    )
 
 
 def pytest_options(tests: Path) -> tuple[str, ...]:
@@ -93,7 +111,9 @@ def scripts_path() -> str:
 def suite_key(tests: Path) -> str:
     """The suite as it is: each test file and pytest.ini, by size and mtime (an edited test recounts)."""
     files = sorted(f for f in [*tests.rglob("*.py"), tests.parent / "pytest.ini"] if f.is_file())
-    return hashlib.sha256(json.dumps([(str(f.relative_to(tests.parent)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps([(str(f.relative_to(tests.parent)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]).encode()
+    ).hexdigest()
 
 
 def known_map(cache: Path, key: str) -> dict | None:
@@ -113,8 +133,24 @@ def collect(tests: Path, mode: str) -> tuple[list[str], int] | None:
     env = {**os.environ, "PYTHONPATH": scripts_path()}
     module_choice.apply(mode)
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", str(tests), "--collect-only", "-q", "--continue-on-collection-errors",
-                               "-p", "no:cacheprovider", *pytest_options(tests)], capture_output=True, text=True, timeout=1200, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(tests),
+                "--collect-only",
+                "-q",
+                "--continue-on-collection-errors",
+                "-p",
+                "no:cacheprovider",
+                *pytest_options(tests),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            env=env,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     nodes = [line.strip() for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
@@ -124,8 +160,14 @@ def collect(tests: Path, mode: str) -> tuple[list[str], int] | None:
 
 def family_counts(nodes: list[str]) -> dict[str, int]:
     """{family: its test cases among `nodes`}."""
-    return {f.name: sum(1 for n in nodes if any(n == f"tests/{x}" or n.startswith(f"tests/{x}::") or n.startswith(f"tests/{x}[")
-                                              for x in f.nodes)) for f in upstream_suites.FAMILIES}
+    return {
+        f.name: sum(
+            1
+            for n in nodes
+            if any(n == f"tests/{x}" or n.startswith(f"tests/{x}::") or n.startswith(f"tests/{x}[") for x in f.nodes)
+        )
+        for f in upstream_suites.FAMILIES
+    }
 
 
 def suite_map(tests: Path, ws: workspace.Workspace, mode: str) -> dict | None:
@@ -137,13 +179,21 @@ def suite_map(tests: Path, ws: workspace.Workspace, mode: str) -> dict | None:
     known = known_map(cache, key)
     if known is not None:
         return known
-    print(f"upstream-tests: counting the suite's test cases (pytest --collect-only of {source_tree.shown(tests)}, once until it changes) ...", flush=True)
+    print(
+        f"upstream-tests: counting the suite's test cases (pytest --collect-only of {source_tree.shown(tests)}, once until it changes) ...",
+        flush=True,
+    )
     collected = collect(tests, mode)
     if collected is None:
         return None
     nodes, not_collected = collected
-    known = {"suite": key, "total": len(nodes), "files": len({n.split("::")[0] for n in nodes}), "not_collected": not_collected,
-             "families": family_counts(nodes)}
+    known = {
+        "suite": key,
+        "total": len(nodes),
+        "files": len({n.split("::")[0] for n in nodes}),
+        "not_collected": not_collected,
+        "families": family_counts(nodes),
+    }
     write_whole(cache, json.dumps(known))
     return known
 
@@ -163,7 +213,9 @@ def list_families(ws: workspace.Workspace, mode: str) -> int:
             print(f"{'':15}   tests/{node}")
     if counted:
         covered = sum(counted["families"].values())
-        print(f"{'left out':15} {counted['total'] - covered:>7} cases of {counted['total']} in {counted['files']} files "
-              f"({counted['not_collected']} more files did not collect here): mostly Blackwell-only kernels (trtllm-gen, xqa, fp4 GEMM); "
-              "name their files as paths")
+        print(
+            f"{'left out':15} {counted['total'] - covered:>7} cases of {counted['total']} in {counted['files']} files "
+            f"({counted['not_collected']} more files did not collect here): mostly Blackwell-only kernels (trtllm-gen, xqa, fp4 GEMM); "
+            "name their files as paths"
+        )
     return 0
