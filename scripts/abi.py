@@ -54,7 +54,8 @@ def params_text(params) -> str:
 def show_report(location: Path, exports: list[abi.Export]) -> None:
     files = sorted({e.file for e in exports})
     print(
-        f"abi: {source_tree.shown(location)} (FlashInfer {version_of(location)}): {plural(len(exports), 'export')} in {plural(len(files), 'file')}"
+        f"abi: {source_tree.shown(location)} (FlashInfer {version_of(location)}): "
+        f"{plural(len(exports), 'export')} in {plural(len(files), 'file')}"
     )
     for file in files:
         print(file)
@@ -74,7 +75,8 @@ def show_report(location: Path, exports: list[abi.Export]) -> None:
 
 def show_diff(old: Path, new: Path, added, removed, changes) -> None:
     print(
-        f"abi --diff: FlashInfer {version_of(old)} ({source_tree.shown(old)}) -> {version_of(new)} ({source_tree.shown(new)})"
+        f"abi --diff: FlashInfer {version_of(old)} ({source_tree.shown(old)}) -> {version_of(new)} "
+        f"({source_tree.shown(new)})"
     )
     for title, items in (("added", added), ("removed", removed)):
         print(f"{title} ({len(items)}):")
@@ -89,7 +91,8 @@ def show_diff(old: Path, new: Path, added, removed, changes) -> None:
             print(f"    {c.what}")
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line: SOURCE, or the comparisons (--diff, --tvm-ffi), never both."""
     parser = ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog=__doc__.split("\n\n", 1)[1],
@@ -120,35 +123,41 @@ def main() -> int:
     args = parser.parse_args()
     if args.source and (args.diff or args.tvm_ffi):
         parser.error("SOURCE goes without --diff and --tvm-ffi")
+    return args
 
-    if not (args.diff or args.tvm_ffi):
-        location = (args.source or pins().source_dir).absolute()
-        if args.source is None and not (location / "csrc").is_dir():
-            raise Failure(
-                f"the vendored tree {source_tree.shown(location)} is not checked out",
-                f"{source_tree.GET}, or name a tree or release",
-            )
-        exports = [
-            e
-            for e in abi.report(location)
-            if not args.match or any(matches(text, args.match) for text in (e.name, e.binds, e.file))
-        ]
-        if args.match and not exports:
-            raise Failure(
-                f"no export of {source_tree.shown(location)} matches {args.match!r}",
-                "drop --match to list every export",
-            )
-        if args.json:
-            print(
-                json.dumps(
-                    {"source": str(location), "version": version_of(location), "exports": abi.as_json(exports)},
-                    indent=1,
-                )
-            )
-        else:
-            show_report(location, exports)
-        return 0
 
+def list_exports(args: argparse.Namespace) -> int:
+    """Every export of one tree or release (SOURCE, else the vendored tree), as lines or JSON."""
+    location = (args.source or pins().source_dir).absolute()
+    if args.source is None and not (location / "csrc").is_dir():
+        raise Failure(
+            f"the vendored tree {source_tree.shown(location)} is not checked out",
+            f"{source_tree.GET}, or name a tree or release",
+        )
+    exports = [
+        e
+        for e in abi.report(location)
+        if not args.match or any(matches(text, args.match) for text in (e.name, e.binds, e.file))
+    ]
+    if args.match and not exports:
+        raise Failure(
+            f"no export of {source_tree.shown(location)} matches {args.match!r}",
+            "drop --match to list every export",
+        )
+    if args.json:
+        print(
+            json.dumps(
+                {"source": str(location), "version": version_of(location), "exports": abi.as_json(exports)},
+                indent=1,
+            )
+        )
+    else:
+        show_report(location, exports)
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """--diff and --tvm-ffi: what changed from the old side to the new; 1 where what the old side exports changed."""
     result, broken = {}, False
     if args.diff:
         old, new = (p.absolute() for p in args.diff)
@@ -170,7 +179,8 @@ def main() -> int:
         result["tvm_ffi_type_index"] = {"old": str(args.tvm_ffi[0]), "new": str(args.tvm_ffi[1]), "changes": lines}
         if not args.json:
             print(
-                f"TVMFFITypeIndex: {len(before)} values in {args.tvm_ffi[0].name}, {len(after)} in {args.tvm_ffi[1].name}"
+                f"TVMFFITypeIndex: {len(before)} values in {args.tvm_ffi[0].name}, {len(after)} in "
+                f"{args.tvm_ffi[1].name}"
             )
             for line in lines or ["(no change)"]:
                 print(f"  {line}")
@@ -181,6 +191,11 @@ def main() -> int:
             f"abi: {'the bump changes what the old side exports' if broken else 'nothing the old side exports changed'}"
         )
     return 1 if broken else 0
+
+
+def main() -> int:
+    args = parse_args()
+    return compare(args) if args.diff or args.tvm_ffi else list_exports(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Rebuild and test what your edits of the vendored FlashInfer touch: changed file, then modules, then tests, then result.
+"""Rebuild and test what your edits of the vendored FlashInfer touch: changed file, then modules, then tests, \
+then result.
 
   affected.py [--list] [--whole-family] [--keep-going] [--summary FILE]
 
@@ -27,10 +28,12 @@
    smoke's or abi-smoke's first failure stops FlashInfer's tests, and FlashInfer's first failing case
    (upstream-tests --stop-after 1) ends theirs and smoke's; the tests left unrun are no pass (their
    modules' verdicts are kept as unfinished, so the next run runs them again). --keep-going runs every
-   selected test instead. --list stops after the table's first three columns. Exit status 0: passed, or nothing changed; 1: a build or a test failed; 3: not
+   selected test instead. --list stops after the table's first three columns. Exit status 0: passed, or \
+nothing changed; 1: a build or a test failed; 3: not
    covered, nothing failed but the edit reaches a kernel family whose FlashInfer tests could not run
    (the last line names the upstream-tests command that covers it; kept, so asking again says it
-   again until the edit is reverted or covered); 130 (fidev.core.failure.INTERRUPTED): interrupted. A verdict that is not a pass
+   again until the edit is reverted or covered); 130 (fidev.core.failure.INTERRUPTED): interrupted. \
+A verdict that is not a pass
    is kept per module (fidev.affected.verdicts): asking again reruns its tests.
 
 With --summary FILE it writes its result to FILE as JSON, whatever the end (fidev.affected.summary):
@@ -82,13 +85,15 @@ def main() -> int:
     parser.add_argument(
         "--keep-going",
         action="store_true",
-        help="run every selected test: the first failure does not end the run (by default it does, and what did not run is no pass)",
+        help="run every selected test: the first failure does not end the run (by default it does, and what did "
+        "not run is no pass)",
     )
     parser.add_argument(
         "--summary",
         type=option(output_file),
         metavar="FILE",
-        help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, times)",
+        help="write the result to FILE as JSON (fidev.affected.summary: verdict, status, modules, tests, failures, "
+        "times)",
     )
     args = parser.parse_args()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: what runs is stopped (run_tests), no traceback (run)
@@ -131,8 +136,8 @@ def run_affected(args, record: affected_summary.Summary) -> Verdict:
     ws = workspace.read(pins().flashinfer)  # read once, here
     found = built.find(ws, kernel_source.mode())
     busy = Failure(
-        f"another affected run is judging the builds in {ws.version_dir} ({{}}): two at once would rebuild the same modules "
-        "and keep each other's verdicts",
+        f"another affected run is judging the builds in {ws.version_dir} ({{}}): two at once would rebuild the "
+        "same modules and keep each other's verdicts",
         "wait for it to end, then run this again",
     )
 
@@ -175,19 +180,7 @@ def judge(
         report.hints(selection)
         return verdict.no_module_changed(args.list, selection, changed, kept)
     dirs = {m.name: m.build_dir for m in found.modules}
-    logs = compile_log.sizes(ws.jit_dirs())
-    outcome = build_and_test(args, found, changed, selection, kept, dirs)
-    compiled = compile_log.compiled_since(ws.jit_dirs(), logs)
-    record.compiled = {
-        name: None if objects is None else sum(objects.values()) for name, objects in sorted(compiled.items())
-    }
-    record.compiled_twice = compile_log.twice(compiled)
-    record.failed, record.rebuilt, record.build_s, record.past_build = (
-        sorted(outcome.failed),
-        outcome.rebuilt,
-        round(outcome.build_s, 1),
-        outcome.past,
-    )
+    outcome = recorded_run(args, record, found, changed, selection, kept, dirs)
     print(report.results(selection, outcome.failed, outcome.broken))
     print(report.compiled(record.compiled, record.compiled_twice))
     report.hints(selection)
@@ -210,6 +203,21 @@ def judge(
     kept.judged = changed.now  # judged: what it did not pass is kept above, per module and per file
     kept.record({name: (dirs[name], *result) for name, result in results.items() if name in dirs})
     return judged
+
+
+def recorded_run(
+    args, record: affected_summary.Summary, found: built.Found, changed, selection, kept, dirs: dict
+) -> tests.Outcome:
+    """build_and_test, and what it did in the summary: what failed, what was rebuilt and compiled
+    (per module, from ninja's logs: fidev.records.compile_log), and FlashInfer's tests' times."""
+    logs = compile_log.sizes(found.ws.jit_dirs())
+    outcome = build_and_test(args, found, changed, selection, kept, dirs)
+    compiled = compile_log.compiled_since(found.ws.jit_dirs(), logs)
+    record.compiled = {name: None if objs is None else sum(objs.values()) for name, objs in sorted(compiled.items())}
+    record.compiled_twice = compile_log.twice(compiled)
+    record.failed, record.rebuilt, record.past_build = sorted(outcome.failed), outcome.rebuilt, outcome.past
+    record.build_s = round(outcome.build_s, 1)
+    return outcome
 
 
 def build_and_test(
@@ -253,7 +261,8 @@ def kept_verdicts(ws: workspace.Workspace) -> verdicts.Kept:
     kept = verdicts.Kept(ws.verdicts)
     if kept.problem:
         print(
-            f"affected: {kept.problem}: a verdict it kept may be a failure, so every built module is taken as changed: rebuilt, and its tests run"
+            f"affected: {kept.problem}: a verdict it kept may be a failure, so every built module is taken as "
+            "changed: rebuilt, and its tests run"
         )
     return kept
 

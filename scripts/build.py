@@ -89,8 +89,9 @@ def rebuild_kept(kept: list[build_stamp.Module], started: float, mode: str) -> i
     stale = [m for m in kept if build_stamp.has_work(m)]
     if not stale:
         print(
-            f"build: {len(kept)} modules current, kernel source {mode} (checked in {time.perf_counter() - started:.2f} s: "
-            f"nothing that decides them changed since the last build, so flashinfer was not imported)"
+            f"build: {len(kept)} modules current, kernel source {mode} (checked in "
+            f"{time.perf_counter() - started:.2f} s: nothing that decides them changed since the last build, "
+            "so flashinfer was not imported)"
         )
         return 0
     print(

@@ -51,7 +51,8 @@ def installed_member(uri: str) -> str:
     )
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line: the module's kind and its configuration's options."""
     parser = ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog=__doc__.split("\n", 2)[2],
@@ -90,7 +91,11 @@ def main() -> int:
     )
     parser.add_argument("--fp16-qk-reduction", action="store_true", help="prefill only")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def config_of(args: argparse.Namespace) -> uris.AttentionConfig:
+    """The attention configuration the options name."""
     # An option given for a kind it does not apply to is refused, not silently ignored.
     if args.dtype_idx is not None and not args.kind.startswith("batch"):
         raise Failure(
@@ -119,6 +124,12 @@ def main() -> int:
         )
     except ValueError as e:
         raise Failure(str(e), ACCEPTED, exit_status=USAGE) from e
+    return config
+
+
+def main() -> int:
+    args = parse_args()
+    config = config_of(args)
     uri = uris.module_uri(config)
     if args.json:
         print(json.dumps({"uri": uri, "member": uris.library_member(uri), "config": config.__dict__}))

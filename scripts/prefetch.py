@@ -1,4 +1,5 @@
-"""Download the wheels a Cargo.toml pins into the Rust bindings crate's cache, so that the crate's first run on this host needs no network.
+"""Download the wheels a Cargo.toml pins into the Rust bindings crate's cache, so that the crate's first run \
+on this host needs no network.
 
 Reads [package.metadata.flashinfer_rs.pinned_wheels.<name>.<cuda>.<arch>] from PINS (the
 crate's Cargo.toml, or what the `pin` task printed) and fills
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+from pathlib import Path
 
 from fidev.bindings import cargo_pins, wheel_cache
 from fidev.core import numbers
@@ -53,7 +55,8 @@ class Lines:
         )
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line: PINS and which of its pins to fetch, and from where."""
     parser = ArgumentParser(
         description=__doc__.split("\n\n", 1)[0],
         epilog=__doc__.split("\n\n", 1)[1],
@@ -84,9 +87,11 @@ def main() -> int:
         default=60,
         help="give up on a download that sends nothing for this long (default 60 s)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    path = args.pins.expanduser()
+
+def chosen_pins(path: Path, arch: str, cuda: str) -> list[cargo_pins.Pin]:
+    """The pins of PINS (`path`) for `arch` and `cuda` ('all': every one), or the two lines of why there are none."""
     try:
         document = tomllib.loads(read_input(path).decode("utf-8"))
     except (OSError, ValueError) as e:  # no regular file (a FIFO, /dev/zero), not UTF-8, not TOML
@@ -99,13 +104,20 @@ def main() -> int:
             "name the bindings crate's Cargo.toml, or a file with the `pin` task's output",
         ) from None
     every = cargo_pins.read_pins(document, str(path))
-    chosen = [p for p in every if args.arch in ("all", p.arch) and args.cuda in ("all", p.cuda)]
+    chosen = [p for p in every if arch in ("all", p.arch) and cuda in ("all", p.cuda)]
     if not chosen:
         keys = sorted({f"{p.cuda}.{p.arch}" for p in every})
         raise Failure(
-            f"{path} pins nothing for cuda {args.cuda}, arch {args.arch} (it has {', '.join(keys) or 'no entries'})",
+            f"{path} pins nothing for cuda {cuda}, arch {arch} (it has {', '.join(keys) or 'no entries'})",
             "pick one it has with --cuda/--arch (or 'all')",
         )
+    return chosen
+
+
+def main() -> int:
+    args = parse_args()
+    path = args.pins.expanduser()
+    chosen = chosen_pins(path, args.arch, args.cuda)
     by_wheel = {}  # one wheel may serve several keys (tvm-ffi under every CUDA key): fetch it once
     for p in chosen:
         by_wheel.setdefault((p.sha256, p.filename), []).append(p)
@@ -128,7 +140,8 @@ def main() -> int:
             else ""
         )
         out.say(
-            f"  {outcome.state:10} {pin.filename}  ({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})"
+            f"  {outcome.state:10} {pin.filename}  "
+            f"({outcome.size / 1e6:.1f} MB in {outcome.seconds:.1f} s{rate}; {keys})"
         )
     return 0
 

@@ -419,7 +419,8 @@ def check_source(ctx: Context) -> Result:
             )
         if not tree.pinned:  # edits committed on top of the pin: the kernel source mode auto compiles what they reach
             return warn(
-                f"{where} is at {tree.found[:12]}: your commits on top of the pinned {p.source_commit[:12]} (v{p.flashinfer})",
+                f"{where} is at {tree.found[:12]}: your commits on top of the pinned {p.source_commit[:12]} "
+                f"(v{p.flashinfer})",
                 "fine for kernel work (the modules they reach compile from the tree); to move the pin itself, see "
                 "docs/bindings.md, \"Bumping the FlashInfer pin\"",
             )
@@ -436,7 +437,8 @@ def check_source(ctx: Context) -> Result:
             return fail(f"{where} is a partial release: no {', '.join(tree.lacking)}", replace)
         # The marker records the archive whose SHA-256 matched the pin before it was unpacked.
         return ok(
-            f"{where} holds the v{p.flashinfer} source release (sha256 {p.sdist_sha256[:12]}... matched before unpacking)"
+            f"{where} holds the v{p.flashinfer} source release (sha256 {p.sdist_sha256[:12]}... matched before "
+            "unpacking)"
         )
     return fail(
         f"{where} is neither a git checkout nor a materialized release", f"{replace}; or move it away, then {get}"
@@ -520,9 +522,10 @@ def check_jit_cache(ctx: Context) -> Result:
         return ok(f"flashinfer-jit-cache {dist.version}, hidden: kernels compile from the vendored source")
     if mode == kernel_source.PREBUILT:
         return warn(
-            f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling {source_tree.shown(p.source_dir)}, "
-            f"edited or not ({kernel_source.ENV}={kernel_source.PREBUILT})",
-            f"to build and test your kernel edits, unset {kernel_source.ENV} (auto: an edited module compiles from the tree)",
+            f"flashinfer-jit-cache {dist.version}: modules it ships load instead of compiling "
+            f"{source_tree.shown(p.source_dir)}, edited or not ({kernel_source.ENV}={kernel_source.PREBUILT})",
+            f"to build and test your kernel edits, unset {kernel_source.ENV} (auto: an edited module compiles "
+            "from the tree)",
         )
     return ok(
         f"flashinfer-jit-cache {dist.version}: a module it ships loads prebuilt where none of its inputs was edited"
@@ -564,8 +567,8 @@ def check_jit_dir(ctx: Context) -> Result:
         return fail(f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
     if not base.is_dir():
         return warn(
-            f"{workspace.BASE_VARIABLE} (or the home folder) {base} does not exist yet: FlashInfer creates it at its first "
-            f"build ({free:.0f} GiB free there)",
+            f"{workspace.BASE_VARIABLE} (or the home folder) {base} does not exist yet: FlashInfer creates it "
+            f"at its first build ({free:.0f} GiB free there)",
             f"check its spelling; nothing was created (mkdir -p {base} to make it yourself)",
         )
     return ok(f"JIT cache {cache} ({free:.0f} GiB free)")
@@ -655,7 +658,8 @@ def main() -> int:
         "--cuda",
         metavar="X.Y",
         type=option(cuda_release),
-        help="CUDA release to check against, 13.0 or cu130 (default: the manifest's pin); only to diagnose another host",
+        help="CUDA release to check against, 13.0 or cu130 (default: the manifest's pin); only to diagnose another "
+        "host",
     )
     args = parser.parse_args()
     try:

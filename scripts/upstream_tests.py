@@ -162,7 +162,8 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str], float]:
             raise Failure(f"--summary {failure.problem}", failure.fix) from None
     if ours.get("--stop-after") and "--baseline" in ours:
         raise Failure(
-            "--stop-after with --baseline: a baseline keeps every case's outcome, and a run stopped early leaves some unrun",
+            "--stop-after with --baseline: a baseline keeps every case's outcome, and a run stopped early "
+            "leaves some unrun",
             "leave --stop-after out when recording a baseline",
         )
     return ours, selection, pytest_args, budget_s

@@ -71,8 +71,8 @@ def pytest_sessionfinish(session, exitstatus):
 def _users_flashinfer_settings():
     """The user's FLASHINFER_WORKSPACE_BASE while FlashInfer is imported, then the scratch again.
     FlashInfer reads it once, at import, into its JIT dir (flashinfer/jit/env.py at v0.6.3,
-    FLASHINFER_BASE_DIR and FLASHINFER_JIT_DIR), so the GPU suites share the JIT dir `build` compiled into, and what the CPU tests
-    start still goes to the scratch folder."""
+    FLASHINFER_BASE_DIR and FLASHINFER_JIT_DIR), so the GPU suites share the JIT dir `build` compiled into, and what
+    the CPU tests start still goes to the scratch folder."""
     name = "FLASHINFER_WORKSPACE_BASE"
     if name not in _USERS:  # no redirect in this session
         yield
@@ -143,8 +143,8 @@ def fi(gpu):
     scratch = os.environ.get("FIDEV_TEST_SCRATCH")
     if scratch and Path(jit_env.FLASHINFER_WORKSPACE_DIR).is_relative_to(scratch):
         pytest.fail(
-            f"flashinfer was imported before the GPU fixtures, so its JIT dir is the test scratch {jit_env.FLASHINFER_WORKSPACE_DIR}, "
-            "not the one `build` compiled into",
+            "flashinfer was imported before the GPU fixtures, so its JIT dir is the test scratch "
+            f"{jit_env.FLASHINFER_WORKSPACE_DIR}, not the one `build` compiled into",
             pytrace=False,
         )
     try:

@@ -255,7 +255,8 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     assert (jit_dir / "norm_upstream/other.o").stat().st_mtime_ns == objects["norm_upstream"]
     assert "Traceback" not in done.stdout + done.stderr
     assert done.returncode == 1 and "no smoke or abi-smoke test passed" in done.stdout, done.stdout
-    # the rebuild recorded the edit as built, and the verdict was kept: asking again reruns the tests, never "nothing changed"
+    # the rebuild recorded the edit as built, and the verdict was kept: asking again reruns the tests, never
+    # "nothing changed"
     again = affected(root, env)
     assert again.returncode == 1 and "nothing changed" not in again.stdout and "ninja: no work to do" in again.stdout, (
         again.stdout
@@ -354,7 +355,8 @@ def test_a_not_covered_edit_stays_not_covered_after_a_later_build_until_it_is_re
 
 PASSING_SMOKE = {  # smoke's and abi-smoke's tests of the norm module, as stand-ins that pass on any host
     "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
-    "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\ndef test_bad_norm_call_is_a_decoded_error():\n    pass\n\n\n"
+    "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\n"
+    "def test_bad_norm_call_is_a_decoded_error():\n    pass\n\n\n"
     "@pytest.mark.parametrize('op', ['norm.rmsnorm', 'norm.gemma_rmsnorm'])\n"
     "def test_runtime_signature_equals_the_source(op):\n    pass\n",
 }
@@ -549,7 +551,8 @@ def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_
         ["--per-gpu", "8"],
         {"OMP_NUM_THREADS": "2"},
     )
-    # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the cases each
+    # a file whose last run took 99 s runs in a part per GPU (upstream_runs.parts): two processes at once, half the
+    # cases each
     times = file_times
     times.parent.mkdir(parents=True)
     times.write_text('{"tests/utils/test_activation.py": 99.0}')
@@ -817,8 +820,8 @@ def test_an_unreadable_tree_record_is_said_and_no_pass(ws, text):
     done = affected(root, env)
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert (
-        f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module "
-        "compiles cannot be told" in done.stdout
+        f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ "
+        "that no built module compiles cannot be told" in done.stdout
     ), done.stdout
     assert "nothing changed" not in done.stdout and "affected: not a pass: " in done.stdout
 

@@ -193,7 +193,10 @@ def test_a_kept_edit_of_a_generator_ends_when_the_generator_is_reverted(tmp_path
 def test_a_reached_family_whose_every_case_skips_here_is_not_covered(ws, tmp_path):
     """Selected is not covered: where every case of the family skips on this host (an architecture
     it lacks), the edit went untested, whatever passed beside it."""
-    skipping = "import pytest\n@pytest.mark.parametrize('n', [1, 2])\ndef test_rope(n):\n    pytest.skip('not supported here')\n"
+    skipping = (
+        "import pytest\n@pytest.mark.parametrize('n', [1, 2])\ndef test_rope(n):\n"
+        "    pytest.skip('not supported here')\n"
+    )
     root, env, tree = rope_tree(ws, tmp_path, skipping)
     (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
     done, out = affected(root, env)
@@ -282,8 +285,8 @@ def test_an_edit_a_build_recorded_before_affected_judged_it_runs_its_familys_tes
     done, out = affected(root, env)
     assert done.returncode == 1 and "nothing changed" not in out, out
     assert (
-        "include/flashinfer/pos_enc.cuh changed from the pinned release (it has given no verdict here yet), and a build recorded "
-        "the edit since" in out
+        "include/flashinfer/pos_enc.cuh changed from the pinned release (it has given no verdict here yet), "
+        "and a build recorded the edit since" in out
     ), out
     assert "tests/attention/test_rope.py::test_rope[" in out and seen(env), out
     shutil.copy2(saved, tree / HEADER)  # cp -p: reverted, and passing
@@ -432,16 +435,18 @@ def test_the_lines_of_a_run_that_is_not_covered_name_each_gap_and_the_command_th
     gaps = {"flashinfer/utils.py": ["norm", "rope"], HEADER: ["norm", "rope"]}
     report.not_covered(gaps, ["norm_mod", "rope_mod"], ["flashinfer/utils.py"])
     assert capsys.readouterr().out.splitlines() == [
-        "affected: no test of norm_mod, rope_mod ran here (none of smoke's, and none of FlashInfer's recorded for them ran to a result): "
-        "not a pass; `upstream-tests FAMILY` of their family runs and records them",
-        "affected: flashinfer/utils.py holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told here",
+        "affected: no test of norm_mod, rope_mod ran here (none of smoke's, and none of FlashInfer's recorded "
+        "for them ran to a result): not a pass; `upstream-tests FAMILY` of their family runs and records them",
+        "affected: flashinfer/utils.py holds no kernel family's API (fidev.tree.families): which tests "
+        "execute it cannot be told here",
         f"affected: {HEADER} reaches norm, rope, whose FlashInfer tests did not run here",
-        "affected: not a pass: 2 kernel family(ies) the edit reaches went untested; cover them: pixi run -e flashinfer-dev upstream-tests norm rope",
+        "affected: not a pass: 2 kernel family(ies) the edit reaches went untested; cover them: pixi run -e "
+        "flashinfer-dev upstream-tests norm rope",
     ]
     report.not_covered({}, ["norm_mod"])
     assert capsys.readouterr().out.splitlines() == [
-        "affected: no test of norm_mod ran here (none of smoke's, and none of FlashInfer's recorded for them ran to a result): "
-        "not a pass; `upstream-tests FAMILY` of their family runs and records them"
+        "affected: no test of norm_mod ran here (none of smoke's, and none of FlashInfer's recorded for them "
+        "ran to a result): not a pass; `upstream-tests FAMILY` of their family runs and records them"
     ]
     report.not_covered({})
     assert capsys.readouterr().out == ""

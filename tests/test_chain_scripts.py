@@ -26,8 +26,9 @@ def test_vendored_mode_hides_the_jit_cache(tmp_path, mode, visible):
     (tmp_path / "flashinfer_jit_cache").mkdir()
     (tmp_path / "flashinfer_jit_cache" / "__init__.py").write_text("")
     probe = (
-        "import importlib.util; from fidev.jit import kernel_source, module_choice; module_choice.apply(kernel_source.mode());"
-        "print(importlib.util.find_spec('flashinfer_jit_cache') is not None)"
+        "import importlib.util; from fidev.jit import kernel_source, module_choice; "
+        "module_choice.apply(kernel_source.mode());print(importlib.util.find_spec('flashinfer_jit_cache') is "
+        "not None)"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe],

@@ -749,7 +749,8 @@ def test_build_names_the_first_cause_of_a_failed_link(tmp_path):
 
     (tmp_path / "m.cpp").write_text("int f() { return 1; }\n")
     (tmp_path / "build.ninja").write_text(
-        "rule cxx\n  command = c++ -fPIC -c $in -o $out\nrule link\n  command = c++ -shared $in -lcudart_not_here -o $out\n"
+        "rule cxx\n  command = c++ -fPIC -c $in -o $out\nrule link\n"
+        "  command = c++ -shared $in -lcudart_not_here -o $out\n"
         "build m.o: cxx m.cpp\nbuild m.so: link m.o\ndefault m.so\n"
     )
     out = subprocess.run(["ninja", "-C", str(tmp_path)], capture_output=True, text=True).stdout.splitlines()

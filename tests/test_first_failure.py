@@ -398,8 +398,8 @@ def test_the_last_lines_say_what_failed_and_that_a_stopped_run_left_tests_unrun(
     assert capsys.readouterr().out.splitlines() == [
         "affected: the first failure ended the run: the other selected tests did not run, and are no pass "
         "(the next run runs them again; --keep-going runs every one)",
-        "affected: 5 failed (tests/t.py::test_a, tests/t.py::test_b, tests/t.py::test_c, tests/t.py::test_d and 1 more); "
-        "1 module(s) rebuilt; 2.0 s in all",
+        "affected: 5 failed (tests/t.py::test_a, tests/t.py::test_b, tests/t.py::test_c, tests/t.py::test_d "
+        "and 1 more); 1 module(s) rebuilt; 2.0 s in all",
         "affected: rerun alone: rerun a; rerun b",
     ]
     assert verdict.of_tests(set(), ["one broke", "two broke"]) is verdict.Verdict.FAILED

@@ -186,7 +186,9 @@ def test_sigterm_mid_step_stops_its_command_and_restores_the_tree(tmp_path, step
         assert proc.returncode == 130 and "Traceback" not in err, err
         assert (path.read_bytes(), path.stat().st_mtime_ns) == before
         build = int(pids.read_text().split()[0])
-        try:  # stopped (the gate still there) and reaped before the restore, not left compiling the bug into an object newer than the restored file
+        # stopped (the gate still there) and reaped before the restore, not left compiling the bug into an object newer
+        # than the restored file
+        try:
             os.kill(build, 0)
             alive = True
         except ProcessLookupError:

@@ -34,7 +34,8 @@ class cuda:
 """
 FAKE_FLASHINFER_ENV = """\
 import json, os, pathlib
-# flashinfer/jit/env.py at v0.6.3: FLASHINFER_BASE_DIR, FLASHINFER_WORKSPACE_DIR, FLASHINFER_JIT_DIR (version and arch folders as there)
+# flashinfer/jit/env.py at v0.6.3: FLASHINFER_BASE_DIR, FLASHINFER_WORKSPACE_DIR, FLASHINFER_JIT_DIR (version \
+and arch folders as there)
 FLASHINFER_BASE_DIR = pathlib.Path(os.getenv("FLASHINFER_WORKSPACE_BASE", pathlib.Path.home().as_posix()))
 FLASHINFER_WORKSPACE_DIR = FLASHINFER_BASE_DIR / ".cache" / "flashinfer" / "{version}" / "90"
 FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"

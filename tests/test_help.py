@@ -25,7 +25,8 @@ parse_known_args = argparse.ArgumentParser.parse_known_args
 
 def noted(self, args=None, namespace=None):
     actions = [a for a in self._actions if not isinstance(a, argparse._HelpAction)]
-    parsers.append({"prog": self.prog, "actions": [{"name": "/".join(a.option_strings) or a.dest, "help": a.help} for a in actions]})
+    parsers.append({"prog": self.prog, "actions": [{"name": "/".join(a.option_strings) or a.dest, "help": a.help} \
+for a in actions]})
     with open(dump, "w") as f:
         json.dump(parsers, f)
     return parse_known_args(self, args, namespace)

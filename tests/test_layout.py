@@ -5,6 +5,8 @@
 - importing any fidev module needs only the standard library (third-party imports sit inside the functions
   that need them), so preflight can diagnose a half-installed environment;
 - no function of the product (scripts/, fidev) runs past MAX_FUNCTION_LINES;
+- no line of the workspace's Python (scripts/, tools/, tests/) runs past MAX_LINE_LENGTH characters, the
+  line-length [tool.ruff] gives ruff (`ruff format` at that width);
 - ruff's known-first-party names exactly the workspace's own top-level modules that are imported."""
 
 import ast
@@ -19,6 +21,7 @@ SCRIPTS, TESTS, TOOLS, FIDEV = ROOT / "scripts", ROOT / "tests", ROOT / "tools",
 SUPPORT = TESTS / "support"
 TASKS = {p.stem for folder in (SCRIPTS, TOOLS) for p in folder.glob("*.py")}
 MAX_FUNCTION_LINES = 60
+MAX_LINE_LENGTH = 120
 
 
 def library() -> list:
@@ -144,6 +147,22 @@ def test_the_length_rule_sees_a_long_function(tmp_path):
     ]
 
 
+def test_no_line_runs_past_the_limit():
+    """Every Python file of scripts/, tools/ and tests/: each line at most MAX_LINE_LENGTH characters."""
+    found = [
+        f"{path.relative_to(ROOT)}:{n} ({len(line)} characters)"
+        for folder in (SCRIPTS, TOOLS, TESTS)
+        for path in sorted(folder.rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if len(line) > MAX_LINE_LENGTH
+    ]
+    assert found == [], f"wrap these lines (at most {MAX_LINE_LENGTH} characters): {found}"
+
+
+def test_ruff_is_given_the_line_length():
+    assert load_manifest()["tool"]["ruff"]["line-length"] == MAX_LINE_LENGTH
+
+
 @pytest.mark.parametrize(
     "statement",
     [
@@ -184,7 +203,8 @@ def test_affecteds_rooms_import_in_one_direction():
             ):
                 wrong.append(f"affected/{room}.py:{line} imports {name}")
     assert wrong == [], (
-        "selection, coverage, report, verdict: each imports only those before it (the verdict also the kept verdicts and changes)"
+        "selection, coverage, report, verdict: each imports only those before it (the verdict also the kept "
+        "verdicts and changes)"
     )
 
 

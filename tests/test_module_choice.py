@@ -45,11 +45,13 @@ class JitSpecRegistry:
             self._specs[spec.name] = spec
 jit_spec_registry = JitSpecRegistry()
 BUILT = []
-def build_jit_specs(specs, verbose=False, skip_prebuilt=True):  # core.py's build_jit_specs: one ninja for the specs not prebuilt
+def build_jit_specs(specs, verbose=False, skip_prebuilt=True):  # core.py's build_jit_specs: one ninja for the \
+specs not prebuilt
     BUILT.extend(spec.name for spec in specs if not (skip_prebuilt and spec.aot_path.exists()))
 def gen_jit_spec(name, sources, extra_include_paths=None):
     spec = JitSpec(name=name, sources=[pathlib.Path(x) for x in sources],
-                   extra_include_dirs=[pathlib.Path(x) for x in extra_include_paths] if extra_include_paths is not None else None)
+                   extra_include_dirs=[pathlib.Path(x) for x in extra_include_paths] \
+if extra_include_paths is not None else None)
     jit_spec_registry.register(spec)
     return spec
 """
@@ -104,7 +106,8 @@ def main():
     from flashinfer.jit import core
     specs = [get_norm_module(), gen_act_and_mul_module("silu"), gen_quantization_module()]
     core.build_jit_specs(specs)  # FlashInfer's combined build (a test's warmup), which skips what it deems prebuilt
-    print(json.dumps({"prebuilt": {s.name: s.is_aot for s in specs}, "built": core.BUILT, "report": module_choice.report("task")}))
+    print(json.dumps({"prebuilt": {s.name: s.is_aot for s in specs}, "built": core.BUILT, \
+"report": module_choice.report("task")}))
 sys.exit(run_main(main))
 """
 

@@ -24,7 +24,8 @@ TAIL = "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_Fa
         ),
         (
             AttentionConfig("batch_prefill", backend="fa3", dtype_q="bfloat16", dtype_kv="bf16", dtype_o="bf16"),
-            f"batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_{TAIL}_f16qk_False_sm90",
+            "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_"
+            f"{TAIL}_f16qk_False_sm90",
         ),
         (
             AttentionConfig("single_decode", dtype_kv="float8_e4m3fn"),
@@ -32,7 +33,8 @@ TAIL = "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_Fa
         ),
         (
             AttentionConfig("batch_decode", head_dim_qk=64, head_dim_vo=64, posenc=1, use_logits_cap=True),
-            "batch_decode_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_dtype_idx_i32_head_dim_qk_64_head_dim_vo_64_posenc_1_use_swa_False_use_logits_cap_True",
+            "batch_decode_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_dtype_idx_i32_"
+            "head_dim_qk_64_head_dim_vo_64_posenc_1_use_swa_False_use_logits_cap_True",
         ),
     ],
 )

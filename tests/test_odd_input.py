@@ -390,7 +390,8 @@ def test_stage_gpu_host_takes_only_a_commit_of_the_checkout_for_bench_before(tmp
 
 @pytest.mark.parametrize("commit", ["--output=x", "HEAD", "d0886ce", "D0886CE2B67761A5B4F9396B4C3741F7860791B0"])
 def test_a_source_commit_that_is_no_full_hash_fails_in_two_lines(tmp_path, commit):
-    """source-commit goes to git (archive, diff, merge-base): a full hash only, never what git could take as an option."""
+    """source-commit goes to git (archive, diff, merge-base): a full hash only, never what git could take as an
+    option."""
     ws = tmp_path / "ws"
     shutil.copytree(ROOT / "scripts", ws / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     text = (ROOT / "pyproject.toml").read_text()

@@ -238,8 +238,8 @@ def test_a_restore_after_a_failure_that_affected_calls_no_change_is_no_pass(tmp_
     assert done.returncode == 1 and "SURVIVORS: 0 of 1" in done.stdout, done.stdout + done.stderr[-3000:]
     assert "NO (exit 0, nothing changed)" in done.stdout
     assert (
-        "restored tree did not pass after page-last-token-dropped: exit 0, nothing changed: the restore of a file whose tests failed"
-        in done.stdout
+        "restored tree did not pass after page-last-token-dropped: exit 0, nothing changed: the restore of a "
+        "file whose tests failed" in done.stdout
     )
 
 

@@ -20,7 +20,10 @@ JIT_WHEEL = "flashinfer_jit_cache-0.6.3+cu129-cp39-abi3-manylinux_2_28_x86_64.wh
 
 
 def entry(name, cuda, arch, filename, url, sha):
-    return f'[package.metadata.flashinfer_rs.pinned_wheels.{name}.{cuda}.{arch}]\nfilename = "{filename}"\nurl = "{url}"\nsha256 = "{sha}"\n\n'
+    return (
+        f'[package.metadata.flashinfer_rs.pinned_wheels.{name}.{cuda}.{arch}]\nfilename = "{filename}"\n'
+        f'url = "{url}"\nsha256 = "{sha}"\n\n'
+    )
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ def module(tmp_path):
     (tmp_path / "build.ninja").write_text(
         "rule cxx\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
         "rule link\n  command = c++ -shared $in -o $out\n"
-        f"build {tmp_path}/m.o: cxx {tmp_path}/m.cpp\nbuild {tmp_path}/m.so: link {tmp_path}/m.o\ndefault {tmp_path}/m.so\n"
+        f"build {tmp_path}/m.o: cxx {tmp_path}/m.cpp\nbuild {tmp_path}/m.so: link {tmp_path}/m.o\n"
+        f"default {tmp_path}/m.so\n"
     )
     return tmp_path
 

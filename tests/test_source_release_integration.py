@@ -191,9 +191,9 @@ def test_abi_reads_every_export_of_the_release(installed):
     assert len(exports) == len(lines) > 100
     assert all(e.signatures for e in exports), [e.key for e in exports if not e.signatures]
     by_key = {e.key: e for e in exports}
-    names = lambda key, tail=None: (
+    names = lambda key, tail=None: (  # noqa: E731
         [p.name for p in by_key[key].signatures[0].params] + [p.name for p in by_key[key].tails.get(tail, ())]
-    )  # noqa: E731
+    )
     assert names(("csrc/flashinfer_norm_binding.cu", "gemma_rmsnorm")) == [
         "out",
         "input",
@@ -309,7 +309,8 @@ module_choice.apply(kernel_source.mode())
 from flashinfer.jit.activation import gen_act_and_mul_module
 from flashinfer.jit.norm import gen_norm_module
 norm, silu = gen_norm_module(), gen_act_and_mul_module("silu")
-print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, silu.is_aot], "report": module_choice.report("t")}}))
+print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, silu.is_aot], \
+"report": module_choice.report("t")}}))
 """
     env = {**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
     env.pop("FLASHINFER_DEV_KERNEL_SOURCE", None)
@@ -358,8 +359,9 @@ print(json.dumps({{"names": [norm.name, silu.name], "prebuilt": [norm.is_aot, si
 def test_a_modules_recorded_generator_call_makes_its_sources_again(installed, tmp_path):
     """`affected` regenerates a module of FlashInfer's tests by the call that made its JitSpec
     (fidev.jit.module_choice.generator_call, noted at gen_jit_spec's registration,
-    `jit_spec_registry.register` in flashinfer/jit/core.py at v0.6.3), instead of a dry run of a test. On the real release: the calls of four generators (one
-    with torch dtypes) are recorded as plain values, the outermost generator's for single decode;
+    `jit_spec_registry.register` in flashinfer/jit/core.py at v0.6.3), instead of a dry run of a test. On the real
+    release: the calls of four generators (one with torch dtypes) are recorded as plain values, the outermost
+    generator's for single decode;
     made again in a fresh process with the generated files removed, they write the same files; an
     edit of gelu's source string changes gelu's files alone, and one of the string that
     gen_single_decode_module hands the inner generator (its `variant_decl` in flashinfer/jit/attention/modules.py)
@@ -525,9 +527,9 @@ def literal_constants(path) -> dict:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
-                found[node.targets[0].id] = eval(
+                found[node.targets[0].id] = eval(  # noqa: S307
                     compile(ast.Expression(node.value), str(path), "eval"), {"__builtins__": {}}, dict(found)
-                )  # noqa: S307
+                )
             except Exception:  # noqa: BLE001, S112 (a constant built by a call: not a planted line)
                 continue
     return found

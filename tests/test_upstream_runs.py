@@ -136,7 +136,8 @@ def test_a_baseline_then_a_new_failure_lists_exactly_it(ws):
     write(
         root,
         "utils/test_norm.py",
-        "import os, pytest\ndef test_norm():\n    pass\ndef test_gemma_norm():\n    assert not os.environ.get('FAKE_BUG')\n"
+        "import os, pytest\ndef test_norm():\n    pass\ndef test_gemma_norm():\n"
+        "    assert not os.environ.get('FAKE_BUG')\n"
         "def test_known_broken():\n    assert False\n@pytest.mark.parametrize('i', range(60))\n"
         "def test_many(i):\n    assert not os.environ.get('FAKE_BUG')\n",
     )
@@ -443,7 +444,8 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
         )
     root, _, env = ws
     collected, ran, gate, context = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate", tmp_path / "context"
-    # torch as the file's imports bring it, a stand-in for the two calls the plugin makes, which says when the context was made
+    # torch as the file's imports bring it, a stand-in for the two calls the plugin makes, which says when the context
+    # was made
     torch = (
         f"import sys, types\ntorch = sys.modules['torch'] = types.ModuleType('torch')\n"
         f"torch.cuda = types.SimpleNamespace(is_available=lambda: True)\n"
@@ -698,7 +700,8 @@ def test_under_xdist_the_workers_lines_are_said_by_the_file_at_its_end(ws):
 GENS = """\
 from flashinfer.jit import core
 BODY = {"norm": "int f{i}() {{ return {i}; }}\\n"}
-def gen_module(name, n):  # a generator that renders its sources from strings of its own, as flashinfer/jit/activation.py does
+def gen_module(name, n):  # a generator that renders its sources from strings of its own, as \
+flashinfer/jit/activation.py does
     spec = core.gen_jit_spec(name, n)
     for i, src in enumerate(spec.sources):
         body = BODY.get(name, "int g{i}() {{ return -{i}; }}\\n").format(i=i)
@@ -738,7 +741,8 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     site = Path(env["PYTHONPATH"])
     shutil.move(site / "flashinfer", tree / "flashinfer")
     (tree / "flashinfer/jit/gens.py").write_text(GENS)
-    # the JIT source dirs an import checks for (flashinfer/jit/env.py, lines 146-153 at v0.6.3), as the editable install's data/ links
+    # the JIT source dirs an import checks for (flashinfer/jit/env.py, lines 146-153 at v0.6.3), as the editable
+    # install's data/ links
     with open(tree / "flashinfer/jit/env.py", "a") as jit_env:
         jit_env.write(
             "FLASHINFER_INCLUDE_DIR = FLASHINFER_CSRC_DIR = SPDLOG_INCLUDE_DIR = pathlib.Path(__file__).parent\n"
@@ -800,7 +804,8 @@ def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_p
         root,
         "attention/test_rope.py",
         "import os, pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_case(i):\n"
-        f"    open(f'{seen}/{{i}}', 'w').write(f\"{{os.environ['CUDA_VISIBLE_DEVICES']}} {{os.getpid()}}\")\n    assert i != 4\n",
+        f"    open(f'{seen}/{{i}}', 'w').write(f\"{{os.environ['CUDA_VISIBLE_DEVICES']}} {{os.getpid()}}\")\n"
+        "    assert i != 4\n",
     )
     gpus = {**env, "CUDA_VISIBLE_DEVICES": "3,5"}
     done = upstream(root, gpus, "rope", "--no-plan")  # no time kept for it: the file whole, in one process
@@ -814,8 +819,8 @@ def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_p
     seen.mkdir()
     done = upstream(root, gpus, "rope", "--no-plan")
     assert (
-        "1 file(s), a pytest process each (1 long enough by their last run to go in parts over the GPUs, a process per part)"
-        in done.stdout
+        "1 file(s), a pytest process each (1 long enough by their last run to go in parts over the GPUs, a "
+        "process per part)" in done.stdout
     )
     assert "upstream-tests: 5 passed, 0 skipped, 1 failed, 0 errors" in done.stdout, done.stdout
     assert re.search(
@@ -842,7 +847,8 @@ def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_p
     done = upstream(root, gpus, "rope", "--no-plan")
     assert "upstream-tests: 0 passed, 0 skipped, 0 failed, 1 errors" in done.stdout, done.stdout
     assert done.returncode == 1
-    # parts that collect different lists (a parametrization that changes from one collection to the next) may miss cases: an error
+    # parts that collect different lists (a parametrization that changes from one collection to the next) may miss
+    # cases: an error
     times.write_text('{"tests/attention/test_rope.py": 25.0}')
     write(
         root,
@@ -1107,8 +1113,8 @@ def test_each_process_of_a_run_applies_the_kernel_source_mode_it_was_started_in(
     """The plugin, loaded in a process of the run (FIDEV_UPSTREAM_RUN names its outcomes file, not a
     mode), applies the mode of the environment its parent passed, before flashinfer is imported."""
     probe = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from fidev.upstream import plugin; from fidev.jit import module_choice;"
-        "print(module_choice.in_force())"
+        "import sys; sys.path.insert(0, sys.argv[1]); from fidev.upstream import plugin; from fidev.jit "
+        "import module_choice;print(module_choice.in_force())"
     )
     for mode in ("vendored", "auto", "prebuilt"):
         done = subprocess.run(

@@ -170,7 +170,10 @@ def test_affected_runs_the_sample_of_an_edited_modules_tests_and_the_whole_famil
             ran,
             done.stdout,
         )
-        sampled = "affected: FlashInfer's tests: 4 of 8 cases, every value of every parameter (a sample; --whole-family runs every case)"
+        sampled = (
+            "affected: FlashInfer's tests: 4 of 8 cases, every value of every parameter (a sample; --whole-family "
+            "runs every case)"
+        )
         assert (sampled in done.stdout) == (not flags), done.stdout
 
 

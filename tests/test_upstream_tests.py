@@ -214,8 +214,10 @@ def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(
     tests = root / "extern/tracked/flashinfer/tests"
     (tests / "utils/test_activation.py").write_text(
         "import pytest\nimport flashinfer\n@pytest.fixture(autouse=True, scope='module')\ndef warmup_jit():\n"
-        "    flashinfer.jit.build_jit_specs([flashinfer.gen('silu_and_mul', 1), flashinfer.gen('gelu_and_mul', 1)], verbose=False)\n"
-        "    yield\ndef test_gelu():\n    flashinfer.load('gelu_and_mul', 1)\ndef test_silu():\n    flashinfer.load('silu_and_mul', 1)\n"
+        "    flashinfer.jit.build_jit_specs([flashinfer.gen('silu_and_mul', 1), "
+        "flashinfer.gen('gelu_and_mul', 1)], verbose=False)\n"
+        "    yield\ndef test_gelu():\n    flashinfer.load('gelu_and_mul', 1)\ndef test_silu():\n"
+        "    flashinfer.load('silu_and_mul', 1)\n"
     )
     record = (
         Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/fidev-module-tests.json"
@@ -238,7 +240,8 @@ def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):
     root, _, env = ws
     (root / "extern/tracked/flashinfer/tests/attention/test_rope.py").write_text(
         "import pytest\ndef test_fine():\n    pass\ndef test_bad():\n    assert False\n"
-        "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_oom():\n    raise RuntimeError('CUDA error: out of memory')\n"
+        "def test_sm100():\n    pytest.skip('needs sm_100')\ndef test_oom():\n"
+        "    raise RuntimeError('CUDA error: out of memory')\n"
     )
     asked = tmp_path / "asked/summary.json"
     done = upstream(root, env, "rope", "--no-plan", "--summary", str(asked))

@@ -5,7 +5,8 @@ Through pixi where it is on PATH (the chain, then each step with --skip-deps); e
 the tasks' own commands in the chain's order, read from the manifest (`python` is this interpreter).
 The chain stops at a failing step, as pixi's does, unless --keep-going (a GPU host that is not the
 pinned environment fails preflight); without it, a chain that stops (the warm-up, a timed run, an
-edit round) ends the tool in two lines, since a failed command's time is no figure. --edit-loop then appends a comment line to
+edit round) ends the tool in two lines, since a failed command's time is no figure. --edit-loop then \
+appends a comment line to
 include/flashinfer/norm.cuh, runs the chain once, restores the file with `cp -p` (its old mtime:
 build's restored-copy guard must rebuild), runs it again, and prints both rounds with the compile
 time build reports: its ninja time for the changed modules (their objects side by side, then the
@@ -90,7 +91,8 @@ def table(runs: list[list[tuple[str, float, int, str]]]) -> list[str]:
             times = [s for run in runs for step, s, _, _ in run if step == name]
             codes = [c for run in runs for step, _, c, _ in run if step == name]
         lines.append(
-            f"{name:14} {statistics.median(times):8.2f} {min(times):8.2f} {max(times):8.2f} {codes[-1]:5} {len(times):5}"
+            f"{name:14} {statistics.median(times):8.2f} {min(times):8.2f} {max(times):8.2f} {codes[-1]:5} "
+            f"{len(times):5}"
         )
     return lines
 

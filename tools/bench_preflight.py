@@ -90,7 +90,10 @@ def main() -> int:
         return 0
     runs = min(args.runs, 3)  # collect_env takes seconds
     collect_env = [sys.executable, "-m", "torch.utils.collect_env"]
-    why = "python -m torch.utils.collect_env shows why: torch must import in this interpreter for a figure to compare with"
+    why = (
+        "python -m torch.utils.collect_env shows why: torch must import in this interpreter for a figure to "
+        "compare with"
+    )
     row("torch.utils.collect_env", *timed("torch.utils.collect_env", collect_env, runs, (0,), why), runs)
     return 0
 

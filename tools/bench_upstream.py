@@ -191,7 +191,8 @@ def bench(args) -> int:
         total = (not args.no_warm_up) + sum(len(r) for _, _, r in rows)
         raise Failure(
             f"{len(failed)} of {total} runs failed (exit {failed[0]}): the figures above time failing runs",
-            f"run the selection once and read why: python scripts/upstream_tests.py {' '.join(args.families)} --no-plan",
+            f"run the selection once and read why: python scripts/upstream_tests.py {' '.join(args.families)} "
+            "--no-plan",
         )
     return 0
 

@@ -27,7 +27,8 @@ a host that limits a command's time runs it in parts: `--steps setup,negative-co
 the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
 part starts no step that would not end in time (by the step's last time here, else STEP_S), and
 names the steps it left for the next part; `--resume` leaves out the steps WORK has every row for, so
-every part after the first can be the same command, and a part fails where a step it left out failed. `--fresh` removes what earlier runs made in WORK
+every part after the first can be the same command, and a part fails where a step it left out failed. \
+`--fresh` removes what earlier runs made in WORK
 (MADE) once setup is known to have a source release, and refuses a WORK that holds anything else.
 `--list-steps` prints each step with the seconds it is expected to take, as JSON, and runs nothing.
 
@@ -74,8 +75,9 @@ from fidev.upstream import runs as upstream_runs  # noqa: E402
 from fidev.upstream import summary as upstream_summary  # noqa: E402
 
 TESTS_ARCHIVE = "flashinfer-tests.tar"  # tools/stage_gpu_host.py writes it
-# The planted bug of the edit loop (and of upstream-compare-bug and auto-header): RMSNormKernel's output 0.5% too large, the size of bug an
-# fp16 tolerance must catch (tests/support/gpu_checks.py). include/flashinfer/norm.cuh, RMSNormKernel, at v0.6.3.
+# The planted bug of the edit loop (and of upstream-compare-bug and auto-header): RMSNormKernel's output 0.5% too
+# large, the size of bug an fp16 tolerance must catch (tests/support/gpu_checks.py). include/flashinfer/norm.cuh,
+# RMSNormKernel, at v0.6.3.
 NORM_HEADER = "include/flashinfer/norm.cuh"
 NORM_LINE = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j]));"
 NORM_BUG = "output_vec[j] = float(input_vec[j]) * rms_rcp * (weight_bias + float(weight_vec[j])) * 1.005f;"
@@ -671,8 +673,10 @@ def planted_bugs(run: Run) -> None:
         "planted-bugs",
         status == 0 and done["bugs"] and len(caught) == len(done["bugs"]),
         seconds,
-        f"exit {status}; caught {len(caught)} of {len(done['bugs'])}; survivors: {', '.join(done['survivors']) or 'none'}; "
-        f"restored trees failing: {', '.join(done['restored_failures']) or 'none'}; left: {', '.join(done['left']) or 'none'}; {record.name}",
+        f"exit {status}; caught {len(caught)} of {len(done['bugs'])}; survivors: "
+        f"{', '.join(done['survivors']) or 'none'}; restored trees failing: "
+        f"{', '.join(done['restored_failures']) or 'none'}; left: {', '.join(done['left']) or 'none'}; "
+        f"{record.name}",
     )
 
 
@@ -762,7 +766,8 @@ def list_steps() -> str:
 ARGS = argparse.Namespace()
 
 
-def main() -> int:
+def make_parser() -> ArgumentParser:
+    """The command line's parser: WORK, what was staged, and which steps run."""
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--staged",
@@ -788,7 +793,8 @@ def main() -> int:
     parser.add_argument(
         "--fresh",
         action="store_true",
-        help="forget WORK's earlier results and builds first (what this tool made there: a WORK holding more is refused)",
+        help="forget WORK's earlier results and builds first (what this tool made there: a WORK holding more is "
+        "refused)",
     )
     parser.add_argument(
         "--time-limit",
@@ -806,11 +812,11 @@ def main() -> int:
         action="store_true",
         help="print each step and the seconds it is expected to take, as JSON; run nothing",
     )
-    global ARGS
-    ARGS = parser.parse_args()
-    if ARGS.list_steps:
-        print(list_steps())
-        return 0
+    return parser
+
+
+def chosen_steps(parser: ArgumentParser) -> list[str]:
+    """The steps --steps names (default STEPS); an unknown one is a usage error that names the step a row is of."""
     chosen = ARGS.steps.split(",") if ARGS.steps else STEPS
     unknown = [s for s in chosen if s not in STEPS + NAMED_ONLY]
     if unknown:
@@ -819,16 +825,11 @@ def main() -> int:
             f"unknown step(s) {unknown}{' (' + '; '.join(within) + ')' if within else ''}\n"
             f"name them from: {', '.join(STEPS + NAMED_ONLY)}"
         )
-    if ARGS.fresh:
-        fresh(ARGS.work, ARGS.staged)
-    ARGS.work.mkdir(parents=True, exist_ok=True)
-    replaceable(
-        ARGS.work / "results.json"
-    )  # written after each step: a FIFO or a folder there is refused before the first
-    run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
-    named = chosen
-    if ARGS.resume:
-        chosen = [name for name in chosen if not recorded(run, name)]
+    return chosen
+
+
+def run_steps(run: Run, chosen: list[str]) -> list[str]:
+    """Run the chosen steps in order, each that would end in --time-limit; the steps left for the next part."""
     todo = steps(run)
     started, left = time.perf_counter(), []
     run.deadline = started + ARGS.time_limit if ARGS.time_limit is not None else None
@@ -842,10 +843,30 @@ def main() -> int:
         if name in ROWS:  # its rows are one result: a part stopped midway leaves none of them, not a mix of two runs'
             run.forget(ROWS[name])
         todo[name]()
+    return left
+
+
+def main() -> int:
+    parser = make_parser()
+    global ARGS
+    ARGS = parser.parse_args()
+    if ARGS.list_steps:
+        print(list_steps())
+        return 0
+    chosen = chosen_steps(parser)
+    if ARGS.fresh:
+        fresh(ARGS.work, ARGS.staged)
+    ARGS.work.mkdir(parents=True, exist_ok=True)
+    # written after each step: a FIFO or a folder there is refused before the first
+    replaceable(ARGS.work / "results.json")
+    run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
+    named = chosen
+    if ARGS.resume:
+        chosen = [name for name in chosen if not recorded(run, name)]
+    left = run_steps(run, chosen)
     ran = chosen[: len(chosen) - len(left)]
-    left = [
-        name for name in ran if not recorded(run, name)
-    ] + left  # one that kept no result: planted-bugs with no time for a bug
+    # one that kept no result: planted-bugs with no time for a bug
+    left = [name for name in ran if not recorded(run, name)] + left
     print("\n" + table(run))
     if left:  # said last, after the table: what the next part runs
         print(f"\nnot started, past --time-limit {ARGS.time_limit or 0:.0f} s: --steps {','.join(left)}")

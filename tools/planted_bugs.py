@@ -4,8 +4,10 @@
   python3 tools/planted_bugs.py --list
 
 For each bug of BUGS (a line of FlashInfer v0.6.3's source, in a header, a csrc/ file, a Python
-generator or a Python wrapper of the package, and the line with the bug), on a GPU host whose JIT dir `build` filled, with
-FlashInfer's tests in the tree: it takes the tree's lock and plants the bug (fidev.tree.edits.planted: the file is restored
+generator or a Python wrapper of the package, and the line with the bug), on a GPU host whose JIT dir \
+`build` filled, with
+FlashInfer's tests in the tree: it takes the tree's lock and plants the bug (fidev.tree.edits.planted: the \
+file is restored
 as `cp -p` would, its bytes and mtime, on every way out, Ctrl-C and SIGTERM included), runs
 `python scripts/affected.py --summary FILE` in the workspace as a user would, restores the file and
 runs `affected` again, which must pass. What it keeps of each run comes from affected's summary
@@ -209,7 +211,8 @@ BUGS = [
         "include/flashinfer/attention/decode.cuh",
         "BatchDecodeWithPagedKVCacheDevice",
         "st.o.cast_store(o + (bx * num_qo_heads + qo_head_idx) * head_dim + tx * vec_size);",
-        "if (qo_head_idx + 1 < num_qo_heads) st.o.cast_store(o + (bx * num_qo_heads + qo_head_idx) * head_dim + tx * vec_size);",
+        "if (qo_head_idx + 1 < num_qo_heads) st.o.cast_store(o + (bx * num_qo_heads + qo_head_idx) * head_dim "
+        "+ tx * vec_size);",
         "tail only: the last query head's output (a split-KV partial too) never written: it is what the buffer held "
         "(torch.empty, smoke's NaN), not a rounding matter; every other head exact",
     ),
@@ -221,8 +224,8 @@ BUGS = [
         "? (kv_idx + qo_len > kv_len + q_idx || (kv_idx >= chunk_end))",
         "? (kv_idx + qo_len >= kv_len + q_idx || (kv_idx >= chunk_end))",
         "causal only: each query's own key (the diagonal) masked, ~1/(keys it sees) of its row's weight: ~1e-2 at "
-        "hundreds of keys (10x the tests' atol, ~20x fp16's half-ulp), more in short rows; where qo_len = kv_len the first "
-        "row sees no key at all",
+        "hundreds of keys (10x the tests' atol, ~20x fp16's half-ulp), more in short rows; where qo_len = "
+        "kv_len the first row sees no key at all",
     ),
     Bug(
         "hopper-rescale-unscaled",
@@ -231,9 +234,10 @@ BUGS = [
         "OnlineSoftmax::update",
         "scores_scale(mi) = exp2f((scores_max_prev(mi) - scores_max_cur) * sm_scale_log2);",
         "scores_scale(mi) = exp2f((scores_max_prev(mi) - scores_max_cur));",
-        "only where a row spans more than one KV tile (CTA_KV 128 at head dim 64) and its running max grows: the earlier "
-        "tiles rescaled without sm_scale*log2e (2^-8 for a raw gain of 8, not ~0.5), most of their weight lost: "
-        "O(1) relative error, >1000x fp16's half-ulp; exact within one tile (test_hopper's seq_len 11 and 99)",
+        "only where a row spans more than one KV tile (CTA_KV 128 at head dim 64) and its running max grows: "
+        "the earlier tiles rescaled without sm_scale*log2e (2^-8 for a raw gain of 8, not ~0.5), most of "
+        "their weight lost: O(1) relative error, >1000x fp16's half-ulp; exact within one tile (test_hopper's "
+        "seq_len 11 and 99)",
     ),
     Bug(
         "cascade-other-lse-head0",
@@ -310,7 +314,8 @@ def check_lines(tree: Path, chosen: list[Bug]) -> None:
         if count != 1:
             said = "lacks" if count == 0 else f"has {count} copies of"
             raise Failure(
-                f"{bug.id}: {bug.file} {said} the line its bug replaces ({bug.symbol}, FlashInfer v0.6.3): {bug.line.strip()[:80]}",
+                f"{bug.id}: {bug.file} {said} the line its bug replaces ({bug.symbol}, FlashInfer v0.6.3): "
+                f"{bug.line.strip()[:80]}",
                 "restore the tree to the pinned release (git checkout -- FILE in the tree, or fetch the source again), "
                 "or leave the bug out with --bugs",
             )
@@ -399,18 +404,30 @@ def survived_because(bug: Bug, done: affected_summary.Summary | None, why: str |
     if done.status == Verdict.FAILED.status and done.verdict == Verdict.FAILED:
         return f"exit 1, failed, but no test failed: {done.problem or 'what broke is in its output'}"
     if done.verdict == Verdict.BUILD_FAILED:
-        return f"exit {done.status}, build failed: the planted line does not compile, so no test judged it (fix the bug table): {done.problem}"
+        return (
+            f"exit {done.status}, build failed: the planted line does not compile, so no test judged it (fix the "
+            f"bug table): {done.problem}"
+        )
     if done.verdict == Verdict.NOT_COVERED:
-        return f"exit 3, not covered: the edit reaches {bug.family}, whose FlashInfer tests did not run (are they in the tree?)"
+        return (
+            f"exit 3, not covered: the edit reaches {bug.family}, whose FlashInfer tests did not run (are they in "
+            "the tree?)"
+        )
     if done.verdict in (Verdict.NOTHING_CHANGED, Verdict.NO_MODULE_CHANGED):
-        return f"exit {done.status}, {done.verdict}: the edit reached no built module and no kernel family's tests (run `build`)"
+        return (
+            f"exit {done.status}, {done.verdict}: the edit reached no built module and no kernel family's tests "
+            "(run `build`)"
+        )
     if done.verdict != Verdict.PASSED:
         return f"exit {done.status}, {done.verdict}" + (f": {done.problem}" if done.problem else "")
     ran = [t for t in done.tests if family_of(t) == bug.family]
     if not ran:
         others = f": {caught_families(done.tests)}" if done.tests else ""
         return f"exit 0: no test of {bug.family} ran ({len(done.tests)} test(s) selected{others})"
-    return f"exit 0: {len(ran)} test(s) of {bug.family} ran and passed: the bug is within their tolerance or outside their cases"
+    return (
+        f"exit 0: {len(ran)} test(s) of {bug.family} ran and passed: the bug is within their tolerance or outside "
+        "their cases"
+    )
 
 
 def caught_families(tests: list[str]) -> str:
@@ -602,7 +619,8 @@ def main() -> int:
     parser.add_argument(
         "--time-limit",
         type=option(numbers.decimal_number(example="--time-limit 580")),
-        help=f"seconds this run may take: no bug starts that would not end in time (by the longest bug so far, else {BUG_S:.0f} s)",
+        help="seconds this run may take: no bug starts that would not end in time (by the longest bug so far, else "
+        f"{BUG_S:.0f} s)",
     )
     parser.add_argument(
         "--record",

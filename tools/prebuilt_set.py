@@ -36,7 +36,8 @@ def main() -> int:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    # both checked before the build, which takes minutes: a folder, or a path where nothing is yet, that can be written in
+    # both checked before the build, which takes minutes: a folder, or a path where nothing is yet, that can be
+    # written in
     parser.add_argument(
         "build_dir", type=option(output_folder), help="where FlashInfer's JIT dirs point while the modules compile"
     )
@@ -64,8 +65,8 @@ def main() -> int:
     core.build_jit_specs(specs, verbose=False, skip_prebuilt=False)
     copy_built_kernels(specs, args.out_dir.resolve())
     print(
-        f"prebuilt-set: {len(specs)} modules ({', '.join(s.name for s in specs)}) built in {time.perf_counter() - started:.1f} s "
-        f"and copied to {args.out_dir}"
+        f"prebuilt-set: {len(specs)} modules ({', '.join(s.name for s in specs)}) built in "
+        f"{time.perf_counter() - started:.1f} s and copied to {args.out_dir}"
     )
     return 0
 

@@ -26,8 +26,8 @@ from fidev.smoke import gpu_suite  # noqa: E402
 MIN_MARGIN = 1.5
 # gdn_prefill's float32 state in bf16 is held to FlashInfer's own rule (tests/gdn/test_prefill_delta_rule.py
 # at v0.6.3: rtol 1e-3, atol 5e-3), which against the exact float64 recurrence, on FlashInfer's own
-# inputs, leaves it less than MIN_MARGIN (docs/measurements.md, row "gdn bf16 state margin"): it asks this much of that check
-# rather than a rule looser than FlashInfer's.
+# inputs, leaves it less than MIN_MARGIN (docs/measurements.md, row "gdn bf16 state margin"): it asks this much
+# of that check rather than a rule looser than FlashInfer's.
 MIN_MARGIN_OF = {("gdn_state", "bfloat16"): 1.2}
 
 
@@ -81,7 +81,8 @@ def main() -> int:
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
     print(
-        f"smoke-noise: {args.runs} runs of {args.suite}, {failed_runs} failed; margins under {MIN_MARGIN:g}x: {', '.join(short) or 'none'}"
+        f"smoke-noise: {args.runs} runs of {args.suite}, {failed_runs} failed; margins under {MIN_MARGIN:g}x: "
+        f"{', '.join(short) or 'none'}"
     )
     return 1 if failed_runs or short else 0
 

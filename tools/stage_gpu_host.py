@@ -78,7 +78,8 @@ def stage_tests(dest: Path, checkout: Path | None) -> None:
     if has_commit.returncode != 0:
         raise Failure(
             f"{git_dir} is not a FlashInfer git checkout holding the pinned commit {p.source_commit}",
-            "git submodule update --init --recursive, or pass --flashinfer-git DIR (a clone of flashinfer-ai/flashinfer)",
+            "git submodule update --init --recursive, or pass --flashinfer-git DIR (a clone of "
+            "flashinfer-ai/flashinfer)",
         )
     git_archive(
         git_dir,

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (abi-smoke runs in flashinfer-dev)")
 from fidev.builds import smoke_modules  # noqa: E402
 from fidev.jit.uris import AttentionConfig, module_uri  # noqa: E402
-from gpu_checks import (
+from gpu_checks import (  # noqa: E402
     EPS,
     add_result,
     assert_close,
@@ -22,7 +22,7 @@ from gpu_checks import (
     gdn_inputs,
     poisoned,
     rms_ref,
-)  # noqa: E402
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -215,7 +215,8 @@ RUNTIME_SIGNATURE = re.compile(r"`(\w+)\((.*)\) -> ([^`]+)`")
 
 @pytest.fixture(scope="session")
 def source_abi():
-    """The exports fidev.bindings.signatures reads from the vendored source (what `pixi run -e flashinfer-dev abi` prints)."""
+    """The exports fidev.bindings.signatures reads from the vendored source (what `pixi run -e flashinfer-dev abi`
+    prints)."""
     pytest.importorskip("tree_sitter_cpp", reason="tree-sitter-cpp is not installed (a flashinfer-dev dependency)")
     from fidev.bindings import signatures as abi
     from fidev.core.manifest import pins

@@ -5,7 +5,7 @@ import pytest
 from fidev.builds.smoke_modules import BY_KEY
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
-from gpu_checks import (
+from gpu_checks import (  # noqa: E402
     EPS,
     NORM_SIZES,
     SILU_TAIL_SIZES,
@@ -16,7 +16,7 @@ from gpu_checks import (
     poison_allocator,
     poisoned,
     rms_ref,
-)  # noqa: E402
+)
 
 pytestmark = pytest.mark.gpu
 

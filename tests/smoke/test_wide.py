@@ -4,7 +4,7 @@ append_paged_kv_cache, top-k, and chunk_gated_delta_rule (gdn_prefill, sm_90).""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the smoke suite runs in flashinfer-dev)")
-from gpu_checks import (
+from gpu_checks import (  # noqa: E402
     assert_close,
     attention_ref,
     fresh_seed,
@@ -13,7 +13,7 @@ from gpu_checks import (
     gpu_ms,
     paged_kv,
     poisoned,
-)  # noqa: E402
+)
 
 HALF = [torch.float16, torch.bfloat16]
 

@@ -17,8 +17,8 @@ test_upstream_runs), written after FlashInfer's files at v0.6.3:
   `ninja -C <jit dir>/<name>`, whose failure is cpp_ext.py run_ninja's RuntimeError("Ninja build
   failed. Ninja output: ...")), loads prebuilt modules
   when `aot_path` exists and otherwise builds under the module's lock, `<jit dir>/tmp/<name>.lock`,
-  with need_lock=False (`JitSpec.build_and_load` and `JitSpec.lock_path`), and its combined `build_jit_specs` only records
-  that it was called. Every object compiled is logged, to count recompiles.
+  with need_lock=False (`JitSpec.build_and_load` and `JitSpec.lock_path`), and its combined `build_jit_specs`
+  only records that it was called. Every object compiled is logged, to count recompiles.
 """
 
 import os
@@ -84,13 +84,16 @@ class JitSpec:
     jit_library_path = property(lambda self: self.build_dir / f"{self.name}.so")
     aot_path = property(lambda self: jit_env.FLASHINFER_AOT_DIR / self.name / f"{self.name}.so")
     is_aot = property(lambda self: self.aot_path.exists())
-    def write_ninja(self):  # FlashInfer's rule names and resolved sources (flashinfer/jit/cpp_ext.py, generate_ninja_build_for_op)
+    def write_ninja(self):  # FlashInfer's rule names and resolved sources (flashinfer/jit/cpp_ext.py, \
+generate_ninja_build_for_op)
         log = os.environ["FAKE_COMPILES"]
-        rules = ("rule compile\\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out && echo $out >> " + log + "\\n  depfile = $out.d\\n  deps = gcc\\n"
+        rules = ("rule compile\\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out && echo $out >> " + log + \
+"\\n  depfile = $out.d\\n  deps = gcc\\n"
                  "rule link\\n  command = c++ -shared $in -o $out\\n")
         objs = [self.build_dir / (s.stem + ".o") for s in self.sources]
         body = "".join(f"build {o}: compile {s.resolve()}\\n" for o, s in zip(objs, self.sources))
-        text = rules + body + f"build {self.jit_library_path}: link {' '.join(map(str, objs))}\\ndefault {self.jit_library_path}\\n"
+        text = rules + body + f"build {self.jit_library_path}: link {' '.join(map(str, objs))}\\n\
+default {self.jit_library_path}\\n"
         self.build_dir.mkdir(parents=True, exist_ok=True)
         if not self.ninja_path.exists() or self.ninja_path.read_text() != text:
             self.ninja_path.write_text(text)
@@ -100,9 +103,11 @@ class JitSpec:
         with FileLock(self.lock_path) if need_lock else contextlib.nullcontext():
             if not self.ninja_path.exists():
                 self.write_ninja()
-            done = subprocess.run(["ninja", "-C", str(self.build_dir), "-f", str(self.ninja_path)], capture_output=True, text=True)
+            done = subprocess.run(["ninja", "-C", str(self.build_dir), "-f", str(self.ninja_path)], \
+capture_output=True, text=True)
             if done.returncode:  # cpp_ext.run_ninja's error
-                raise RuntimeError("Ninja build failed." + (" Ninja output:\\n" + done.stdout + done.stderr if done.stdout + done.stderr else ""))
+                raise RuntimeError("Ninja build failed." + (" Ninja output:\\n" + done.stdout + done.stderr \
+if done.stdout + done.stderr else ""))
     lock_path = property(lambda self: get_tmpdir() / f"{self.name}.lock")
     def build_and_load(self):
         if self.is_aot:
@@ -171,7 +176,8 @@ import flashinfer
 from flashinfer.utils import has_flashinfer_jit_cache
 @pytest.fixture(autouse=not has_flashinfer_jit_cache(), scope="module")
 def warmup_jit():
-    flashinfer.jit.build_jit_specs([flashinfer.gen("silu_and_mul", 1), flashinfer.gen("gelu_and_mul", 1)], verbose=False)
+    flashinfer.jit.build_jit_specs([flashinfer.gen("silu_and_mul", 1), flashinfer.gen("gelu_and_mul", 1)], \
+verbose=False)
     yield
 def test_silu():
     flashinfer.load("silu_and_mul", 1)

@@ -26,8 +26,9 @@ def build_fix(mode: str) -> str:
     mode, read at its start."""
     if mode == kernel_source.AUTO and module_choice.prebuilt_available():
         return (
-            f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev build, then affected with the same setting "
-            "(in auto, a module flashinfer-jit-cache ships is built here only once you edit it)"
+            f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev build, then affected "
+            "with the same setting (in auto, a module flashinfer-jit-cache ships is built here only once you "
+            "edit it)"
         )
     return BUILD_FIX
 
@@ -40,7 +41,8 @@ def jit_dirs(ws: workspace.Workspace, mode: str) -> list[Path]:
     others = ws.other_versions()
     if others:
         raise Failure(
-            f"the JIT dir {ws.cache} holds builds of FlashInfer {', '.join(others)}, none of {ws.version}, the pinned one",
+            f"the JIT dir {ws.cache} holds builds of FlashInfer {', '.join(others)}, none of {ws.version}, the "
+            "pinned one",
             build_fix(mode),
         )
     raise Failure(f"nothing is built yet: no JIT dir under {ws.cache}", build_fix(mode))
@@ -148,15 +150,18 @@ def find(ws: workspace.Workspace, mode: str) -> Found:
     if mode == kernel_source.PREBUILT and importlib.util.find_spec(uris.JIT_CACHE_PACKAGE) is not None:
         # FlashInfer would load the jit-cache's copy of any module it ships, whatever was rebuilt here
         raise Failure(
-            f"kernel source {mode}: flashinfer-jit-cache is installed, so the tests would run its prebuilt kernels, not your edits",
+            f"kernel source {mode}: flashinfer-jit-cache is installed, so the tests would run its prebuilt "
+            "kernels, not your edits",
             f"{kernel_source.ENV}={kernel_source.VENDORED} pixi run -e flashinfer-dev affected",
         )
     for stamp in build_stamp.unreadable_stamps(
         ws
     ):  # without it smoke's modules would pass for FlashInfer's tests' ones
         raise Failure(
-            f"the build stamp {stamp} cannot be read (truncated?), so affected cannot tell which built modules are smoke's",
-            "run the build again, which rewrites it: pixi run -e flashinfer-dev build (and build-abi for abi-smoke's modules)",
+            f"the build stamp {stamp} cannot be read (truncated?), so affected cannot tell which built modules "
+            "are smoke's",
+            "run the build again, which rewrites it: pixi run -e flashinfer-dev build (and build-abi for "
+            "abi-smoke's modules)",
         )
     tier = {name: key for d in dirs for name, key in tier_keys(ws, d).items()}
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}

@@ -165,13 +165,14 @@ def regenerate_edits(
     stop at `stop_after` failing cases (0: none)."""
     tier, recorded = found.tier, found.recorded
     stale = [m for m in found.modules if ch.generators[m.name]]
-    # a module of csrc/ files alone is as built (smoke's are made again all the same: cheaply, and build needs their JitSpecs)
+    # a module of csrc/ files alone is as built (smoke's are made again all the same: cheaply, and build needs
+    # their JitSpecs)
     plain = [m.name for m in stale if m.name not in tier and not m.generated]
     stale = [m for m in stale if m.name not in plain]
     lost = ch.lost = [m.name for m in stale if m.name not in tier and not recorded.get(m.name)]
     print(
-        f"affected: {short(Path(f).name for f in ch.python_edits)} changed: regenerating the sources of {len(stale) - len(lost)} "
-        f"module(s), compiling nothing"
+        f"affected: {short(Path(f).name for f in ch.python_edits)} changed: regenerating the sources of "
+        f"{len(stale) - len(lost)} module(s), compiling nothing"
         + (f"; no test is recorded for {short(lost)}, so it cannot be regenerated here" if lost else "")
     )
     theirs_stale = [m for m in stale if m.name not in tier and recorded.get(m.name)]
@@ -210,7 +211,8 @@ def regenerate_edits(
             if applies
         )
         print(
-            f"affected: {short(ch.unregenerated)} could not be regenerated here ({why}), so it may hold the edit: its tests run, and regenerate it"
+            f"affected: {short(ch.unregenerated)} could not be regenerated here ({why}), so it may hold the "
+            "edit: its tests run, and regenerate it"
         )
 
 
@@ -274,8 +276,9 @@ def files_changed(found: Found, ch: Changes) -> None:
         by_file[f] = set(blind)
     for record in filter(None, map(build_records.unreadable_tree, found.dirs)):
         print(
-            f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ that no built module "
-            "compiles cannot be told, so it counts as reaching every kernel family; the next build writes it again"
+            f"affected: {record} cannot be read (truncated, or of another shape): an edit of include/ or csrc/ "
+            "that no built module compiles cannot be told, so it counts as reaching every kernel family; the "
+            "next build writes it again"
         )
         by_file[UNTOLD] = set()
     ch.by_file = by_file
@@ -311,8 +314,8 @@ def unjudged(
         edits = [rel for rel in release_reference.edited_files(found.tree, pins()) if build_records.judged_part(rel)]
     except Failure as failure:
         print(
-            f"affected: no verdict of its own is kept here yet, and {failure.problem}: an edit a build recorded before this run "
-            "is not seen (every later one is)"
+            f"affected: no verdict of its own is kept here yet, and {failure.problem}: an edit a build "
+            "recorded before this run is not seen (every later one is)"
         )
         return [], {}
     return edits, release_reference.released_facts(found.tree)
@@ -355,7 +358,8 @@ def since_judged(found: Found, ch: Changes, kept: Kept, by_input: Callable[[], d
         else "from the pinned release (it has given no verdict here yet)"
     )
     print(
-        f"affected: {short(edits)} changed {since}, and a build recorded the edit since: its modules' tests and its kernel families' run"
+        f"affected: {short(edits)} changed {since}, and a build recorded the edit since: its modules' tests "
+        "and its kernel families' run"
     )
 
 

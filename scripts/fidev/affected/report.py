@@ -48,13 +48,14 @@ def changed_files(sel: Selection) -> dict[str, list[str]]:
 def hints(sel: Selection) -> None:
     if sel.families:
         print(
-            f"affected: the edit reaches {', '.join(sorted(sel.families))}, whose modules no recorded test of a changed module "
-            f"loads: their FlashInfer tests ({'a sample' if sel.sampled else 'every case'}) and smoke's tests of them run too, "
-            "building what they load"
+            f"affected: the edit reaches {', '.join(sorted(sel.families))}, whose modules no recorded test of "
+            f"a changed module loads: their FlashInfer tests ({'a sample' if sel.sampled else 'every case'}) "
+            "and smoke's tests of them run too, building what they load"
         )
     if sel.unmapped:
         print(
-            f"affected: no test is recorded for {short(sel.unmapped)}: `upstream-tests FAMILY` (with its plan) records them"
+            f"affected: no test is recorded for {short(sel.unmapped)}: `upstream-tests FAMILY` (with its plan) "
+            "records them"
         )
     for f, families in sorted(sel.reaching.items()):
         if families and all(fam in sel.families for fam in families):
@@ -62,7 +63,8 @@ def hints(sel: Selection) -> None:
         print(
             f"affected: {f} reaches no built module; "
             + (
-                f"the tests of {', '.join(families)} would build one: pixi run -e flashinfer-dev upstream-tests {families[0]}"
+                f"the tests of {', '.join(families)} would build one: pixi run -e flashinfer-dev "
+                f"upstream-tests {families[0]}"
                 if families
                 else "no kernel family's sources include it"
             )
@@ -101,15 +103,17 @@ def not_covered(gaps: dict[str, list[str]], untested: list[str] = (), untold: li
     families = sorted({fam for fams in gaps.values() for fam in fams})
     if untested:
         print(
-            f"affected: no test of {short(untested)} ran here (none of smoke's, and none of FlashInfer's recorded for them ran "
-            "to a result): not a pass; `upstream-tests FAMILY` of their family runs and records them"
+            f"affected: no test of {short(untested)} ran here (none of smoke's, and none of FlashInfer's "
+            "recorded for them ran to a result): not a pass; `upstream-tests FAMILY` of their family runs and "
+            "records them"
         )
     if not gaps:
         return
     for f, fams in gaps.items():
         if f in untold:
             print(
-                f"affected: {f} holds no kernel family's API (fidev.tree.families): which tests execute it cannot be told here"
+                f"affected: {f} holds no kernel family's API (fidev.tree.families): which tests execute it "
+                "cannot be told here"
             )
         else:
             print(f"affected: {f} reaches {', '.join(fams)}, whose FlashInfer tests did not run here")
@@ -138,8 +142,8 @@ def final(
                 "(the next run runs them again; --keep-going runs every one)"
             )
         print(
-            f"affected: {len(failed)} failed ({short(failed, 4)}){'; ' + '; '.join(broken) if broken else ''}; {built}; {total:.1f} s "
-            f"in all\naffected: rerun alone: " + ("; ".join(reruns) or "see the output above")
+            f"affected: {len(failed)} failed ({short(failed, 4)}){'; ' + '; '.join(broken) if broken else ''}; "
+            f"{built}; {total:.1f} s in all\naffected: rerun alone: " + ("; ".join(reruns) or "see the output above")
         )
     else:
         print(f"affected: every selected test passed; {built}; {total:.1f} s in all")
@@ -150,7 +154,8 @@ def nothing_changed(modules: int, passed: dict, checked_s: float) -> None:
     last verdict on them passed (`passed`: {module: its kept passing verdict}, fidev.affected.verdicts)."""
     last = max((v.when for v in passed.values()), default=None)
     said = (
-        f"; affected's last verdict on {short(passed, 3)}: passed ({sum(len(v.tests) for v in passed.values())} test(s), {last})"
+        f"; affected's last verdict on {short(passed, 3)}: passed "
+        f"({sum(len(v.tests) for v in passed.values())} test(s), {last})"
         if passed
         else "; no verdict of affected is kept on them (it judges edits: smoke tests the build)"
     )

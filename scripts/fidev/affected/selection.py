@@ -64,7 +64,8 @@ class Selection:
 
     @property
     def ours(self) -> list[str]:
-        """smoke's and abi-smoke's tests of the changed modules, and of the reached families' (they build what they load)."""
+        """smoke's and abi-smoke's tests of the changed modules, and of the reached families' (they build what
+        they load)."""
         return sorted(
             {t for name in self.changed if name in self.tier for t in smoke_modules.BY_KEY[self.tier[name]].tests}
             | {t for fam in self.families for t in family_smoke_tests(fam)}

@@ -152,7 +152,10 @@ def past_figures(ended: float, last: float | None, first_failure: float | None =
 
 def past_build(past: dict[str, float]) -> str:
     """The PAST_BUILD line."""
-    return f"affected: FlashInfer's tests ended {past['ended_s']:.1f} s after the build (their last case {past['last_case_s']:.1f} s after it)"
+    return (
+        f"affected: FlashInfer's tests ended {past['ended_s']:.1f} s after the build (their last case "
+        f"{past['last_case_s']:.1f} s after it)"
+    )
 
 
 class FlashInferTests:
@@ -180,17 +183,15 @@ class FlashInferTests:
         `plan`: upstream-tests' plan first (its dry run, while the modules compile), so that the
         record names the modules of the sample's cases and their warmups build only those
         (fidev.upstream.plugin); else --no-plan."""
-        self.tests = tests
-        self.stopped_early = (
-            False  # their run stopped at its first failures, or was stopped by smoke's: cases left unrun
-        )
+        self.tests, self.plan = tests, plan
+        # their run stopped at its first failures, or was stopped by smoke's: cases left unrun
+        self.stopped_early = False
         self.missed: list[str] = []  # modules the sample had no recorded case of, once finished
         self.opened: float | None = None  # when the gate opened (time.time())
         self.past: dict[str, float] | None = None  # the PAST_BUILD line's figures, once finished
         self.unread: Failure | None = None  # why its summary could not be read, once finished
-        self.exercised_files: set[str] = (
-            set()
-        )  # the test files with a case that passed or failed (tests/...), once finished
+        # the test files with a case that passed or failed (tests/...), once finished
+        self.exercised_files: set[str] = set()
         self.all_skipped = False  # every case skipped here, once finished
         # a sample is a few dozen cases a file, whatever the record counts (docs/measurements.md, row "sample sizes"):
         # a process a file or part
@@ -200,6 +201,13 @@ class FlashInferTests:
         )
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
+        cmd = self.command(workers, sample, stop_after)
+        self.announce(cmd, sum(cases_per_file.values()), workers, deferred)
+        self.start(cmd, threads)
+
+    def command(self, workers: list[str], sample: list[str] | None, stop_after: int) -> list[str]:
+        """The upstream-tests command of their run: its plan only where asked, no progress lines,
+        its summary in our folder."""
         sampled = (
             ["--sample", *(["--sample-modules", ",".join(sorted(sample))] if sample else [])]
             if sample is not None
@@ -207,12 +215,14 @@ class FlashInferTests:
         )
         # no progress lines: its output is held until finish()
         stopping = ["--stop-after", str(stop_after)] if stop_after else []
-        planning = ["--yes"] if plan else ["--no-plan"]  # --yes: the plan says what it will compile, and asks nothing
-        cmd = [
+        planning = (
+            ["--yes"] if self.plan else ["--no-plan"]
+        )  # --yes: the plan says what it will compile, and asks nothing
+        return [
             sys.executable,
             str(ROOT / "scripts/upstream_tests.py"),
             *planning,
-            *tests,
+            *self.tests,
             *workers,
             *sampled,
             *stopping,
@@ -221,9 +231,11 @@ class FlashInferTests:
             "--summary",
             str(self.summary),
         ]
-        said = [
-            c for c in cmd if c not in ("--summary", str(self.summary))
-        ]  # as before: the command less where its summary goes
+
+    def announce(self, cmd: list[str], cases: int, workers: list[str], deferred: bool) -> None:
+        """The line that says their run starts now: how many recorded cases, and the command, less its summary."""
+        # as before: the command less where its summary goes
+        said = [c for c in cmd if c not in ("--summary", str(self.summary))]
         which = "of the modules the edit may change" if deferred else ""
         then = (
             "; those of the modules it changed run once the build is done"
@@ -231,11 +243,14 @@ class FlashInferTests:
             else " and run once the build is done"
         )
         print(
-            f"affected: FlashInfer's tests {which}{' ' if which else ''}({sum(cases_per_file.values())} recorded case(s)"
+            f"affected: FlashInfer's tests {which}{' ' if which else ''}({cases} recorded case(s)"
             f"{f', {workers[1]} processes a GPU' if workers else ''}) start now{then}: "
             f"{' '.join(said[:5])}{' ...' if len(said) > 5 else ''}",
             flush=True,
         )
+
+    def start(self, cmd: list[str], threads: dict[str, str]) -> None:
+        """Start their process, held at the gate, and the thread that holds its output (the folder goes if it fails)."""
         env = child_env(Settings(gate=self.gate, gate_owner=upstream_gate.process_identity(os.getpid())), **threads)
         try:
             self.proc = subprocess.Popen(

@@ -84,7 +84,8 @@ def covered_or_not(
         return Verdict.NOT_COVERED
     if gaps:
         print(
-            f"affected: also untested: {', '.join(sorted({fam for fams in gaps.values() for fam in fams}))} (the edit reaches them)"
+            f"affected: also untested: {', '.join(sorted({fam for fams in gaps.values() for fam in fams}))} "
+            "(the edit reaches them)"
         )
     return tested if tested is Verdict.FAILED else passed
 

@@ -12,8 +12,8 @@ families' tests ran in a run that failed (result "failed"): the modules they bui
 edited tree, so without it asking again would find nothing changed; it runs them again instead.
 
 And the tree as affected last gave a verdict on it (`judged`: include/, csrc/ and the package's
-Python files, fidev.records.build_records.judged_part, as the run that gave it started): a file that differs from it is an edit
-affected has not judged, even where a build (build, smoke, upstream-tests) recorded the edited file
+Python files, fidev.records.build_records.judged_part, as the run that gave it started): a file that differs from
+it is an edit affected has not judged, even where a build (build, smoke, upstream-tests) recorded the edited file
 since and so no build record shows it (fidev.affected.changes.since_judged).
 
 The file: fidev.core.workspace.VERDICTS in the version folder, {"schema": SCHEMA, "modules":
@@ -75,7 +75,9 @@ class Gap:
     was: list | None
     families: list[str]
     when: str
-    result: str = "not covered"  # or "failed" (the families' tests ran in a run that failed), or "unfinished" (in one that did not end)
+    # "not covered", or "failed" (the families' tests ran in a run that failed), or "unfinished" (in one that did
+    # not end)
+    result: str = "not covered"
 
     def reverted(self, path: Path) -> bool:
         """Whether the file holds what it held before the edit again (a new file: removed)."""

@@ -84,7 +84,8 @@ def pin_toml(pins_: list[Pin]) -> str:
         if seen[header] is not p:
             continue
         blocks.append(
-            f"[{header}]\nfilename = {json.dumps(p.filename)}\nurl = {json.dumps(p.url)}\nsha256 = {json.dumps(p.sha256)}\n"
+            f"[{header}]\nfilename = {json.dumps(p.filename)}\nurl = {json.dumps(p.url)}\n"
+            f"sha256 = {json.dumps(p.sha256)}\n"
         )
     return "\n".join(blocks)
 
@@ -115,7 +116,8 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
                     or not all(c in "0123456789abcdef" for c in sha)
                 ):
                     raise Failure(
-                        f"{source}: {where} needs a wheel filename, an http(s) or file url and a 64-hex-digit lowercase sha256",
+                        f"{source}: {where} needs a wheel filename, an http(s) or file url and a 64-hex-digit "
+                        "lowercase sha256",
                         "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`",
                     )
                 found.append(Pin(name, cuda, arch, filename, url, sha))
@@ -139,7 +141,8 @@ def find_in_index(index: str, wheel: WheelName, timeout: float = 30) -> tuple[st
         base, files = package_index.listed_files(page, timeout=timeout)
     except Failure as e:
         fix = (
-            f"{index} has no project {wheel.name}: check the wheel and --index, or give the download URL yourself: --url URL"
+            f"{index} has no project {wheel.name}: check the wheel and --index, or give the download URL "
+            "yourself: --url URL"
             if isinstance(e, package_index.HttpStatus) and e.status == 404
             else "run it where the index is reachable, or give the download URL yourself: --url URL"
         )

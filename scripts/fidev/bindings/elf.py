@@ -26,7 +26,8 @@ def _elftools():
     except ModuleNotFoundError as e:
         raise Failure(
             "pyelftools is not installed in this interpreter",
-            "run it in the environment: `pixi run -e flashinfer-dev artifacts` (pyelftools is a flashinfer-dev dependency)",
+            "run it in the environment: `pixi run -e flashinfer-dev artifacts` (pyelftools is a "
+            "flashinfer-dev dependency)",
         ) from e
     return ELFFile, DynamicSection, ELFError
 

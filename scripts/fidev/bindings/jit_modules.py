@@ -52,7 +52,8 @@ def installed_jit_cache() -> Source:
     if spec is None or not spec.submodule_search_locations:
         raise Failure(
             "flashinfer-jit-cache is not installed in this environment",
-            "run it in the environment (`pixi run -e flashinfer-dev artifacts`), or name a wheel or a folder: artifacts PATH",
+            "run it in the environment (`pixi run -e flashinfer-dev artifacts`), or name a wheel or a folder: "
+            "artifacts PATH",
         )
     package = Path(next(iter(spec.submodule_search_locations)))
     try:
@@ -78,7 +79,8 @@ def open_source(arg: str | None) -> Source:
     what = "does not exist" if not path.exists() else "is neither a .whl file nor a folder"
     raise Failure(
         f"{arg} {what}",
-        "name a flashinfer-jit-cache wheel, a folder of built modules (the JIT dir `build` prints), or nothing (installed)",
+        "name a flashinfer-jit-cache wheel, a folder of built modules (the JIT dir `build` prints), or "
+        "nothing (installed)",
     )
 
 

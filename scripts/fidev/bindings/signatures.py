@@ -81,7 +81,8 @@ class CppParser:
         except ModuleNotFoundError as e:  # before ImportError, of which it is a kind
             raise Failure(
                 f"{e.name} is not installed in this interpreter",
-                "run it in the environment: `pixi run -e flashinfer-dev abi` (tree-sitter and tree-sitter-cpp come with it)",
+                "run it in the environment: `pixi run -e flashinfer-dev abi` (tree-sitter and tree-sitter-cpp "
+                "come with it)",
             ) from e
         except ImportError as e:  # a tree-sitter older than 0.25 has no QueryCursor
             raise Failure(
@@ -106,7 +107,9 @@ class CppParser:
 def read_sources(location: Path) -> dict[str, bytes]:
     """csrc/**/*, include/**/* and the attention modules' generator, from a source tree or a source release
     archive (read in memory, never unpacked or installed). Paths are relative to the tree."""
-    wanted = lambda rel: (rel.startswith(("csrc/", "include/")) and rel.endswith(SOURCE_SUFFIXES)) or rel == MODULES_PY  # noqa: E731
+    wanted = lambda rel: (  # noqa: E731
+        (rel.startswith(("csrc/", "include/")) and rel.endswith(SOURCE_SUFFIXES)) or rel == MODULES_PY
+    )
     if location.is_dir():
         files = {
             p.relative_to(location).as_posix(): p.read_bytes()

@@ -70,24 +70,8 @@ def _verified(pin: Pin, target: Path) -> bool:
     return target.is_file() and sha256_file(target) == pin.sha256
 
 
-def ensure(
-    pin: Pin,
-    root: Path,
-    seed_dir: Path | None = None,
-    timeout: float = 60,
-    waiting: Callable[[], None] = lambda: None,
-    progress: Callable[[int, int | None], None] = lambda done, total: None,
-) -> Outcome:
-    """Make `cached_path(pin)` hold the pinned wheel: keep a verified copy, else fetch it (from
-    `seed_dir/<filename>` when given, else from its URL). What can fail before a byte arrives (a
-    missing seed, an unreachable URL, an HTTP error) fails before anything is written; later
-    failures leave no wheel and no temporary file, only the crate's empty lock file."""
-    target = cached_path(pin, root)
-    started = time.monotonic()
-    if root.exists() and not root.is_dir():
-        raise Failure(f"the wheel cache {root} is a file, not a folder", CACHE_FIX)
-    if _verified(pin, target):
-        return Outcome("cached", target.stat().st_size, time.monotonic() - started)
+def _opened(pin: Pin, seed_dir: Path | None, timeout: float, progress: Callable[[int, int | None], None]):
+    """The wheel's source, opened and checked before anything is written: (response or None, chunks, state, what)."""
     response = None
     if seed_dir is not None:
         seed = seed_dir / pin.filename
@@ -109,6 +93,28 @@ def ensure(
             "on an offline host copy the wheels over and run prefetch --from DIR",
         )
         chunks, state, what = package_index.read_chunks(response, pin.url, timeout, progress), "downloaded", pin.url
+    return response, chunks, state, what
+
+
+def ensure(
+    pin: Pin,
+    root: Path,
+    seed_dir: Path | None = None,
+    timeout: float = 60,
+    waiting: Callable[[], None] = lambda: None,
+    progress: Callable[[int, int | None], None] = lambda done, total: None,
+) -> Outcome:
+    """Make `cached_path(pin)` hold the pinned wheel: keep a verified copy, else fetch it (from
+    `seed_dir/<filename>` when given, else from its URL). What can fail before a byte arrives (a
+    missing seed, an unreachable URL, an HTTP error) fails before anything is written; later
+    failures leave no wheel and no temporary file, only the crate's empty lock file."""
+    target = cached_path(pin, root)
+    started = time.monotonic()
+    if root.exists() and not root.is_dir():
+        raise Failure(f"the wheel cache {root} is a file, not a folder", CACHE_FIX)
+    if _verified(pin, target):
+        return Outcome("cached", target.stat().st_size, time.monotonic() - started)
+    response, chunks, state, what = _opened(pin, seed_dir, timeout, progress)
     with locked(target, waiting):
         for stale in target.parent.glob(f"{target.name}.tmp-*"):  # left by a killed run; we hold the lock
             stale.unlink(missing_ok=True)

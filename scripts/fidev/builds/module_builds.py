@@ -115,6 +115,16 @@ def keep_saying_progress(total: int, done: list, ended: threading.Event, say: Ca
             say(f"  building: {len(done)} of {total} module(s) done, {time.perf_counter() - started:.0f} s")
 
 
+def start_ninja(spec, jobs: int, running: list | None) -> subprocess.Popen:
+    """The module's own ninja, its status lines as run_module_builds reads them; appended to `running`."""
+    cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
+    env = dict(os.environ, NINJA_STATUS="[%f/%t %es] ")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if running is not None:
+        running.append(proc)
+    return proc
+
+
 def run_module_builds(
     specs,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
@@ -139,16 +149,7 @@ def run_module_builds(
                     f"(a restored copy?): rebuilding it"
                 )
         ninja_inputs.invalidate(spec.build_dir, stale)
-        cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=dict(os.environ, NINJA_STATUS="[%f/%t %es] "),
-        )
-        if running is not None:
-            running.append(proc)
+        proc = start_ninja(spec, jobs, running)
         output = []
         for line in proc.stdout:
             status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)

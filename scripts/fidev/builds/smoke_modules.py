@@ -23,7 +23,8 @@ class SmokeModule:
     tier: str = DEFAULT
     abi: bool = False  # called directly through TVM-FFI by abi-smoke, as the Rust bindings call it
     tests: tuple[str, ...] = ()  # the tests under tests/ that load it (a function's every case), for `affected`
-    family: str = ""  # the kernel family (fidev.tree.families) whose sources it compiles: an edit that reaches it runs these tests too
+    # the kernel family (fidev.tree.families) whose sources it compiles: an edit that reaches it runs these tests too
+    family: str = ""
 
 
 def _attention_args():

@@ -48,8 +48,9 @@ def _interrupt(signum, frame):
 
 
 def run_main(main) -> int:
-    """Call main(); a Failure becomes the two lines and its exit status (1 unless it says USAGE), Ctrl-C (or SIGTERM) one line and status 130
-    (whatever was being written is removed by the `finally` blocks on the way out), and a reader
+    """Call main(); a Failure becomes the two lines and its exit status (1 unless it says USAGE), Ctrl-C (or
+    SIGTERM) one line and status 130 (whatever was being written is removed by the `finally` blocks on the way
+    out), and a reader
     that went away (`| head`) ends the output quietly."""
     # A CI timeout or `kill` sends SIGTERM: unwind the same way as Ctrl-C, so that the `finally`
     # blocks remove what was being written.

@@ -157,7 +157,8 @@ def _commit(text: str, name: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{40}", text):
         raise Failure(
             f"{name}: [tool.{FEATURE}] source-commit must be a commit's full hash (40 hex digits), found {text[:60]!r}",
-            f"pin FlashInfer's commit by its hash (git -C <source-dir> rev-parse HEAD; `git diff {name}` shows what changed)",
+            f"pin FlashInfer's commit by its hash (git -C <source-dir> rev-parse HEAD; `git diff {name}` shows "
+            "what changed)",
         )
     return text
 
@@ -259,7 +260,8 @@ def pypi_requirements(environment: str, path: Path = MANIFEST) -> list[str]:
     for name, spec in specs.items():
         if name not in PYPI:
             raise Failure(
-                f"{path.name}: {environment} declares {name}, and scripts/fidev/core/manifest.py does not say how PyPI provides it",
+                f"{path.name}: {environment} declares {name}, and scripts/fidev/core/manifest.py does not say "
+                "how PyPI provides it",
                 "enter it in PYPI there: its PyPI name, or None with the reason .ci/run leaves it out",
             )
         if PYPI[name]:
@@ -300,7 +302,8 @@ def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:
             cycle = " -> ".join([*seen[seen.index(name) :], name])
             raise Failure(
                 f"{MANIFEST.name}: the tasks' depends-on go round in a cycle ({cycle}), which pixi refuses too",
-                f"make the chain end: remove one depends-on of [tool.pixi.feature.{FEATURE}.tasks] (`git diff {MANIFEST.name}`)",
+                f"make the chain end: remove one depends-on of [tool.pixi.feature.{FEATURE}.tasks] (`git diff "
+                f"{MANIFEST.name}`)",
             )
         task = _entry(tasks, name, f"tool.pixi.feature.{FEATURE}.tasks")
         steps.append((name, task["cmd"] if isinstance(task, dict) else task))

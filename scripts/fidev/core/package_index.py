@@ -266,6 +266,7 @@ def find_file(project: str, filename: str, settings: PipSettings, timeout: float
     if unreachable:
         raise Failure(unreachable[0], "check the network and your index settings (`pip config list`)")
     raise Failure(
-        f"{filename} is on none of the indexes pip uses (tried {', '.join(tried) or 'nothing: ' + settings.describe()})",
+        f"{filename} is on none of the indexes pip uses (tried "
+        f"{', '.join(tried) or 'nothing: ' + settings.describe()})",
         "check your index settings (`pip config list`); a mirror must carry the source release",
     )

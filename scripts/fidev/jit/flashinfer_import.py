@@ -64,7 +64,8 @@ def import_flashinfer(mode: str) -> Imported:
     missing = [str(path) for path in needed if not path.is_dir()]
     if missing:
         raise Failure(
-            f"FlashInfer's JIT sources are gone ({missing[0]} does not exist): the tree was re-created after the editable install",
+            f"FlashInfer's JIT sources are gone ({missing[0]} does not exist): the tree was re-created after "
+            "the editable install",
             source_tree.REINSTALL,
         )
     return Imported(flashinfer, jit_env, mode, time.perf_counter() - started)

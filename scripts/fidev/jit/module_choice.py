@@ -4,7 +4,8 @@
 FlashInfer 0.6.3 loads `<AOT dir>/<name>/<name>.so` instead of compiling whenever that file exists:
 `JitSpec.is_aot` is `aot_path.exists()`, and `JitSpec.build_and_load` loads `aot_path` when it is
 true (flashinfer/jit/core.py at v0.6.3). The AOT dir is the jit-cache package's, else the tree's
-`flashinfer/data/aot` (flashinfer/jit/env.py, `_get_aot_dir`). `install` replaces `is_aot` as soon as flashinfer.jit.core is imported:
+`flashinfer/data/aot` (flashinfer/jit/env.py, `_get_aot_dir`). `install` replaces `is_aot` as soon as
+flashinfer.jit.core is imported:
 
 - auto: prebuilt where FlashInfer has the module and none of its inputs differ from the pinned
   release (fidev.tree.release_reference); else compiled from the tree, as FlashInfer does for a module
@@ -69,7 +70,8 @@ def edited() -> list[str]:
                 f"{gone[0]} of the FlashInfer release is deleted from {source_tree.shown(pins().source_dir)}"
                 + (f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""),
                 f"restore it (git -C {source_tree.shown(pins().source_dir)} checkout -- {gone[0]}; a source release: "
-                "python scripts/fetch_flashinfer_source.py --replace), or FLASHINFER_DEV_KERNEL_SOURCE=vendored to compile every module",
+                "python scripts/fetch_flashinfer_source.py --replace), or "
+                "FLASHINFER_DEV_KERNEL_SOURCE=vendored to compile every module",
             )
         _STATE["edited"] = found
     return _STATE["edited"]
@@ -103,7 +105,8 @@ def in_force() -> str | None:
 
 
 def install(mode: str) -> None:
-    """Make FlashInfer choose per `mode` (kernel_source.AUTO or VENDORED), now or when flashinfer.jit.core is imported."""
+    """Make FlashInfer choose per `mode` (kernel_source.AUTO or VENDORED), now or when flashinfer.jit.core is
+    imported."""
     _STATE["mode"] = mode
     if _STATE["hooked"]:
         return
@@ -331,7 +334,8 @@ def report(task: str) -> list[str]:
     if _STATE["mode"] == kernel_source.AUTO and PREBUILT:
         prebuilt = sorted(name for name, chosen in PREBUILT.items() if chosen)
         lines.append(
-            f"{task}: kernel source auto: {len(prebuilt)} module(s) prebuilt, {len(PREBUILT) - len(prebuilt)} compiled from the tree"
+            f"{task}: kernel source auto: {len(prebuilt)} module(s) prebuilt, {len(PREBUILT) - len(prebuilt)} "
+            "compiled from the tree"
         )
     for name, inputs in from_edits().items():
         lines.append(f"{task}: from edited source: {name} ({', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''})")
@@ -339,7 +343,8 @@ def report(task: str) -> list[str]:
     if unused:
         families = sorted({f for names in upstream_suites.families_compiling(tree(), unused).values() for f in names})
         lines.append(
-            f"{task}: edited, and compiled by no module of this run: {', '.join(unused[:3])}{' ...' if len(unused) > 3 else ''}"
+            f"{task}: edited, and compiled by no module of this run: "
+            f"{', '.join(unused[:3])}{' ...' if len(unused) > 3 else ''}"
         )
         lines.append(
             f"{task}: fix: its kernels run in FlashInfer's tests: upstream-tests {' '.join(families) or 'FAMILY'} "

@@ -120,7 +120,8 @@ class AttentionConfig:
                     f"{field} {getattr(self, field)} is not an attention dtype ({', '.join(ATTENTION_DTYPES)})"
                 )
         if self.backend == "fa2" and self.kind.endswith("prefill") and self.dtype_q in FP8:
-            # flashinfer/jit/attention/modules.py: `assert not fp8_enabled, "fp8 tensor core is not supported in fa2 backend"`
+            # flashinfer/jit/attention/modules.py:
+            # `assert not fp8_enabled, "fp8 tensor core is not supported in fa2 backend"`
             raise ValueError(
                 f"fa2 has no fp8 ({self.dtype_q}) queries: FlashInfer asserts against it; use --backend fa3"
             )

@@ -1,9 +1,10 @@
 """How many times each module's objects compiled during a run, from ninja's own log in the module's
 build folder (`.ninja_log`: ninja appends a line per command it ran, `start end mtime output hash`
-tab-separated under a `# ninja log v5` header, as ninja 1.11.1 writes it). Every build of a module, whoever runs it (build,
-affected's rebuild, a warmup, a test's own JitSpec.build_and_load), is one ninja in that folder, so
-the lines appended since the run began say what the run compiled, and an object named twice was
-compiled twice. A log that shrank meanwhile was recompacted by ninja: its count is not known (None).
+tab-separated under a `# ninja log v5` header, as ninja 1.11.1 writes it). Every build of a module,
+whoever runs it (build, affected's rebuild, a warmup, a test's own JitSpec.build_and_load), is one
+ninja in that folder, so the lines appended since the run began say what the run compiled, and an
+object named twice was compiled twice. A log that shrank meanwhile was recompacted by ninja: its
+count is not known (None).
 """
 
 from __future__ import annotations

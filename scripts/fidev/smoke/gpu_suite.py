@@ -73,8 +73,8 @@ def run_paths(
     for line in module_choice.report(task):
         print(line)
     print(
-        f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['errors']} errors; kernel source {mode}; "
-        f"{time.perf_counter() - started:.1f} s"
+        f"{task}: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['errors']} errors; "
+        f"kernel source {mode}; {time.perf_counter() - started:.1f} s"
     )
     if c["errors"] and code == pytest.ExitCode.OK:
         code = pytest.ExitCode.TESTS_FAILED  # an error in a teardown leaves pytest's status 0

@@ -2,8 +2,8 @@
 run's planted bugs), under one lock per tree and restored on every way out.
 
 `planted(tree, path, edit, who)` takes the tree's lock (`tree_lock`, which the source fetch takes
-too: a file beside the tree, named by TREE_LOCK, so that nothing is added to the user's tree; fcntl.flock: the kernel lets it go when the
-process ends, however it ends), refuses while another
+too: a file beside the tree, named by TREE_LOCK, so that nothing is added to the user's tree; fcntl.flock: the
+kernel lets it go when the process ends, however it ends), refuses while another
 process holds it, keeps the file's bytes and times, writes the edit, and restores the file as
 `cp -p` would (its old bytes and mtime) when the block ends: normally, by an exception, by Ctrl-C,
 SIGTERM or SIGHUP (turned into KeyboardInterrupt for the block's way out). `Planted.restore()`
@@ -71,7 +71,8 @@ def tree_lock(tree: Path, who: str) -> Iterator[None]:
     def unwritable(e: OSError) -> Failure:
         return Failure(
             f"cannot write beside {tree}: its lock {lock_path.name} ({e.strerror or e})",
-            "use a tree whose parent you can write (for the source fetch: point --dest at a folder whose parent you can write)",
+            "use a tree whose parent you can write (for the source fetch: point --dest at a folder whose "
+            "parent you can write)",
         )
 
     with exclusive(lock_path, who, busy, unwritable):

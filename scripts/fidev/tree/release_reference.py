@@ -81,7 +81,8 @@ def edited_files(tree: Path, pins: Pins) -> list[str]:
         what = f"neither the pinned commit's checkout nor the pinned release ({found.kind})"
     raise Failure(
         f"{source_tree.shown(tree)} is {what}: there is nothing to tell its edits by",
-        "python scripts/fetch_flashinfer_source.py --replace (the pinned release, recorded), or the git submodule at the pinned commit",
+        "python scripts/fetch_flashinfer_source.py --replace (the pinned release, recorded), or the git "
+        "submodule at the pinned commit",
     )
 
 

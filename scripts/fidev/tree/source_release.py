@@ -111,7 +111,8 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
     if tree.kind == "submodule" and dest.resolve() == p.source_dir.resolve():
         raise Failure(
             f"{where} is the initialized git submodule; refusing to overwrite it",
-            f"update it with git: git submodule update --init --recursive (or `git submodule deinit -f {where}` first to replace it)",
+            "update it with git: git submodule update --init --recursive (or `git submodule deinit -f "
+            f"{where}` first to replace it)",
         )
     if tree.kind == "submodule":
         raise Failure(f"{where} is a git checkout; refusing to overwrite it", elsewhere)

@@ -115,7 +115,8 @@ def dry_run(
         os.killpg(proc.pid, signal.SIGKILL)  # the xdist workers too
         proc.communicate()
         print(
-            f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each module's compile shows as it runs"
+            f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each "
+            "module's compile shows as it runs"
         )
         return None
     except BaseException:  # Ctrl-C, SIGTERM: its own session would outlive us
@@ -162,8 +163,9 @@ def hold_budget(planned: tuple[dict[str, int], float], budget_s: float, yes: boo
     todo = {name: objects for name, objects in needed.items() if objects}
     guess = estimate_s(todo)
     print(
-        f"upstream-tests: the selection needs {len(needed)} module(s); {len(todo)} to compile, {sum(todo.values())} object(s), "
-        f"about {guess / 60:.0f} min on {os.cpu_count()} cores (plan {seconds:.0f} s)"
+        f"upstream-tests: the selection needs {len(needed)} module(s); {len(todo)} to compile, "
+        f"{sum(todo.values())} object(s), about {guess / 60:.0f} min on {os.cpu_count()} cores (plan "
+        f"{seconds:.0f} s)"
     )
     for name, objects in sorted(todo.items()):
         print(f"  {name}  ({objects} object{'s' * (objects != 1)})")

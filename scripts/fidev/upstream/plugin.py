@@ -348,7 +348,8 @@ class Builds:
         now = [spec for spec in todo if needed is not None and spec.name in needed]
         self.later = [spec for spec in todo if spec not in now] if unnamed else []
         self.say(
-            f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s); a subset of the file's cases "
+            f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s); "
+            "a subset of the file's cases "
             f"runs, so {self.warmup_plan(needed is not None, len(now), len(self.later), len(todo))}"
         )
         if now:
@@ -361,14 +362,16 @@ class Builds:
             return "each case builds what it loads, and the rest build beside them after the first case"
         said = (
             [
-                f"the {now} its cases need by the record build side by side now, the cases with their modules built running first"
+                f"the {now} its cases need by the record build side by side now, "
+                "the cases with their modules built running first"
             ]
             if now
             else []
         )
         if later:
             said.append(
-                f"a case the record does not name builds what it loads, and {later} more build beside them after the first case"
+                f"a case the record does not name builds what it loads, "
+                f"and {later} more build beside them after the first case"
             )
         if asked - now - later:
             said.append(f"the {asked - now - later} no case to run needs are not built")

@@ -6,8 +6,8 @@ a file to PYTEST_FILE_TIMEOUT_SECONDS, 7,200 by default),
 longest files first, a JUnit XML and a log per file in a run folder.
 
 A run takes at least its longest file (test_sampling.py is most of norm, activation and sampling:
-docs/measurements.md, row "longest file: test_sampling.py"), so a file whose last run was long runs in parts, up to one per
-GPU and each of PART_MIN_S or more by that time, a process each on a GPU of its own: every part
+docs/measurements.md, row "longest file: test_sampling.py"), so a file whose last run was long runs in parts,
+up to one per GPU and each of PART_MIN_S or more by that time, a process each on a GPU of its own: every part
 collects the whole file and runs every k-th case (fidev.upstream.settings.PART). A part is a file's
 process as FlashInfer's CI has it, with its own JUnit XML, log and time limit; a file not run
 before runs whole.
@@ -254,7 +254,8 @@ def not_run(path: Path) -> int | None:
 
 
 def first_failure(run_dir: Path) -> float | None:
-    """When the run's first failing case ended (time.time()), by its processes' outcomes files; None where none failed."""
+    """When the run's first failing case ended (time.time()), by its processes' outcomes files; None where none
+    failed."""
     return min(
         (
             entry["t"]
@@ -388,24 +389,9 @@ def how_it_ended(code: int, stop: Stop, outcomes: Path) -> str:
     return f"signal {-code}" if code < 0 else f"exit {code}"
 
 
-def run_file(
-    file: str,
-    nodes: list[str],
-    gpu: str | None,
-    part: tuple[int, int],
-    run_dir: Path,
-    tree: Path,
-    argv: list[str],
-    limit_s: float,
-    stop: Stop,
-    stop_after: int = 0,
-    base: Settings = NO_SETTINGS,
-) -> FileResult:
-    """One file's pytest process (or one part's), pinned to `gpu` (None: nothing to pin), its output in the run folder."""
-    rel = relative(file, tree)
-    junit, log, outcomes = (run_dir / f"{stem(rel, part)}{ext}" for ext in (".xml", ".log", ".jsonl"))
-    env = process_env(outcomes, gpu, part, stop_after, base)
-    cmd = [
+def pytest_command(nodes: list[str], junit: Path, argv: list[str]) -> list[str]:
+    """The pytest command of one file's process (or one part's): its nodes, with the plugin and its JUnit XML."""
+    return [
         sys.executable,
         "-c",
         PYTEST,
@@ -420,41 +406,74 @@ def run_file(
         f"--junitxml={junit}",
         *argv,
     ]
+
+
+def start_process(cmd: list[str], env: dict[str, str], stop: Stop) -> subprocess.Popen:
+    """Start a file's process in a session of its own, live to `stop`; killed or interrupted if the run stops."""
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+        start_new_session=True,
+    )
+    with stop.lock:
+        stop.live.add(proc)
+    if stop.flag.is_set():
+        os.killpg(proc.pid, signal.SIGKILL)
+    elif stop.early.is_set():
+        os.killpg(proc.pid, signal.SIGINT)
+    return proc
+
+
+def wait_process(proc: subprocess.Popen, out, prefix: str, limit_s: float, stop: Stop, outcomes: Path) -> str:
+    """Its output to the log `out` until it ends or times out (how_it_ended), then no longer live to `stop`."""
+
+    def pump() -> None:  # the whole output to the log; the plugin's compile lines to the terminal too
+        for line in proc.stdout:
+            out.write(line)
+            if line.startswith("upstream-tests: "):
+                say(f"{prefix}{line[16:].rstrip()}")
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        ended = how_it_ended(proc.wait(timeout=limit_s), stop, outcomes)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        ended = f"timed out after {limit_s:.0f} s"
+    reader.join()
+    with stop.lock:
+        stop.live.discard(proc)
+    return ended
+
+
+def run_file(
+    file: str,
+    nodes: list[str],
+    gpu: str | None,
+    part: tuple[int, int],
+    run_dir: Path,
+    tree: Path,
+    argv: list[str],
+    limit_s: float,
+    stop: Stop,
+    stop_after: int = 0,
+    base: Settings = NO_SETTINGS,
+) -> FileResult:
+    """One file's pytest process (or one part's), pinned to `gpu` (None: nothing to pin), its output in the run
+    folder."""
+    rel = relative(file, tree)
+    junit, log, outcomes = (run_dir / f"{stem(rel, part)}{ext}" for ext in (".xml", ".log", ".jsonl"))
+    env = process_env(outcomes, gpu, part, stop_after, base)
+    cmd = pytest_command(nodes, junit, argv)
     started = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            env=env,
-            start_new_session=True,
-        )
-        with stop.lock:
-            stop.live.add(proc)
-        if stop.flag.is_set():
-            os.killpg(proc.pid, signal.SIGKILL)
-        elif stop.early.is_set():
-            os.killpg(proc.pid, signal.SIGINT)
-
-        def pump() -> None:  # the whole output to the log; the plugin's compile lines to the terminal too
-            for line in proc.stdout:
-                out.write(line)
-                if line.startswith("upstream-tests: "):
-                    say(f"  GPU {gpu or '-'} {rel}: {line[16:].rstrip()}")
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        try:
-            ended = how_it_ended(proc.wait(timeout=limit_s), stop, outcomes)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            ended = f"timed out after {limit_s:.0f} s"
-        reader.join()
-        with stop.lock:
-            stop.live.discard(proc)
+        proc = start_process(cmd, env, stop)
+        ended = wait_process(proc, out, f"  GPU {gpu or '-'} {rel}: ", limit_s, stop, outcomes)
     early = ended == STOPPED_EARLY
     return FileResult(
         rel,
@@ -472,6 +491,39 @@ def run_file(
 def stem(rel: str, part: tuple[int, int]) -> str:
     """A process's files' name in the run folder (its JUnit XML, log, outcomes)."""
     return rel.replace("/", "__").removesuffix(".py") + (f".part{part[0]}of{part[1]}" if part[1] > 1 else "")
+
+
+def process_order(
+    groups: dict[str, list[str]], gpus: int, tree: Path, times: dict[str, float], per_gpu: int
+) -> list[tuple[str, tuple[int, int]]]:
+    """Every process of the run, (file, (i, k)), longest first: its file's last time over its parts, else its size."""
+    k = split(groups, gpus, tree, times, per_gpu)
+    return sorted(
+        ((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
+        key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp),
+    )
+
+
+def ended_line(result: FileResult, done: int, processes: int, gpu: str | None) -> str:
+    """The line a process's end prints: the run's count so far, its counts and time, how it ended where not normally."""
+    how = f", {result.ended}" if result.crashed or result.ended == STOPPED_EARLY else ""
+    return (
+        f"  [{done}/{processes}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s{how}"
+    )
+
+
+def never_started(todo: queue.Queue, tree: Path, run_dir: Path) -> list[FileResult]:
+    """The processes left in `todo` when the run stopped early, as results that never started (NOT_STARTED)."""
+    results = []
+    while not todo.empty():  # the run stopped early: what never started
+        f, part = todo.get_nowait()
+        rel = relative(f, tree)
+        results.append(
+            FileResult(
+                rel, None, 0.0, NOT_STARTED, junit=str(run_dir / f"{stem(rel, part)}.xml"), part=part, not_run=None
+            )
+        )
+    return results
 
 
 def run_files(
@@ -493,14 +545,9 @@ def run_files(
     (fidev.upstream.progress, a line every `every_s` in a log). With `per_gpu` N, each file in N
     times as many parts and N workers a GPU. With `stop_after` N, once the run's processes have
     named N failing cases no process starts and those running stop (STOPPED_EARLY); those never
-    started are results too (NOT_STARTED). An interrupt (Ctrl-C, SIGTERM) kills the running
-    processes and raises KeyboardInterrupt. `base`: the settings every process's plugin gets
-    (fidev.upstream.settings: the sample, the gate); a gate whose owner is gone stops the run."""
-    k = split(groups, len(gpus), tree, times, per_gpu)
-    order = sorted(
-        ((f, (i, k[f])) for f in groups for i in range(1, k[f] + 1)),
-        key=lambda fp: (-times.get(relative(fp[0], tree), 0.0) / fp[1][1], -Path(fp[0]).stat().st_size, fp),
-    )
+    started are results too (NOT_STARTED). An interrupt (Ctrl-C, SIGTERM) kills the running processes and
+    raises KeyboardInterrupt. `base`: every process's settings (the sample, the gate, whose owner gone stops it)."""
+    order = process_order(groups, len(gpus), tree, times, per_gpu)
     todo: queue.Queue = queue.Queue()
     for f in order:
         todo.put(f)
@@ -524,10 +571,7 @@ def run_files(
             result = run_file(f, groups[f], gpu, part, run_dir, tree, argv, limit_s, stop, stop_after, base)
             with lock:
                 results.append(result)
-                say(
-                    f"  [{len(results)}/{len(order)}] GPU {gpu or '-'} {result.name}: {line_counts(result)} in {result.seconds:.0f} s"
-                    + (f", {result.ended}" if result.crashed or result.ended == STOPPED_EARLY else "")
-                )
+                say(ended_line(result, len(results), len(order), gpu))
 
     threads = [
         threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None]) for _ in range(per_gpu)
@@ -537,14 +581,7 @@ def run_files(
         run_workers(threads, stop)
     finally:
         watch.end()
-    while not todo.empty():  # the run stopped early: what never started
-        f, part = todo.get_nowait()
-        rel = relative(f, tree)
-        results.append(
-            FileResult(
-                rel, None, 0.0, NOT_STARTED, junit=str(run_dir / f"{stem(rel, part)}.xml"), part=part, not_run=None
-            )
-        )
+    results += never_started(todo, tree, run_dir)
     results.sort(key=lambda r: (r.file, r.part))
     for f in mismatched(results):
         next(r for r in results if r.file == f).outcomes[f] = "error"
@@ -620,7 +657,8 @@ def failing(results: list[FileResult]) -> list[tuple[str, str]]:
     return tests + [("ERROR", f"{r.name} ({r.ended})") for r in results if r.crashed]
 
 
-# The baseline: a file per selection (fidev.core.workspace.Workspace.baseline), beside the JIT dirs of the FlashInfer version.
+# The baseline: a file per selection (fidev.core.workspace.Workspace.baseline), beside the JIT dirs of the FlashInfer
+# version.
 def save_baseline(path: Path, selection: list[str], commit: str, gpu: str, results: list[FileResult]) -> None:
     data = {
         "selection": selection,

@@ -385,6 +385,7 @@ def coverage_lines(label: str, merged: dict | None) -> list[str]:
         )
     if merged["missed"]:
         lines.append(
-            f"no collected case or test function is recorded for {', '.join(merged['missed'])}: the sample may not exercise it"
+            f"no collected case or test function is recorded for {', '.join(merged['missed'])}: the sample may "
+            "not exercise it"
         )
     return lines

@@ -233,7 +233,8 @@ def run_all(record: Run) -> None:
 
 def keep_times(record: Run) -> None:
     """Each file's time for the next run's parts, where it is the file's own."""
-    # behind affected's gate a file's time includes the wait for the build; with parts sharing a GPU, their sum is not its time
+    # behind affected's gate a file's time includes the wait for the build; with parts sharing a GPU, their sum is not
+    # its time
     # a run stopped early has files whose processes did not all run to their end
     if (
         record.options.base.gate is None
@@ -262,7 +263,8 @@ def sample_spec(
 ) -> Path:
     """The spec every process of a sampled run reads (fidev.upstream.sample), written in `folder`:
     the seed, the modules the JIT dirs' record names for the selection's files' cases, and the
-    modules it must exercise. Returns its path, for the processes' settings (fidev.upstream.settings.Settings.sample)."""
+    modules it must exercise. Returns its path, for the processes' settings
+    (fidev.upstream.settings.Settings.sample)."""
     recorded: dict[str, list[str]] = {}
     for jit_dir in ws.jit_dirs():
         for module, cases in build_records.module_tests(jit_dir).items():

@@ -43,9 +43,11 @@ def tests_dir() -> Path:
             else "it is not a FlashInfer checkout"
         )
         raise Failure(
-            f"{source_tree.shown(p.source_dir)} has no runnable FlashInfer test suite: no {' and no '.join(missing)} ({why})",
-            "get the git checkout, which has both: git submodule update --init --recursive (a host without GitHub: copy "
-            "tests/ and pytest.ini of the pinned tag from a checkout, `git archive <commit> tests pytest.ini`)",
+            f"{source_tree.shown(p.source_dir)} has no runnable FlashInfer test suite: no "
+            f"{' and no '.join(missing)} ({why})",
+            "get the git checkout, which has both: git submodule update --init --recursive (a host without "
+            "GitHub: copy tests/ and pytest.ini of the pinned tag from a checkout, `git archive <commit> "
+            "tests pytest.ini`)",
         )
     return tests
 
@@ -88,7 +90,8 @@ def path_node(item: str, tests: Path) -> str:
             found = (base / file).resolve()
             if not found.is_relative_to(tests.resolve()):
                 raise Failure(
-                    f"{item} is outside the tree's tests/ ({source_tree.shown(tests)}): upstream-tests runs FlashInfer's own tests",
+                    f"{item} is outside the tree's tests/ ({source_tree.shown(tests)}): upstream-tests runs "
+                    "FlashInfer's own tests",
                     "name a family, or a file or node id under the tree's tests/",
                     exit_status=USAGE,
                 )
@@ -173,14 +176,16 @@ def family_counts(nodes: list[str]) -> dict[str, int]:
 def suite_map(tests: Path, ws: workspace.Workspace, mode: str) -> dict | None:
     """The suite's test cases, counted once while its files stay as they are: `pytest --collect-only`
     of the whole tests/ (over half a minute for v0.6.3's, a figure docs/measurements-log.md does not keep),
-    kept beside the JIT dirs of `ws` (the task's workspace). None when it cannot collect here (no pytest, no FlashInfer)."""
+    kept beside the JIT dirs of `ws` (the task's workspace). None when it cannot collect here (no pytest, no
+    FlashInfer)."""
     key = suite_key(tests)
     cache = ws.suite_map
     known = known_map(cache, key)
     if known is not None:
         return known
     print(
-        f"upstream-tests: counting the suite's test cases (pytest --collect-only of {source_tree.shown(tests)}, once until it changes) ...",
+        "upstream-tests: counting the suite's test cases (pytest --collect-only of "
+        f"{source_tree.shown(tests)}, once until it changes) ...",
         flush=True,
     )
     collected = collect(tests, mode)
@@ -215,7 +220,7 @@ def list_families(ws: workspace.Workspace, mode: str) -> int:
         covered = sum(counted["families"].values())
         print(
             f"{'left out':15} {counted['total'] - covered:>7} cases of {counted['total']} in {counted['files']} files "
-            f"({counted['not_collected']} more files did not collect here): mostly Blackwell-only kernels (trtllm-gen, xqa, fp4 GEMM); "
-            "name their files as paths"
+            f"({counted['not_collected']} more files did not collect here): mostly Blackwell-only kernels "
+            "(trtllm-gen, xqa, fp4 GEMM); name their files as paths"
         )
     return 0

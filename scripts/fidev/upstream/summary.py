@@ -24,7 +24,8 @@ The fields (SCHEMA, version 1):
                 whole, or nothing recorded for them)}; null for a run of every case
   first_failure_s  seconds from the run's start (`started`) to the end of its first failing case; null where none failed
   stop_after    --stop-after's count (0: the run was to run everything)
-  stopped_early true where the run stopped at stop_after failing cases: a failing run (status 1), whatever its counts say
+  stopped_early true where the run stopped at stop_after failing cases: a failing run (status 1), whatever its
+                counts say
   not_run       the cases the processes stopped early had collected to run and did not run
   not_counted   the processes of a run stopped early whose cases are not in not_run: never started, or
                 stopped before they had collected (their "ended" in processes says which)

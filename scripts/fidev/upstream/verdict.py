@@ -42,7 +42,8 @@ def refused(results: list, pytest_args: list[str]) -> None:
         )
         raise Failure(
             f"upstream-tests: pytest refused the arguments: {said}",
-            "see `upstream_tests.py --help`; what it does not take goes to pytest (`python -m pytest --help` lists its options)",
+            "see `upstream_tests.py --help`; what it does not take goes to pytest (`python -m pytest --help` "
+            "lists its options)",
             exit_status=USAGE,
         )
     if results and all(r.ended == "exit 5" for r in results):
@@ -69,8 +70,8 @@ def say_counts(results: list, mode: str, files: int, gpus: int, seconds: float) 
     or lacked `cutlass`."""
     c, skips = upstream_runs.counts(results), upstream_runs.skip_summary(results)
     print(
-        f"upstream-tests: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['error']} errors; kernel source {mode}; "
-        f"{files} file(s) on {gpus or 'no'} GPU(s) in {seconds:.1f} s"
+        f"upstream-tests: {c['passed']} passed, {c['skipped']} skipped, {c['failed']} failed, {c['error']} "
+        f"errors; kernel source {mode}; {files} file(s) on {gpus or 'no'} GPU(s) in {seconds:.1f} s"
     )
     if skips:
         print("upstream-tests: skipped: " + ", ".join(f"{n} {kind}" for kind, n in sorted(skips.items())))
@@ -79,7 +80,8 @@ def say_counts(results: list, mode: str, files: int, gpus: int, seconds: float) 
             print(f"upstream-tests: {r.name} did not finish: {r.ended} (its log: {r.log})")
     for f in upstream_runs.mismatched(results):
         print(
-            f"upstream-tests: {f}: its parts collected different lists of tests, so their shares may miss some: an error"
+            f"upstream-tests: {f}: its parts collected different lists of tests, so their shares may miss "
+            "some: an error"
             f"\nupstream-tests: fix: run it alone, whole: upstream-tests {f} --gpus 1"
         )
     no_cutlass = sorted(
@@ -93,8 +95,10 @@ def say_counts(results: list, mode: str, files: int, gpus: int, seconds: float) 
         no_cutlass
     ):  # FlashInfer 0.6.3's requirements.txt has nvidia-cutlass-dsl>=4.3.4; flashinfer-dev installs it with FlashInfer
         print(
-            f"upstream-tests: {len(no_cutlass)} file(s) need `cutlass`, from nvidia-cutlass-dsl, which is not installed here: {', '.join(no_cutlass)}"
-            "\nupstream-tests: fix: run inside flashinfer-dev (pixi install -e flashinfer-dev brings it with FlashInfer's requirements)"
+            f"upstream-tests: {len(no_cutlass)} file(s) need `cutlass`, from nvidia-cutlass-dsl, which is not "
+            f"installed here: {', '.join(no_cutlass)}"
+            "\nupstream-tests: fix: run inside flashinfer-dev (pixi install -e flashinfer-dev brings it with "
+            "FlashInfer's requirements)"
         )
 
 
@@ -102,7 +106,10 @@ def rerun_command(what: str, mode: str) -> str:
     """The command that runs one failing case again, alone, under the same kernel source mode (a
     process that did not finish, "<file> (<how it ended>)": its file)."""
     prefix = "" if mode == kernel_source.AUTO else f"{kernel_source.ENV}={mode} "
-    return f"{prefix}pixi run -e flashinfer-dev upstream-tests --no-plan {shlex.quote(what if '::' in what else what.split(' (')[0])}"
+    return (
+        f"{prefix}pixi run -e flashinfer-dev upstream-tests --no-plan "
+        f"{shlex.quote(what if '::' in what else what.split(' (')[0])}"
+    )
 
 
 def say_stopped(results: list, stop_after: int, mode: str) -> None:
@@ -168,7 +175,8 @@ def say_compared(baseline: dict, baseline_file: Path, changes: dict[str, list[st
     listed = run_dir / COMPARED_LIST
     listed.write_text("".join(f"{what}: {i}\n" for what, ids in changes.items() for i in ids))
     print(
-        f"upstream-tests: against the baseline of tree {tree_name(baseline['commit'])} on {baseline['gpu']} ({baseline_file}):"
+        f"upstream-tests: against the baseline of tree {tree_name(baseline['commit'])} on {baseline['gpu']} "
+        f"({baseline_file}):"
     )
     for what, ids in changes.items():
         print(
@@ -178,7 +186,8 @@ def say_compared(baseline: dict, baseline_file: Path, changes: dict[str, list[st
         )
     if passed_in(run_dir) == 0 and not changes["newly failing"] and not changes["newly erroring"]:
         raise Failure(
-            f"no test passed: a comparison with the baseline of nothing (counts above; each file's log is in {run_dir})",
+            "no test passed: a comparison with the baseline of nothing (counts above; each file's log is in "
+            f"{run_dir})",
             "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment",
         )
     return 1 if changes["newly failing"] or changes["newly erroring"] else 0
