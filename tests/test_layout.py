@@ -4,12 +4,18 @@
   its modules import each other without cycles;
 - importing any fidev module needs only the standard library (third-party imports sit inside the functions
   that need them), so preflight can diagnose a half-installed environment;
+- preflight's own modules (the task and the part fidev.preflight) import nothing outside the standard library
+  and the workspace, not even inside a function, the NVML probe aside; and a run of preflight imports nothing
+  else either, through the other parts it calls;
 - no function of the product (scripts/, fidev) runs past MAX_FUNCTION_LINES;
 - no line of the workspace's Python (scripts/, tools/, tests/) runs past MAX_LINE_LENGTH characters, the
   line-length [tool.ruff] gives ruff (`ruff format` at that width);
 - ruff's known-first-party names exactly the workspace's own top-level modules that are imported."""
 
 import ast
+import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -115,6 +121,70 @@ def test_importing_fidev_needs_only_the_standard_library():
         if name.split(".")[0] not in allowed and not name.startswith(("tomli", "pip._vendor"))
     ]
     assert outside == [], outside
+
+
+# preflight diagnoses a half-installed environment: what it imports must not be what it diagnoses. The one
+# exception, named: the NVML probe, whose every failure (no pynvml, no driver) hands the reading to nvidia-smi.
+PREFLIGHT_OUTSIDE = {("fidev/preflight/driver.py", "pynvml")}
+
+
+def preflight_modules() -> list:
+    return [SCRIPTS / "preflight.py", *sorted((FIDEV / "preflight").rglob("*.py"))]
+
+
+def test_preflight_imports_only_the_standard_library_even_inside_functions():
+    allowed = set(sys.stdlib_module_names) | {"fidev", "__future__"}
+    outside = {
+        (p.relative_to(SCRIPTS).as_posix(), name)
+        for p in preflight_modules()
+        for name, _ in imports(p)
+        if name.split(".")[0] not in allowed
+    }
+    assert outside == PREFLIGHT_OUTSIDE, "preflight's modules import the standard library and fidev only"
+    dynamic = [
+        f"{p.relative_to(SCRIPTS)}:{node.lineno}"
+        for p in preflight_modules()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+    ]
+    assert dynamic == [], "preflight imports by name only, where this test reads it"
+
+
+PREFLIGHT_RUN = """
+import pathlib, runpy, sys
+script = pathlib.Path(sys.argv[1])
+sys.argv, before = [str(script), "--json"], set(sys.modules)
+sys.path.insert(0, str(script.parent))
+try:
+    runpy.run_path(str(script), run_name="__main__")
+except SystemExit:
+    pass
+print(" ".join(sorted({name.partition(".")[0] for name in set(sys.modules) - before})), file=sys.stderr)
+"""
+
+
+def test_a_run_of_preflight_imports_only_the_standard_library(tmp_path):
+    """Through the other parts it calls too: preflight runs in the test interpreter, whose packages (in
+    flashinfer-dev's: torch, nvidia-ml-py, packaging) and a stand-in flashinfer on the path would import and
+    show; what the run added to sys.modules is the standard library, fidev and the NVML probe's pynvml."""
+    (tmp_path / "flashinfer").mkdir()
+    (tmp_path / "flashinfer" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, "-c", PREFLIGHT_RUN, str(SCRIPTS / "preflight.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    findings = [c["finding"] for c in json.loads(done.stdout)["checks"]]
+    assert not [f for f in findings if f.startswith("the check crashed")], findings
+    allowed = set(sys.stdlib_module_names) | {"fidev"} | {name for _, name in PREFLIGHT_OUTSIDE}
+    added = set(done.stderr.splitlines()[-1].split())
+    assert added - allowed == set(), f"a run of preflight imported {sorted(added - allowed)}"
+    assert "fidev" in added
 
 
 def long_functions(paths) -> list[str]:

@@ -444,6 +444,7 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
         )
     root, _, env = ws
     collected, ran, gate, context = tmp_path / "collected", tmp_path / "ran", tmp_path / "gate", tmp_path / "context"
+    waiting = tmp_path / "waiting"
     # torch as the file's imports bring it, a stand-in for the two calls the plugin makes, which says when the context
     # was made
     torch = (
@@ -451,15 +452,28 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
         f"torch.cuda = types.SimpleNamespace(is_available=lambda: True)\n"
         f"torch.empty = lambda *shape, device=None: open('{context}', 'w').write(str(device))\n"
     )
+    # the rendezvous: the gate asks whether its owner lives each time it finds itself closed, so a second
+    # asking is a process that read the gate closed, waited, and read it closed again; it says so in `waiting`
+    rendezvous = (
+        f"gate = sys.modules[{upstream_gate.__name__!r}]\nasked = []\n"
+        f"def owner_alive(owner, alive=gate.owner_alive):\n"
+        f"    asked.append(owner)\n"
+        f"    if len(asked) == 2:\n"
+        f"        open('{waiting}', 'w').close()\n"
+        f"    return alive(owner)\n"
+        f"gate.owner_alive = owner_alive\n"
+    )
     write(
         root,
         "attention/test_rope.py",
-        f"{torch}open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n",
+        f"{torch}{rendezvous}open('{collected}', 'w').close()\ndef test_fine():\n    open('{ran}', 'w').close()\n",
     )
     gated = {**os.environ, **env, **Settings(gate=gate, gate_owner=upstream_gate.process_identity(os.getpid())).env()}
 
-    def collecting() -> subprocess.Popen:
-        """upstream-tests behind the gate, once its file's process has collected (imported the file)."""
+    def waiting_at_the_gate() -> subprocess.Popen:
+        """upstream-tests behind the gate, once its file's process has collected (imported the file) and
+        waits at the gate: it found it closed twice. A process that does not wait there ends first, or
+        never says so: either fails here, within the deadline."""
         proc = subprocess.Popen(
             [sys.executable, str(root / "scripts/upstream_tests.py"), "rope", "--no-plan", *workers],
             stdout=subprocess.PIPE,
@@ -467,11 +481,10 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
             text=True,
             env=gated,
         )
-        wait_until(collected.exists, 60, "the file's process collected")
+        wait_until(waiting.exists, 60, "the file's process waits at the gate", proc=proc)
         return proc
 
-    proc = collecting()
-    time.sleep(1)  # a test that ran past the gate would have written `ran` by now
+    proc = waiting_at_the_gate()
     assert collected.exists() and not ran.exists() and proc.poll() is None, "the test ran before the gate opened"
     assert context.is_file() and context.read_text() == "cuda", "the CUDA context was not made before the gate"
     opened = time.time()
@@ -480,14 +493,12 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     assert proc.returncode == 0 and "upstream-tests: 1 passed" in out and ran.exists(), out
     # when the last case ended, for affected's PAST_BUILD line: after the gate opened, before the run ended
     assert opened <= upstream_runs.last_case_end(run_folder(out)) <= time.time(), out
-    gate.unlink()
-    context.unlink()
-    ran.unlink()
-    collected.unlink()
+    for made in (gate, context, ran, collected, waiting):
+        made.unlink()
     # the owner dies while they wait; unreaped, it is a zombie, which must not count as alive
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     gated.update(Settings(gate=gate, gate_owner=upstream_gate.process_identity(owner.pid)).env())
-    proc = collecting()
+    proc = waiting_at_the_gate()
     owner.kill()
     try:
         out, _ = proc.communicate(timeout=60)

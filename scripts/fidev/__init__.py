@@ -11,6 +11,8 @@ Where code goes:
   records   what a build recorded beside a module: its inputs, its generators, the tests that asked for it
   jit       FlashInfer's JIT as we drive it: module names, the kernel-source mode, the per-module choice, the toolchain
   builds    building modules: smoke's module set, the ninja builds, the build stamp
+  preflight the checks of the GPU, driver, toolchain and packages before any compile; standard library
+            only when they run too, not just at import (but the NVML probe, which falls back to nvidia-smi)
   smoke     running the workspace's own GPU suites (smoke, abi-smoke) under pytest
   upstream  FlashInfer's own test suite: the plan, the per-file runs, the pytest plugin, the run summary
   affected  from an edit to its modules, their tests and a verdict; in rooms that import in this order:
@@ -26,4 +28,4 @@ Where code goes:
 tests/test_layout.py holds these rules.
 """
 
-PARTS = ("core", "tree", "records", "jit", "builds", "smoke", "upstream", "affected", "bindings")
+PARTS = ("core", "tree", "records", "jit", "builds", "preflight", "smoke", "upstream", "affected", "bindings")

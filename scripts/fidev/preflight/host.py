@@ -1,0 +1,55 @@
+"""The host itself: its platform, ninja on PATH, and room for FlashInfer's JIT cache."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import tempfile
+
+from fidev.core import workspace
+from fidev.preflight.context import Context
+from fidev.preflight.results import ENV_FIX, Result, fail, ok, warn
+
+# About ten times what the smoke tiers leave in the JIT cache for one architecture (docs/measurements.md,
+# row "JIT cache size, one architecture"):
+# room for other head dims and dtypes, a second architecture, and the larger GEMM/MoE modules a binding may add.
+MIN_FREE_GIB = 1
+
+
+def check_host(ctx: Context) -> Result:
+    system, machine = platform.system(), platform.machine()
+    if (system, machine) != ("Linux", "x86_64"):
+        return fail(
+            f"{system} {machine}: the workspace is solved for linux-64 only",
+            "use a Linux x86_64 host with an NVIDIA GPU",
+        )
+    return ok("Linux x86_64")
+
+
+def check_ninja(ctx: Context) -> Result:
+    found = shutil.which("ninja")
+    return ok(found) if found else fail("ninja is not on PATH: FlashInfer's JIT builds with it", ENV_FIX)
+
+
+def check_jit_dir(ctx: Context) -> Result:
+    """The JIT cache can be written, checked without making any folder of it (the nearest folder
+    that exists takes a temporary file): a base that does not exist yet is created by FlashInfer at
+    its first build, so it is a warning that names it, never a folder preflight made."""
+    cache, base = ctx.workspace.cache, ctx.workspace.base  # where FlashInfer keeps its JIT builds
+    fix = f"set {workspace.BASE_VARIABLE} to a writable folder with >= {MIN_FREE_GIB} GiB free"
+    existing = next(p for p in (cache, *cache.parents) if p.exists())  # the cache or the nearest folder above it
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        return fail(f"JIT cache {cache} is not writable ({existing}: {e.strerror or e})", fix)
+    free = shutil.disk_usage(existing).free / 2**30
+    if free < MIN_FREE_GIB:
+        return fail(f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
+    if not base.is_dir():
+        return warn(
+            f"{workspace.BASE_VARIABLE} (or the home folder) {base} does not exist yet: "
+            f"FlashInfer creates it at its first build ({free:.0f} GiB free there)",
+            f"check its spelling; nothing was created (mkdir -p {base} to make it yourself)",
+        )
+    return ok(f"JIT cache {cache} ({free:.0f} GiB free)")
