@@ -289,6 +289,7 @@ def smokes_step(monkeypatch, ours, status, bad, unrun, stopped=False):
         return status, set(bad), unrun
 
     monkeypatch.setattr(affected_tests, "run_ours", run_ours)
+    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])  # every module built
     outcome = affected_tests.Outcome("built", 1.0, [], stopped=stopped)
     affected_tests.ours_step(ours, None, outcome, "auto", stop=never)
     return outcome, given["args"]
@@ -546,3 +547,29 @@ def test_affected_plans_first_only_where_the_record_names_no_case_of_a_file():
         ["tests/utils/test_norm.py", "tests/attention/test_rope.py::test_a"], recorded
     ) == ["tests/attention/test_rope.py"]
     assert affected_tests.unrecorded(["tests/utils/test_norm.py::test_norm"], recorded) == []
+
+
+def test_smokes_unbuilt_modules_are_named_by_the_tests_selected_and_a_host_that_cannot_name_them_says_so(
+    monkeypatch, capsys
+):
+    """affected builds, side by side, the smoke modules its selected tests load and nothing built
+    (affected_tests.SmokeBuilds); a selected function selects its cases, a case its function's module.
+    Where flashinfer cannot name them, one line says that each test builds its own, and nothing runs."""
+    tests = ("tests/smoke/test_wide.py::test_batch_decode_paged[fp16]",)
+    assert affected_tests.loads("tests/smoke/test_wide.py::test_batch_decode_paged", tests)
+    assert affected_tests.loads("tests/smoke/test_wide.py::test_batch_decode_paged[fp16]", tests)
+    assert not affected_tests.loads("tests/smoke/test_wide.py::test_batch_decode", tests)
+
+    def unnamed(ours):
+        raise ImportError("No module named 'flashinfer'")
+
+    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", unnamed)
+    beside = affected_tests.SmokeBuilds(["tests/smoke/test_kernels.py::test_rmsnorm"])
+    beside.stop()
+    assert beside.thread is None
+    assert capsys.readouterr().out == (
+        "affected: smoke's modules not named up front (ImportError: No module named 'flashinfer'): "
+        "each test builds its own\n"
+    )
+    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
+    assert affected_tests.SmokeBuilds(["x"]).thread is None and capsys.readouterr().out == ""

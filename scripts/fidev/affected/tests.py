@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.affected.report import short
-from fidev.builds import module_builds
+from fidev.builds import module_builds, smoke_modules
 from fidev.core import workspace
 from fidev.core.failure import Failure, report
 from fidev.core.manifest import ROOT
@@ -441,6 +441,66 @@ def rebuild(to_build: list, failed_table) -> Outcome:
     return Outcome(built, build_s, sorted(names))
 
 
+def loads(test: str, tests: tuple[str, ...]) -> bool:
+    """A selected test (a node id, or a function for all its cases) that is, or has a case among, `tests`."""
+    return any(test == t or t.startswith(test + "[") or test.startswith(t + "[") for t in tests)
+
+
+def unbuilt_smoke_specs(ours: list[str]) -> list:
+    """The JitSpecs of smoke's and abi-smoke's modules (fidev.builds.smoke_modules, the wide tier
+    too) that the selected tests load and that are neither built nor prebuilt, for this GPU's
+    architectures. flashinfer is imported by now (import_meanwhile, joined)."""
+    from flashinfer.jit import core
+
+    sm90 = any(major == 9 for major, _ in core.current_compilation_context.TARGET_CUDA_ARCHS)
+    specs = []
+    for module in smoke_modules.select(True, sm90, True):
+        if any(loads(t, module.tests) for t in ours):
+            spec = module.make()
+            if not spec.is_aot and not spec.jit_library_path.exists():
+                specs.append(spec)
+    return specs
+
+
+class SmokeBuilds:
+    """smoke's modules the selected tests load and nothing built (the wide tier's, which `build`
+    leaves out by default), built side by side once the rebuild is done, each under its own lock
+    (module_builds.build_beside), so that smoke's tests do not compile them one after another: a test
+    that loads one waits for it alone. Where the modules cannot be named (no flashinfer here), each
+    test builds its own, and fails where it fails."""
+
+    def __init__(self, ours: list[str]):
+        self.running: list = []
+        self.thread: threading.Thread | None = None
+        try:
+            specs = unbuilt_smoke_specs(ours)
+        except (ImportError, AttributeError) as e:
+            print(f"affected: smoke's modules not named up front ({type(e).__name__}: {e}): each test builds its own")
+            return
+        if specs:
+            print(
+                f"affected: {len(specs)} module(s) smoke's tests load and nothing built build side by side now: "
+                f"{short([spec.name for spec in specs], 3)}",
+                flush=True,
+            )
+            self.thread = threading.Thread(
+                target=module_builds.build_beside, args=(specs, self.say, self.running), daemon=True
+            )
+            self.thread.start()
+
+    @staticmethod
+    def say(line: str) -> None:
+        print(f"affected: smoke's modules: {line.strip()}", flush=True)
+
+    def stop(self) -> None:
+        """Stopped where they still run (the tests are done, or the run ended)."""
+        for proc in list(self.running):
+            if proc.poll() is None:
+                proc.terminate()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+
+
 def ours_step(
     ours: list[str],
     importing: threading.Thread | None,
@@ -452,7 +512,11 @@ def ours_step(
     if importing:
         importing.join()
     wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
-    status, bad, unrun = run_ours(ours, wide, mode, stop)
+    beside = SmokeBuilds(ours)
+    try:
+        status, bad, unrun = run_ours(ours, wide, mode, stop)
+    finally:
+        beside.stop()
     outcome.stopped |= unrun
     if unrun and not bad:  # FlashInfer's tests failed first: their failures are the answer
         print(
