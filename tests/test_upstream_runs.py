@@ -1173,3 +1173,28 @@ def test_failures_and_errors_fail_the_run_and_nothing_else_does():
 
     assert plugin.fails_the_run("failed") and plugin.fails_the_run("error")
     assert not any(plugin.fails_the_run(outcome) for outcome in ("passed", "skipped", "xfailed", None))
+
+
+@needs_a_build
+def test_a_module_never_built_builds_beside_the_tests(ws, tmp_path):
+    """module_builds.build_beside writes a module's ninja file first, as build_specs does: a module
+    nothing built before has no folder (affected's smoke modules of the wide tier)."""
+    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from fidev.builds import module_builds\n"
+        "import flashinfer\n"
+        "spec = flashinfer.gen('norm', 1)\n"
+        "assert not spec.build_dir.exists()\n"
+        "module_builds.build_beside([spec], print, [])\n"
+        "print('built' if spec.jit_library_path.exists() else 'not built')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])},
+    )
+    assert done.stdout.strip().splitlines()[-1:] == ["built"], done.stdout + done.stderr

@@ -397,7 +397,8 @@ def their_run(
     regeneration where it has them all (the gate names these), else one that starts now, and
     imports and collects while the modules compile; a sample of their cases that exercises each
     changed module (unless `sampled` is off: --whole-family); with upstream-tests' plan first where
-    the record names no case of one of their files (unrecorded)."""
+    the record names no case of a changed module in one of their files (unrecorded: a reached
+    family's file, whose sampled cases the record may not name)."""
     if early and theirs and set(theirs) <= set(early.tests):
         return early, theirs
     if early:
@@ -409,7 +410,7 @@ def their_run(
             file_times,
             sample=sample_of(changed, recorded, sampled),
             stop_after=stop_after,
-            plan=sampled and bool(unrecorded(theirs, recorded)),
+            plan=sampled and bool(unrecorded(theirs, {m: recorded.get(m, []) for m in changed})),
         )
         if theirs
         else None

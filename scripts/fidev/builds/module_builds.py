@@ -198,6 +198,8 @@ def build_beside(specs, say: Callable[[str], None], running: list) -> None:
             except Timeout:
                 continue
             held[spec.name] = (spec, lock)
+            if hasattr(spec, "write_ninja"):  # a module never built has no folder yet (FlashInfer's write_if_different)
+                spec.write_ninja()
         if held:  # each lock let go as its module ends: a test waiting for one module waits for it alone
             run_module_builds(
                 [spec for spec, _ in held.values()], say, running, on_done=lambda spec: release(held, spec.name)

@@ -38,8 +38,9 @@ part of a whole file), the warmup builds only what the selected cases need:
   modules are built already, then those with the fewest left to build (a case waits for its own
   module at most); no other module of the warmup is built;
 - a selected case the record does not name builds what it loads when it runs (FlashInfer's
-  JitSpec.build_and_load); once the first case has run, the warmup's other modules build beside the
-  next cases.
+  JitSpec.build_and_load);
+- with no record at all, each case builds what it loads, and once the first case has run, the
+  warmup's other modules build beside the next cases.
 The builds still running when the session ends are stopped.
 """
 
@@ -227,9 +228,8 @@ class Builds:
         self.settings, self.needs, self.parts = settings, needs, parts
         self.config = None
         self.current = "unknown"
-        self.narrowed = (
-            False  # a subset of the file's cases runs (not a part's share): the warmup builds what they need
-        )
+        # a subset of the file's cases runs (not a part's share): the warmup builds what they need
+        self.narrowed = False
         self.kept: list[str] = []  # the node ids to run, once narrowed
         self.later: list = []  # the warmup's modules to build beside the tests once the first case has run
         self.beside: list[threading.Thread] = []
@@ -346,17 +346,19 @@ class Builds:
             return
         needed, unnamed = self.needed()
         now = [spec for spec in todo if needed is not None and spec.name in needed]
-        self.later = [spec for spec in todo if spec not in now] if unnamed else []
+        # with no record at all, the rest build beside the cases after the first; with one, a case it does not
+        # name builds its own, and no module no case needs by the record is built
+        self.later = [spec for spec in todo if spec not in now] if needed is None else []
         self.say(
             f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s); "
             "a subset of the file's cases "
-            f"runs, so {self.warmup_plan(needed is not None, len(now), len(self.later), len(todo))}"
+            f"runs, so {self.warmup_plan(needed is not None, len(now), len(self.later), len(todo), unnamed)}"
         )
         if now:
             self.start_beside(now)
 
     @staticmethod
-    def warmup_plan(recorded: bool, now: int, later: int, asked: int) -> str:
+    def warmup_plan(recorded: bool, now: int, later: int, asked: int, unnamed: bool = False) -> str:
         """What the narrowed warmup builds, said."""
         if not recorded:
             return "each case builds what it loads, and the rest build beside them after the first case"
@@ -368,11 +370,8 @@ class Builds:
             if now
             else []
         )
-        if later:
-            said.append(
-                f"a case the record does not name builds what it loads, "
-                f"and {later} more build beside them after the first case"
-            )
+        if unnamed:
+            said.append("a case the record does not name builds what it loads")
         if asked - now - later:
             said.append(f"the {asked - now - later} no case to run needs are not built")
         return "; ".join(said)
