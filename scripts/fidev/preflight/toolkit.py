@@ -7,7 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
-from fidev.jit import activation, jit_toolchain
+from fidev.jit import activation, compile_cache, jit_toolchain
 from fidev.preflight.context import Context
 from fidev.preflight.results import ENV_FIX, Result, fail, ok, run, warn
 
@@ -195,3 +195,9 @@ def check_host_compiler(ctx: Context) -> Result:
             f"set CC to a {family} <= {newest} (the environment ships gxx_linux-64 13)",
         )
     return ok(f"{family} {major} ({compiler})")
+
+
+def check_compile_cache(ctx: Context) -> Result:
+    """Whether nvcc goes through the compile cache, where it is, how large, and whether it is on
+    (fidev.jit.compile_cache)."""
+    return Result(*compile_cache.check(os.environ))
