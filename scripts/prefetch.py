@@ -18,7 +18,7 @@ from pathlib import Path
 from fidev.bindings import cargo_pins, wheel_cache
 from fidev.core import numbers
 from fidev.core.failure import ArgumentParser, Failure, option, run_main
-from fidev.core.files import read_input, user_path
+from fidev.core.files import not_a_folder, read_input, user_path
 from fidev.core.manifest import cuda_release, cuda_tag, tomllib
 
 
@@ -116,6 +116,9 @@ def chosen_pins(path: Path, arch: str, cuda: str) -> list[cargo_pins.Pin]:
 
 def main() -> int:
     args = parse_args()
+    seed = args.seed.expanduser() if args.seed else None
+    if seed is not None and (why := not_a_folder(seed)):  # a FIFO or /dev/null exists: it is said for what it is
+        raise Failure(f"--from {seed} {why}", "name the folder the pinned wheels were copied into")
     path = args.pins.expanduser()
     chosen = chosen_pins(path, args.arch, args.cuda)
     by_wheel = {}  # one wheel may serve several keys (tvm-ffi under every CUDA key): fetch it once
@@ -123,7 +126,6 @@ def main() -> int:
         by_wheel.setdefault((p.sha256, p.filename), []).append(p)
     root = wheel_cache.cache_dir()
     out = Lines(f"prefetch: {len(by_wheel)} wheel{'s' * (len(by_wheel) != 1)} into {root / 'wheels'}")
-    seed = args.seed.expanduser() if args.seed else None
     for pin, *others in by_wheel.values():
         keys = ", ".join(f"{p.name}.{p.cuda}.{p.arch}" for p in (pin, *others))
         outcome = wheel_cache.ensure(

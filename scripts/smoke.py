@@ -5,9 +5,7 @@ Arguments it does not know go to pytest, e.g. `smoke.py -k rmsnorm` or `smoke.py
 
 from __future__ import annotations
 
-import sys
-
-from fidev.core.failure import ArgumentParser, run_main
+from fidev.core.failure import ArgumentParser
 from fidev.jit import kernel_source
 from fidev.smoke import gpu_suite
 
@@ -26,4 +24,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    gpu_suite.exit_task(main)

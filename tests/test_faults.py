@@ -346,6 +346,20 @@ def test_ctrl_c_during_the_download_leaves_no_temporary_folder(tmp_path, index_s
     assert sorted(p.name for p in dest.parent.iterdir()) == []  # no .fi.partial-*, no fi
 
 
+@fault("fetch-archive-fifo")
+@pytest.mark.parametrize("named", ["a FIFO", "/dev/null"])
+def test_an_archive_that_is_a_fifo_or_a_device_is_said_for_what_it_is(tmp_path, named):
+    if named == "a FIFO":
+        os.mkfifo(tmp_path / P.sdist_name)
+    archive = tmp_path / P.sdist_name if named == "a FIFO" else "/dev/null"
+    done = run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", "--archive", archive)
+    if named == "a FIFO":
+        expect(done, "fetch-archive-fifo")
+    else:
+        expect(done, "fetch-archive-fifo", said_as=("a named pipe (FIFO)", "a character device"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([P.sdist_name] if named == "a FIFO" else [])
+
+
 @fault("fetch-dest-file")
 def test_dest_is_a_file(tmp_path):
     (tmp_path / "fi").write_text("mine")
@@ -677,6 +691,14 @@ def test_a_damaged_carried_wheel_is_blamed_not_the_pin(tmp_path, index_server):
     assert not cache.exists()
 
 
+@fault("prefetch-from-fifo")
+def test_a_carried_folder_that_is_a_fifo_is_said_for_what_it_is(tmp_path, index_server):
+    os.mkfifo(tmp_path / "carried")
+    cache = tmp_path / "cache"
+    expect(prefetch(crate(tmp_path, index_server), cache, "--from", tmp_path / "carried"), "prefetch-from-fifo")
+    assert not cache.exists()
+
+
 @fault("url-no-scheme")
 def test_a_url_without_its_scheme(tmp_path, index_server, norm_so):
     expect(
@@ -854,6 +876,14 @@ def test_help_texts():
         assert named and all((ROOT / path).is_dir() for path in named), f"{script} --help names {named}"
 
 
+@fault("layout-toolkit")
+def test_a_folder_that_is_no_toolkit_is_named_not_the_prefix(tmp_path):
+    (tmp_path / "toolkit").mkdir()
+    done = run("conda_layout.py", tmp_path / "prefix", "--toolkit", tmp_path / "toolkit", "--print-env")
+    expect(done, "layout-toolkit")
+    assert not (tmp_path / "prefix").exists()
+
+
 @fault("bench-runs")
 def test_bench_preflight_needs_a_run():
     expect(run("bench_preflight.py", "--runs", "0"), "bench-runs", status=2)
@@ -908,6 +938,121 @@ def test_gpu_suites_fail_when_nothing_ran(script, task):
     if torch and torch.cuda.is_available():
         pytest.skip("this host has a GPU: the no-GPU path cannot be shown here")
     expect(run(script), "smoke-no-gpu", said_as=("smoke", task))
+
+
+# A pytest plugin that stands in for a GPU suite's run at one moment (FIDEV_TEST_MEET): it writes the
+# file FIDEV_TEST_MET (its pid), the test's sign to send Ctrl-C, and waits there for it, once.
+RENDEZVOUS = """import os, pathlib, time
+
+MEET, MET = os.environ["FIDEV_TEST_MEET"], pathlib.Path(os.environ["FIDEV_TEST_MET"])
+
+
+def meet(moment):
+    if moment == MEET and not MET.exists():
+        MET.write_text(str(os.getpid()))
+        time.sleep(60)
+
+
+class Finalized:
+    def __del__(self):
+        meet("a finalizer")  # what a finalizer raises, Python prints and goes on
+
+
+meet("pytest's start")
+
+
+def pytest_collectstart(collector):
+    meet("collection")
+
+
+def pytest_runtest_setup(item):
+    meet("a test")
+    try:
+        meet("a bare except")
+    except BaseException:  # a library that swallows everything
+        pass
+    Finalized()
+
+
+def pytest_sessionfinish(session):
+    meet("the session's end")
+
+
+def pytest_unconfigure(config):
+    meet("after the session")
+"""
+MOMENTS = [
+    "pytest's start",
+    "collection",
+    "a test",
+    "a bare except",
+    "a finalizer",
+    "the session's end",
+    "after the session",
+]
+# smoke at every moment; abi-smoke and smoke_noise, which share its code (fidev.smoke.gpu_suite), at three
+SUITE_MOMENTS = [("smoke.py", [], moment) for moment in MOMENTS] + [
+    (script, args, moment)
+    for script, args in (("abi_smoke.py", []), ("smoke_noise.py", ["--runs", "2"]))
+    for moment in ("collection", "a test", "a bare except")
+]
+
+
+@fault("smoke-interrupted")
+@pytest.mark.parametrize("script, args, moment", SUITE_MOMENTS, ids=[f"{s} at {m}" for s, _, m in SUITE_MOMENTS])
+def test_ctrl_c_ends_a_gpu_suite_at_any_moment_in_one_line(tmp_path, script, args, moment):
+    """smoke, abi-smoke and smoke_noise, Ctrl-C as pytest starts, collects, runs a test, where
+    something swallows it, or as the session ends: status 130 and the one line, no report of pytest's,
+    no traceback, and no run after it (the CPU host's suites skip every test, so a stand-in plugin
+    holds each moment; the signal goes once the plugin says it is there)."""
+    require("torch", why="pytest collects the GPU suites only where torch imports")
+    (tmp_path / "fidev_rendezvous.py").write_text(RENDEZVOUS)
+    met = tmp_path / "met"
+    env = {
+        **os.environ,
+        "FIDEV_TEST_MEET": moment,
+        "FIDEV_TEST_MET": str(met),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(task_path(ROOT, script)), *args, "-p", "fidev_rendezvous"],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        preexec_fn=as_a_terminal_starts_it,
+    )
+    try:
+        wait_until(lambda: met.is_file() and met.read_text().strip().isdigit(), 60, f"{script} at {moment}", proc)
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    expect(done, "smoke-interrupted", status=130)
+    assert not re.search(r"KeyboardInterrupt|Fatal Python error", out + err), out[-2000:] + err[-2000:]
+    assert out.count("test session starts") <= 1, "a run started after the interrupted one"
+
+
+def test_a_session_pytest_stops_itself_is_no_ctrl_c(tmp_path):
+    """pytest ends a session it stops itself (session.Interrupted: errors in collection, a plugin's
+    shouldstop) through the hook Ctrl-C takes too: smoke says it as before (pytest's status 2), not
+    as interrupted."""
+    require("torch", why="pytest collects tests/smoke only where torch imports")
+    (tmp_path / "fidev_stops.py").write_text(
+        "def pytest_runtest_setup(item):\n    item.session.shouldstop = 'a stop of its own'\n"
+    )
+    done = run(
+        "smoke.py",
+        "-p",
+        "fidev_stops",
+        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))},
+    )
+    assert done.returncode == 2 and "Interrupted: a stop of its own" in done.stdout, done.stdout[-1000:] + done.stderr
+    assert "interrupted;" not in done.stderr, done.stderr
 
 
 # ---------------------------------------------------------------- odd input, and two tools at once

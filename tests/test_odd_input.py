@@ -5,6 +5,9 @@ value its argument can never take (bad usage), 1 for a path or file that is wron
 The table is by kind of value; each script names which of its arguments take which kind. A script
 or tool added to scripts/ or tools/ must appear in COVERED (test_every_script_and_tool_is_covered)."""
 
+import copy
+import datetime
+import json
 import os
 import shutil
 import stat
@@ -360,6 +363,53 @@ def test_an_output_folder_that_is_none_or_read_only_is_refused_before_the_work(
     assert (os.lstat(value).st_mode if os.path.lexists(value) else None) == mode
 
 
+# A file or folder a script reads, named by a path that exists and is something else: said for what it
+# is, never "does not exist". /dev/null only where the path is read (a folder a tool writes in gets the FIFO).
+READ_PATHS = [
+    ("fetch_flashinfer_source.py", ["--dest", "{tmp}/fi"], "--archive", [], True),
+    ("prefetch.py", ["{tmp}/Cargo.toml", "--from"], None, [], True),
+    ("bench_chain.py", [], "--workspace", [], True),
+    ("gpu_acceptance.py", ["--work", "{tmp}/work", "--steps", "setup"], "--staged", [], True),
+    ("fetch_flashinfer_source.py", ["--archive", "{tmp}/" + pins().sdist_name], "--dest", [], False),
+    ("conda_layout.py", [], None, ["--print-env"], False),
+]
+READ_CASES = [(*case[:4], value) for case in READ_PATHS for value in (["FIFO", "/dev/null"] if case[4] else ["FIFO"])]
+
+
+@pytest.mark.parametrize(
+    "script, before, option, after, value",
+    READ_CASES,
+    ids=[f"{c[0]} {c[2] or (c[1][-1] if c[1] else 'PREFIX')} {c[4]}" for c in READ_CASES],
+)
+def test_a_fifo_or_a_device_is_said_for_what_it_is(tmp_path, script, before, option, after, value):
+    named = fifo(tmp_path) if value == "FIFO" else value
+    done = run(script, argv_for(before, option, named, after), tmp_path)
+    two_lines(done, {1})
+    problem = done.stderr.strip().splitlines()[-2]
+    kind = "a named pipe (FIFO)" if value == "FIFO" else "a character device"
+    assert f"{named} is {kind}, not a " in problem and "does not exist" not in problem, problem
+
+
+def test_a_fifo_among_the_carried_wheels_or_the_staged_files_is_said_for_what_it_is(tmp_path):
+    """prefetch --from DIR whose wheel is a FIFO; the acceptance run's --staged DIR whose source release is one."""
+    from fidev.bindings import cargo_pins
+
+    wheel = "flashinfer_python-0.6.3-py3-none-any.whl"
+    pinned = cargo_pins.Pin("flashinfer_python", "cu129", "x86_64", wheel, f"https://x.invalid/{wheel}", "ab" * 32)
+    (tmp_path / "pins.toml").write_text(cargo_pins.pin_toml([pinned]))
+    (tmp_path / "carried").mkdir()
+    os.mkfifo(tmp_path / "carried" / wheel)
+    done = run("prefetch.py", [str(tmp_path / "pins.toml"), "--from", str(tmp_path / "carried")], tmp_path)
+    two_line_failure(done, f"{tmp_path / 'carried' / wheel} is a named pipe (FIFO), not a regular file")
+    if (pins().source_dir / "csrc").is_dir():
+        return  # the acceptance run's copy of this checkout has its tree: it takes no staged release
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    os.mkfifo(staged / pins().sdist_name)
+    done = run("gpu_acceptance.py", ["--work", "{tmp}/work", "--staged", str(staged), "--steps", "setup"], tmp_path)
+    two_line_failure(done, f"the staged source release {staged / pins().sdist_name} is a named pipe (FIFO)")
+
+
 def test_a_file_is_written_whole_only_where_it_is_a_regular_file_or_nothing(tmp_path):
     """fidev.core.files: /dev/full is refused as an output; a write onto a FIFO is refused and
     leaves it; one through a link writes the file it leads to and keeps the link."""
@@ -541,6 +591,35 @@ def test_conda_layout_with_a_command_it_cannot_run_fails_in_two_lines(tmp_path, 
     two_line_failure(done, "cannot run")
 
 
+def no_toolkit(tmp):
+    """A folder with bin/nvcc and include/, but no libraries."""
+    (tmp / "toolkit" / "bin").mkdir(parents=True)
+    (tmp / "toolkit" / "bin" / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.86'\n")
+    (tmp / "toolkit" / "include").mkdir()
+    return str(tmp / "toolkit")
+
+
+TOOLKITS = {
+    "missing": lambda tmp: str(tmp / "nowhere"),
+    "a FIFO": fifo,
+    "/dev/null": lambda tmp: "/dev/null",
+    "a folder without libraries": no_toolkit,
+}
+
+
+@pytest.mark.parametrize("make", list(TOOLKITS.values()), ids=list(TOOLKITS))
+def test_a_toolkit_that_is_none_is_named_not_the_prefix(tmp_path, make):
+    """conda_layout and the acceptance run's steps that read --toolkit: two lines naming the toolkit,
+    before the prefix is made (it was blamed: "cannot lay out PREFIX")."""
+    toolkit = make(tmp_path)
+    done = run("conda_layout.py", ["{tmp}/prefix", "--toolkit", toolkit, "--print-env"], tmp_path)
+    two_line_failure(done, f"--toolkit {toolkit} ")
+    assert "prefix" not in done.stderr.strip().splitlines()[-2] and not (tmp_path / "prefix").exists(), done.stderr
+    (tmp_path / "work" / "ws").mkdir(parents=True)  # the run's copy of the checkout, taken as set up
+    done = run("gpu_acceptance.py", ["--work", "{tmp}/work", "--steps", "preflight", "--toolkit", toolkit], tmp_path)
+    two_line_failure(done, f"--toolkit {toolkit} ")
+
+
 def test_prebuilt_set_without_an_importable_flashinfer_fails_in_two_lines(tmp_path):
     """A flashinfer that cannot be imported (here a stand-in that raises, first on the path): two lines
     before any build, not the import's traceback."""
@@ -554,3 +633,674 @@ def test_prebuilt_set_without_an_importable_flashinfer_fails_in_two_lines(tmp_pa
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
     )
     two_line_failure(done, "import flashinfer failed")
+
+
+# ---------------------------------------------------------------- records of the wrong JSON type
+#
+# Every JSON record a script or tool reads back, and the input files it reads that our processes or
+# FlashInfer's write, with the whole record, and each field and list entry in it at any depth, replaced
+# by a value of each JSON type it is not. A reader takes it as its documented answer for an unreadable
+# record (absent: None, {} or [], and the work it stands for done again; or two lines), never a
+# traceback, and never as a pass.
+
+WRONG_TYPES = {"null": None, "bool": True, "number": 7, "string": "x", "list": [], "object": {}}
+
+
+def json_type(value) -> str:
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "bool"
+    return {int: "number", float: "number", str: "string", list: "list", dict: "object"}[type(value)]
+
+
+def put(record, where: list, value):
+    """`record` with the value at `where` (keys and indices) replaced."""
+    if not where:
+        return value
+    record = copy.deepcopy(record)
+    node = record
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    return record
+
+
+def wrong_typed(record, kind: str, values=WRONG_TYPES, type_of=json_type) -> list[tuple[str, object]]:
+    """(where, record) for the record whole and for each field and list entry in it whose type
+    (JSON's, or another `type_of`) is not `kind`, replaced by a value of that type."""
+    found = []
+
+    def walk(node, where):
+        if type_of(node) != kind:
+            said = "/".join(map(str, where)) or "the whole record"
+            found.append((said, put(record, where, copy.deepcopy(values[kind]))))
+        for key, child in node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ():
+            walk(child, [*where, key])
+
+    walk(record, [])
+    return found
+
+
+FACT = [1_700_000_000_000_000_000, 3, "0" * 64]  # a file fact (fidev.core.files.file_fact) of a file no test has
+
+
+def written(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def lines(path: Path, data) -> Path:
+    """A file of a JSON value a line: each of `data`'s, or `data` itself where it is no list."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in (data if isinstance(data, list) else [data])))
+    return path
+
+
+def a_workspace(tmp):
+    from fidev.core import workspace
+
+    return workspace.Workspace(tmp / "base", pins().flashinfer)
+
+
+def build_stamp_read(tmp, data):
+    from fidev.builds import build_stamp
+
+    ws = a_workspace(tmp)
+    written(ws.build_stamp({}), data)
+    return build_stamp.unreadable_stamps(ws), build_stamp.stamped_modules(ws)
+
+
+def module_build_records_read(tmp, name: str, data):
+    """A module's records in its build folder: its inputs, its generators, the call that made it."""
+    from fidev.records import build_records, ninja_inputs
+
+    build_dir, tree = tmp / "jit" / "norm", tmp / "tree"
+    (tree / "flashinfer").mkdir(parents=True, exist_ok=True)
+    written(build_dir / name, data)
+    ninja_inputs._READ.clear()
+    return (
+        ninja_inputs.unreadable(build_dir),
+        ninja_inputs.edited(build_dir),
+        ninja_inputs.restored(build_dir),
+        ninja_inputs.inputs(build_dir, build_dir / "build.ninja"),
+        build_records.unreadable_generators(build_dir),
+        build_records.changed_generators(build_dir, tree),
+        build_records.generators_before(build_dir, tree),
+        build_records.recorded_call(build_dir),
+    )
+
+
+def jit_dir_records_read(tmp, name: str, data):
+    """A JIT dir's records beside it: the tree as last built, and which of FlashInfer's tests need which module."""
+    from fidev.records import build_records
+
+    jit_dir, tree = tmp / "0.6.3" / "90" / "cached_ops", tmp / "tree"
+    (tree / "include").mkdir(parents=True, exist_ok=True)
+    written(jit_dir.parent / name, data)
+    found = (
+        build_records.tree_record(jit_dir),
+        build_records.unreadable_tree(jit_dir),
+        build_records.changed_tree_files(jit_dir, tree),
+        build_records.module_tests(jit_dir),
+    )
+    build_records.record_tree(jit_dir, tree)
+    build_records.add_module_tests(jit_dir, [{"test_name": "tests/utils/test_norm.py::test_t", "module_name": "norm"}])
+    return found
+
+
+def release_record_read(tmp, data):
+    """The source release's record of its files: unreadable, no file has a released fact, and edits
+    cannot be told by it (two lines)."""
+    from fidev.tree import release_reference
+
+    tree = tmp / "tree"
+    written(tree / "csrc" / "norm.cu", "x")
+    written(tree / ".fidev-release-files.json", data)
+    return release_reference.released_facts(tree), release_reference._against_record(tree)
+
+
+def kept_verdicts_read(tmp, data):
+    """affected's kept verdicts: unreadable, every built module is taken as changed (`problem`); a
+    module's verdict is given only from a record of the shape Kept.record writes."""
+    from fidev.affected import verdicts
+
+    kept = verdicts.Kept(written(tmp / "fidev-affected.json", data))
+    if not kept.problem:
+        assert kept.modules["norm"].result == "failed", "a failure read as another verdict"
+    kept.standing("norm", tmp / "norm")
+    kept.record({})
+    return kept.problem
+
+
+def file_times_read(tmp, data):
+    """The files' last times: one of another type is unknown (the file runs in one part)."""
+    from fidev.upstream import runs
+
+    times = runs.load_times(written(tmp / "file-times.json", data))
+    assert times.items() <= {"tests/a.py": 61.5, "tests/b.py": 3.0}.items(), times
+    assert all(type(s) is float for s in times.values()), times
+    return runs.split({"/tree/tests/a.py": []}, 2, Path("/tree"), times)
+
+
+def suite_map_read(tmp, data, monkeypatch):
+    """The suite's counts: another suite's, or unreadable, are counted again (here: cannot be)."""
+    from fidev.upstream import suite
+
+    ws = a_workspace(tmp)
+    written(ws.suite_map, data)
+    monkeypatch.setattr(suite, "tests_dir", lambda: tmp / "tests")
+    monkeypatch.setattr(suite, "suite_key", lambda tests: "key")
+    monkeypatch.setattr(suite, "collect", lambda tests, mode: None)
+    return suite.list_families(ws, "auto")
+
+
+def baseline_read(tmp, data):
+    """A baseline that cannot be read is two lines (a compare run without it would pass off a plain run)."""
+    from fidev.upstream import runs, verdict
+
+    baseline = runs.load_baseline(written(tmp / "baseline.json", data))
+    now = [runs.FileResult("tests/a.py", None, 1.0, "exit 1", {"tests/a.py::t": "failed", "tests/a.py::u": "passed"})]
+    changes = runs.compare(baseline, now)
+    (tmp / "run").mkdir(exist_ok=True)
+    status = verdict.say_compared(baseline, tmp / "baseline.json", changes, tmp / "run")
+    assert status == 1 and changes["newly failing"] == ["tests/a.py::t"], "a newly failing test went unsaid"
+    return status
+
+
+def sample_spec_read(tmp, data):
+    """The spec upstream-tests writes for its processes: refused in two lines, as one of another schema is."""
+    from fidev.upstream import sample
+
+    seed, modules, required = sample.read_spec(written(tmp / "sample.json", data))
+    cases = [sample.Case.of(f"tests/a.py::f[{x}]", "tests/a.py::f", {"x": x}) for x in ("1", "2")]
+    return sample.select(cases, modules, seed, required)
+
+
+def sample_records_read(tmp, data):
+    """A process's record of its sample: one that cannot be read is left out, as a process that wrote none."""
+    from fidev.upstream import sample
+
+    run_dir = tmp / "run"
+    written(run_dir / f"a.jsonl{sample.RECORD}", data)
+    other = {"seed": 1, "functions": {"tests/b.py::g": [1, 1]}, "whole": [], "missed": [], "exercised": []}
+    written(run_dir / f"b.jsonl{sample.RECORD}", other)
+    merged = sample.merge_records(sample.read_records(run_dir))
+    return sample.coverage_lines("upstream-tests", merged)
+
+
+def progress_read(tmp, data):
+    """A process's progress: unreadable, it is taken as not written yet."""
+    from fidev.upstream import progress, runs
+
+    run_dir = tmp / "run"
+    written(run_dir / "a.jsonl.progress", data)
+    lines(run_dir / "a.jsonl", {"nodeid": "tests/a.py::t", "outcome": "finished", "message": "", "t": 1.0})
+    return progress.tally(run_dir, 1, 1), runs.not_run(run_dir / "a.jsonl")
+
+
+OUTCOME_LINES = [
+    {"nodeid": "", "outcome": "collected", "message": "0123456789abcdef", "t": 1.0},
+    {"nodeid": "tests/a.py::t", "outcome": "started", "message": "", "t": 1.5},
+    {"nodeid": "tests/a.py::t", "outcome": "failed", "message": "assert 1 == 2", "t": 2.0},
+    {"nodeid": "tests/a.py::t", "outcome": "finished", "message": "", "t": 2.0},
+    {"nodeid": "tests/a.py::u", "outcome": "skipped", "message": "Skipped: no GPU", "t": 2.5},
+]
+
+
+def outcome_lines_read(tmp, data):
+    """A process's outcomes, a JSON object a line: a line that is none is left out, as a torn last line is."""
+    from fidev.upstream import runs, verdict
+
+    run_dir = tmp / "run"
+    outcomes_file = lines(run_dir / "a.jsonl", data)
+    outcomes = runs.read_outcomes(outcomes_file)
+    assert outcomes.get("tests/a.py::t") in (None, "failed", "error"), f"a failure read as {outcomes['tests/a.py::t']}"
+    return (
+        outcomes,
+        runs.read_outcomes(outcomes_file, stopped=True),
+        runs.stopped_itself(outcomes_file),
+        runs.first_failure(run_dir),
+        runs.read_collected(outcomes_file),
+        runs.last_case_end(run_dir),
+        verdict.passed_in(run_dir),
+    )
+
+
+JIT_REPORT = [
+    {
+        "test_name": "tests/utils/test_norm.py::test_norm[1]",
+        "module_name": "norm",
+        "spec_info": repr({"name": "norm", "sources": ["/tree/csrc/norm.cu"]}),
+    },
+    {
+        "test_name": "tests/utils/test_norm.py::test_norm[2]",
+        "module_name": "norm",
+        "spec_info": "None",
+        "warmup": False,
+    },
+]
+
+
+def jit_report_read(tmp, data):
+    """A JIT report (FlashInfer's conftest, or the plan's dry run): a line that is no such object is
+    left out, as a torn one."""
+    from fidev.records import build_records
+    from fidev.upstream import plan
+
+    entries = plan.read_jit_report(lines(tmp / "report.jsonl", data))
+    build_records.add_module_tests(tmp / "0.6.3" / "90" / "cached_ops", entries)
+    return plan.module_sources(entries)
+
+
+COUNTED = {"passed": 1, "skipped": 0, "failed": 1, "error": 0}
+
+
+def upstream_summary_valid(tmp):
+    from dataclasses import asdict
+
+    from fidev.upstream import summary
+
+    process = summary.Process("tests/a.py", [1, 1], "0", 1.5, "exit 1", COUNTED)
+    sample = {"selected": 2, "total": 4, "seed": 1, "functions": 1, "whole": [], "missed": ["norm"]}
+    compared = {"newly failing": ["tests/a.py::t"], "newly erroring": []}
+    done = summary.Summary(
+        ["norm"],
+        "auto",
+        str(tmp / "run"),
+        ["0"],
+        "H100",
+        1.0,
+        3.0,
+        1,
+        COUNTED,
+        {"no GPU": 0},
+        ["tests/a.py::t"],
+        [],
+        [process],
+        2.5,
+        compared,
+        sample,
+        1.0,
+        1,
+        True,
+        0,
+        [],
+    )
+    return {"schema": summary.SCHEMA, **asdict(done)}
+
+
+def upstream_summary_read(tmp, data):
+    """upstream-tests' summary, as affected, the acceptance run and the benchmark read it: two lines
+    where it cannot be read, and then no pass (affected: status 1)."""
+    from fidev.upstream import summary
+
+    done = summary.read(written(tmp / "summary.json", data))
+    c = done.counts
+    said = [
+        f"{c['passed']} {c['skipped']} {c['failed']} {c['error']} {done.kernel_source} {len(done.gpus)}",
+        f"{done.ended - done.started:.1f}",
+    ]
+    for p in done.processes:  # bench_upstream's lines, affected's files exercised
+        said.append(f"{p.file} {p.part[0]} {p.part[1]} {p.gpu or '-'} {p.seconds:.0f} {p.ended}")
+        said.append(f"{p.counts['passed']} {p.counts['error']} {p.counts.get('failed')}")
+        said.append(str(f"{p.file} ({p.ended})" in done.erroring))
+    compared = done.compared or {}  # the acceptance run's upstream-compare
+    said.append(", ".join((compared.get("newly failing") or [])[:2]) + str(len(compared.get("newly erroring") or [])))
+    said.append(str({what.split()[0] for what in done.failed_ids if what.split()}))  # affected's FlashInfer tests
+    if done.sample:
+        said.append(f"{done.sample['selected']} {done.sample['total']} {done.sample.get('missed', [])}")
+    if done.first_failure_s is not None and done.last_case_end is not None:
+        said.append(f"{done.started + done.first_failure_s - done.last_case_end:.1f}")
+    assert done.status != 0 and done.failed_ids, "a failing run read as a pass"
+    return said
+
+
+def affected_summary_valid(tmp):
+    from dataclasses import asdict
+
+    from fidev.affected import summary
+
+    test = "tests/smoke/test_kernels.py::test_rmsnorm"
+    done = summary.Summary(
+        "failed",
+        1,
+        {"include/flashinfer/norm.cuh": ["norm"]},
+        [test],
+        [test],
+        ["norm"],
+        12.5,
+        {"ended_s": 3.0, "last_case_s": 2.5, "first_failure_s": 1.0},
+        20.0,
+        None,
+    )
+    return {"schema": summary.SCHEMA, **asdict(done)}
+
+
+def affected_summary_read(tmp, data):
+    """affected's summary, as the acceptance run and planted_bugs read it: two lines where it cannot
+    be read (a bug is then not caught: no summary), and a failed run never read as another verdict."""
+    from fidev.affected import summary
+    from fidev.affected.verdict import Verdict
+
+    done = summary.read(written(tmp / "affected.json", data))
+    said = [f"{len(done.rebuilt)} {done.build_s:.1f}" if done.build_s is not None else "nothing rebuilt"]
+    if done.past_build:
+        past = done.past_build
+        said.append(f"{past['ended_s']:.1f} {past['last_case_s']:.1f} {past.get('first_failure_s')}")
+    said += [t.removeprefix("tests/") for t in [*done.failed, *done.tests]] + sorted(done.modules)
+    said.append(f"{done.status} {done.verdict} {round(done.seconds, 1)} {done.problem or ''}")
+    failed = done.verdict == Verdict.FAILED and done.status == Verdict.FAILED.status and done.failed
+    assert failed, "a failed run read as another verdict"
+    return said
+
+
+def planted_bugs_valid(tmp):
+    from fidev.tree import edits
+
+    bug = {
+        "id": "norm-offset",
+        "family": "norm",
+        "file": "include/flashinfer/norm.cuh",
+        "symbol": "RMSNormKernel",
+        "line": "a;",
+        "bug": "b;",
+        "size": "1%",
+        "kind": "header",
+        "caught": False,
+        "survived_because": "exit 0: 2 test(s) of norm ran and passed",
+        "planted": {"verdict": "passed", "status": 0},
+        "restored": {"verdict": "passed", "status": 0, "passes": True},
+    }
+    caught = {**bug, "id": "silu-offset", "caught": True, "survived_because": None}
+    return {
+        "schema": edits.PLANTED_BUGS_SCHEMA,
+        "complete": True,
+        "bugs": [caught, bug],
+        "left": [],
+        "survivors": ["norm-offset"],
+        "restored_failures": [],
+    }
+
+
+def planted_bugs_read(tmp, data):
+    """planted_bugs.py's record, as the acceptance run reads it: two lines where it cannot be read (the
+    step fails), and a bug that survived never counted as caught."""
+    from fidev.tree import edits
+
+    done = edits.read_planted_bugs(written(tmp / "planted-bugs.json", data), "see logs/planted-bugs.log")
+    caught = [b["id"] for b in done["bugs"] if b["caught"]]
+    assert "norm-offset" not in caught, "a survivor counted as caught"
+    return [f"{len(caught)} of {len(done['bugs'])}", *done["survivors"], *done["restored_failures"], *done["left"]]
+
+
+PYPI_PAGE = {
+    "meta": {"api-version": "1.1"},
+    "name": "flashinfer-python",
+    "files": [
+        {
+            "filename": "flashinfer_python-0.6.3.tar.gz",
+            "url": "https://files.example/flashinfer_python-0.6.3.tar.gz",
+            "hashes": {"sha256": "ab" * 32},
+        },
+        {"filename": "flashinfer_python-0.6.2.tar.gz", "url": "flashinfer_python-0.6.2.tar.gz", "hashes": {}},
+    ],
+}
+
+
+def index_page_read(tmp, data, server):
+    """A package index's JSON project page (PEP 691), as pin and fetch_flashinfer_source read it: two
+    lines where it is not one."""
+    from fidev.core import package_index
+
+    server.serve("/simple/flashinfer-python/", json.dumps(data).encode(), "application/vnd.pypi.simple.v1+json")
+    base, files = package_index.listed_files(f"{server.url}/simple/flashinfer-python/")
+    return package_index.file_in(files, base, "flashinfer_python-0.6.3.tar.gz")
+
+
+def kept_verdicts_valid(tmp):
+    when = "2026-11-28 10:00:00"
+    test = "tests/smoke/test_kernels.py::test_rmsnorm"
+    verdict = {"inputs": "i" * 64, "result": "failed", "when": when, "tests": [test], "failed": [test]}
+    gap = {"was": FACT, "families": ["norm"], "when": when, "result": "failed"}
+    return {
+        "schema": "fidev-affected-verdicts/1",
+        "modules": {"norm": verdict},
+        "uncovered": {"include/flashinfer/norm.cuh": gap},
+        "judged": {"include/flashinfer/norm.cuh": FACT, "csrc/gone.cu": None},
+    }
+
+
+def suite_map_valid(tmp):
+    from fidev.tree import families
+
+    counts = {f.name: 1 for f in families.FAMILIES}
+    return {"suite": "key", "total": 10, "files": 2, "not_collected": 1, "families": counts}
+
+
+def in_build_dir(name):
+    return lambda tmp, data: module_build_records_read(tmp, name, data)
+
+
+def beside_jit_dir(name):
+    return lambda tmp, data: jit_dir_records_read(tmp, name, data)
+
+
+# record -> (its valid content, or a function of the test's folder that makes it; its reader, as the scripts use it)
+RECORDS = {
+    "build stamp": (
+        {
+            "fingerprint": "f" * 64,
+            "modules": [{"key": "norm", "name": "norm", "build_dir": "/jit/norm", "sources": ["/tree/csrc/norm.cu"]}],
+        },
+        build_stamp_read,
+    ),
+    "module inputs": (
+        {"norm.cuda.o": {"/tree/csrc/norm.cu": FACT, "/tree/include/norm.cuh": [*FACT[:2], None]}},
+        in_build_dir(".fidev-inputs.json"),
+    ),
+    "module generators": (
+        {"/tree/flashinfer/norm.py": FACT, "/tree/flashinfer/gone.py": None},
+        in_build_dir(".fidev-generators.json"),
+    ),
+    "module generator call": (
+        {"module": "flashinfer.norm", "function": "gen_norm_module", "kwargs": {"dtype": "float16"}},
+        in_build_dir(".fidev-generator-call.json"),
+    ),
+    "JIT dir's tree": ({"include/norm.cuh": FACT, "csrc/norm.cu": None}, beside_jit_dir("fidev-tree.json")),
+    "JIT dir's module tests": (
+        {"norm": ["tests/utils/test_norm.py::test_norm"]},
+        beside_jit_dir("fidev-module-tests.json"),
+    ),
+    "source release's files": ({"csrc/norm.cu": FACT, "csrc/gone.cu": FACT}, release_record_read),
+    "kept verdicts": (kept_verdicts_valid, kept_verdicts_read),
+    "file times": ({"tests/a.py": 61.5, "tests/b.py": 3}, file_times_read),
+    "suite map": (suite_map_valid, suite_map_read),
+    "baseline": (
+        {
+            "selection": ["norm"],
+            "commit": "0" * 40,
+            "gpu": "H100",
+            "crashed": ["tests/b.py"],
+            "outcomes": {"tests/a.py::t": "passed", "tests/a.py::u": "failed"},
+        },
+        baseline_read,
+    ),
+    "sample spec": (
+        {
+            "schema": "fidev-upstream-sample/1",
+            "seed": 3,
+            "modules": {"tests/a.py::f[1]": ["norm"]},
+            "required": ["norm"],
+        },
+        sample_spec_read,
+    ),
+    "sample record": (
+        {
+            "seed": 1,
+            "functions": {"tests/a.py::f": [1, 2]},
+            "whole": ["norm"],
+            "missed": ["silu"],
+            "exercised": ["norm"],
+        },
+        sample_records_read,
+    ),
+    "progress": ({"schema": "fidev-upstream-progress/1", "total": 3, "done": 1, "failed": 1, "t": 2.0}, progress_read),
+    "outcomes": (OUTCOME_LINES, outcome_lines_read),
+    "JIT report": (JIT_REPORT, jit_report_read),
+    "upstream-tests' summary": (upstream_summary_valid, upstream_summary_read),
+    "affected's summary": (affected_summary_valid, affected_summary_read),
+    "planted bugs' record": (planted_bugs_valid, planted_bugs_read),
+    "index page": (PYPI_PAGE, index_page_read),
+}
+
+
+def read_as_scripts_do(name, tmp, data, request):
+    reader = RECORDS[name][1]
+    fixtures = {"suite map": ["monkeypatch"], "index page": ["index_server"]}.get(name, [])
+    return reader(tmp, data, *(request.getfixturevalue(f) for f in fixtures))
+
+
+@pytest.mark.parametrize("kind", list(WRONG_TYPES))
+@pytest.mark.parametrize("name", list(RECORDS))
+def test_a_record_of_the_wrong_json_type_is_unreadable_never_a_traceback(tmp_path, request, name, kind):
+    """Each record whole, and each of its fields and list entries, of each JSON type it is not: the
+    reader's answer for an unreadable record (absent, or two lines), never a traceback nor a pass."""
+    from fidev.core.failure import Failure
+
+    valid = RECORDS[name][0]
+    valid = valid(tmp_path) if callable(valid) else valid
+    read_as_scripts_do(name, tmp_path / "valid", valid, request)  # the valid record reads, and says what it holds
+    crashed = []
+    for n, (where, data) in enumerate(wrong_typed(valid, kind)):
+        try:
+            read_as_scripts_do(name, tmp_path / str(n), data, request)
+        except Failure as failure:
+            assert failure.problem and failure.fix, where
+        except Exception as e:  # noqa: BLE001 (what the reader let through, said with where)
+            crashed.append(f"{where} = {WRONG_TYPES[kind]!r}: {type(e).__name__}: {e}")
+    assert crashed == [], "\n".join(crashed)
+
+
+ACCEPTANCE_RESULTS = {"smoke": {"result": "FAIL", "seconds": 9, "note": "exit 1; 0 objects compiled"}}
+
+
+@pytest.mark.parametrize("kind", list(WRONG_TYPES))
+def test_the_acceptance_runs_results_of_the_wrong_json_type_fail_in_two_lines(tmp_path, kind):
+    """tools/gpu_acceptance.py's WORK/results.json, whole and each row and field of each JSON type it is
+    not: two lines naming it, never a traceback, and never a part that passes (its smoke row failed)."""
+
+    def resumed(results) -> subprocess.CompletedProcess:
+        work = tmp_path / f"work-{len(list(tmp_path.iterdir()))}"
+        written(work / "results.json", results)
+        tool = task_path(ROOT, "gpu_acceptance.py")
+        return subprocess.run(
+            [sys.executable, str(tool), "--work", str(work), "--resume", "--steps", "smoke"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = resumed(ACCEPTANCE_RESULTS)
+    last = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.endswith("has a result for): smoke"), done.stdout + done.stderr
+    for _, results in wrong_typed(ACCEPTANCE_RESULTS, kind):
+        two_line_failure(resumed(results), "results.json is not of the shape this tool writes")
+
+
+TOML_VALUES = {
+    "string": "x",
+    "integer": 5,
+    "float": 1.5,
+    "boolean": True,
+    "date": datetime.date(2026, 11, 25),
+    "array": ["a"],
+    "inline table": {"path": "x"},
+}
+
+
+def toml_type(value) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "integer", float: "float", str: "string", list: "array", dict: "inline table"}.get(type(value), "date")
+
+
+WHEEL = "flashinfer_python-0.6.3-py3-none-any.whl"
+PIN = {"filename": WHEEL, "url": f"https://example.invalid/{WHEEL}", "sha256": "ab" * 32}
+PINNED = {"flashinfer_python": {"cu129": {"x86_64": PIN}}}
+PINS_TOML = {"package": {"name": "flashinfer-rs", "metadata": {"flashinfer_rs": {"pinned_wheels": PINNED}}}}
+
+
+@pytest.mark.parametrize("kind", list(TOML_VALUES))
+def test_a_pins_file_of_the_wrong_toml_type_fails_in_two_lines(kind):
+    """prefetch's PINS (fidev.bindings.cargo_pins.read_pins): each table and value of the pinned wheels,
+    of each TOML type it is not, is two lines naming where, never a traceback."""
+    from fidev.bindings import cargo_pins
+    from fidev.core.failure import Failure
+
+    assert len(cargo_pins.read_pins(PINS_TOML, "Cargo.toml")) == 1
+    crashed = []
+    for where, document in wrong_typed(PINS_TOML, kind, TOML_VALUES, toml_type):
+        try:
+            cargo_pins.read_pins(document, "Cargo.toml")
+        except Failure as failure:
+            assert failure.problem.startswith("Cargo.toml") and failure.fix, failure.problem
+        except Exception as e:  # noqa: BLE001 (what the reader let through, said with where)
+            crashed.append(f"{where}: {type(e).__name__}: {e}")
+    assert crashed == [], "\n".join(crashed)
+
+
+def test_prefetch_refuses_a_pinned_wheel_that_is_no_table_in_two_lines(tmp_path):
+    pins_file = tmp_path / "Cargo.toml"
+    pins_file.write_text("[package.metadata.flashinfer_rs.pinned_wheels]\nflashinfer_python = \"0.6.3\"\n")
+    done = subprocess.run(
+        [sys.executable, str(task_path(ROOT, "prefetch.py")), str(pins_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    two_line_failure(done, "pinned_wheels.flashinfer_python is str '0.6.3', not a table of tables")
+
+
+def read_the_manifest_as_scripts_do(manifest: dict, monkeypatch) -> None:
+    """Every reader of the manifest's tables and values (fidev.core.manifest, fidev.jit.activation) on `manifest`."""
+    from fidev.core import manifest as fidev_manifest
+    from fidev.jit import activation
+
+    for module in (fidev_manifest, activation):
+        monkeypatch.setattr(module, "load_manifest", lambda path=None: copy.deepcopy(manifest))
+    fidev_manifest.pins.cache_clear()
+    fidev_manifest.package_indexes.cache_clear()
+    try:
+        fidev_manifest.pins()
+        fidev_manifest.package_indexes()
+        for environment in fidev_manifest.ENVIRONMENTS:
+            fidev_manifest.pypi_requirements(environment)
+        fidev_manifest.default_python()
+        for task in ("test", "lint"):
+            fidev_manifest.task_command(task)
+        for task in fidev_manifest.task_names():
+            fidev_manifest.task_chain(task)
+        activation.apply({"PATH": "/usr/bin"}, "/prefix")
+    finally:
+        fidev_manifest.pins.cache_clear()
+        fidev_manifest.package_indexes.cache_clear()
+
+
+@pytest.mark.parametrize("kind", list(TOML_VALUES))
+def test_every_manifest_table_and_value_of_the_wrong_toml_type_fails_in_two_lines(monkeypatch, kind):
+    """The manifest (pyproject.toml), each table and value of it of each TOML type it is not, as every
+    reader of it reads it: two lines or what it holds, never a traceback."""
+    from fidev.core.failure import Failure
+    from fidev.core.manifest import load_manifest
+
+    manifest = load_manifest()
+    read_the_manifest_as_scripts_do(manifest, monkeypatch)
+    crashed = []
+    for where, document in wrong_typed(manifest, kind, TOML_VALUES, toml_type):
+        try:
+            read_the_manifest_as_scripts_do(document, monkeypatch)
+        except Failure as failure:
+            assert failure.problem and failure.fix, where
+        except Exception as e:  # noqa: BLE001 (what a reader let through, said with where)
+            crashed.append(f"{where}: {type(e).__name__}: {e}")
+    assert crashed == [], "\n".join(crashed)

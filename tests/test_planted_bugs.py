@@ -266,6 +266,44 @@ def test_an_edit_of_the_trees_own_is_refused_before_anything_is_planted(tmp_path
     assert state(tree) == before and not (tmp_path / "pids").exists()
 
 
+def test_a_second_run_while_the_first_holds_its_bug_is_told_so_not_that_the_tree_lacks_a_line(tmp_path):
+    """The first run's bug is in the tree while its affected runs: a second run is refused in two lines
+    naming the run that holds the tree (its lock, fidev.tree.edits.tree_lock), not told to restore a
+    tree that lacks a line; the first run goes on, and restores the tree."""
+    root, tree, env, _ = workspace(tmp_path, sleep=10)
+    before = state(tree)
+    header = tree / "include/flashinfer/sampling.cuh"
+    first = subprocess.Popen(
+        [sys.executable, str(root / TOOL), "--bugs", "softmax-scale"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    wait_until(
+        lambda: header.read_bytes() != before[str(header)][0] and (tmp_path / "pids").is_file(),
+        60,
+        "the first run's bug planted, its affected started",
+        first,
+    )
+    second = tool(root, env, "--bugs", "softmax-scale,rope-theta")
+    out, err = first.communicate(timeout=120)
+    two_line_failure(second, "planted_bugs: another tool is writing")
+    assert "planted_bugs softmax-scale, pid" in second.stderr and "lacks the line" not in second.stderr, second.stderr
+    assert first.returncode == 0, out + err[-3000:]
+    assert state(tree) == before
+    assert len((tmp_path / "pids").read_text().split()) == 2  # the first run's affected, planted and restored
+
+
+def test_a_kernel_source_mode_affected_refuses_is_refused_before_anything_is_planted(tmp_path):
+    root, tree, env, _ = workspace(tmp_path)
+    before = state(tree)
+    done = tool(root, {**env, "FLASHINFER_DEV_KERNEL_SOURCE": "bogus"}, "--bugs", "softmax-scale")
+    two_line_failure(done, "FLASHINFER_DEV_KERNEL_SOURCE='bogus' is not a kernel source mode")
+    assert state(tree) == before and not (tmp_path / "pids").exists()
+
+
 def test_unknown_bugs_are_bad_usage():
     done = tool(ROOT, dict(os.environ), "--bugs", "norm-fused-add-offset,no-such-bug")
     two_line_failure(done, "--bugs names no bug no-such-bug", status=2)

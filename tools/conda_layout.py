@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # fidev
 sys.path.insert(0, str(ROOT / "tests" / "support"))  # conda_prefix
-from conda_prefix import build, environment  # noqa: E402
+from conda_prefix import TOOLKIT_FIX, build, environment, toolkit_problem  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import user_path  # noqa: E402
+from fidev.core.files import not_a_folder, user_path  # noqa: E402
 from fidev.jit import activation  # noqa: E402
 
 
@@ -32,8 +32,10 @@ def lay_out(prefix: Path, toolkit: Path | None) -> Path:
         raise Failure(
             f"{prefix} is a symbolic link to nothing", "name the folder itself, or a path where one can be made"
         )
-    if prefix.exists() and not prefix.is_dir():
-        raise Failure(f"{prefix} is a file, not a folder", "name a folder (made where missing)")
+    if prefix.exists() and (why := not_a_folder(prefix)):
+        raise Failure(f"{prefix} {why}", "name a folder (made where missing)")
+    if toolkit is not None and (why := toolkit_problem(toolkit)):  # before the prefix is made: the toolkit is at fault
+        raise Failure(f"--toolkit {toolkit} {why}", TOOLKIT_FIX)
     try:
         return build(prefix.resolve(), toolkit)
     except OSError as e:

@@ -71,7 +71,16 @@ from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import output_folder, read_record, replaceable, user_path, write_whole  # noqa: E402
+from fidev.core.files import (  # noqa: E402
+    fits,
+    load_json,
+    not_a_file,
+    not_a_folder,
+    output_folder,
+    replaceable,
+    user_path,
+    write_whole,
+)
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import compile_cache, kernel_source  # noqa: E402
 from fidev.tree import edits  # noqa: E402
@@ -231,6 +240,25 @@ MADE = (
 MADE_TEMPORARY = ".results.json.tmp-"
 
 
+# a row of results.json (Run.record): "pass" or "FAIL", its time, what it saw
+RESULT = {"result": str, "seconds": float, "note": str}
+
+
+def read_results(path: Path) -> dict[str, dict]:
+    """WORK's results.json, {row: RESULT}; {} where there is none yet, two lines where it cannot be read
+    or is of another shape (a result taken from it would pass or skip a step on what no run recorded)."""
+    if not path.exists():
+        return {}
+    fix = f"remove it (rm {path}: the steps it held run again), or start afresh: --fresh"
+    try:
+        data = load_json(path)
+    except (OSError, ValueError) as e:
+        raise Failure(f"{path} cannot be read ({e})", fix) from None
+    if not fits(data, dict[str, RESULT]):
+        raise Failure(f"{path} is not of the shape this tool writes ({{row: {{result, seconds, note}}}})", fix)
+    return data
+
+
 class Run:
     def __init__(self, work: Path, staged: Path | None, toolkit: Path):
         self.work, self.staged, self.toolkit = work, staged, toolkit
@@ -238,7 +266,7 @@ class Run:
         self.ccache_dir = work / "ccache"  # the compile cache's, a run's own
         self.logs = work / "logs"
         self.results_file = work / "results.json"
-        self.results = json.loads(self.results_file.read_text()) if self.results_file.is_file() else {}
+        self.results = read_results(self.results_file)
         self.deadline: float | None = None  # when --time-limit ends this part (time.perf_counter())
 
     @property
@@ -352,9 +380,14 @@ def staged_release(tree: Path, staged: Path | None) -> Path | None:
     if (tree / "csrc").is_dir():
         return None
     archive = staged / pins().sdist_name if staged else None
-    if not archive or not archive.is_file():
+    if not archive or not os.path.lexists(archive):
         raise Failure(
             f"{tree} is empty and no source release was staged",
+            "python3 tools/stage_gpu_host.py DIR, then --staged DIR",
+        )
+    if why := not_a_file(archive):
+        raise Failure(
+            f"{tree} is empty and the staged source release {archive} {why}",
             "python3 tools/stage_gpu_host.py DIR, then --staged DIR",
         )
     return archive
@@ -425,6 +458,8 @@ def setup(run: Run) -> None:
             ]
         )
         notes.append("FlashInfer installed editable")
+    if why := conda_prefix.toolkit_problem(run.toolkit):
+        raise Failure(f"--toolkit {run.toolkit} {why}", conda_prefix.TOOLKIT_FIX)
     conda_prefix.build(run.prefix, run.toolkit)
     if not (run.prefix / "bin" / compile_cache.LAUNCHER).exists():  # a replica kept from before the compile cache
         if conda_prefix.link_ccache(run.prefix) is None:
@@ -478,8 +513,18 @@ def preflight(run: Run) -> None:
 
 def host_cuda() -> str:
     """The host toolkit's release (X.Y), for preflight's --cuda: the host is not the pinned 12.9."""
-    out = subprocess.run([str(ARGS.toolkit / "bin/nvcc"), "--version"], capture_output=True, text=True).stdout
-    return re.search(r"release (\d+\.\d+)", out).group(1)
+    if why := conda_prefix.toolkit_problem(ARGS.toolkit):
+        raise Failure(f"--toolkit {ARGS.toolkit} {why}", conda_prefix.TOOLKIT_FIX)
+    try:
+        out = subprocess.run([str(ARGS.toolkit / "bin/nvcc"), "--version"], capture_output=True, text=True).stdout
+    except OSError as e:
+        raise Failure(
+            f"--toolkit {ARGS.toolkit}: its bin/nvcc cannot run ({e.strerror or e})", conda_prefix.TOOLKIT_FIX
+        ) from None
+    release = re.search(r"release (\d+\.\d+)", out)
+    if release is None:
+        raise Failure(f"--toolkit {ARGS.toolkit}: its bin/nvcc --version names no release", conda_prefix.TOOLKIT_FIX)
+    return release.group(1)
 
 
 def plant(run: Run, step: str, rel: str, line: str, bug: str):
@@ -691,7 +736,7 @@ def planted_bugs(run: Run) -> None:
         argv += ["--time-limit", f"{max(1.0, run.deadline - time.perf_counter() - 5):.0f}"]
     status, _, seconds = run.sh("planted-bugs", [sys.executable, *argv])
     try:
-        done = read_record(record, edits.PLANTED_BUGS_SCHEMA, "planted_bugs.py's record", "see logs/planted-bugs.log")
+        done = edits.read_planted_bugs(record, "see logs/planted-bugs.log")
     except Failure as failure:
         run.record("planted-bugs", False, seconds, f"exit {status}; {failure.problem}")
         return
@@ -889,6 +934,8 @@ def main() -> int:
         print(list_steps())
         return 0
     chosen = chosen_steps(parser)
+    if ARGS.staged and (why := not_a_folder(ARGS.staged)):
+        raise Failure(f"--staged {ARGS.staged} {why}", "name the folder tools/stage_gpu_host.py staged into")
     if ARGS.fresh:
         fresh(ARGS.work, ARGS.staged)
     ARGS.work.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,9 @@ file is restored
 as `cp -p` would, its bytes and mtime, on every way out, Ctrl-C and SIGTERM included), runs
 `python scripts/affected.py --summary FILE` in the workspace as a user would, restores the file and
 runs `affected` again, which must pass. What it keeps of each run comes from affected's summary
-(fidev.affected.summary), never from its output, which goes to stderr as it runs.
+(fidev.affected.summary), never from its output, which goes to stderr as it runs. Before the first bug it
+checks, under the tree's lock (a tree another run or tool holds is refused, naming it), every chosen bug's
+line and that the tree has no edit of its own, and that the kernel source mode in force is one affected takes.
 
 stdout gets one Markdown table, a row per bug: its family, the kind of file, the file, how large the
 bug is against fp16's rounding, affected's verdict and exit status, the time to its first failing test
@@ -48,6 +50,7 @@ from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import output_file, write_whole  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
+from fidev.jit import kernel_source  # noqa: E402
 from fidev.records import build_records  # noqa: E402
 from fidev.tree import edits, release_reference  # noqa: E402
 from fidev.tree import families as kernel_families  # noqa: E402
@@ -633,9 +636,11 @@ def main() -> int:
         print(listing())
         return 0
     chosen = chosen_bugs(args.bugs)
+    kernel_source.mode()  # each affected run reads it: a mode it refuses is said once, before a bug is planted
     tree = pins().source_dir
-    check_lines(tree, chosen)
-    check_unedited(tree)
+    with edits.tree_lock(tree, "planted_bugs"):  # a tree another run holds has its planted bug: that run is said
+        check_lines(tree, chosen)
+        check_unedited(tree)
     results: list[dict] = []
     left: list[str] = []
     started, longest, complete = time.perf_counter(), BUG_S, False

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
-from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.failure import ArgumentParser, Failure, option  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
 from fidev.smoke import gpu_suite  # noqa: E402
 
@@ -88,4 +88,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_main(main))
+    gpu_suite.exit_task(main)

@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from fidev.core.files import not_a_folder  # noqa: E402
 from fidev.jit import activation, compile_cache  # noqa: E402
 from fidev.jit.jit_toolchain import CUDA_TARGET, HEADERS  # noqa: E402
 
@@ -55,6 +56,7 @@ CUDAFE_FLAGS    +=
 PTXAS_FLAGS     +=
 """
 MARKER = ".conda-layout-prefix"
+TOOLKIT_FIX = "name the host CUDA toolkit's folder, the one holding bin/nvcc (/usr/local/cuda, say)"
 # What a run must not inherit from the host: they would hand the host toolkit to the compilers.
 HOST_VARIABLES = (
     "CUDA_HOME",
@@ -90,12 +92,30 @@ def _link(entry: Path, dest: Path) -> None:
         _overlay(entry.resolve(), dest)
 
 
-def _toolkit_dirs(root: Path) -> tuple[Path, Path]:
-    """(include, lib) of a host toolkit: the runfile layout keeps them under targets/."""
+def _toolkit_dirs(root: Path) -> tuple[Path, Path | None]:
+    """(include, lib) of a host toolkit: the runfile layout keeps them under targets/; lib None where it has none."""
     target = root / CUDA_TARGET
     include = target / "include" if (target / "include").is_dir() else root / "include"
-    lib = next(d for d in (target / "lib", root / "lib64", root / "lib") if d.is_dir())
+    lib = next((d for d in (target / "lib", root / "lib64", root / "lib") if d.is_dir()), None)
     return include, lib
+
+
+def toolkit_problem(root: Path) -> str | None:
+    """Why `root` is no host CUDA toolkit to lay a prefix out from, as said after its name (it does not
+    exist, is no folder, or lacks bin/nvcc, its headers or its libraries); None where it is one."""
+    if why := not_a_folder(root):
+        return why
+    include, lib = _toolkit_dirs(root)
+    lacking = [
+        what
+        for what, there in (
+            ("bin/nvcc", (root / "bin" / "nvcc").is_file()),
+            ("include/", include.is_dir()),
+            ("lib64/ or lib/", lib is not None),
+        )
+        if not there
+    ]
+    return f"is no CUDA toolkit: it has no {', '.join(lacking)}" if lacking else None
 
 
 def _fill_from_toolkit(prefix: Path, root: Path) -> None:

@@ -32,10 +32,12 @@ from pathlib import Path
 
 from fidev.affected.verdict import Verdict
 from fidev.core.failure import Failure
-from fidev.core.files import read_record, write_whole
+from fidev.core.files import MayLack, fits, read_record, write_whole
 
 SCHEMA = "fidev-affected-summary/1"
 VERDICTS = tuple(v.value for v in Verdict)
+# past_build's figures (fidev.affected.tests.past_figures)
+PAST_BUILD = {"ended_s": float, "last_case_s": float, "first_failure_s": MayLack(float | None)}
 
 
 @dataclass
@@ -71,10 +73,11 @@ def read(path: Path) -> Summary:
     missing = [f.name for f in fields(Summary) if f.name not in data]
     if missing:
         raise Failure(f"affected's summary {path} lacks {', '.join(missing)}", fix)
-    try:
-        summary = Summary(**data)
-    except TypeError as e:
-        raise Failure(f"affected's summary {path} lacks a field or has an unknown one ({e})", fix) from None
+    if not fits(data, Summary) or (data["past_build"] is not None and not fits(data["past_build"], PAST_BUILD)):
+        raise Failure(
+            f"affected's summary {path} has an unknown field, or one of another type than {SCHEMA} gives it", fix
+        )
+    summary = Summary(**data)
     if summary.verdict not in VERDICTS:
         raise Failure(
             f"affected's summary {path} has the verdict {summary.verdict!r}, not one of {', '.join(VERDICTS)}", fix

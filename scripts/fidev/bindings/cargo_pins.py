@@ -90,6 +90,17 @@ def pin_toml(pins_: list[Pin]) -> str:
     return "\n".join(blocks)
 
 
+def _subtables(value, source: str, keys: tuple[str, ...]) -> dict:
+    """A level of the pins' tables (<name>, then <name>.<cuda>): a table of tables, or two lines."""
+    if not isinstance(value, dict):
+        raise Failure(
+            f"{source}: {'.'.join(keys)} is {type(value).__name__} {value!r:.40}, not a table of tables",
+            "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`: [<name>.<cuda>.<arch>] tables "
+            "of filename, url and sha256",
+        )
+    return value
+
+
 def read_pins(toml: dict, source: str) -> list[Pin]:
     """Every `<name>.<cuda>.<arch>` entry under [package.metadata.flashinfer_rs.pinned_wheels]."""
     table = toml
@@ -102,12 +113,13 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
         )
     found = []
     for name, by_cuda in table.items():
-        for cuda, by_arch in (by_cuda or {}).items():
-            for arch, entry in (by_arch or {}).items():
+        for cuda, by_arch in _subtables(by_cuda, source, (*METADATA_PATH, name)).items():
+            for arch, entry in _subtables(by_arch, source, (*METADATA_PATH, name, cuda)).items():
                 where = f"{'.'.join(METADATA_PATH)}.{name}.{cuda}.{arch}"
                 if not isinstance(entry, dict):
                     raise Failure(f"{source}: {where} is not a table", "each entry needs filename, url and sha256")
-                filename, url, sha = (str(entry.get(k, "")).strip() for k in ("filename", "url", "sha256"))
+                values = [entry.get(k, "") for k in ("filename", "url", "sha256")]
+                filename, url, sha = (v.strip() if isinstance(v, str) else "" for v in values)  # another type: none
                 if (
                     not filename.endswith(".whl")
                     or "/" in filename

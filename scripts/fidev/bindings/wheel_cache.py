@@ -17,7 +17,7 @@ from pathlib import Path
 from fidev.bindings.cargo_pins import Pin
 from fidev.core import package_index
 from fidev.core.failure import Failure
-from fidev.core.files import read_chunks, sha256_file, write_verified
+from fidev.core.files import not_a_file, read_chunks, sha256_file, write_verified
 
 ENV = "FLASHINFER_RS_CACHE_DIR"
 CACHE_FIX = f"set {ENV} to a folder you can write (default ~/.cache/flashinfer-rs)"
@@ -75,10 +75,8 @@ def _opened(pin: Pin, seed_dir: Path | None, timeout: float, progress: Callable[
     response = None
     if seed_dir is not None:
         seed = seed_dir / pin.filename
-        if not seed.is_file():
-            raise Failure(
-                f"{seed} does not exist", f"copy {pin.filename} into {seed_dir}, or drop --from to download it"
-            )
+        if why := not_a_file(seed):
+            raise Failure(f"{seed} {why}", f"copy {pin.filename} into {seed_dir}, or drop --from to download it")
         if (actual := sha256_file(seed)) != pin.sha256:  # a local file: check it before anything is written
             raise Failure(
                 f"{seed} has sha256 {actual}, the pin says {pin.sha256}",

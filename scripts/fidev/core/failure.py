@@ -8,6 +8,7 @@ import atexit
 import os
 import signal
 import sys
+import threading
 
 USAGE = 2  # argparse's status for bad usage
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
@@ -43,8 +44,19 @@ def exit_now(status: int):
     os._exit(status)
 
 
+_INTERRUPTED = threading.Event()  # Ctrl-C (or SIGTERM) came since run_main started, whatever became of what it raised
+
+
 def _interrupt(signum, frame):
+    _INTERRUPTED.set()
     raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C (or SIGTERM) came since run_main started: also where its KeyboardInterrupt was
+    swallowed on the way (a library's bare `except`, an object's finalizer, whose exceptions Python
+    only prints), so that a task can end as interrupted all the same (fidev.smoke.gpu_suite)."""
+    return _INTERRUPTED.is_set()
 
 
 def run_main(main) -> int:
@@ -53,8 +65,12 @@ def run_main(main) -> int:
     out), and a reader
     that went away (`| head`) ends the output quietly."""
     # A CI timeout or `kill` sends SIGTERM: unwind the same way as Ctrl-C, so that the `finally`
-    # blocks remove what was being written.
+    # blocks remove what was being written. Ctrl-C is noted too (where it is not ignored: a job a
+    # shell started in the background keeps ignoring it).
+    _INTERRUPTED.clear()
     signal.signal(signal.SIGTERM, _interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         try:
             return main() or 0

@@ -8,6 +8,7 @@ never end), up to MAX_INPUT_BYTES, and JSON nested no deeper than the parser's r
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -15,6 +16,8 @@ import json
 import os
 import stat
 import threading
+import types
+import typing
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +52,44 @@ def parse_json(text: str | bytes):
 def load_json(path: str | Path):
     """A JSON file read as read_input reads it; ValueError for bad JSON and for no regular file, OSError as open's."""
     return parse_json(read_input(path))
+
+
+@dataclasses.dataclass(frozen=True)
+class MayLack:
+    """A field of a record (fits' {"field": shape}) that may be missing: an older writer left it out."""
+
+    shape: object
+
+
+def fits(value, shape) -> bool:
+    """Whether `value`, JSON read back, has `shape`, so that its reader may take it as written: None;
+    a type (int is no bool, float is an int too; dict and list: any); list[X], dict[str, X] and X | Y;
+    a dataclass (its fields by their annotations, those with a default may be missing, no others);
+    {"field": shape, ...} (an object with those fields, MayLack(shape) where one may be missing, others
+    not looked at); or a predicate (is_fact). Each reader states its record's shape once, beside it."""
+    if shape is None or shape is type(None):
+        return value is None
+    if shape is float:
+        return type(value) in (int, float)
+    if isinstance(shape, type) and not dataclasses.is_dataclass(shape):
+        return type(value) is shape
+    origin, args = typing.get_origin(shape), typing.get_args(shape)
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, a) for a in args)
+    if origin in (list, dict):
+        return type(value) is origin and all(fits(v, args[-1]) for v in (value.values() if origin is dict else value))
+    if dataclasses.is_dataclass(shape):
+        hints, fields = typing.get_type_hints(shape), dataclasses.fields(shape)
+        missing = (dataclasses.MISSING, dataclasses.MISSING)
+        defaults = {f.name for f in fields if (f.default, f.default_factory) != missing}
+        record = {f.name: MayLack(hints[f.name]) if f.name in defaults else hints[f.name] for f in fields}
+        return type(value) is dict and set(value) <= set(record) and fits(value, record)
+    if isinstance(shape, dict):
+        return type(value) is dict and all(
+            fits(value[k], s.shape if isinstance(s, MayLack) else s) if k in value else isinstance(s, MayLack)
+            for k, s in shape.items()
+        )
+    return bool(shape(value))
 
 
 def read_chunks(path: Path) -> Iterator[bytes]:
@@ -111,6 +152,41 @@ KINDS = {
     stat.S_IFSOCK: "a socket",
     stat.S_IFDIR: "a folder",
 }
+
+
+def _mode(path: str | Path) -> int | str:
+    """The path's stat mode (through its links), or why it has none, as said after its name."""
+    try:
+        return os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "does not exist"
+    except OSError as e:
+        return f"cannot be reached ({e.strerror or e})"
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """Why `path`, named as a file to read (an archive, a wheel), is none, as said after its name: it
+    does not exist, is a folder, or is a named pipe, a device... (not "does not exist": it does); None
+    where it is a regular file."""
+    mode = _mode(path)
+    if isinstance(mode, str):
+        return mode
+    if stat.S_ISREG(mode):
+        return None
+    kind = KINDS.get(stat.S_IFMT(mode), "no regular file")
+    return "is a folder" if stat.S_ISDIR(mode) else f"is {kind}, not a regular file"
+
+
+def not_a_folder(path: str | Path) -> str | None:
+    """Why `path`, named as a folder to read, is none, as not_a_file says it ("is a file, not a folder"
+    for a regular file); None where it is a folder."""
+    mode = _mode(path)
+    if isinstance(mode, str):
+        return mode
+    if stat.S_ISDIR(mode):
+        return None
+    kind = KINDS.get(stat.S_IFMT(mode), "no folder")
+    return "is a file, not a folder" if stat.S_ISREG(mode) else f"is {kind}, not a folder"
 
 
 def replaceable(path: Path) -> None:

@@ -250,12 +250,12 @@ def pypi_requirements(environment: str, path: Path = MANIFEST) -> list[str]:
     manifest = load_manifest(path)
     if environment not in ENVIRONMENTS:
         raise Failure(f"no environment {environment!r} to install from PyPI", f"one of {', '.join(ENVIRONMENTS)}")
-    tables = (_table(manifest, "tool", "pixi"),) if environment == "default" else (feature(manifest),)
+    table = _table(manifest, "tool", "pixi") if environment == "default" else feature(manifest)
     specs = {
         name: spec
-        for table in tables
         for kind in ("dependencies", "pypi-dependencies")
-        for name, spec in table.get(kind, {}).items()
+        if kind in table
+        for name, spec in _table(table, kind).items()
     }
     found = []
     for name, spec in specs.items():
@@ -281,10 +281,25 @@ def default_python(path: Path = MANIFEST) -> str:
     return match.group(1)
 
 
+def _task(tasks: dict, name: str, where: str) -> tuple[str, str | None]:
+    """(command, the one task it depends on, or None) of a task: a string, or a table whose cmd is one and
+    whose depends-on is a task's name or a list of them (pixi takes one name as a string too)."""
+    task = _entry(tasks, name, where)
+    command = _text(task, "cmd", f"{where}.{name}") if isinstance(task, dict) else task
+    command = command if isinstance(command, str) else None
+    deps = task.get("depends-on", []) if isinstance(task, dict) else []
+    deps = [deps] if isinstance(deps, str) else deps
+    if command is None or not (isinstance(deps, list) and all(isinstance(d, str) for d in deps)):
+        raise Failure(
+            f"{MANIFEST.name}: [{where}] {name} is not a command, or a table of a cmd and its depends-on (task names)",
+            f"restore it (`git diff {MANIFEST.name}` shows what changed)",
+        )
+    return command, deps[0] if deps else None
+
+
 def task_command(name: str, path: Path = MANIFEST) -> str:
     """The command of one of the default feature's tasks (test, lint), as `pixi run` runs it."""
-    task = _entry(_table(load_manifest(path), "tool", "pixi", "tasks"), name, "tool.pixi.tasks")
-    return task if isinstance(task, str) else _entry(task, "cmd", f"tool.pixi.tasks.{name}")
+    return _task(_table(load_manifest(path), "tool", "pixi", "tasks"), name, "tool.pixi.tasks")[0]
 
 
 def task_names(path: Path = MANIFEST) -> list[str]:
@@ -306,9 +321,7 @@ def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:
                 f"make the chain end: remove one depends-on of [tool.pixi.feature.{FEATURE}.tasks] (`git diff "
                 f"{MANIFEST.name}`)",
             )
-        task = _entry(tasks, name, f"tool.pixi.feature.{FEATURE}.tasks")
-        steps.append((name, task["cmd"] if isinstance(task, dict) else task))
-        deps = task.get("depends-on", []) if isinstance(task, dict) else []
-        deps = [deps] if isinstance(deps, str) else deps  # pixi takes one name as a string too
-        name = deps[0] if deps else None
+        command, first = _task(tasks, name, f"tool.pixi.feature.{FEATURE}.tasks")
+        steps.append((name, command))
+        name = first
     return steps[::-1]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import http.client
-import json
 import os
 import re
 import ssl
@@ -22,7 +21,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import CHUNK
+from fidev.core.files import CHUNK, MayLack, fits, parse_json
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PIP_CONFIG_TIMEOUT_S = 30
@@ -200,6 +199,11 @@ class _Links(HTMLParser):
             self._href = None
 
 
+# What a reader takes of a PEP 691 project page: its files, each with its URL, its name and its sha256 where given
+PEP_691_FILE = {"url": str, "filename": str, "hashes": MayLack({"sha256": MayLack(str)})}
+PEP_691_PAGE = {"files": MayLack(list[PEP_691_FILE])}
+
+
 def listed_files(
     page: str, settings: PipSettings | None = None, timeout: float = 30
 ) -> tuple[str, list[tuple[str, str, str | None]]]:
@@ -214,9 +218,16 @@ def listed_files(
     base, kind = response.geturl(), response.headers.get_content_type()
     body = b"".join(read_chunks(response, page, timeout)).decode(errors="replace")
     if kind.endswith("json"):
-        return base, [
-            (f["url"], f["filename"], f.get("hashes", {}).get("sha256")) for f in json.loads(body).get("files", [])
-        ]
+        try:
+            listing = parse_json(body)
+        except ValueError as e:
+            listing = e
+        if not fits(listing, PEP_691_PAGE):
+            raise Failure(
+                f"{page} is no project page of the shape PEP 691 gives it (files, each with its url and filename)",
+                "check the index URL: it must be a package index's simple API (https://pypi.org/simple, say)",
+            )
+        return base, [(f["url"], f["filename"], f.get("hashes", {}).get("sha256")) for f in listing.get("files", [])]
     parser = _Links()
     parser.feed(body)
     files = []

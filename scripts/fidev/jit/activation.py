@@ -14,14 +14,22 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from fidev.core.manifest import feature, load_manifest
+from fidev.core.failure import Failure
+from fidev.core.manifest import FEATURE, MANIFEST, feature, load_manifest
 
 _REFERENCE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
 
 def manifest_env(names: Iterable[str] | None = None) -> dict[str, str]:
-    """The raw values of `[tool.pixi.feature.flashinfer-dev.activation.env]`, in manifest order."""
-    table = feature(load_manifest()).get("activation", {}).get("env", {})
+    """The raw values of `[tool.pixi.feature.flashinfer-dev.activation.env]`, in manifest order; two
+    lines where the table or a value in it is of another type."""
+    activation = feature(load_manifest()).get("activation", {})
+    table = activation.get("env", {}) if isinstance(activation, dict) else None
+    if not (isinstance(table, dict) and all(isinstance(v, str) for v in table.values())):
+        raise Failure(
+            f"{MANIFEST.name}: [tool.pixi.feature.{FEATURE}.activation.env] is not a table of strings",
+            f"write each variable as NAME = \"value\" (`git diff {MANIFEST.name}` shows what changed)",
+        )
     return {k: v for k, v in table.items() if names is None or k in names}
 
 

@@ -8,9 +8,10 @@ pytest skips every GPU test on a host without a GPU, which keeps CPU CI green; r
 from __future__ import annotations
 
 import os
+import sys
 import time
 
-from fidev.core.failure import Failure
+from fidev.core.failure import INTERRUPTED, Failure, exit_now, interrupted, run_main
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import module_choice
 from fidev.smoke import pytest_usage
@@ -67,8 +68,12 @@ def run_paths(
     outcomes = Outcomes()
     started = time.perf_counter()
     code = pytest_usage.pytest_main(
-        task, [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args], [outcomes, *plugins]
+        task,
+        [*paths, "-ra", "-p", "no:cacheprovider", *options, *pytest_args],
+        [outcomes, _interrupts(pytest), *plugins],
     )
+    if interrupted():  # where something swallowed it after the last test: the run is still an interrupted one
+        raise KeyboardInterrupt
     c = outcomes.counts
     for line in module_choice.report(task):
         print(line)
@@ -89,3 +94,43 @@ def run_paths(
             "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment",
         )
     return int(code)
+
+
+def _interrupts(pytest):
+    """A plugin that hands Ctrl-C on to the task (fidev.core.failure.run_main: one line, status 130).
+    pytest.main keeps a KeyboardInterrupt to itself (status 2, after the last line of the traceback it
+    ended, as pytest's own); and one that something swallowed (a library's bare `except`, a finalizer)
+    it never sees, and would run on: raised again before the next collector or test."""
+
+    class Interrupts:
+        def pytest_configure(self, config):  # one a finalizer swallowed is no warning of pytest's: it is said as Ctrl-C
+            config.addinivalue_line(
+                "filterwarnings", "ignore:(?s).*KeyboardInterrupt:pytest.PytestUnraisableExceptionWarning"
+            )
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_keyboard_interrupt(self, excinfo):
+            if interrupted():  # Ctrl-C, not pytest's own stop (session.Interrupted: an error in collection)
+                raise KeyboardInterrupt  # out of pytest.main: the session still finishes, with no report of it
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collectstart(self, collector):
+            if interrupted():
+                raise KeyboardInterrupt
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            if interrupted():
+                raise KeyboardInterrupt
+
+    return Interrupts()
+
+
+def exit_task(main) -> None:
+    """A suite's task to its end: sys.exit(run_main(main)), where Ctrl-C came after torch was imported less
+    the interpreter's teardown of it (fidev.core.failure.exit_now): a CUDA call it interrupted may
+    leave torch in a state its teardown crashes on."""
+    status = run_main(main)
+    if status == INTERRUPTED and "torch" in sys.modules:
+        exit_now(status)
+    sys.exit(status)

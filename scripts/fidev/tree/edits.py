@@ -22,11 +22,30 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import exclusive
+from fidev.core.files import exclusive, fits, read_record
 from fidev.core.workspace import TREE_LOCK
 
-# The record tools/planted_bugs.py writes of its bugs' verdicts (--record), which the acceptance run reads.
+# The record tools/planted_bugs.py writes of its bugs' verdicts (--record), which the acceptance run reads:
+# each bug run (its id, whether affected caught it, and more), those --time-limit left, the survivors, and
+# the bugs whose restored tree did not pass.
 PLANTED_BUGS_SCHEMA = "fidev-planted-bugs/1"
+PLANTED_BUG = {"id": str, "caught": bool}
+PLANTED_BUGS = {
+    "complete": bool,
+    "bugs": list[PLANTED_BUG],
+    "left": list[str],
+    "survivors": list[str],
+    "restored_failures": list[str],
+}
+
+
+def read_planted_bugs(path: Path, fix: str) -> dict:
+    """tools/planted_bugs.py's record, less its schema; two lines where it is missing, cannot be read,
+    or is of another schema or shape (PLANTED_BUGS): then no bug counts as caught."""
+    data = read_record(path, PLANTED_BUGS_SCHEMA, "planted_bugs.py's record", fix)
+    if not fits(data, PLANTED_BUGS):
+        raise Failure(f"planted_bugs.py's record {path} is not of the shape {PLANTED_BUGS_SCHEMA} gives it", fix)
+    return data
 
 
 class Planted:

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import differs, file_fact, load_json
+from fidev.core.files import differs, file_fact, fits, is_fact, load_json
 from fidev.core.manifest import Pins
 from fidev.core.workspace import RELEASE_FILES
 from fidev.tree import source_tree
@@ -105,14 +105,21 @@ def _git(tree: Path, *args: str, may_fail: bool = False) -> list[str]:
     return [line for line in done.stdout.splitlines() if line]
 
 
+RECORD = dict[str, is_fact]  # the release's record (record_release): {file relative to the tree: its fact}
+
+
 def _against_record(tree: Path) -> list[str]:
+    fix = "python scripts/fetch_flashinfer_source.py --replace writes it again"
     try:
         recorded = load_json(tree / RELEASE_FILES)
     except (OSError, ValueError) as e:
+        raise Failure(f"{tree / RELEASE_FILES} cannot be read: {e}", fix) from e
+    if not fits(recorded, RECORD):
         raise Failure(
-            f"{tree / RELEASE_FILES} cannot be read: {e}",
-            "python scripts/fetch_flashinfer_source.py --replace writes it again",
-        ) from e
+            f"{tree / RELEASE_FILES} cannot be read: it is not the record of the release's files "
+            "(file: its mtime, size, sha256)",
+            fix,
+        )
     now = {str(p.relative_to(tree)): p for p in _files(tree)}
     changed = sorted(set(recorded) ^ set(now))
     return sorted(changed + [rel for rel in set(recorded) & set(now) if differs(now[rel], recorded[rel])])
@@ -126,4 +133,4 @@ def released_facts(tree: Path) -> dict[str, list]:
         recorded = load_json(tree / RELEASE_FILES)
     except (OSError, ValueError):
         return {}
-    return recorded if isinstance(recorded, dict) else {}
+    return recorded if fits(recorded, RECORD) else {}

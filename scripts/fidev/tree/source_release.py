@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from fidev.core import package_index
 from fidev.core.failure import Failure
-from fidev.core.files import sha256_file, write_verified
+from fidev.core.files import not_a_file, not_a_folder, sha256_file, write_verified
 from fidev.core.manifest import ROOT, Pins
 from fidev.tree import edits, release_reference, source_tree
 
@@ -93,8 +93,8 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
     where = source_tree.shown(dest)
     if archive is not None and archive.is_dir():
         raise Failure(f"--archive {archive} is a folder", f"pass the {p.sdist_name} file itself")
-    if archive is not None and not archive.is_file():
-        raise Failure(f"--archive {archive} does not exist", f"pass the path of a downloaded {p.sdist_name}")
+    if archive is not None and (why := not_a_file(archive)):  # a FIFO or /dev/null exists: it is said for what it is
+        raise Failure(f"--archive {archive} {why}", f"pass the path of a downloaded {p.sdist_name}")
     elsewhere = (
         f"point --dest at the source folder ({source_tree.shown(p.source_dir)}, the default) or at an empty folder"
     )
@@ -107,7 +107,7 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         )
     tree = source_tree.inspect(dest, p)
     if tree.kind == "not a folder":
-        raise Failure(f"{where} is a file, not a folder", "point --dest at a folder (or move the file away)")
+        raise Failure(f"{where} {not_a_folder(dest)}", "point --dest at a folder (or move the file away)")
     if tree.kind == "submodule" and dest.resolve() == p.source_dir.resolve():
         raise Failure(
             f"{where} is the initialized git submodule; refusing to overwrite it",

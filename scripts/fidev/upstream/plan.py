@@ -6,7 +6,6 @@ records what was asked for), and a rough estimate of the time, held against a bu
 from __future__ import annotations
 
 import ast
-import json
 import math
 import os
 import signal
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from fidev.core import workspace
 from fidev.core.failure import Failure
+from fidev.core.files import MayLack, fits, parse_json
 from fidev.records import build_records, ninja_inputs
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
@@ -34,20 +34,40 @@ PLAN_LIMIT_S = 60
 DRY_RUN_WORKERS = 16
 
 
+# An entry of a JIT report (read_jit_report), and what its spec_info holds of a module's sources
+ENTRY = {"test_name": str, "module_name": str, "spec_info": MayLack(str | None), "warmup": MayLack(bool)}
+SPEC_INFO = {"sources": MayLack(list[str])}
+
+
 def read_jit_report(path: Path) -> list[dict]:
     """The entries of a JIT report: one JSON object per line, as FlashInfer's tests/conftest.py
     appends them in `pytest_terminal_summary` at v0.6.3: test_name, module_name, and spec_info, the
     str() of the dict `pytest_runtest_call` makes of a MissingJITCacheError's spec, or "None" when
-    the error carried no spec."""
-    return [json.loads(line) for line in (path.read_text().splitlines() if path.is_file() else []) if line.strip()]
+    the error carried no spec. A line that is no such object (torn, or of another shape: ENTRY) is left out."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in filter(str.strip, lines):
+        try:
+            entry = parse_json(line)
+        except ValueError:
+            continue
+        if fits(entry, ENTRY):
+            found.append(entry)
+    return found
 
 
 def module_sources(entries: list[dict]) -> dict[str, list[str]]:
-    """{module: its sources} from JIT-report entries."""
+    """{module: its sources} from JIT-report entries; none where the spec_info does not name them."""
     needed = {}
     for entry in entries:
-        info = ast.literal_eval(entry["spec_info"]) if entry.get("spec_info") not in (None, "None") else {}
-        needed[entry["module_name"]] = info.get("sources", [])
+        try:
+            info = ast.literal_eval(entry["spec_info"]) if entry.get("spec_info") not in (None, "None") else {}
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # no str() of a dict of literals
+            info = {}
+        needed[entry["module_name"]] = info.get("sources", []) if fits(info, SPEC_INFO) else []
     return needed
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import read_record
+from fidev.core.files import MayLack, fits, read_record
 from fidev.upstream.outcomes import PROGRESS_SCHEMA, failures_named
 
 EVERY_S = 30  # in a log: a progress line this often (--progress SECONDS)
@@ -80,12 +80,18 @@ class Tally:
     processes: int = 0  # processes in the run
 
 
+# A process's progress, as fidev.upstream.plugin writes it (Outcomes.progress), less its schema
+PROGRESS = {"total": MayLack(int | None), "done": MayLack(int), "failed": MayLack(int), "t": MayLack(float)}
+
+
 def read_progress(path: Path) -> dict | None:
-    """A process's progress; None before its first write (it is written whole: never half)."""
+    """A process's progress; None before its first write (it is written whole: never half), and
+    where it is of another shape than PROGRESS."""
     try:
-        return read_record(path, PROGRESS_SCHEMA, "a test process's progress", "")
+        data = read_record(path, PROGRESS_SCHEMA, "a test process's progress", "")
     except Failure:
         return None
+    return data if fits(data, PROGRESS) else None
 
 
 def tally(run_dir: Path, started: int, processes: int) -> Tally:

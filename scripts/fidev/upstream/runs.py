@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import load_json, parse_json, write_whole
+from fidev.core.files import MayLack, fits, load_json, parse_json, write_whole
 from fidev.upstream import outcomes as upstream_outcomes
 from fidev.upstream import progress
 from fidev.upstream.gate import owner_alive
@@ -198,9 +198,14 @@ class FileResult:
         return not (self.ended == "exit 2" and collection_errors)
 
 
+# A line of a process's outcomes file, as fidev.upstream.plugin writes it (Outcomes.write)
+ENTRY = {"nodeid": MayLack(str), "outcome": MayLack(str), "message": MayLack(str), "t": MayLack(float)}
+
+
 def entries(path: Path) -> list[dict]:
     """fidev.upstream.plugin's lines in a process's outcomes file, each a JSON object (none where
-    the file is missing; the last line of a process that died while writing it left out)."""
+    the file is missing; the last line of a process that died while writing it left out, and so is
+    a line of another shape than ENTRY)."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
@@ -208,9 +213,11 @@ def entries(path: Path) -> list[dict]:
     found = []
     for line in lines:
         try:
-            found.append(parse_json(line))
+            entry = parse_json(line)
         except ValueError:
             continue
+        if fits(entry, ENTRY):  # else no line of the plugin's: left out as a torn one is
+            found.append(entry)
     return found
 
 
@@ -345,7 +352,8 @@ def load_times(path: Path) -> dict[str, float]:
         data = load_json(path)
     except (OSError, ValueError):
         return {}
-    return {f: float(s) for f, s in data.items() if isinstance(s, (int, float))} if isinstance(data, dict) else {}
+    # a time of another type is none
+    return {f: float(s) for f, s in data.items() if fits(s, float)} if isinstance(data, dict) else {}
 
 
 def save_times(path: Path, results: list[FileResult]) -> None:
@@ -659,6 +667,15 @@ def failing(results: list[FileResult]) -> list[tuple[str, str]]:
 
 # The baseline: a file per selection (fidev.core.workspace.Workspace.baseline), beside the JIT dirs of the FlashInfer
 # version.
+BASELINE = {
+    "selection": MayLack(list[str]),
+    "commit": str,
+    "gpu": str,
+    "outcomes": dict[str, str],
+    "crashed": MayLack(list[str]),
+}
+
+
 def save_baseline(path: Path, selection: list[str], commit: str, gpu: str, results: list[FileResult]) -> None:
     data = {
         "selection": selection,
@@ -680,8 +697,12 @@ def load_baseline(path: Path) -> dict | None:
         data = load_json(path)
     except (OSError, ValueError) as e:
         raise Failure(f"the baseline {path} cannot be read ({e})", fix) from None
-    if not (isinstance(data, dict) and isinstance(data.get("outcomes"), dict)):
-        raise Failure(f"the baseline {path} holds no outcomes (not a baseline upstream-tests wrote)", fix)
+    if not fits(data, BASELINE):
+        raise Failure(
+            f"the baseline {path} is not of the shape upstream-tests writes (not a baseline it wrote: its "
+            "outcomes, commit and GPU)",
+            fix,
+        )
     return data
 
 

@@ -34,7 +34,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fidev.core.files import load_json, read_record, write_whole
+from fidev.core.failure import Failure
+from fidev.core.files import MayLack, fits, load_json, read_record, write_whole
 
 SEED = 20251126
 SCHEMA = "fidev-upstream-sample/1"  # the spec upstream-tests writes for its processes
@@ -292,15 +293,21 @@ def write_spec(path: Path, seed: int, modules: dict[str, list[str]], required: l
     write_whole(path, json.dumps({"schema": SCHEMA, "seed": seed, "modules": modules, "required": sorted(required)}))
 
 
+# write_spec's, less its schema
+SPEC = {"seed": int, "modules": MayLack(dict[str, list[str]] | None), "required": MayLack(list[str] | None)}
+
+
 def read_spec(path: Path) -> tuple[int, dict[str, list[str]], list[str]]:
-    """(seed, {node id: modules}, required modules) from the spec; a spec of another schema is refused."""
-    data = read_record(
-        path,
-        SCHEMA,
-        "upstream-tests' sample spec",
-        "run upstream-tests again: it writes the spec before its tests start",
-    )
-    return int(data["seed"]), data.get("modules") or {}, data.get("required") or []
+    """(seed, {node id: modules}, required modules) from the spec; a spec of another schema, or shape, is refused."""
+    fix = "run upstream-tests again: it writes the spec before its tests start"
+    data = read_record(path, SCHEMA, "upstream-tests' sample spec", fix)
+    if not fits(data, SPEC):
+        raise Failure(
+            f"upstream-tests' sample spec {path} is not of the shape it writes (a seed, the modules of each "
+            "test, those required)",
+            fix,
+        )
+    return data["seed"], data.get("modules") or {}, data.get("required") or []
 
 
 def sample_record(sample: Sample, kept: list[str] | None = None) -> dict:
@@ -360,15 +367,31 @@ def recorded_modules(module_tests: dict[str, list[str]], files: set[str]) -> dic
     return found
 
 
+def _counts(value) -> bool:
+    """[selected, collected] of a test function, as a sample record holds them."""
+    return fits(value, list[int]) and len(value) == 2
+
+
+# sample_record's: {function: [selected, collected]}, the seed and the required modules
+RECORD_SHAPE = {
+    "seed": MayLack(int | None),
+    "functions": dict[str, _counts],
+    "whole": MayLack(list[str]),
+    "missed": MayLack(list[str]),
+    "exercised": MayLack(list[str]),
+}
+
+
 def read_records(run_dir: Path) -> list[dict]:
-    """The sample records the run's processes wrote (sample_record), each whole (fidev.core.files.write_whole)."""
+    """The sample records the run's processes wrote (sample_record), each whole (fidev.core.files.write_whole);
+    one that cannot be read, or is of another shape (RECORD_SHAPE), is left out."""
     records = []
     for path in sorted(run_dir.glob(f"*{RECORD}")):
         try:
             data = load_json(path)
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and isinstance(data.get("functions"), dict):
+        if fits(data, RECORD_SHAPE):  # else left out, as an unreadable one
             records.append(data)
     return records
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fidev.core import workspace
 from fidev.core.failure import USAGE, Failure
-from fidev.core.files import load_json, write_whole
+from fidev.core.files import fits, load_json, write_whole
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import module_choice
 from fidev.tree import families as upstream_suites
@@ -119,15 +119,22 @@ def suite_key(tests: Path) -> str:
     ).hexdigest()
 
 
+def _per_family(counts) -> bool:
+    """{family: its test cases} for every family of fidev.tree.families."""
+    return fits(counts, dict[str, int]) and all(f.name in counts for f in upstream_suites.FAMILIES)
+
+
+MAP = {"suite": str, "total": int, "files": int, "not_collected": int, "families": _per_family}  # suite_map's record
+
+
 def known_map(cache: Path, key: str) -> dict | None:
-    """The counts kept for the suite as it is; None where there are none, or of another suite."""
+    """The counts kept for the suite as it is; None where there are none, or of another suite, or
+    of another shape (MAP): then they are counted again."""
     try:
         known = load_json(cache)
-        if isinstance(known, dict) and known.get("suite") == key:
-            return known
     except (OSError, ValueError):
-        pass
-    return None
+        return None
+    return known if fits(known, MAP) and known["suite"] == key else None
 
 
 def collect(tests: Path, mode: str) -> tuple[list[str], int] | None:

@@ -38,11 +38,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import read_record, write_whole
+from fidev.core.files import MayLack, fits, read_record, write_whole
 
 SCHEMA = "fidev-upstream-summary/1"
 NAME = "summary.json"
 COUNTS = ("passed", "skipped", "failed", "error")
+# what readers take of `sample` (fidev.upstream.sample.merge_records)
+SAMPLE = {"selected": int, "total": int, "missed": MayLack(list[str])}
 
 
 @dataclass
@@ -96,11 +98,23 @@ def read(path: Path) -> Summary:
     """The summary at `path`; two lines where it is missing, truncated or of another schema."""
     fix = "run upstream-tests again: it writes the summary whole at its end (a run stopped before then has none)"
     data = read_record(path, SCHEMA, "upstream-tests' summary", fix)
-    try:
-        data["processes"] = [Process(**p) for p in data.get("processes", [])]
-        summary = Summary(**data)
-    except (TypeError, AttributeError) as e:
-        raise Failure(f"upstream-tests' summary {path} lacks a field or has an unknown one ({e})", fix) from None
+    if not fits(data, Summary):
+        raise Failure(
+            f"upstream-tests' summary {path} lacks a field, has an unknown one, or one of another type than "
+            f"{SCHEMA} gives it",
+            fix,
+        )
+    summary = Summary(**{**data, "processes": [Process(**p) for p in data.get("processes", [])]})
     if set(summary.counts) != set(COUNTS):
         raise Failure(f"upstream-tests' summary {path} counts {sorted(summary.counts)}, not {list(COUNTS)}", fix)
+    if any(set(p.counts) != set(COUNTS) or len(p.part) != 2 for p in summary.processes):
+        raise Failure(
+            f"upstream-tests' summary {path} has a process whose counts are not {list(COUNTS)}, or whose "
+            "part is no [i, k]",
+            fix,
+        )
+    if summary.sample is not None and not fits(summary.sample, SAMPLE):
+        raise Failure(
+            f"upstream-tests' summary {path} has a sample of another shape than its selected, total and missed", fix
+        )
     return summary
