@@ -17,11 +17,11 @@ The fields (SCHEMA, version 1):
   past_build  {"ended_s", "last_case_s", "first_failure_s"}: FlashInfer's tests after the build, to
               their end, to their last case (the PAST_BUILD line) and to their first failing case
               (null where none failed); null where none ran behind the gate
+  seconds     the run's time in all
+  problem     the error's first line, where the run ended in one; else null
   compiled    {module: its objects compiled during the run, or null where ninja's log cannot tell}
               (fidev.records.compile_log), for every module that compiled any
   compiled_twice  the modules an object of which compiled more than once (or null above)
-  seconds     the run's time in all
-  problem     the error's first line, where the run ended in one; else null
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ class Summary:
     rebuilt: list[str] = field(default_factory=list)
     build_s: float | None = None
     past_build: dict[str, float | None] | None = None
-    compiled: dict[str, int | None] = field(default_factory=dict)
-    compiled_twice: list[str] = field(default_factory=list)
     seconds: float = 0.0
     problem: str | None = None
+    compiled: dict[str, int | None] = field(default_factory=dict)
+    compiled_twice: list[str] = field(default_factory=list)
 
     @property
     def modules(self) -> set[str]:
