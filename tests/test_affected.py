@@ -12,6 +12,7 @@ The stand-ins follow FlashInfer's files at v0.6.3:
   spec_info the str() of a dict) as the upstream-tests plan stores them (fidev.records.build_records).
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -847,3 +848,19 @@ def test_a_second_affected_run_on_one_workspace_is_refused_in_two_lines_and_lose
     assert affected_summary.read(tmp_path / "second.json").verdict == "error"
     done = affected(root, env, "--list")
     assert done.returncode == 0 and not here.affected_lock.exists(), done.stdout + done.stderr
+
+
+def test_a_summary_written_before_the_compile_counts_reads_back_with_none(tmp_path):
+    """compiled and compiled_twice came within the summary's version 1: a summary without them is read
+    with none, every other field still required."""
+    path = tmp_path / "affected.json"
+    affected_summary.write(affected_summary.Summary(verdict="passed", status=0, compiled={"norm": 2}), path)
+    data = json.loads(path.read_text())
+    del data["compiled"], data["compiled_twice"]
+    path.write_text(json.dumps(data))
+    record = affected_summary.read(path)
+    assert (record.verdict, record.compiled, record.compiled_twice) == ("passed", {}, [])
+    del data["seconds"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(Failure, match="lacks seconds"):
+        affected_summary.read(path)

@@ -168,3 +168,21 @@ def test_the_off_switch_and_preflight_s_line(tmp_path):
     status, finding, _ = compile_cache.check(env)
     assert status == "pass" and finding.startswith("on, a hit only for the same source"), finding
     assert f"{tmp_path}/ccache: " in finding and " in 2 files of " in finding, finding  # one result, one manifest
+
+
+def test_an_empty_route_fails_and_a_bare_compiler_name_is_found_on_path(tmp_path):
+    """FlashInfer 0.6.3 pastes FLASHINFER_NVCC into the ninja rule as it is, so an empty value is a
+    rule with no compiler (preflight's compile-cache check fails), and a bare name is what ninja's
+    shell finds on PATH (the toolchain checks that one)."""
+    from fidev.jit import compile_cache, jit_toolchain
+
+    status, finding, fix = compile_cache.check({compile_cache.VARIABLE: "  "})
+    assert status == "fail" and "set but empty" in finding and fix.startswith(f"unset {compile_cache.VARIABLE}")
+    status, finding, _ = compile_cache.check({})
+    assert status == "warn" and f"{compile_cache.VARIABLE} is unset" in finding
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mynvcc").write_text("#!/bin/sh\n")
+    (bin_dir / "mynvcc").chmod(0o755)
+    found = jit_toolchain.from_env({compile_cache.VARIABLE: "mynvcc", "PATH": str(bin_dir)})
+    assert found.nvcc == bin_dir / "mynvcc", found.nvcc

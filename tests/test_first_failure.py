@@ -4,6 +4,7 @@ FlashInfer's tests, FlashInfer's first failing case stops smoke's (and upstream-
 runs them again); --keep-going runs every selected test. And a run of a subset of a test file's
 cases builds only what its cases load: FlashInfer's `warmup_jit` fixture builds nothing then."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -573,3 +574,44 @@ def test_smokes_unbuilt_modules_are_named_by_the_tests_selected_and_a_host_that_
     )
     monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
     assert affected_tests.SmokeBuilds(["x"]).thread is None and capsys.readouterr().out == ""
+
+
+TWO_MODULES = """\
+import pytest
+import flashinfer
+ACTS = ["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"]
+@pytest.fixture(autouse=True, scope="module")
+def warmup_jit():
+    flashinfer.jit.build_jit_specs([flashinfer.gen(a, 1) for a in ACTS], verbose=False)
+    yield
+@pytest.mark.parametrize("act", ACTS)
+def test_act(act):
+    flashinfer.load("page", 1)
+    flashinfer.load(act, 1)
+"""
+
+
+@needs_a_build
+def test_a_run_records_every_module_its_cases_load_where_the_dry_run_names_only_the_first(ws):
+    """The plan's dry run ends each case at its first module (FlashInfer's MissingJITCacheError), so
+    it names `page` for cases that load page first and their own module after; a run records every
+    module its cases load (fidev.upstream.plugin.Builds.loaded), and the next sampled run's warmup
+    builds the cases' own modules up front by that record."""
+    require(
+        "filelock",
+        why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
+    )
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/utils/test_activation.py").write_text(TWO_MODULES)
+    done = upstream(root, env, "activation", "--yes", "--sample", "-k", "silu or gelu_and_mul")
+    assert done.returncode == 0 and "upstream-tests: 2 passed" in done.stdout, done.stdout + done.stderr
+    version_dir = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90"
+    record = json.loads((version_dir / "fidev-module-tests.json").read_text())
+    case = "tests/utils/test_activation.py::test_act[silu_and_mul]"
+    assert case in record.get("page", []) and case in record.get("silu_and_mul", []), record
+    for module in ("silu_and_mul", "gelu_and_mul"):
+        shutil.rmtree(version_dir / "cached_ops" / module)
+    done = upstream(root, env, "activation", "--no-plan", "--sample", "-k", "silu or gelu_and_mul")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the 2 its cases need by the record build side by side now" in done.stdout, done.stdout
+    assert "the 1 no case to run needs are not built" in done.stdout, done.stdout

@@ -125,3 +125,60 @@ def test_the_compile_log_counts_each_object_a_run_compiled_and_names_one_compile
     assert compile_log.compiled_since(jit_dirs, later) == {"norm": None} and compile_log.twice({"norm": None}) == [
         "norm"
     ]
+
+
+def test_a_dry_runs_records_add_to_what_is_known_and_a_runs_say_what_a_test_needs_now(tmp_path):
+    """fidev.records.build_records.add_module_tests: the plan's dry run names only the first module a
+    test loads, so where the record names it already, what it knows beyond stays; where it does not,
+    the test loads something else now. A run's name every module its tests loaded (whole): they say
+    what those tests need."""
+    from fidev.records import build_records
+
+    jit_dir = tmp_path / "90" / "cached_ops"
+    case, other = "tests/t.py::test_a[1]", "tests/t.py::test_b"
+
+    def line(test, module):
+        return {"test_name": test, "module_name": module, "spec_info": "None"}
+
+    build_records.add_module_tests(jit_dir, [line(case, "page"), line(case, "silu"), line(other, "rope")], whole=True)
+    build_records.add_module_tests(jit_dir, [line(case, "page")])  # a dry run: the first module alone
+    assert build_records.module_tests(jit_dir) == {"page": [case], "rope": [other], "silu": [case]}
+    build_records.add_module_tests(jit_dir, [line(other, "norm")])  # a dry run: it loads another module first now
+    assert build_records.module_tests(jit_dir) == {"norm": [other], "page": [case], "silu": [case]}
+    build_records.add_module_tests(jit_dir, [line(case, "norm")], whole=True)  # a run: what it needs now
+    assert build_records.module_tests(jit_dir) == {"norm": [case, other]}
+
+
+def test_a_build_that_ran_any_command_is_recorded_however_fast(tmp_path, monkeypatch):
+    """recording_build keeps what a module was built from whenever ninja ran a command (its log in the
+    module's folder grew), not by the build's time: a compile-cache hit takes a fraction of a second,
+    and a build left unrecorded would read as an edit, or a restored copy, to the next run."""
+    from types import SimpleNamespace
+
+    from fidev.builds import module_builds
+
+    build_dir = tmp_path / "norm"
+    build_dir.mkdir()
+    (build_dir / "norm.so").write_text("")
+    spec = SimpleNamespace(
+        name="norm",
+        build_dir=build_dir,
+        ninja_path=build_dir / "build.ninja",
+        jit_library_path=build_dir / "norm.so",
+        sources=[],
+        lock_path=tmp_path / "norm.lock",
+    )
+    recorded = []
+    monkeypatch.setattr(module_builds, "record_build", lambda build_dir, ninja_file: recorded.append(build_dir))
+    monkeypatch.setattr(module_builds.ninja_inputs, "restored", lambda build_dir: {})
+
+    def ran_a_command(spec, verbose, need_lock=True):
+        with open(spec.build_dir / ".ninja_log", "a") as log:
+            log.write("0\t1\t0\tnorm.cuda.o\tabc\n")
+
+    module_builds.recording_build(ran_a_command, lambda line: None)(spec, False, need_lock=False)
+    assert recorded == [build_dir]
+    module_builds.recording_build(lambda spec, verbose, need_lock=True: None, lambda line: None)(
+        spec, False, need_lock=False
+    )
+    assert recorded == [build_dir], "a build with nothing to do is no compile"

@@ -484,8 +484,9 @@ class SmokeBuilds:
                 f"{short([spec.name for spec in specs], 3)}",
                 flush=True,
             )
+            # ninja's environment now: smoke's session changes and restores this process's while they build
             self.thread = threading.Thread(
-                target=module_builds.build_beside, args=(specs, self.say, self.running), daemon=True
+                target=module_builds.build_beside, args=(specs, self.say, self.running, dict(os.environ)), daemon=True
             )
             self.thread.start()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.jit import module_choice
-from fidev.records import build_records, ninja_inputs
+from fidev.records import build_records, compile_log, ninja_inputs
 
 SLOWEST_SHOWN = 5
 # A line of compiler or linker output that names a cause. ninja's `FAILED:` line, collect2's
@@ -92,10 +92,11 @@ def recording_build(original: Callable, say: Callable[[str], None]) -> Callable:
         fresh = not spec.jit_library_path.exists()
         if fresh:
             say(f"compiling {spec.name} ({len(spec.sources)} sources)")
-        started = time.perf_counter()
+        started, logged = time.perf_counter(), compile_log.log_size(spec.build_dir)
         original(spec, verbose, need_lock=False)
         took = time.perf_counter() - started
-        if fresh or took > 1:  # it compiled: keep what from
+        # it compiled (ninja ran a command, a compile-cache hit in a fraction of a second too): keep what from
+        if fresh or compile_log.log_size(spec.build_dir) != logged:
             record_build(spec.build_dir, spec.ninja_path)
             say(f"{spec.name} built in {took:.0f} s")
 
@@ -115,10 +116,11 @@ def keep_saying_progress(total: int, done: list, ended: threading.Event, say: Ca
             say(f"  building: {len(done)} of {total} module(s) done, {time.perf_counter() - started:.0f} s")
 
 
-def start_ninja(spec, jobs: int, running: list | None) -> subprocess.Popen:
-    """The module's own ninja, its status lines as run_module_builds reads them; appended to `running`."""
+def start_ninja(spec, jobs: int, running: list | None, env: dict | None = None) -> subprocess.Popen:
+    """The module's own ninja, its status lines as run_module_builds reads them; appended to `running`.
+    `env`: its environment (default: this process's now)."""
     cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
-    env = dict(os.environ, NINJA_STATUS="[%f/%t %es] ")
+    env = dict(os.environ if env is None else env, NINJA_STATUS="[%f/%t %es] ")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     if running is not None:
         running.append(proc)
@@ -130,11 +132,12 @@ def run_module_builds(
     say: Callable[[str], None] = lambda line: print(line, flush=True),
     running: list | None = None,
     on_done: Callable | None = None,
+    env: dict | None = None,
 ) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
-    ends, built or not."""
+    ends, built or not; `env`: ninja's environment (default: this process's)."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
@@ -149,7 +152,7 @@ def run_module_builds(
                     f"(a restored copy?): rebuilding it"
                 )
         ninja_inputs.invalidate(spec.build_dir, stale)
-        proc = start_ninja(spec, jobs, running)
+        proc = start_ninja(spec, jobs, running, env)
         output = []
         for line in proc.stdout:
             status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
@@ -181,12 +184,12 @@ def run_module_builds(
         raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
 
 
-def build_beside(specs, say: Callable[[str], None], running: list) -> None:
+def build_beside(specs, say: Callable[[str], None], running: list, env: dict | None = None) -> None:
     """The modules whose own lock (`JitSpec.lock_path`, which `JitSpec.build` takes) is free, built
     side by side (run_module_builds) while holding it: a test that loads one of them meanwhile waits
     for the lock and then finds it built, and one whose lock another process holds is that one's to
     build. A failure is said, not raised: the test that loads the module builds it again, and fails
-    where it fails."""
+    where it fails. `env`: ninja's environment, taken before tests in this process change it."""
     from filelock import FileLock, Timeout
 
     held = {}
@@ -202,7 +205,11 @@ def build_beside(specs, say: Callable[[str], None], running: list) -> None:
                 spec.write_ninja()
         if held:  # each lock let go as its module ends: a test waiting for one module waits for it alone
             run_module_builds(
-                [spec for spec, _ in held.values()], say, running, on_done=lambda spec: release(held, spec.name)
+                [spec for spec, _ in held.values()],
+                say,
+                running,
+                on_done=lambda spec: release(held, spec.name),
+                env=env,
             )
     except Failure as failure:
         say(f"the build beside the tests failed ({failure.problem}); the test that loads the module builds it again")

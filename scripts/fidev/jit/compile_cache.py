@@ -138,8 +138,17 @@ def check(env: Mapping[str, str] = os.environ) -> tuple[str, str, str]:
     value, r = env.get(VARIABLE, ""), route(env.get(VARIABLE, ""))
     manifest_value = activation.manifest_env([VARIABLE]).get(VARIABLE, "")
     fix = f"run it inside the environment, whose activation sets {VARIABLE}={manifest_value!r}"
+    if VARIABLE in env and not value.strip():  # FlashInfer pastes it as is: os.environ.get(VARIABLE, default)
+        return (
+            "fail",
+            f"{VARIABLE} is set but empty: FlashInfer 0.6.3 puts it in every module's ninja rule as it is "
+            "(flashinfer/jit/cpp_ext.py, generate_ninja_build_for_op), so every CUDA source would compile "
+            "with no compiler",
+            f"unset {VARIABLE}, or {fix}",
+        )
     if r.launcher is None:
-        return "warn", f"not in use: {VARIABLE} is {value!r}, so a revert compiles again what it compiled before", fix
+        said = f"is {value!r}" if VARIABLE in env else "is unset"
+        return "warn", f"not in use: {VARIABLE} {said}, so a revert compiles again what it compiled before", fix
     if r.missing or r.compiler is None:
         lacks = " ".join(r.missing) if r.missing else "a compiler after its settings"
         why = 'a hit could hide an edit (docs/design.md, "The compile cache")'

@@ -150,6 +150,8 @@ def from_env(env: Mapping[str, str]) -> JitToolchain:
     home, home_from = cuda_home(env)
     route = compile_cache.route(env.get(compile_cache.VARIABLE, ""))  # ccache and its settings, then nvcc
     nvcc = route.compiler or home / "bin" / "nvcc"
+    if route.compiler is not None and "/" not in str(route.compiler):  # a bare name: ninja's shell finds it on PATH
+        nvcc = Path(shutil.which(str(route.compiler), path=env.get("PATH", "")) or route.compiler)
     nvcc_from = compile_cache.VARIABLE if route.compiler else "$cuda_home/bin/nvcc"
 
     flashinfer_isystem = [

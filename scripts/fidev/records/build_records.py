@@ -113,23 +113,34 @@ def recorded_call(build_dir: Path) -> dict | None:
     return _read(build_dir / CALL, a_call)
 
 
-def add_module_tests(jit_dir: Path, report_lines: list[dict]) -> None:
-    """Merge the records of a dry run (FlashInfer's JIT-report objects: test_name, module_name)
-    into the JIT dir's record of which tests need each module. A test the dry run saw is what it
-    says now, not what an earlier one said; a warmup's records (fidev.upstream.plugin marks them)
-    name the test that happened to come first, not one that needs the module, and are left out."""
+def add_module_tests(jit_dir: Path, report_lines: list[dict], whole: bool = False) -> None:
+    """Merge records (FlashInfer's JIT-report objects: test_name, module_name) into the JIT dir's
+    record of which tests need each module. A run's records (`whole`: every module each test it ran
+    loaded) say what those tests need now, not what an earlier record said. A dry run's name only the
+    first module each test loads (FlashInfer's MissingJITCacheError ends the test there): where the
+    record already names that module for the test, what it knows beyond is kept; where not, the test
+    loads something else now, and the dry run's say what it needs. A warmup's records
+    (fidev.upstream.plugin marks them) name the test that happened to come first, not one that needs
+    the module, and are left out."""
     target = jit_dir.parent / MODULE_TESTS
-    seen = {entry.get("test_name") for entry in report_lines}
-    known = {name: [t for t in tests if t not in seen] for name, tests in module_tests(jit_dir).items()}
+    said: dict[str, set[str]] = {}
     for entry in report_lines:
         name, test = entry.get("module_name"), entry.get("test_name")
         if name and test and name != "unknown" and not entry.get("warmup"):
-            known.setdefault(name, [])
-            if test not in known[name]:
-                known[name].append(test)
-    known = {name: tests for name, tests in known.items() if tests}
+            said.setdefault(test, set()).add(name)
+    known = module_tests(jit_dir)
+    before: dict[str, set[str]] = {}
+    for name, tests in known.items():
+        for test in tests:
+            before.setdefault(test, set()).add(name)
+    replaced = {test for test, names in said.items() if whole or not names <= before.get(test, set())}
+    merged = {name: [t for t in tests if t not in replaced] for name, tests in known.items()}
+    for test in sorted(replaced):
+        for name in said[test]:
+            merged.setdefault(name, []).append(test)
+    merged = {name: tests for name, tests in merged.items() if tests}
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write(target, {name: sorted(tests) for name, tests in sorted(known.items())})
+    _write(target, {name: sorted(tests) for name, tests in sorted(merged.items())})
 
 
 def module_tests(jit_dir: Path) -> dict[str, list[str]]:

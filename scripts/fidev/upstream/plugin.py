@@ -63,6 +63,8 @@ from fidev.upstream.outcomes import COLLECTED, Outcomes, XdistTotal, early_stop
 from fidev.upstream.settings import Settings
 
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
+# beside a run's outcomes file: every module each case loaded (Builds.loaded), a JIT-report line each, with its JIT dir
+LOADED_SUFFIX, JIT_DIR_KEY = ".loaded.jsonl", "jit_dir"
 
 
 def spec_record(test_name: str, spec, warmup: bool = False) -> str:
@@ -310,9 +312,22 @@ class Builds:
         from flashinfer.jit import core
 
         flashinfer.jit.build_jit_specs = core.build_jit_specs = self.build_jit_specs
-        core.JitSpec.build = module_builds.recording_build(
-            core.JitSpec.build, lambda line: self.say(f"upstream-tests: {line}")
-        )
+        recording = module_builds.recording_build(core.JitSpec.build, lambda line: self.say(f"upstream-tests: {line}"))
+
+        def build(spec, verbose, need_lock=True):
+            self.loaded(spec)
+            recording(spec, verbose, need_lock)
+
+        core.JitSpec.build = build
+
+    def loaded(self, spec) -> None:
+        """A module the running case loads (JitSpec.build_and_load builds before every load, a no-op
+        where it is built), one line of FlashInfer's JIT-report format beside the outcomes
+        (LOADED_SUFFIX), with the JIT dir: upstream-tests adds them to the record of which tests need
+        each module, every module a case loads, where the dry run names only its first."""
+        line = json.loads(spec_record(self.current, spec))
+        with open(f"{self.settings.outcomes}{LOADED_SUFFIX}", "a") as f:
+            f.write(json.dumps({**line, JIT_DIR_KEY: str(spec.build_dir.parent)}) + "\n")
 
     @staticmethod
     def built_already(spec) -> bool:

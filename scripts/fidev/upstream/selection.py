@@ -13,6 +13,8 @@ from fidev.core.failure import INTERRUPTED, USAGE, Failure
 from fidev.core.manifest import pins
 from fidev.records import build_records
 from fidev.tree import source_tree
+from fidev.upstream import plan as upstream_plan
+from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import progress as upstream_progress
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import sample as upstream_sample
@@ -205,6 +207,20 @@ def say_header(record: Run) -> None:
     )
 
 
+def record_loaded(run_dir: Path) -> None:
+    """Every module each case of the run loaded (fidev.upstream.plugin.Builds.loaded), into the record
+    of which tests need each module beside its JIT dir (build_records.add_module_tests, whole), so
+    that the next sample's warmups build what its cases load, where the plan's dry run names only the
+    first module of each."""
+    by_dir: dict[str, list[dict]] = {}
+    for path in sorted(run_dir.glob(f"*{upstream_plugin.LOADED_SUFFIX}")):
+        for entry in upstream_plan.read_jit_report(path):
+            if isinstance(entry.get(upstream_plugin.JIT_DIR_KEY), str):
+                by_dir.setdefault(entry[upstream_plugin.JIT_DIR_KEY], []).append(entry)
+    for jit_dir, entries in sorted(by_dir.items()):
+        build_records.add_module_tests(Path(jit_dir), entries, whole=True)
+
+
 def run_all(record: Run) -> None:
     """Every file's processes (fidev.upstream.runs.run_files); an interrupt is a Failure (130)."""
     record.clock = time.perf_counter()
@@ -223,6 +239,7 @@ def run_all(record: Run) -> None:
             record.options.progress_s,
             record.options.base,
         )
+        record_loaded(record.run_dir)
     except KeyboardInterrupt:
         raise Failure(
             f"interrupted: the running test files were stopped; what finished is in {record.run_dir}",
