@@ -1200,3 +1200,20 @@ def test_a_module_never_built_builds_beside_the_tests(ws, tmp_path):
         env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])},
     )
     assert done.stdout.strip().splitlines()[-1:] == ["built"], done.stdout + done.stderr
+
+
+def test_an_xdist_worker_that_stops_early_says_so_once(ws):
+    """Under pytest-xdist a worker that reached the run's --stop-after skips its remaining cases (its
+    session is not stopped): its STOPPED line is written once, not once per case left."""
+    require("xdist", why="upstream-tests passes -n on to pytest-xdist (pytest-xdist is in flashinfer-dev)")
+    root, _, env = ws
+    write(
+        root,
+        "attention/test_rope.py",
+        "import pytest\n@pytest.mark.parametrize('i', range(40))\ndef test_case(i):\n    assert i != 0\n",
+    )
+    done = upstream(root, env, "rope", "--no-plan", "--stop-after", "1", "-n", "2")
+    assert done.returncode == 1 and "stopped early" in done.stdout, done.stdout + done.stderr
+    outcomes = next(run_folder(done.stdout).glob("*.jsonl")).read_text().splitlines()
+    stopped = [line for line in outcomes if '"outcome": "stopped"' in line]
+    assert 1 <= len(stopped) <= 2, stopped  # one line a worker at most

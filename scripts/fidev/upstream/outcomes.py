@@ -180,7 +180,7 @@ def early_stop(after: int, stop_file: Path, outcomes: str):
 
     class EarlyStop:
         def __init__(self):
-            self.size, self.reached = -1, False
+            self.size, self.reached, self.said = -1, False, False
 
         def check(self) -> bool:
             try:
@@ -196,7 +196,8 @@ def early_stop(after: int, stop_file: Path, outcomes: str):
         def pytest_runtest_protocol(self, item, nextitem):
             if not self.check():
                 return None
-            if not item.session.shouldstop:
+            if not self.said:  # once: an xdist worker goes on skipping the rest, its session not stopped
+                self.said = True
                 reason = f"stopped after {after} failing case(s) across the run (--stop-after {after})"
                 with open(outcomes, "a") as f:
                     f.write(json.dumps({"nodeid": "", "outcome": STOPPED, "message": reason, "t": time.time()}) + "\n")
