@@ -33,6 +33,17 @@ def write(root, rel, text):
     path.write_text(text)
 
 
+def run_probe(probe, root, env):
+    """A Python file run against the stand-in flashinfer, with the workspace's library importable."""
+    return subprocess.run(
+        [sys.executable, str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])},
+    )
+
+
 def run_folder(stdout):
     return Path(re.search(r"JUnit XML and logs in (\S+)", stdout).group(1))
 
@@ -913,13 +924,7 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
         "spec.build(False)  # need_lock=True: the plugin takes the lock itself\n"
         "print('held' if held == [True] else f'let go: {held}')\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(probe)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])},
-    )
+    done = run_probe(probe, root, env)
     assert done.stdout.strip() == "held", done.stdout + done.stderr
 
 
@@ -1192,13 +1197,7 @@ def test_a_module_never_built_builds_beside_the_tests(ws, tmp_path):
         "module_builds.build_beside([spec], print, [])\n"
         "print('built' if spec.jit_library_path.exists() else 'not built')\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(probe)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(root / "scripts")])},
-    )
+    done = run_probe(probe, root, env)
     assert done.stdout.strip().splitlines()[-1:] == ["built"], done.stdout + done.stderr
 
 
