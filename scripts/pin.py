@@ -16,7 +16,7 @@ import sys
 from fidev.bindings import cargo_pins, wheel_cache
 from fidev.core import package_index
 from fidev.core.failure import USAGE, ArgumentParser, Failure, option, run_main
-from fidev.core.files import user_path
+from fidev.core.files import not_a_file, user_path
 from fidev.core.manifest import cuda_release, cuda_tag, package_indexes, pins
 
 
@@ -54,9 +54,9 @@ def main() -> int:
     blocks = []
     for path in args.wheels:
         path = path.expanduser()
-        if not path.exists():
-            raise Failure(f"{path} does not exist", "download the wheel, then pass its path")
-        if not (path.is_file() and path.suffix == ".whl"):
+        if why := not_a_file(path):  # missing, a folder, a FIFO or a device: said for what it is
+            raise Failure(f"{path} {why}", "download the wheel, then pass its path")
+        if path.suffix != ".whl":
             raise Failure(f"{path} is not a wheel file", "download the wheel, then pass its path")
         cached_sha, filename = wheel_cache.split_cached_name(path.name)
         wheel = cargo_pins.parse_wheel_filename(filename)

@@ -1304,3 +1304,23 @@ def test_every_manifest_table_and_value_of_the_wrong_toml_type_fails_in_two_line
         except Exception as e:  # noqa: BLE001 (what a reader let through, said with where)
             crashed.append(f"{where}: {type(e).__name__}: {e}")
     assert crashed == [], "\n".join(crashed)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["abi.py", "{fifo}"], ["artifacts.py", "{fifo}"], ["pin.py", "{fifo}"]],
+    ids=["abi", "artifacts", "pin"],
+)
+def test_a_fifo_named_as_a_release_or_a_wheel_is_said_for_what_it_is(tmp_path, args):
+    """A named pipe given where a source release or a wheel goes is said to be one, in two lines:
+    not "does not exist", and not read (reading a FIFO would wait for a writer)."""
+    fifo = tmp_path / "flashinfer_jit_cache-0.6.3-py3-none-any.whl"
+    os.mkfifo(fifo)
+    script, *rest = args
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *(a.format(fifo=fifo) for a in rest)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    two_line_failure(done, f"{fifo} is a named pipe (FIFO), not a regular file")

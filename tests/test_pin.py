@@ -54,7 +54,9 @@ def test_pin_refuses_a_cuda_key_the_wheel_is_not_built_for(tmp_path, norm_so):
 
 def test_pin_needs_wheel_files(tmp_path):
     two_line_failure(run("pin.py"), "the following arguments are required: WHEEL", status=2)
-    two_line_failure(run("pin.py", tmp_path), "is not a wheel file")
+    two_line_failure(run("pin.py", tmp_path), "is a folder")
+    (tmp_path / "x.txt").write_text("")
+    two_line_failure(run("pin.py", tmp_path / "x.txt"), "is not a wheel file")
 
 
 @pytest.mark.parametrize("style", ["html", "json"])

@@ -18,6 +18,7 @@ from fidev.bindings.cargo_pins import parse_wheel_filename
 from fidev.bindings.elf import DynamicInfo, read_dynamic
 from fidev.bindings.wheel_cache import split_cached_name
 from fidev.core.failure import Failure
+from fidev.core.files import not_a_file
 from fidev.jit import uris
 
 
@@ -76,7 +77,7 @@ def open_source(arg: str | None) -> Source:
         except Failure:  # a renamed wheel still lists; only its version is unknown
             version = None
         return Source("wheel", path, version)
-    what = "does not exist" if not path.exists() else "is neither a .whl file nor a folder"
+    what = not_a_file(path) or "is neither a .whl file nor a folder"  # missing, a FIFO or a device: said for what it is
     raise Failure(
         f"{arg} {what}",
         "name a flashinfer-jit-cache wheel, a folder of built modules (the JIT dir `build` prints), or "

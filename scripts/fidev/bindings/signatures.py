@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from fidev.core.failure import Failure
+from fidev.core.files import not_a_file
 
 EXPORT_MACRO = "TVM_FFI_DLL_EXPORT_TYPED_FUNC"
 GENERATED_TAIL = "ADDITIONAL_FUNC_PARAMS"  # from the attention modules' generated *_config.inc
@@ -133,14 +134,10 @@ def read_sources(location: Path) -> dict[str, bytes]:
                 f"cannot read {location.name}: {e}",
                 "pass a FlashInfer source release (flashinfer_python-X.tar.gz) or a source tree",
             ) from e
-    elif not location.exists():
+    else:  # missing, a FIFO or a device: said for what it is; a file of another name: not a release
         raise Failure(
-            f"{location} does not exist", "pass a FlashInfer source tree or a source release flashinfer_python-X.tar.gz"
-        )
-    else:
-        raise Failure(
-            f"{location} is neither a folder nor a .tar.gz source release",
-            "pass a FlashInfer source tree or flashinfer_python-X.tar.gz",
+            f"{location} {not_a_file(location) or 'is neither a folder nor a .tar.gz source release'}",
+            "pass a FlashInfer source tree or a source release flashinfer_python-X.tar.gz",
         )
     if not any(rel.startswith("csrc/") for rel in found):
         raise Failure(
