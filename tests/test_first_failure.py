@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -615,3 +616,47 @@ def test_a_run_records_every_module_its_cases_load_where_the_dry_run_names_only_
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the 2 its cases need by the record build side by side now" in done.stdout, done.stdout
     assert "the 1 no case to run needs are not built" in done.stdout, done.stdout
+
+
+def test_smokes_step_builds_what_its_tests_load_beside_them_and_stops_what_still_builds(monkeypatch, capsys):
+    """ours_step builds, side by side with smoke's tests, the unbuilt modules the selected tests load
+    (affected_tests.SmokeBuilds over the tests it was given), and stops a build still running once they end."""
+    loaded = {"smoke/test_kernels.py::test_rmsnorm": "rmsnorm", "smoke/test_wide.py::test_batch_decode": "decode"}
+    building, given = threading.Event(), {}
+
+    class Spec:
+        def __init__(self, name):
+            self.name = name
+
+    class Build:
+        terminated = False
+
+        def poll(self):
+            return None
+
+        def terminate(self):
+            self.terminated = True
+
+    build = Build()
+
+    def build_beside(specs, say, running, env=None):
+        given["built"] = [spec.name for spec in specs]
+        running.append(build)
+        say("still building\n")
+        building.set()
+
+    def run_ours(tests, wide, mode, stop=None):
+        given["building while the tests ran"] = building.wait(10) and not build.terminated
+        return 0, set(), False
+
+    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [Spec(loaded[t]) for t in ours])
+    monkeypatch.setattr(affected_tests.module_builds, "build_beside", build_beside)
+    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
+    outcome = affected_tests.Outcome("built", 1.0, [])
+    affected_tests.ours_step(SMOKE, None, outcome, "auto", stop=never)
+    assert given == {"built": ["rmsnorm"], "building while the tests ran": True} and build.terminated
+    assert capsys.readouterr().out == (
+        "affected: 1 module(s) smoke's tests load and nothing built build side by side now: rmsnorm\n"
+        "affected: smoke's modules: still building\n"
+    )
+    assert outcome.failed == set() and outcome.broken == [] and not outcome.stopped
