@@ -186,3 +186,22 @@ def test_an_empty_route_fails_and_a_bare_compiler_name_is_found_on_path(tmp_path
     (bin_dir / "mynvcc").chmod(0o755)
     found = jit_toolchain.from_env({compile_cache.VARIABLE: "mynvcc", "PATH": str(bin_dir)})
     assert found.nvcc == bin_dir / "mynvcc", found.nvcc
+
+
+def test_preflight_names_flashinfer_nvcc_where_it_names_the_compiler(tmp_path, monkeypatch):
+    """Where FLASHINFER_NVCC names the nvcc, preflight's toolkit-origin check blames it, and its fix
+    is about it, not CUDA_HOME."""
+    from types import SimpleNamespace
+
+    from fidev.jit import jit_toolchain
+    from fidev.preflight import toolkit
+
+    for folder in ("named/bin", "path/bin"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "nvcc").write_text("#!/bin/sh\n")
+        (tmp_path / folder / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "path/bin"))
+    env = {"CUDA_HOME": str(tmp_path / "path"), compile_cache.VARIABLE: str(tmp_path / "named/bin/nvcc")}
+    found = toolkit.check_toolkit_origin(SimpleNamespace(toolchain=jit_toolchain.from_env(env)))
+    assert found.status == "fail" and found.finding.startswith(f"{compile_cache.VARIABLE} compiles with"), found
+    assert compile_cache.VARIABLE in found.fix and "CUDA_HOME" not in found.fix, found

@@ -35,12 +35,16 @@ def check_nvcc(ctx: Context) -> Result:
 def check_toolkit_origin(ctx: Context) -> Result:
     tc = ctx.toolchain
     nvcc, origin = tc.nvcc, tc.cuda_home_from
+    named = tc.nvcc_from != "$cuda_home/bin/nvcc"  # FLASHINFER_NVCC names the compiler, not CUDA_HOME
+    origin = tc.nvcc_from if named else origin
     on_path = shutil.which("nvcc")
     if origin != "nvcc on PATH" and on_path and Path(on_path).resolve() != nvcc.resolve():
-        return fail(
-            f"{origin} compiles with {nvcc} but PATH runs {on_path}",
-            "make CUDA_HOME and PATH name the same toolkit (unset CUDA_HOME inside the environment)",
+        fix = (
+            f"make {tc.nvcc_from} name the nvcc of PATH's toolkit, or unset it inside the environment"
+            if named
+            else "make CUDA_HOME and PATH name the same toolkit (unset CUDA_HOME inside the environment)"
         )
+        return fail(f"{origin} compiles with {nvcc} but PATH runs {on_path}", fix)
     prefix = os.environ.get("CONDA_PREFIX")
     if not prefix:
         return warn(f"no active pixi environment (CONDA_PREFIX unset); using {nvcc}", ENV_FIX)
@@ -76,10 +80,11 @@ def check_nvcc_profile(ctx: Context) -> Result:
     if not tc.nvcc.is_file():
         return fail(f"no nvcc at {tc.nvcc} to check", "fix the nvcc check first")
     if not tc.profile.is_file():
+        where = "CUDA_HOME" if tc.nvcc_from == "$cuda_home/bin/nvcc" else tc.nvcc_from
         return fail(
             f"{tc.profile} is missing: nvcc started as {tc.nvcc} ({tc.nvcc_from}) finds no include or library paths",
-            "point CUDA_HOME at the environment root, where conda keeps bin/nvcc.profile, "
-            "not at targets/x86_64-linux: " + activation_fix("CUDA_HOME"),
+            f"point {where} at the environment's nvcc (its bin/, where conda keeps bin/nvcc.profile), "
+            "not at targets/x86_64-linux: " + activation_fix(*dict.fromkeys(["CUDA_HOME", where])),
         )
     return ok(str(tc.profile))
 
