@@ -97,8 +97,8 @@ def test_dry_run_names_what_a_build_would_compile(module):
 
 def test_the_compile_log_counts_each_object_a_run_compiled_and_names_one_compiled_twice(tmp_path):
     """fidev.records.compile_log reads what ninja appended to each module's .ninja_log since the run
-    began: an object counted once per compile, a link not counted, and a log ninja recompacted (it
-    shrank) not known."""
+    began: an object counted once per compile, a link not counted, and a log rewritten meanwhile (it
+    shrank, or is another file) not known."""
     from fidev.records import compile_log
 
     if shutil.which("ninja") is None:
@@ -125,6 +125,11 @@ def test_the_compile_log_counts_each_object_a_run_compiled_and_names_one_compile
     assert compile_log.compiled_since(jit_dirs, later) == {"norm": None} and compile_log.twice({"norm": None}) == [
         "norm"
     ]
+    later = compile_log.sizes(jit_dirs)
+    rewritten = module / "log.new"  # another file, written whole and renamed over the log, grown past its size
+    rewritten.write_text("# ninja log v5\n" + "0\t1\t0\tnorm.o\tabc\n" * 3)
+    rewritten.replace(module / ".ninja_log")
+    assert compile_log.compiled_since(jit_dirs, later) == {"norm": None}
 
 
 def test_a_dry_runs_records_add_to_what_is_known_and_a_runs_say_what_a_test_needs_now(tmp_path):
