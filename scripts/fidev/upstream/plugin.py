@@ -251,9 +251,11 @@ class Builds:
 
     def order(self, items) -> None:
         """Where the record names the cases' modules: those whose modules are built first, then by
-        how many are left to build (a case the record does not name: one); else as collected."""
+        how many are left to build (a case the record does not name: one); else as collected. Not in
+        a pytest-xdist worker: its workers must collect one list, and each would look at the JIT dir
+        at another moment."""
         self.kept = [item.nodeid for item in items]
-        if not self.needs:
+        if not self.needs or hasattr(self.config, "workerinput"):
             return
         left = {}
         for item in items:
