@@ -266,15 +266,11 @@ def test_an_edit_of_the_trees_own_is_refused_before_anything_is_planted(tmp_path
     assert state(tree) == before and not (tmp_path / "pids").exists()
 
 
-def test_a_second_run_while_the_first_holds_its_bug_is_told_so_not_that_the_tree_lacks_a_line(tmp_path):
-    """The first run's bug is in the tree while its affected runs: a second run is refused in two lines
-    naming the run that holds the tree (its lock, fidev.tree.edits.tree_lock), not told to restore a
-    tree that lacks a line; the first run goes on, and restores the tree."""
-    root, tree, env, _ = workspace(tmp_path, sleep=10)
-    before = state(tree)
+def planting(root, env, tmp_path, tree, before, *args) -> subprocess.Popen:
+    """The tool started on softmax-scale's bug, once the bug is in sampling.cuh and its affected runs."""
     header = tree / "include/flashinfer/sampling.cuh"
-    first = subprocess.Popen(
-        [sys.executable, str(root / TOOL), "--bugs", "softmax-scale"],
+    proc = subprocess.Popen(
+        [sys.executable, str(root / TOOL), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -284,9 +280,19 @@ def test_a_second_run_while_the_first_holds_its_bug_is_told_so_not_that_the_tree
     wait_until(
         lambda: header.read_bytes() != before[str(header)][0] and (tmp_path / "pids").is_file(),
         60,
-        "the first run's bug planted, its affected started",
-        first,
+        "the bug planted, its affected started",
+        proc,
     )
+    return proc
+
+
+def test_a_second_run_while_the_first_holds_its_bug_is_told_so_not_that_the_tree_lacks_a_line(tmp_path):
+    """The first run's bug is in the tree while its affected runs: a second run is refused in two lines
+    naming the run that holds the tree (its lock, fidev.tree.edits.tree_lock), not told to restore a
+    tree that lacks a line; the first run goes on, and restores the tree."""
+    root, tree, env, _ = workspace(tmp_path, sleep=10)
+    before = state(tree)
+    first = planting(root, env, tmp_path, tree, before, "--bugs", "softmax-scale")
     second = tool(root, env, "--bugs", "softmax-scale,rope-theta")
     out, err = first.communicate(timeout=120)
     two_line_failure(second, "planted_bugs: another tool is writing")
@@ -321,20 +327,8 @@ def test_the_time_limit_starts_no_bug_that_would_not_fit(tmp_path):
 def test_sigterm_mid_run_restores_the_tree_and_stops_affected(tmp_path):
     root, tree, env, _ = workspace(tmp_path, sleep=60)
     before = state(tree)
-    header = tree / "include/flashinfer/sampling.cuh"
-    proc = subprocess.Popen(
-        [sys.executable, str(root / TOOL), "--bugs", "softmax-scale", "--record", str(tmp_path / "record.json")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    wait_until(
-        lambda: header.read_bytes() != before[str(header)][0] and (tmp_path / "pids").is_file(),
-        60,
-        "the bug planted, affected started",
-        proc,
+    proc = planting(
+        root, env, tmp_path, tree, before, "--bugs", "softmax-scale", "--record", str(tmp_path / "record.json")
     )
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
