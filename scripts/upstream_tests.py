@@ -151,6 +151,7 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str], float]:
     """(our options, the selection, pytest's arguments, the budget in seconds): usage errors, checked
     before anything runs."""
     ours, selection, pytest_args = split_argv(argv)
+    suite.refuse_blank(selection)  # before the tree is looked for: a usage error wherever it is
     budget_s = number("--budget", ours.get("--budget", "10")) * 60
     for name in ("--gpus", "--file-timeout", "--per-gpu", "--sample-seed", "--stop-after", "--progress"):
         if name in ours:
@@ -257,9 +258,8 @@ def main() -> int:
         seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
         if "--no-plan" not in ours:
             planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec)
-            if (
-                spec is not None
-            ):  # the record now names the modules of the cases the dry run sampled: the run's sample takes them
+            # the record now names the modules of the cases the dry run sampled: the run's sample takes them
+            if spec is not None:
                 seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
         base = inherited.but(sample=spec)
         return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed, base), mode, ws)

@@ -1136,6 +1136,8 @@ def test_upstream_tests_refuses_a_path_outside_its_tests(tmp_path):
 @fault("upstream-empty")
 def test_upstream_tests_refuses_the_empty_name(tmp_path):
     expect(run_in(upstream_ws(tmp_path), "upstream_tests.py", ""), "upstream-empty", status=2)
+    # a usage error before the tree is looked for: the same, where there is no tree
+    expect(run_in(workspace(tmp_path / "no-tree"), "upstream_tests.py", ""), "upstream-empty", status=2)
 
 
 # .ci/run stopped: a workspace copy whose test task is a stand-in that records its pid and sleeps

@@ -367,10 +367,34 @@ class Proc:
         return self.status
 
 
-@pytest.mark.parametrize(("status", "failing"), [(None, False), (0, False), (1, True), (-15, True)])
-def test_flashinfers_run_has_ended_failing_once_it_exited_other_than_zero(status, failing):
+@pytest.mark.parametrize(
+    ("status", "named", "failing"),
+    [(None, True, False), (0, True, False), (1, True, True), (-15, True, True), (1, False, False), (2, None, False)],
+    ids=["running", "passed", "failed", "killed-after-failing", "error-none-named", "no-summary"],
+)
+def test_flashinfers_run_has_ended_failing_once_it_ended_naming_a_failing_case(tmp_path, status, named, failing):
+    """smoke's tests stop for FlashInfer's only where their run ended and its summary names a failing
+    or erroring case; a run that ended otherwise is no pass, but did not fail first."""
+    from fidev.upstream import summary as upstream_summary
+
     run = object.__new__(affected_tests.FlashInferTests)
-    run.proc = Proc(status)
+    run.proc, run.summary = Proc(status), tmp_path / "summary.json"
+    if named is not None:
+        upstream_summary.write(
+            upstream_summary.Summary(
+                selection=["rope"],
+                kernel_source="auto",
+                run_dir=str(tmp_path),
+                gpus=["0"],
+                gpu_name="H200",
+                started=1.0,
+                ended=3.0,
+                status=status or 0,
+                counts=dict.fromkeys(upstream_summary.COUNTS, 0),
+                failing=["tests/t.py::test_a"] if named else [],
+            ),
+            run.summary,
+        )
     assert run.ended_failing() is failing
 
 

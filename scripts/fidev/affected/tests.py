@@ -270,8 +270,17 @@ class FlashInferTests:
         self.lines.put(None)
 
     def ended_failing(self) -> bool:
-        """Their run has ended, and not with a pass (at its first failing case, under --stop-after)."""
-        return self.proc.poll() not in (None, 0)
+        """Their run has ended naming a failing or erroring case (its summary: at its first, under
+        --stop-after). One that ended otherwise (no summary, or none named) is no pass either, but
+        smoke's tests go on: they were not stopped by a failure of FlashInfer's."""
+        if self.proc.poll() in (None, 0):
+            return False
+        if getattr(self, "named_failure", None) is None:
+            try:
+                self.named_failure = bool(upstream_summary.read(self.summary).failed_ids)
+            except Failure:
+                self.named_failure = False
+        return self.named_failure
 
     def open(self, selection: list[str] | None = None) -> None:
         """The modules are built: the tests may load them; all, or those `selection` names."""

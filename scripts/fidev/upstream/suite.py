@@ -78,13 +78,22 @@ def _exists(path: Path) -> bool:
         return False
 
 
+NAMES_FIX = "`upstream-tests --list` names the families; paths are relative to the tree's tests/"
+
+
+def refuse_blank(selection: list[str]) -> None:
+    """A usage error for a name of nothing (`upstream-tests ''`, which would be the current folder)."""
+    for item in selection:
+        if not item.split("::")[0].strip():
+            raise Failure(f"{item!r} names no kernel family and no path", NAMES_FIX, exit_status=USAGE)
+
+
 def path_node(item: str, tests: Path) -> str:
     """A path (with its ::test part, if any), relative to the current folder, tests/ or the tree, as
     a node id under `tests`."""
     file = item.split("::")[0]
-    fix = "`upstream-tests --list` names the families; paths are relative to the tree's tests/"
-    if not file.strip():
-        raise Failure(f"{item!r} names no kernel family and no path", fix, exit_status=USAGE)
+    fix = NAMES_FIX
+    refuse_blank([item])
     for base in (Path.cwd(), tests, tests.parent):
         if _exists(base / file):
             found = (base / file).resolve()
