@@ -917,7 +917,7 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
         "    return record(build_dir, *args, **kwargs)\n"
         "module_builds.record_build = recording\n"
         "from fidev.upstream.settings import Settings\n"
-        "plugin = upstream_plugin.Builds(Settings(outcomes='unused'))\n"
+        f"plugin = upstream_plugin.Builds(Settings(outcomes={str(tmp_path / 'outcomes.jsonl')!r}))\n"
         "plugin.say = lambda line: None\n"
         "plugin.pytest_collection_finish(None)\n"
         "spec = flashinfer.gen('norm', 1)\n"
@@ -926,6 +926,7 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
     )
     done = run_probe(probe, root, env)
     assert done.stdout.strip() == "held", done.stdout + done.stderr
+    assert (tmp_path / "outcomes.jsonl.loaded.jsonl").is_file(), "the module the probe loaded was not noted"
 
 
 def test_a_baseline_that_cannot_be_read_is_two_lines(ws):
