@@ -160,10 +160,11 @@ def check(env: Mapping[str, str] = os.environ) -> tuple[str, str, str]:
         if "CCACHE_" in str(e):  # ccache refuses a variable's value (CCACHE_DISABLE=0): every compile would fail
             return "fail", f"ccache refuses the environment: {e}", "unset the CCACHE_* variable it names, or correct it"
         return "fail", f"ccache cannot serve the builds: {e}", "pixi install -e flashinfer-dev (the manifest's ccache)"
-    if wanted() and not in_range(found, wanted()):
+    manifest_range = wanted()  # the manifest, read once
+    if manifest_range and not in_range(found, manifest_range):
         return (
             "fail",
-            f"ccache {found} ({r.launcher}) is outside the manifest's {wanted()}: an older one does not "
+            f"ccache {found} ({r.launcher}) is outside the manifest's {manifest_range}: an older one does not "
             "read nvcc's dependency options, and without depend mode a hit could hide an edit",
             "pixi install -e flashinfer-dev",
         )

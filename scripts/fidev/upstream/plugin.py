@@ -369,13 +369,13 @@ class Builds:
         self.say(
             f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s); "
             "a subset of the file's cases "
-            f"runs, so {self.warmup_plan(needed is not None, len(now), len(self.later), len(todo), unnamed)}"
+            f"runs, so {self.warmup_plan(needed is not None, len(now), len(todo), unnamed)}"
         )
         if now:
             self.start_beside(now)
 
     @staticmethod
-    def warmup_plan(recorded: bool, now: int, later: int, asked: int, unnamed: bool = False) -> str:
+    def warmup_plan(recorded: bool, now: int, asked: int, unnamed: bool = False) -> str:
         """What the narrowed warmup builds, said."""
         if not recorded:
             return "each case builds what it loads, and the rest build beside them after the first case"
@@ -389,8 +389,8 @@ class Builds:
         )
         if unnamed:
             said.append("a case the record does not name builds what it loads")
-        if asked - now - later:
-            said.append(f"the {asked - now - later} no case to run needs are not built")
+        if asked - now:  # with a record, nothing builds beside the cases after the first
+            said.append(f"the {asked - now} no case to run needs are not built")
         return "; ".join(said)
 
 
