@@ -12,12 +12,14 @@ compiles from the tree where you edited one; `prebuilt` loads what the jit-cache
 not (an edit to csrc/ or include/ is then not what the tests run); `vendored` compiles every module
 from the tree.
 
-Before running it plans: a dry run with FLASHINFER_DISABLE_JIT=1 (FlashInfer then refuses to
-build, and fidev.upstream.plugin records which module each test asked for; spread over a
-pytest-xdist process per core, up to 16, where xdist is installed) names the modules the selection
-needs, how many objects of them must compile, and estimates the time. Past --budget minutes
-(default 10) it stops, unless given --yes. A dry run that takes over 60 s is dropped, and the run
-shows each module's compile as it starts and ends instead.
+Before running it plans: a dry run with FLASHINFER_DISABLE_JIT=1 (nothing is built or loaded, and
+fidev.upstream.plugin records which modules each test asked for; spread over a pytest-xdist
+process per core, up to 16, where xdist is installed) names the modules the selection needs, how
+many objects of them must compile, and estimates the time. Past --budget minutes (default 10) it
+stops, unless given --yes. The modules its tests asked to load that were never built then build
+side by side while the run's processes start, and a test that loads one waits for that one. A dry
+run that takes over 60 s is dropped, and the run shows each module's compile as it starts and ends
+instead.
 
 The run is FlashInfer CI's (fidev.upstream.runs): a pytest process per test file, the files over
 the host's GPUs (`--gpus N`: the first N) one worker per GPU, longest first, each file limited to
@@ -76,6 +78,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fidev.builds import module_builds
 from fidev.core import numbers, workspace
 from fidev.core.failure import INTERRUPTED, USAGE, Failure, report, run_main
 from fidev.core.files import output_file
@@ -223,8 +226,11 @@ def stop_as_ctrl_c() -> None:
         signal.signal(sig, signal.default_int_handler)
 
 
-def planned(nodes: list[str], pytest_args: list[str], tests, budget_s: float, yes: bool, sample: Path | None) -> None:
-    """The plan's dry run (of the sample `sample` specifies, where one does), what it says, and the budget held."""
+def planned(
+    nodes: list[str], pytest_args: list[str], tests, budget_s: float, yes: bool, sample: Path | None
+) -> module_builds.Ahead | None:
+    """The plan's dry run (of the sample `sample` specifies, where one does), what it says, and the
+    budget held; then the builds of what its tests will load, started (upstream_plan.build_ahead)."""
     try:
         found = upstream_plan.plan(nodes, pytest_args, tests, sample)
     except KeyboardInterrupt:
@@ -233,8 +239,10 @@ def planned(nodes: list[str], pytest_args: list[str], tests, budget_s: float, ye
             "run it again, or skip the plan: --no-plan",
             exit_status=INTERRUPTED,
         ) from None
-    if found is not None:
-        upstream_plan.hold_budget(found, budget_s, yes)
+    if found is None:
+        return None
+    upstream_plan.hold_budget(found, budget_s, yes)
+    return upstream_plan.build_ahead(found)
 
 
 def main() -> int:
@@ -254,15 +262,20 @@ def main() -> int:
     mode = apply_kernel_source()
     stop_as_ctrl_c()
     inherited = inherited_gate()  # affected's, where it started this run: read once, here, and passed down
+    ahead = None
     with tempfile.TemporaryDirectory(prefix="fidev-sample-") as folder:  # its processes are done when it goes
-        seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
-        if "--no-plan" not in ours:
-            planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec)
-            # the record now names the modules of the cases the dry run sampled: the run's sample takes them
-            if spec is not None:
-                seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
-        base = inherited.but(sample=spec)
-        return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed, base), mode, ws)
+        try:
+            seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
+            if "--no-plan" not in ours:
+                ahead = planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec)
+                # the record now names the modules of the cases the dry run sampled: the run's sample takes them
+                if spec is not None:
+                    seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
+            base = inherited.but(sample=spec)
+            return upstream_selection.run(selection, nodes, pytest_args, tests, options(ours, seed, base), mode, ws)
+        finally:
+            if ahead is not None:  # what no test loaded by the end (a run stopped early, or interrupted)
+                ahead.stop()
 
 
 def inherited_gate() -> upstream_settings.Settings:

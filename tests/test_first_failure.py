@@ -551,8 +551,9 @@ def test_a_recorded_subset_builds_only_its_cases_modules_and_runs_the_built_ones
 @needs_a_build
 def test_a_sampled_run_with_its_plan_first_builds_only_what_the_sample_needs(ws, tmp_path):
     """With no record yet, the plan's dry run (of the sample) writes it, and the run's sample is then
-    taken with it: the warmup builds the sampled cases' modules side by side and no other, each once.
-    This is how affected runs FlashInfer's tests of a file the record names no case of (its plan first)."""
+    taken with it: the sampled cases' modules build side by side ahead of them (the plan's, as the
+    processes start), and no other module, each once. This is how affected runs FlashInfer's tests of
+    a file the record names no case of (its plan first)."""
     require(
         "filelock",
         why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
@@ -562,8 +563,12 @@ def test_a_sampled_run_with_its_plan_first_builds_only_what_the_sample_needs(ws,
     env = {**env, "RAN": str(tmp_path / "ran")}
     done = upstream(root, env, "activation", "--yes", "--sample", "-k", "test_silu or test_gelu")
     assert done.returncode == 0 and "upstream-tests: 2 passed" in done.stdout, done.stdout + done.stderr
-    assert "the 2 its cases need by the record build side by side now" in done.stdout, done.stdout
+    assert (
+        "building the 2 module(s) its tests will load and nothing built, side by side, from now: gelu_and_mul, "
+        "silu_and_mul" in done.stdout
+    ), done.stdout
     assert "the 1 no case to run needs are not built" in done.stdout, done.stdout
+    assert ": compiling" not in done.stdout, "a case compiled a module built ahead of it"
     assert sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == ["gelu_and_mul", "silu_and_mul"], compiles(env)
 
 

@@ -922,6 +922,7 @@ def test_a_build_is_recorded_before_its_module_lock_is_let_go(ws, tmp_path):
         "plugin.pytest_collection_finish(None)\n"
         "spec = flashinfer.gen('norm', 1)\n"
         "spec.build(False)  # need_lock=True: the plugin takes the lock itself\n"
+        "plugin.pytest_runtest_logfinish('probe', None)  # the case has run: what it loaded is written\n"
         "print('held' if held == [True] else f'let go: {held}')\n"
     )
     done = run_probe(probe, root, env)

@@ -105,7 +105,12 @@ def test_the_plan_reads_flashinfers_report_compiles_nothing_and_holds_the_budget
     assert compiles(env) == [], "the dry run compiled"
     done = upstream(root, env, "norm", "activation", "--budget", "0", "--yes")
     assert done.returncode == 0 and "upstream-tests: 3 passed" in done.stdout, done.stdout + done.stderr
-    assert ": compiling norm (3 sources)" in done.stdout, "no live line when a test starts a compile"
+    # norm and silu_and_mul, which the tests load, build ahead of them, side by side; the warmup builds gelu_and_mul
+    assert (
+        "building the 2 module(s) its tests will load and nothing built, side by side, from now: norm, "
+        "silu_and_mul" in done.stdout
+    ), done.stdout
+    assert ": compiling norm" not in done.stdout, "a test compiled a module built ahead of it"
     assert len(compiles(env)) == 5
     assert "combined_build" not in record.read_text(), "the warmup built through FlashInfer's combined ninja"
     # Built: a second plan has nothing to compile (so the budget holds), and the run recompiles nothing.
@@ -232,6 +237,55 @@ def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(
         "gelu_and_mul": ["tests/utils/test_activation.py::test_gelu"],
         "silu_and_mul": ["tests/utils/test_activation.py::test_silu"],
     }
+
+
+TWO_MODULES = """\
+import pytest
+import flashinfer
+@pytest.mark.parametrize("variant", ["a", "b"])
+def test_prefill(variant):
+    flashinfer.get_module("page", 1)
+    flashinfer.get_module(f"prefill_{variant}", 2)
+def test_prefill_again():
+    flashinfer.get_module("page", 1)
+    flashinfer.get_module("prefill_a", 2)
+"""
+
+
+@needs_a_build
+def test_the_plan_builds_every_module_its_tests_load_ahead_and_maps_only_the_first(ws):
+    """A dry run's test gets a stand-in for each module it loads, and goes on to ask for the next:
+    every module the tests load is named, and those never built build side by side as the run's
+    processes start, each once, none in a test. `affected`'s map takes only the first module each test
+    asked for (what came after followed a stand-in's answers); the run's own records add the rest.
+    FlashInfer's module getters are functools.cache'd: each test asks for its modules itself."""
+    require(
+        "filelock",
+        why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
+    )
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/utils/test_two.py").write_text(TWO_MODULES)
+    record = (
+        Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/fidev-module-tests.json"
+    )
+    done = upstream(root, env, "utils/test_two.py", "--budget", "0")
+    two_line_failure(done, "past the 0 min budget")
+    for module in ("page  (1 object)", "prefill_a  (2 objects)", "prefill_b  (2 objects)"):
+        assert f"  {module}" in done.stdout, done.stdout
+    cases = ["test_prefill[a]", "test_prefill[b]", "test_prefill_again"]
+    assert json.loads(record.read_text()) == {"page": [f"tests/utils/test_two.py::{c}" for c in cases]}
+    assert compiles(env) == [], "the dry run compiled"
+    done = upstream(root, env, "utils/test_two.py", "--yes")
+    assert done.returncode == 0 and "upstream-tests: 3 passed" in done.stdout, done.stdout + done.stderr
+    assert (
+        "building the 3 module(s) its tests will load and nothing built, side by side, from now: page, prefill_a, "
+        "prefill_b" in done.stdout
+    ), done.stdout
+    assert ": compiling" not in done.stdout, "a test compiled a module built ahead of it"
+    assert (
+        sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == ["page"] + ["prefill_a"] * 2 + ["prefill_b"] * 2
+    ), compiles(env)
+    assert json.loads(record.read_text())["prefill_b"] == ["tests/utils/test_two.py::test_prefill[b]"]
 
 
 def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):

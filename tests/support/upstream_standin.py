@@ -34,7 +34,7 @@ from fidev.tree import release_reference, source_tree
 from script_runs import BUILD_TOOLS, missing_tools
 
 FAKE_FLASHINFER = """\
-import importlib.util, json, os
+import functools, importlib.util, json, os
 from flashinfer.jit import core
 with open(os.environ["FAKE_RECORD"], "a") as f:  # what the jit-cache looked like when flashinfer was imported
     f.write(json.dumps({"jit_cache_visible": importlib.util.find_spec("flashinfer_jit_cache") is not None}) + "\\n")
@@ -42,6 +42,11 @@ def gen(name, n):
     return core.gen_jit_spec(name, n)
 def load(name, n):
     return gen(name, n).build_and_load()
+@functools.cache  # as flashinfer/prefill.py's get_batch_prefill_module: a module loads once a process
+def get_module(name, n):
+    module = load(name, n)
+    module.strip()  # a function of it called, as the wrappers call module.plan (a loaded stand-in is a str)
+    return module
 """
 FAKE_JIT_INIT = "from flashinfer.jit.core import JitSpec, MissingJITCacheError, build_jit_specs\n"
 FAKE_JIT_ENV = """\

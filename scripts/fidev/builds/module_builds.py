@@ -18,8 +18,10 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.jit import module_choice
 from fidev.records import build_records, compile_log, ninja_inputs
@@ -116,12 +118,18 @@ def keep_saying_progress(total: int, done: list, ended: threading.Event, say: Ca
             say(f"  building: {len(done)} of {total} module(s) done, {time.perf_counter() - started:.0f} s")
 
 
-def start_ninja(spec, jobs: int, running: list | None, env: dict | None = None) -> subprocess.Popen:
+def start_ninja(spec, jobs: int, running: list | None, env: dict | None = None, nice: int = 0) -> subprocess.Popen:
     """The module's own ninja, its status lines as run_module_builds reads them; appended to `running`.
-    `env`: its environment (default: this process's now)."""
+    `env`: its environment (default: this process's now); `nice`: its niceness raised by that much
+    (its compilers, started after, inherit it)."""
     cmd = ["ninja", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", str(jobs)]
     env = dict(os.environ if env is None else env, NINJA_STATUS="[%f/%t %es] ")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+        except OSError:  # ended already, or not allowed: it runs at ours
+            pass
     if running is not None:
         running.append(proc)
     return proc
@@ -133,11 +141,12 @@ def run_module_builds(
     running: list | None = None,
     on_done: Callable | None = None,
     env: dict | None = None,
+    nice: int = 0,
 ) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
-    ends, built or not; `env`: ninja's environment (default: this process's)."""
+    ends, built or not; `env`: ninja's environment (default: this process's); `nice`: start_ninja's."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
@@ -152,7 +161,7 @@ def run_module_builds(
                     f"(a restored copy?): rebuilding it"
                 )
         ninja_inputs.invalidate(spec.build_dir, stale)
-        proc = start_ninja(spec, jobs, running, env)
+        proc = start_ninja(spec, jobs, running, env, nice)
         output = []
         for line in proc.stdout:
             status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
@@ -184,38 +193,104 @@ def run_module_builds(
         raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
 
 
-def build_beside(specs, say: Callable[[str], None], running: list, env: dict | None = None) -> None:
-    """The modules whose own lock (`JitSpec.lock_path`, which `JitSpec.build` takes) is free, built
-    side by side (run_module_builds) while holding it: a test that loads one of them meanwhile waits
-    for the lock and then finds it built, and one whose lock another process holds is that one's to
-    build. A failure is said, not raised: the test that loads the module builds it again, and fails
-    where it fails. `env`: ninja's environment, taken before tests in this process change it."""
+def take_locks(specs) -> dict:
+    """{name: (spec, its lock)} for the modules whose own lock (`JitSpec.lock_path`, which
+    `JitSpec.build` takes) was free, now held; a module whose lock another process holds is that
+    one's to build. A module never built has no folder yet: its ninja file is written
+    (FlashInfer's write_if_different), where the spec can."""
     from filelock import FileLock, Timeout
 
     held = {}
+    for spec in specs:
+        spec.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(spec.lock_path, thread_local=False)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        held[spec.name] = (spec, lock)
+        if hasattr(spec, "write_ninja"):
+            spec.write_ninja()
+    return held
+
+
+def build_held(held: dict, say: Callable[[str], None], running: list, env: dict | None = None, nice: int = 0) -> None:
+    """The modules take_locks holds, built side by side (run_module_builds), each lock let go as
+    its module ends: a test waiting for one module waits for it alone. A failure is said, not
+    raised: the test that loads the module builds it again, and fails where it fails."""
     try:
-        for spec in specs:
-            lock = FileLock(spec.lock_path, thread_local=False)
-            try:
-                lock.acquire(timeout=0)
-            except Timeout:
-                continue
-            held[spec.name] = (spec, lock)
-            if hasattr(spec, "write_ninja"):  # a module never built has no folder yet (FlashInfer's write_if_different)
-                spec.write_ninja()
-        if held:  # each lock let go as its module ends: a test waiting for one module waits for it alone
+        if held:
             run_module_builds(
                 [spec for spec, _ in held.values()],
                 say,
                 running,
                 on_done=lambda spec: release(held, spec.name),
                 env=env,
+                nice=nice,
             )
     except Failure as failure:
         say(f"the build beside the tests failed ({failure.problem}); the test that loads the module builds it again")
     finally:
         for name in list(held):
             release(held, name)
+
+
+def build_beside(specs, say: Callable[[str], None], running: list, env: dict | None = None) -> None:
+    """The modules whose lock is free built side by side while holding it (take_locks, build_held):
+    a test that loads one of them meanwhile waits for the lock and then finds it built. `env`:
+    ninja's environment, taken before tests in this process change it."""
+    build_held(take_locks(specs), say, running, env)
+
+
+@dataclass(frozen=True)
+class Folder:
+    """A module by its folder in the JIT dir, its ninja file written (by FlashInfer's JitSpec.build,
+    or by the plan's dry run as that would): what run_module_builds and take_locks need of it."""
+
+    name: str
+    build_dir: Path
+    sources: tuple[str, ...]
+
+    @property
+    def ninja_path(self) -> Path:
+        return workspace.module_files(self.build_dir)[0]
+
+    @property
+    def jit_library_path(self) -> Path:
+        return workspace.module_files(self.build_dir)[1]
+
+    @property
+    def lock_path(self) -> Path:
+        return workspace.module_lock(self.build_dir)
+
+
+AHEAD_NICE = 10  # the builds ahead of the tests yield to a rebuild the tests wait for (affected's)
+
+
+class Ahead:
+    """Modules that the tests about to run will load, none built yet, built side by side from now in
+    a thread of this process, each under its own lock (take_locks, taken before this returns), so
+    that a test that loads one waits for that one alone and then finds it built; at AHEAD_NICE.
+    `stop()` ends the builds still running."""
+
+    def __init__(self, specs, say: Callable[[str], None]):
+        self.held = take_locks(specs)
+        self.running: list = []
+        self.stopped = False  # once stopped, the builds it ended say nothing (no failure of theirs)
+        self.thread = threading.Thread(
+            target=build_held,
+            args=(self.held, lambda line: None if self.stopped else say(line), self.running),
+            kwargs={"nice": AHEAD_NICE},
+            daemon=True,
+        )
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped = True
+        for proc in list(self.running):
+            if proc.poll() is None:
+                proc.terminate()
+        self.thread.join(timeout=30)
 
 
 def release(held: dict, name: str) -> None:
@@ -234,6 +309,25 @@ def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
     """Compile times of this run's objects: the lines ninja appended to the modules' logs."""
     rows = [line.split("\t") for line in new_lines if not line.startswith("#")]
     return sorted(((int(r[1]) - int(r[0])) / 1000, r[3]) for r in rows if len(r) >= 4)[::-1][:SLOWEST_SHOWN]
+
+
+def build_or_wait(specs, say: Callable[[str], None]) -> None:
+    """FlashInfer JitSpecs built side by side, each under its own lock as FlashInfer builds it: those
+    whose lock another process holds (a build ahead of the tests, or a test loading it) are that
+    one's to build, and waited for; two ninjas never run in one module's folder."""
+    from filelock import FileLock
+
+    held = take_locks(specs)
+    ours = set(held)
+    try:
+        run_module_builds([spec for spec, _ in held.values()], say, on_done=lambda spec: release(held, spec.name))
+    finally:
+        for name in list(held):
+            release(held, name)
+    for spec in specs:
+        if spec.name not in ours:
+            with FileLock(spec.lock_path, thread_local=False):  # until the other builder lets it go
+                pass
 
 
 def build_specs(
@@ -260,7 +354,10 @@ def build_specs(
         lock_dir = specs[0].build_dir.parent / "tmp"
         lock_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(lock_dir / "flashinfer_jit.lock", thread_local=False):
-            run_module_builds(specs, say)
+            if all(hasattr(spec, "lock_path") for spec in specs):
+                build_or_wait(specs, say)
+            else:  # build's modules: no test runs beside it
+                run_module_builds(specs, say)
     seconds = time.time() - started
     missing = [s.name for s in specs if not s.jit_library_path.exists()]
     if missing:

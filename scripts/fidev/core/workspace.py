@@ -117,6 +117,12 @@ def module_files(build_dir: Path) -> tuple[Path, Path]:
     return build_dir / NINJA_FILE, build_dir / f"{build_dir.name}.so"
 
 
+def module_lock(build_dir: Path) -> Path:
+    """The lock FlashInfer builds and loads a module under (JitSpec.lock_path, flashinfer/jit/core.py at
+    v0.6.3: get_tmpdir() / f"{name}.lock", get_tmpdir being <JIT dir>/tmp)."""
+    return build_dir.parent / "tmp" / f"{build_dir.name}.lock"
+
+
 def generated_dir(jit_dir: Path) -> Path:
     """FlashInfer's folder of generated sources beside a JIT dir (FLASHINFER_GEN_SRC_DIR)."""
     return jit_dir.parent / GENERATED_DIR_NAME

@@ -13,8 +13,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from fidev.builds import module_builds
 from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.core.files import MayLack, fits, parse_json
@@ -35,7 +37,13 @@ DRY_RUN_WORKERS = 16
 
 
 # An entry of a JIT report (read_jit_report), and what its spec_info holds of a module's sources
-ENTRY = {"test_name": str, "module_name": str, "spec_info": MayLack(str | None), "warmup": MayLack(bool)}
+ENTRY = {
+    "test_name": str,
+    "module_name": str,
+    "spec_info": MayLack(str | None),
+    "warmup": MayLack(bool),
+    upstream_plugin.FORESEEN: MayLack(bool),
+}
 SPEC_INFO = {"sources": MayLack(list[str])}
 
 
@@ -145,15 +153,26 @@ def dry_run(
     return proc, out, time.perf_counter() - started
 
 
-def plan(
-    nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | None = None
-) -> tuple[dict[str, int], float] | None:
-    """{module the selection needs: objects to compile}, and the dry run's time; None when the dry
-    run took longer than PLAN_LIMIT_S (or did not finish), so that the run goes ahead without.
+@dataclass(frozen=True)
+class Planned:
+    """What the plan found: {module the selection needs: objects to compile}, the dry run's time,
+    its JIT dir, and the modules its tests ask to load that were never built, with their sources
+    (`ahead`: what the run's tests will wait for, to build from now: build_ahead)."""
 
-    The dry run is the selection under FLASHINFER_DISABLE_JIT=1: FlashInfer refuses to build, its
-    conftest turns each refusal into a skip, and fidev.upstream.plugin records what was asked for;
-    under --sample, of the sample (`sample`: its spec)."""
+    needed: dict[str, int]
+    seconds: float
+    jit_dir: Path
+    ahead: dict[str, list[str]] = field(default_factory=dict)
+
+
+def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | None = None) -> Planned | None:
+    """What the selection needs (Planned); None when the dry run took longer than PLAN_LIMIT_S (or
+    did not finish), so that the run goes ahead without.
+
+    The dry run is the selection under FLASHINFER_DISABLE_JIT=1: nothing is built or loaded, and
+    fidev.upstream.plugin records what was asked for; under --sample, of the sample (`sample`: its
+    spec). The record of which test needs which module (`affected`'s map) takes what each test asked
+    for first, never what it asked for after a stand-in's answers (fidev.upstream.plugin.FORESEEN)."""
     with tempfile.TemporaryDirectory() as scratch:
         ran = dry_run(nodes, pytest_args, tests, scratch, sample)
         if ran is None:
@@ -167,8 +186,35 @@ def plan(
         entries = [entry for report in sorted(Path(scratch).glob("*.jsonl")) for entry in read_jit_report(report)]
         needed = module_sources(entries)
         jit_dir = Path(jit_dir_file.read_text())
-        build_records.add_module_tests(jit_dir, entries)  # which test needs which module, for `affected`
-    return {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()}, seconds
+        # which test needs which module, for `affected`
+        build_records.add_module_tests(jit_dir, [e for e in entries if not e.get(upstream_plugin.FORESEEN)])
+    loaded = {e["module_name"] for e in entries if not e.get("warmup")}
+    ahead = {
+        name: sources
+        for name, sources in sorted(needed.items())
+        if name in loaded
+        and not workspace.module_files(jit_dir / name)[1].exists()
+        and workspace.module_files(jit_dir / name)[0].is_file()
+    }
+    return Planned(
+        {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()}, seconds, jit_dir, ahead
+    )
+
+
+def build_ahead(planned: Planned) -> module_builds.Ahead | None:
+    """The modules the dry run's tests asked to load and that were never built (Planned.ahead),
+    built side by side from now while the run's processes start, each under FlashInfer's lock of
+    it (fidev.builds.module_builds.Ahead): a test that loads one waits for that one, not for the
+    others; said as they build. None where there is none."""
+    if not planned.ahead:
+        return None
+    print(
+        f"upstream-tests: building the {len(planned.ahead)} module(s) its tests will load and nothing built, "
+        "side by side, from now: " + ", ".join(planned.ahead),
+        flush=True,
+    )
+    folders = [module_builds.Folder(name, planned.jit_dir / name, tuple(s)) for name, s in planned.ahead.items()]
+    return module_builds.Ahead(folders, lambda line: print(f"upstream-tests: ahead: {line.strip()}", flush=True))
 
 
 def estimate_s(needed: dict[str, int]) -> float:
@@ -176,10 +222,10 @@ def estimate_s(needed: dict[str, int]) -> float:
     return sum(math.ceil(objects / cores) * SECONDS_PER_OBJECT for objects in needed.values())
 
 
-def hold_budget(planned: tuple[dict[str, int], float], budget_s: float, yes: bool) -> None:
+def hold_budget(planned: Planned, budget_s: float, yes: bool) -> None:
     """The plan said: the modules to compile and the time they may take; past `budget_s`, unless
     `yes`, a Failure."""
-    needed, seconds = planned
+    needed, seconds = planned.needed, planned.seconds
     todo = {name: objects for name, objects in needed.items() if objects}
     guess = estimate_s(todo)
     print(

@@ -8,7 +8,11 @@ environment the parent gave the process) and registers one plugin per concern:
   process, since the dry run may spread over several pytest-xdist workers. A warmup's records carry
   one key FlashInfer's have not, "warmup": the fixture builds every module of the file inside
   whichever test comes first, so they say what the file needs (the plan), not what that test needs
-  (`affected`'s map).
+  (`affected`'s map). A module a test asks to load is not built and not loaded: the test gets a
+  stand-in (Unbuilt) and goes on, so that the modules it asks for next are recorded too, marked
+  "foreseen": the stand-in's answers may have steered the test, so they are what the plan builds
+  ahead of the run (fidev.upstream.plan), never what `affected`'s map says a test exercises. Its
+  first is the module FlashInfer's own dry run names (its MissingJITCacheError ends the test there).
 - Sampling (`upstream-tests --sample`): every process, the dry run's too, runs only the sample of
   what it collected (fidev.upstream.sample), the same in each, before a part takes its share.
 - Parts ("i/k"): a process runs every k-th of the file's collected cases from the i-th: the parts of
@@ -56,7 +60,7 @@ from pathlib import Path
 from fidev.builds import module_builds
 from fidev.core.files import write_whole
 from fidev.jit import kernel_source, module_choice
-from fidev.records import ninja_inputs
+from fidev.records import build_records, ninja_inputs
 from fidev.upstream import gate as upstream_gate
 from fidev.upstream import sample as upstream_sample
 from fidev.upstream.outcomes import COLLECTED, Outcomes, XdistTotal, early_stop
@@ -65,11 +69,13 @@ from fidev.upstream.settings import Settings
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
 # beside a run's outcomes file: every module each case loaded (Builds.loaded), a JIT-report line each, with its JIT dir
 LOADED_SUFFIX, JIT_DIR_KEY = ".loaded.jsonl", "jit_dir"
+FORESEEN = "foreseen"  # a dry run's record of a module a test asked for after a stand-in's answers
 
 
-def spec_record(test_name: str, spec, warmup: bool = False) -> str:
+def spec_record(test_name: str, spec, warmup: bool = False, foreseen: bool = False) -> str:
     """One line of FlashInfer's JIT report (tests/conftest.py at v0.6.3: the spec_info dict of
-    `pytest_runtest_call`, the line of `pytest_terminal_summary`), marked when a warmup asked for the module."""
+    `pytest_runtest_call`, the line of `pytest_terminal_summary`), marked when a warmup asked for the
+    module, or when a test asked for it after a stand-in's answers (DryRunRecords)."""
     info = {
         "name": spec.name,
         "sources": [str(s) for s in spec.sources],
@@ -83,6 +89,7 @@ def spec_record(test_name: str, spec, warmup: bool = False) -> str:
                 "module_name": spec.name,
                 "spec_info": str(info),
                 **({"warmup": True} if warmup else {}),
+                **({FORESEEN: True} if foreseen else {}),
             }
         )
         + "\n"
@@ -188,19 +195,60 @@ class Narrowing:
             self.builds.order(items)
 
 
+class Unbuilt:
+    """What a dry run's test gets for a module it asks to load (DryRunRecords): each function of it
+    does nothing and returns None, so that the test goes on to ask for its next modules."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return lambda *args, **kwargs: None
+
+
+def forget_loaded_modules() -> None:
+    """Clear FlashInfer's cached module getters (its get_*_module functions are functools.cache'd,
+    flashinfer/prefill.py at v0.6.3), so that each test of a dry run asks for its modules itself, as it
+    would first in a process, and its records name them; without stand-ins the refusal was never cached."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "flashinfer" or name.startswith("flashinfer.")):
+            continue
+        for value in list(vars(module).values()):
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear) and getattr(value, "__module__", None) == name:
+                clear()
+
+
+def ready_to_build(spec) -> None:
+    """A module never built, ready for another process to build (the plan's build ahead): its ninja
+    file, written where missing as JitSpec.build writes it first (flashinfer/jit/core.py at v0.6.3),
+    and the generator call that made its spec, which a build in this process would record
+    (fidev.builds.module_builds.record_build), so that `affected` can make it again."""
+    if not spec.ninja_path.exists():
+        spec.write_ninja()
+    if spec.name in module_choice.GENERATORS:
+        build_records.record_call(spec.build_dir, module_choice.CALLS.get(spec.name))
+
+
 class DryRunRecords:
-    """The plan's dry run: every module a test or a warmup asks for, recorded in `dry_dir`, none built."""
+    """The plan's dry run: every module a test or a warmup asks for, recorded in `dry_dir`, none built;
+    a test gets stand-ins (Unbuilt) for what it loads, and the ninja file FlashInfer would write
+    first is written (JitSpec.build's "deferred case"), so that the plan can build the module ahead."""
 
     def __init__(self, dry_dir: Path):
         self.dry_dir = dry_dir
         self.current = "unknown"
+        self.asked = 0  # the modules the current test asked to load so far
 
     def pytest_runtest_setup(self, item):
-        self.current = item.nodeid
+        self.current, self.asked = item.nodeid, 0
+        forget_loaded_modules()
 
-    def record(self, specs, warmup: bool = False) -> None:
+    def record(self, specs, warmup: bool = False, foreseen: bool = False) -> None:
         with open(self.dry_dir / f"report-{os.getpid()}.jsonl", "a") as report:
-            report.writelines(spec_record(self.current, spec, warmup) for spec in specs)
+            report.writelines(spec_record(self.current, spec, warmup, foreseen) for spec in specs)
 
     def pytest_collection_finish(self, session):
         import flashinfer.jit
@@ -209,16 +257,27 @@ class DryRunRecords:
 
         (self.dry_dir / JIT_DIR_FILE).write_text(str(jit_env.FLASHINFER_JIT_DIR))
         original = core.JitSpec.build
+        original_load = core.JitSpec.build_and_load
 
         def build(spec, verbose, need_lock=True):
             self.record([spec])
             original(spec, verbose, need_lock)  # raises MissingJITCacheError under FLASHINFER_DISABLE_JIT
+
+        def build_and_load(spec):
+            if spec.is_aot:  # prebuilt: loaded, as the run will
+                return original_load(spec)
+            self.record([spec], foreseen=self.asked > 0)
+            self.asked += 1
+            if not spec.jit_library_path.exists():
+                ready_to_build(spec)
+            return Unbuilt(spec.name)
 
         def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
             self.record([spec for spec in specs if not (skip_prebuilt and spec.is_aot)], warmup=True)
 
         flashinfer.jit.build_jit_specs = core.build_jit_specs = build_jit_specs
         core.JitSpec.build = build
+        core.JitSpec.build_and_load = build_and_load
 
 
 class Builds:
@@ -236,6 +295,7 @@ class Builds:
         self.later: list = []  # the warmup's modules to build beside the tests once the first case has run
         self.beside: list[threading.Thread] = []
         self.running: list = []  # the ninja processes of those builds
+        self.loads: list[str] = []  # the running case's loads (loaded), written once it has run
 
     def pytest_configure(self, config):
         self.config = config
@@ -264,7 +324,12 @@ class Builds:
         items.sort(key=lambda item: left[item.nodeid])  # stable: as collected among equals
 
     def pytest_runtest_logfinish(self, nodeid, location):
-        """The first case has run: the warmup's other modules build beside the next ones."""
+        """A case has run: what it loaded is written (loaded). The first: the warmup's other
+        modules build beside the next ones."""
+        if self.loads:
+            with open(f"{self.settings.outcomes}{LOADED_SUFFIX}", "a") as f:
+                f.writelines(self.loads)
+            self.loads = []
         if self.later:
             self.start_beside(self.later)
             self.later = []
@@ -324,12 +389,12 @@ class Builds:
 
     def loaded(self, spec) -> None:
         """A module the running case loads (JitSpec.build_and_load builds before every load, a no-op
-        where it is built), one line of FlashInfer's JIT-report format beside the outcomes
-        (LOADED_SUFFIX), with the JIT dir: upstream-tests adds them to the record of which tests need
-        each module, every module a case loads, where the dry run names only its first."""
+        where it is built), one line of FlashInfer's JIT-report format, with the JIT dir, written
+        beside the outcomes (LOADED_SUFFIX) once the case has run, so that a case stopped half-way
+        records nothing: upstream-tests adds them to the record of which tests need each module, every
+        module a case loads, where the dry run names only its first."""
         line = json.loads(spec_record(self.current, spec))
-        with open(f"{self.settings.outcomes}{LOADED_SUFFIX}", "a") as f:
-            f.write(json.dumps({**line, JIT_DIR_KEY: str(spec.build_dir.parent)}) + "\n")
+        self.loads.append(json.dumps({**line, JIT_DIR_KEY: str(spec.build_dir.parent)}) + "\n")
 
     @staticmethod
     def built_already(spec) -> bool:

@@ -239,13 +239,14 @@ def run_all(record: Run) -> None:
             record.options.progress_s,
             record.options.base,
         )
-        record_loaded(record.run_dir)
     except KeyboardInterrupt:
         raise Failure(
             f"interrupted: the running test files were stopped; what finished is in {record.run_dir}",
             "run it again (a narrower selection, or --file-timeout SECONDS, to make it shorter)",
             exit_status=INTERRUPTED,
         ) from None
+    finally:  # what the cases loaded, however the run ended (affected stops it at smoke's first failure)
+        record_loaded(record.run_dir)
 
 
 def keep_times(record: Run) -> None:
