@@ -17,7 +17,8 @@ fidev.upstream.plugin records which modules each test asked for; spread over a p
 process per core, up to 16, where xdist is installed) names the modules the selection needs, how
 many objects of them must compile, and estimates the time. Past --budget minutes (default 10) it
 stops, unless given --yes. The modules its tests asked to load that were never built then build
-side by side while the run's processes start, and a test that loads one waits for that one. A dry
+side by side while the run's processes start (behind affected's gate, once it opens), and a test
+that loads one waits for that one. A dry
 run that takes over 60 s is dropped, and the run shows each module's compile as it starts and ends
 instead.
 
@@ -227,10 +228,17 @@ def stop_as_ctrl_c() -> None:
 
 
 def planned(
-    nodes: list[str], pytest_args: list[str], tests, budget_s: float, yes: bool, sample: Path | None
+    nodes: list[str],
+    pytest_args: list[str],
+    tests,
+    budget_s: float,
+    yes: bool,
+    sample: Path | None,
+    gate: Path | None = None,
 ) -> module_builds.Ahead | None:
     """The plan's dry run (of the sample `sample` specifies, where one does), what it says, and the
-    budget held; then the builds of what its tests will load, started (upstream_plan.build_ahead)."""
+    budget held; then the builds of what its tests will load, started, or behind affected's `gate`
+    to start as it opens (upstream_plan.build_ahead)."""
     try:
         found = upstream_plan.plan(nodes, pytest_args, tests, sample)
     except KeyboardInterrupt:
@@ -242,7 +250,7 @@ def planned(
     if found is None:
         return None
     upstream_plan.hold_budget(found, budget_s, yes)
-    return upstream_plan.build_ahead(found)
+    return upstream_plan.build_ahead(found, gate)
 
 
 def main() -> int:
@@ -267,7 +275,7 @@ def main() -> int:
         try:
             seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
             if "--no-plan" not in ours:
-                ahead = planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec)
+                ahead = planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec, inherited.gate)
                 # the record now names the modules of the cases the dry run sampled: the run's sample takes them
                 if spec is not None:
                     seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)

@@ -689,3 +689,39 @@ def test_smokes_step_builds_what_its_tests_load_beside_them_and_stops_what_still
         "affected: smoke's modules: still building\n"
     )
     assert outcome.failed == set() and outcome.broken == [] and not outcome.stopped
+
+
+def test_builds_ahead_of_a_gated_run_start_as_the_gate_opens_and_hold_their_locks_meanwhile(monkeypatch, tmp_path):
+    """Behind affected's gate, the plan's builds ahead of the tests wait for it to open (affected's
+    rebuild, which the first failure waits on, has the cores to itself), holding each module's lock
+    meanwhile so that no test builds it in the meantime; stopped before the gate opens, they build
+    nothing and let the locks go."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock, Timeout
+
+    from fidev.builds import module_builds
+    from fidev.upstream import gate as upstream_gate
+
+    built = []
+
+    def build_held(held, say, running, nice=0):  # as module_builds.build_held, less ninja
+        built.append(sorted(held))
+        for name in list(held):
+            module_builds.release(held, name)
+
+    monkeypatch.setattr(module_builds, "build_held", build_held)
+    gate = tmp_path / "gate"
+    folders = [module_builds.Folder(name, tmp_path / "cached_ops" / name, ("s.cu",)) for name in ("a", "b")]
+    ahead = module_builds.Ahead(folders, print, lambda: upstream_gate.opened(gate))
+    with pytest.raises(Timeout):  # held from the start
+        FileLock(folders[0].lock_path, thread_local=False).acquire(timeout=0)
+    ahead.thread.join(timeout=0.5)
+    assert built == [], "built before the gate opened"
+    upstream_gate.open_gate(gate)
+    ahead.thread.join(timeout=10)
+    assert built == [["a", "b"]]
+    stopped = module_builds.Ahead(folders, print, lambda: False)
+    stopped.stop()
+    stopped.thread.join(timeout=10)
+    assert built == [["a", "b"]], "a stopped build ahead built"
+    FileLock(folders[1].lock_path, thread_local=False).acquire(timeout=0)  # let go

@@ -268,25 +268,29 @@ AHEAD_NICE = 10  # the builds ahead of the tests yield to a rebuild the tests wa
 
 
 class Ahead:
-    """Modules that the tests about to run will load, none built yet, built side by side from now in
-    a thread of this process, each under its own lock (take_locks, taken before this returns), so
-    that a test that loads one waits for that one alone and then finds it built; at AHEAD_NICE.
-    `stop()` ends the builds still running."""
+    """Modules that the tests about to run will load, none built yet, built side by side in a thread
+    of this process, each under its own lock (take_locks, taken before this returns), so that a test
+    that loads one waits for that one alone and then finds it built; at AHEAD_NICE. With `after`, they
+    start once after() is true (affected's gate opened: its rebuild, which the first verdict waits on,
+    has the cores to itself). `stop()` ends the builds still running, or never started."""
 
-    def __init__(self, specs, say: Callable[[str], None]):
+    def __init__(self, specs, say: Callable[[str], None], after: Callable[[], bool] | None = None):
         self.held = take_locks(specs)
         self.running: list = []
-        self.stopped = False  # once stopped, the builds it ended say nothing (no failure of theirs)
-        self.thread = threading.Thread(
-            target=build_held,
-            args=(self.held, lambda line: None if self.stopped else say(line), self.running),
-            kwargs={"nice": AHEAD_NICE},
-            daemon=True,
-        )
+        self.stopped = threading.Event()  # once set, the builds it ended say nothing (no failure of theirs)
+        self.thread = threading.Thread(target=self.build, args=(say, after), daemon=True)
         self.thread.start()
 
+    def build(self, say: Callable[[str], None], after: Callable[[], bool] | None) -> None:
+        while after is not None and not after():
+            if self.stopped.wait(0.1):
+                for name in list(self.held):
+                    release(self.held, name)
+                return
+        build_held(self.held, lambda line: None if self.stopped.is_set() else say(line), self.running, nice=AHEAD_NICE)
+
     def stop(self) -> None:
-        self.stopped = True
+        self.stopped.set()
         for proc in list(self.running):
             if proc.poll() is None:
                 proc.terminate()

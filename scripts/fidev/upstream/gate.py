@@ -51,6 +51,14 @@ def owner_alive(owner: str) -> bool:
     return fields[0] != "Z" and (not started or fields[19] == started)
 
 
+def opened(path: Path) -> bool:
+    """The gate file says go (open_gate writes it whole; the folder may go at the run's end)."""
+    try:
+        return path.read_text().split("\n")[0] == GO
+    except OSError:
+        return False
+
+
 def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> list[str] | None:
     """Until the gate file says go (the modules are built); then the tests it names, or None for
     all. A gate whose owner is gone never opens: the file's process ends, and under pytest-xdist its

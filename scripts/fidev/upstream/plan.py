@@ -21,6 +21,7 @@ from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.core.files import MayLack, fits, parse_json
 from fidev.records import build_records, ninja_inputs
+from fidev.upstream import gate as upstream_gate
 from fidev.upstream import plugin as upstream_plugin
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream.settings import Settings, child_env
@@ -201,20 +202,26 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | N
     )
 
 
-def build_ahead(planned: Planned) -> module_builds.Ahead | None:
+def build_ahead(planned: Planned, gate: Path | None = None) -> module_builds.Ahead | None:
     """The modules the dry run's tests asked to load and that were never built (Planned.ahead),
-    built side by side from now while the run's processes start, each under FlashInfer's lock of
-    it (fidev.builds.module_builds.Ahead): a test that loads one waits for that one, not for the
-    others; said as they build. None where there is none."""
+    built side by side while the run's processes start, each under FlashInfer's lock of it
+    (fidev.builds.module_builds.Ahead): a test that loads one waits for that one, not for the others;
+    said as they build. Behind affected's `gate`, they start as it opens: affected's rebuild, which
+    its first failure waits on, is not slowed. None where there is none."""
     if not planned.ahead:
         return None
+    when = "from now" if gate is None else "once affected's rebuild is done"
     print(
         f"upstream-tests: building the {len(planned.ahead)} module(s) its tests will load and nothing built, "
-        "side by side, from now: " + ", ".join(planned.ahead),
+        f"side by side, {when}: " + ", ".join(planned.ahead),
         flush=True,
     )
     folders = [module_builds.Folder(name, planned.jit_dir / name, tuple(s)) for name, s in planned.ahead.items()]
-    return module_builds.Ahead(folders, lambda line: print(f"upstream-tests: ahead: {line.strip()}", flush=True))
+    return module_builds.Ahead(
+        folders,
+        lambda line: print(f"upstream-tests: ahead: {line.strip()}", flush=True),
+        None if gate is None else lambda: upstream_gate.opened(gate),
+    )
 
 
 def estimate_s(needed: dict[str, int]) -> float:
