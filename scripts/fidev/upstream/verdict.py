@@ -29,16 +29,16 @@ def refused(results: list, pytest_args: list[str]) -> None:
             "ImportError while loading conftest" in log
         ):  # pytest's status 4 too: FlashInfer's conftest imports torch and flashinfer
             said = next(
-                (line.strip()[2:] for line in log.splitlines() if line.startswith("E ") and "Error" in line),
+                (line[2:].strip() for line in log.splitlines() if line.startswith("E ") and "Error" in line),
                 "see its log",
             )
             raise Failure(
                 f"FlashInfer's tests/conftest.py could not be imported: {said} (log: {results[0].log})",
                 "`python -c 'import flashinfer'` shows why; `pixi run -e flashinfer-dev preflight` names what is off",
             )
-        said = next(
-            (line.strip() for line in log.splitlines() if "error:" in line.lower()),
-            "pytest's usage error, in the file's log",
+        lines = log.splitlines()  # pytest's first line is "ERROR: usage: ...", its second argparse's ": error: ..."
+        said = next((line.strip() for line in lines if ": error: " in line), None) or next(
+            (line.strip() for line in lines if "error:" in line.lower()), "pytest's usage error, in the file's log"
         )
         raise Failure(
             f"upstream-tests: pytest refused the arguments: {said}",
