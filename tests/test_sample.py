@@ -247,3 +247,83 @@ def test_a_required_module_another_files_process_exercised_is_not_missed():
     # a module no process had a case of stays missed
     lone = sample.merge_records([sample.sample_record(sample.select(file_a, {}, required=["mod_c"]))])
     assert lone["missed"] == ["mod_c"]
+
+
+def test_whole_and_missed_over_a_runs_processes_are_what_no_process_covered_by_a_case():
+    """covering's rules: a required module is whole where some process ran its functions whole and
+    none exercised it by a recorded case; missed where no process exercised it at all. A record may
+    lack `exercised`, `whole` and `missed` (RECORD_SHAPE)."""
+    records = [
+        {"seed": 1, "functions": {"f": [1, 4]}, "exercised": ["a", "b"], "whole": ["b"], "missed": ["c"]},
+        {"seed": 1, "functions": {"g": [2, 2]}, "exercised": ["c"], "whole": [], "missed": []},
+        {"seed": 1, "functions": {"h": [3, 9]}, "exercised": ["d"], "whole": ["d"], "missed": ["e"]},
+        {"seed": 1, "functions": {"f": [1, 4]}},  # a part of f's file: the same function, counted once
+    ]
+    merged = sample.merge_records(records)
+    assert merged == {
+        "selected": 6,
+        "total": 15,
+        "seed": 1,
+        "functions": 3,
+        "whole": ["b", "d"],
+        "missed": ["e"],
+    }
+    # b exercised by a case in another process: no longer whole
+    with_b = [*records, {"seed": 1, "functions": {"k": [1, 1]}, "exercised": ["b"]}]
+    assert sample.merge_records(with_b)["whole"] == ["d"]
+
+
+def test_a_required_modules_case_is_never_dropped_as_redundant_and_is_the_one_adding_fewest_modules():
+    """Q is recorded only for f[1-1], whose values the module-aware cover then finds again in two
+    cheaper cases: pruned as redundant, Q would go unexercised. And of A's recorded cases the one
+    adding the fewest modules is taken, not the first collected (f[1-1] adds X1 and X2)."""
+    cases = product("tests/q.py::f", p=[1, 2], q=[1, 2])
+    ids = {dict(c.values)["p"] + dict(c.values)["q"]: c.nodeid for c in cases}
+    modules = {ids["11"]: ["M", "Q"], ids["12"]: ["M"], ids["21"]: ["M"], ids["22"]: ["N"]}
+    found = sample.select(cases, modules, required=["Q"])
+    assert ids["11"] in found.selected and found.exercised == ["Q"] and found.missed == []
+    assert uncovered(cases, found.selected) == set()
+    modules = {ids["11"]: ["A", "X1", "X2"], ids["12"]: ["A"], ids["21"]: ["A"], ids["22"]: ["A"]}
+    assert cases[0].nodeid == ids["11"]  # collected first
+    for seed in range(5):
+        found = sample.select(cases, modules, seed=seed, required=["A"])
+        assert ids["11"] not in found.selected and found.modules == 1 and found.exercised == ["A"], found.selected
+
+
+def test_every_required_module_gets_its_case_after_one_that_a_case_covered_already():
+    cases = product("tests/r.py::f", n=[1, 2, 3])
+    modules = {cases[0].nodeid: ["A", "B"], cases[1].nodeid: ["C"], cases[2].nodeid: ["D"]}
+    found = sample.select(cases, modules, required=["A", "B", "C"])
+    assert found.exercised == ["A", "B", "C"] and found.missed == [] and found.whole == []
+
+
+def test_a_redundant_case_is_dropped_last_taken_first_and_each_drop_counts():
+    def case(name: str, **values) -> sample.Case:
+        return sample.Case.of(f"tests/p.py::f[{name}]", "tests/p.py::f", {k: str(v) for k, v in values.items()})
+
+    a, b, c, d = case("a", x=1, y=1), case("b", x=1, y=2), case("c", x=2, y=2), case("d", x=1, y=2)
+    cover = sample.Cover([a, b, c, d], None, {n.nodeid: i for i, n in enumerate([a, b, c, d])})
+    for each in (a, b, c, d, d):  # d twice: taken once
+        cover.take(each)
+    assert cover.chosen == [a, b, c, d]
+    cover.prune()  # d: both values twice more; then c: x=2 once; b: both twice, once d is gone; a: x=1 once
+    assert cover.chosen == [a, c] and cover.picked == {a.nodeid, c.nodeid}
+    twins = [case("p", x=1), case("q", x=1), case("r", x=1)]  # one value, three cases (another, unnamed parameter)
+    cover = sample.Cover(twins, None, {n.nodeid: i for i, n in enumerate(twins)})
+    for each in twins:
+        cover.take(each)
+    cover.prune()
+    assert cover.chosen == twins[:1]
+
+
+def test_the_module_aware_cover_takes_the_most_new_values_per_new_module():
+    """Cover.best's key: new values over the modules a case adds. Of a case adding 3 values and 3
+    modules and one adding 2 values and 1 module, the second."""
+    wide = sample.Case.of("tests/b.py::f[w]", "tests/b.py::f", {"x": "1", "y": "1", "z": "1"})
+    lean = sample.Case.of("tests/b.py::f[l]", "tests/b.py::f", {"x": "2", "y": "2", "z": "1"})
+    modules = {wide.nodeid: ["W1", "W2", "W3"], lean.nodeid: ["L1"]}
+    seeded = sample.Cover([wide, lean], modules, {wide.nodeid: 0, lean.nodeid: 1})
+    seeded.lacking["tests/b.py::f"] = {("x", "1"), ("y", "1"), ("z", "1"), ("x", "2"), ("y", "2")}
+    seeded.modules = {"L0"}
+    assert seeded.best([wide, lean], by_modules=True) is lean
+    assert seeded.best([wide, lean], by_modules=False) is wide  # without the record: the most new values

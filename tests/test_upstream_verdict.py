@@ -323,3 +323,148 @@ def test_parts_that_collected_different_lists_are_named():
     ]
     whole = [result({}, file="h", collected={"x"}), result({}, file="h", collected={"y"})]
     assert upstream_runs.mismatched([*same, *other, *whole]) == ["g"]
+
+
+def test_a_line_lacking_what_the_reader_may_do_without_is_read_and_an_outcome_it_does_not_know_is_an_error(tmp_path):
+    """ENTRY lets a line lack its nodeid, outcome or message (fidev.upstream.runs): a line without an
+    outcome, or with one the plugin never writes, is an error (not a pass); a skip without its
+    message is one the hardware lacks; a line without a node id is counted under "?"."""
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        "\n".join(
+            json.dumps(line)
+            for line in (
+                {"nodeid": "t.py::a"},
+                {"nodeid": "t.py::b", "outcome": "xpassed-somehow"},
+                {"nodeid": "t.py::c", "outcome": "skipped"},
+                {"outcome": "passed"},
+                {"nodeid": "t.py::d", "outcome": "skipped", "t": 5.0},
+                {"nodeid": "t.py::d", "outcome": "passed"},  # a later pass does not hide the skip
+            )
+        )
+        + "\n"
+    )
+    assert upstream_runs.read_outcomes(path) == {
+        "t.py::a": "error",
+        "t.py::b": "error",
+        "t.py::c": f"skipped: {upstream_runs.FEATURE}",
+        "?": "passed",
+        "t.py::d": f"skipped: {upstream_runs.FEATURE}",
+    }
+    assert upstream_runs.counts([result(upstream_runs.read_outcomes(path))]) == {
+        "passed": 1,
+        "failed": 0,
+        "error": 2,
+        "skipped": 2,
+    }
+    assert upstream_runs.first_failure(tmp_path) is None  # a skip without its message fails nothing
+    assert upstream_runs.skip_summary([result(upstream_runs.read_outcomes(path))]) == {upstream_runs.FEATURE: 2}
+
+
+def test_a_process_that_finished_every_case_left_none_unrun(tmp_path):
+    path = written(tmp_path / "p.jsonl", ("t.py::a", "passed"), ("t.py::a", "finished"))
+    upstream_outcomes.progress_path(path).write_text(
+        json.dumps({"schema": upstream_outcomes.PROGRESS_SCHEMA, "total": 1, "done": 1, "failed": 0, "t": 0.0})
+    )
+    assert upstream_runs.not_run(path) == 0
+
+
+def test_both_skips_that_hide_a_failure_count_together():
+    hidden = {
+        "f::a": "passed",
+        "f::b": f"skipped: {upstream_runs.OOM}",
+        "f::c": f"skipped: {upstream_runs.MISSING_JIT}",
+    }
+    assert upstream_verdict.passed([result(hidden)]) == 1
+
+
+def test_a_comparison_counts_an_error_that_was_a_failure_as_no_new_one_and_reads_a_baseline_without_crashes():
+    baseline = {"commit": "e" * 40, "gpu": "H200", "outcomes": {"f::a": "failed", "f::b": "error", "f::c": "passed"}}
+    now = [result({"f::a": "error", "f::b": "error", "f::c": "error"}, file="f")]
+    assert upstream_runs.compare(baseline, now)["newly erroring"] == ["f::c"]
+    crashed = [result({"f::c": "passed"}, ended="signal 9", file="f")]
+    assert upstream_runs.compare(baseline, crashed)["newly erroring"] == ["f (signal 9)"]
+
+
+def test_a_comparison_names_its_first_fifty_of_a_kind_and_where_the_rest_are(tmp_path, capsys):
+    written(tmp_path / "p.jsonl", ("f::a", "passed"))
+    baseline = {"commit": "f" * 40, "gpu": "H200"}
+    for n, more in ((upstream_verdict.COMPARED_SHOWN, False), (upstream_verdict.COMPARED_SHOWN + 3, True)):
+        ids = [f"f::t{i:03d}" for i in range(n)]
+        changes = {"newly failing": ids, "newly erroring": [], "newly passing": [], "not run since": []}
+        upstream_verdict.say_compared(baseline, tmp_path / "base.json", changes, tmp_path)
+        out = capsys.readouterr().out
+        assert f"  newly failing: {n}\n" + "".join(f"    {i}\n" for i in ids[: upstream_verdict.COMPARED_SHOWN]) in out
+        listed = tmp_path / upstream_verdict.COMPARED_LIST
+        assert (f"    ... and 3 more: {listed}\n" in out) is more, out
+        assert "  newly erroring: 0\n  newly passing: 0\n" in out
+
+
+NO_GPU_FIX = "run it on a host with an NVIDIA GPU, inside the flashinfer-dev environment"
+
+
+def test_each_refusal_of_a_run_that_passed_nothing_is_its_problem_and_its_fix(tmp_path):
+    with pytest.raises(Failure) as plain:
+        upstream_verdict.passed([result({})])
+    assert (plain.value.problem, plain.value.fix) == (
+        "no upstream-tests test passed (counts above; each file's log is in the run folder)",
+        NO_GPU_FIX,
+    )
+    with pytest.raises(Failure) as baseline:
+        upstream_verdict.record_baseline([result({})], ["norm"], tmp_path / "b.json", "0" * 40, "H200")
+    assert (baseline.value.problem, baseline.value.fix) == (
+        "no test passed: a baseline of nothing (counts above; each file's log is in the run folder)",
+        NO_GPU_FIX,
+    )
+    nothing = {"newly failing": [], "newly erroring": [], "newly passing": [], "not run since": []}
+    with pytest.raises(Failure) as compared:
+        upstream_verdict.say_compared({"commit": "1" * 40, "gpu": "H200"}, tmp_path / "b.json", nothing, tmp_path)
+    assert (compared.value.problem, compared.value.fix) == (
+        f"no test passed: a comparison with the baseline of nothing (counts above; each file's log is in {tmp_path})",
+        NO_GPU_FIX,
+    )
+
+
+def test_a_recorded_baseline_says_what_it_kept(tmp_path, capsys):
+    results = [result({"f::a": "passed", "f::b": "failed"})]
+    upstream_verdict.record_baseline(results, ["norm", "rope"], tmp_path / "b.json", "2" * 40, "H200")
+    assert capsys.readouterr().out == (
+        f"upstream-tests: baseline of 2 tests recorded for norm rope (tree {'2' * 12}, H200): {tmp_path / 'b.json'}\n"
+    )
+
+
+def test_each_refusal_of_pytests_arguments_is_its_problem_and_its_fix_from_the_first_files_log(tmp_path):
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_bytes(b"ERROR: usage: python -m pytest [options]\npytest: error: unrecognized arguments: -Z \xff\n")
+    second.write_text("python -m pytest: error: something else\n")
+    refusing = [
+        result({}, ended="exit 4", junit=str(tmp_path / "a.xml")),
+        result({}, ended="exit 4", junit=str(tmp_path / "b.xml")),
+    ]
+    with pytest.raises(Failure) as usage:  # a log that is not UTF-8 is read all the same
+        upstream_verdict.refused(refusing, ["-Z"])
+    assert (usage.value.problem, usage.value.fix) == (
+        "upstream-tests: pytest refused the arguments: pytest: error: unrecognized arguments: -Z \ufffd",
+        "see `upstream_tests.py --help`; what it does not take goes to pytest (`python -m pytest --help` lists its "
+        "options)",
+    )
+    first.write_text("ERROR: usage: python -m pytest [options]\n")
+    with pytest.raises(Failure, match="refused the arguments: ERROR: usage: python -m pytest"):
+        upstream_verdict.refused(refusing, ["-Z"])
+    first.write_text("no line of pytest's own\n")
+    with pytest.raises(Failure, match="refused the arguments: pytest's usage error, in the file's log$"):
+        upstream_verdict.refused(refusing, ["-Z"])
+    first.write_text("ImportError while loading conftest '/t/tests/conftest.py'.\n")
+    with pytest.raises(Failure) as conftest:
+        upstream_verdict.refused(refusing, [])
+    assert (conftest.value.problem, conftest.value.fix) == (
+        f"FlashInfer's tests/conftest.py could not be imported: see its log (log: {first})",
+        "`python -c 'import flashinfer'` shows why; `pixi run -e flashinfer-dev preflight` names what is off",
+    )
+    for args, said in ((["-k", "nothing"], "-k nothing"), ([], "none collected")):
+        with pytest.raises(Failure) as nothing:
+            upstream_verdict.refused([result({}, ended="exit 5")] * 2, args)
+        assert (nothing.value.problem, nothing.value.fix) == (
+            f"no upstream-tests test was selected ({said})",
+            "check the -k/-m expression; `upstream-tests FAMILY --collect-only -q` lists the tests",
+        )

@@ -237,8 +237,10 @@ def read_outcomes(path: Path, stopped: bool = False) -> dict[str, str]:
             continue
         if outcome == "skipped":
             outcome = f"skipped: {skip_kind(entry.get('message', ''))}"
+        elif outcome not in SEVERITY:  # no outcome the plugin writes: not a pass
+            outcome = "error"
         node = entry.get("nodeid", "?")
-        if node not in found or SEVERITY.get(outcome, 4) >= SEVERITY.get(found[node], 0):
+        if node not in found or SEVERITY[outcome] >= SEVERITY[found[node]]:
             found[node] = outcome
     for node in running if not stopped else ():  # the test the process died in
         found[node] = "error"
@@ -630,7 +632,7 @@ def outcomes(results: list[FileResult]) -> dict[str, str]:
     merged: dict[str, str] = {}
     for r in results:
         for node, outcome in r.outcomes.items():
-            if node not in merged or SEVERITY.get(outcome, 4) > SEVERITY.get(merged[node], 4):
+            if node not in merged or SEVERITY[outcome] > SEVERITY[merged[node]]:
                 merged[node] = outcome
     return merged
 
