@@ -229,7 +229,7 @@ def read_outcomes(path: Path, stopped: bool = False) -> dict[str, str]:
     found: dict[str, str] = {}
     running: set[str] = set()
     for entry in entries(path):
-        outcome = entry.get("outcome", "error")
+        outcome = entry.get("outcome")  # a line without one: an error, below
         if outcome in (COLLECTED, STOPPED):
             continue
         if outcome in ("started", "finished"):
