@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from checkout import checkout_state, left_in_checkout
 from fidev.core import workspace
 from fidev.core.failure import Failure
+from fidev.core.manifest import ROOT
 from fidev.jit import flashinfer_import, kernel_source, module_choice
 
 # The caches FlashInfer and the bindings crate write under HOME. The CPU suite runs FlashInfer
@@ -43,6 +45,7 @@ def _snapshot(caches):
 
 def pytest_configure(config):
     if not os.environ.get("FIDEV_TEST_SCRATCH"):
+        config._fidev_checkout = checkout_state(ROOT)
         _USERS.update({name: os.environ.get(name) for name in _REDIRECTED})
         scratch = Path(tempfile.mkdtemp(prefix="fidev-tests-"))
         os.environ["FIDEV_TEST_SCRATCH"] = str(scratch)
@@ -62,6 +65,14 @@ def pytest_sessionfinish(session, exitstatus):
     if changed:
         print(
             f"\nerror: the test suite wrote into the real HOME: {changed[0][0]} (and {len(changed) - 1} more)",
+            file=sys.stderr,
+        )
+        session.exitstatus = 1
+    left = left_in_checkout(getattr(session.config, "_fidev_checkout", None), checkout_state(ROOT))
+    if left:
+        print(
+            f"\nerror: the test suite left the checkout changed: {left[0]} (and {len(left) - 1} more); "
+            "a test writes under tmp_path and puts back what it changes",
             file=sys.stderr,
         )
         session.exitstatus = 1

@@ -15,6 +15,7 @@
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -308,3 +309,30 @@ def test_the_verdicts_and_the_interrupted_status_are_stated_once():
         or (value == INTERRUPTED and f != "scripts/fidev/core/failure.py")
     ]
     assert said == [], "name them: fidev.affected.verdict.Verdict, fidev.core.failure.INTERRUPTED"
+
+
+def test_the_session_guard_names_what_a_test_left_in_the_checkout(tmp_path):
+    """tests/conftest.py fails the session where it left a file of the checkout new or changed
+    (tests/support/checkout.py); what was there before the session is not its doing."""
+    from checkout import checkout_state, left_in_checkout
+
+    if shutil.which("git") is None:
+        pytest.skip("no git on this host: the guard does nothing without it")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    (repo / "kept.txt").write_text("a\n")
+    (repo / ".gitignore").write_text("ignored/\n")
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "x"], check=True)
+    (repo / "users_own.txt").write_text("the user's, before the session\n")
+    before = checkout_state(repo)
+    (repo / "kept.txt").write_text("b\n")
+    (repo / "new" / "deep").mkdir(parents=True)
+    (repo / "new" / "deep" / "left.txt").write_text("left\n")
+    (repo / "ignored").mkdir()
+    (repo / "ignored" / "x").write_text("fine\n")
+    assert left_in_checkout(before, checkout_state(repo)) == [" M kept.txt", "?? new/deep/left.txt"]
+    assert checkout_state(tmp_path / "not-a-repo") is None
+    assert left_in_checkout(None, set()) == [] and left_in_checkout(set(), None) == []
