@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -691,6 +692,7 @@ def test_smokes_step_builds_what_its_tests_load_beside_them_and_stops_what_still
     assert outcome.failed == set() and outcome.broken == [] and not outcome.stopped
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_builds_ahead_of_a_gated_run_start_as_the_gate_opens_and_hold_their_locks_meanwhile(monkeypatch, tmp_path):
     """Behind affected's gate, the plan's builds ahead of the tests wait for it to open (affected's
     rebuild, which the first failure waits on, has the cores to itself), holding each module's lock
@@ -724,4 +726,70 @@ def test_builds_ahead_of_a_gated_run_start_as_the_gate_opens_and_hold_their_lock
     stopped.stop()
     stopped.thread.join(timeout=10)
     assert built == [["a", "b"]], "a stopped build ahead built"
-    FileLock(folders[1].lock_path, thread_local=False).acquire(timeout=0)  # let go
+    FileLock(folders[1].lock_path, thread_local=False).acquire(timeout=0).lock.release()  # let go
+
+    def unreadable() -> bool:
+        raise ValueError("a gate file that is no text open_gate wrote")
+
+    broken = module_builds.Ahead(folders, print, unreadable)
+    broken.thread.join(timeout=10)
+    for folder in folders:  # its thread ended: every lock let go, none left for a test to wait on
+        FileLock(folder.lock_path, thread_local=False).acquire(timeout=0).lock.release()
+
+
+class TouchSpec:
+    """A JitSpec as build_specs takes one, whose build only makes its library (`touch`)."""
+
+    def __init__(self, jit_dir: Path, name: str):
+        self.name, self.sources = name, ["s.cu"]
+        self.build_dir = jit_dir / name
+        self.ninja_path = self.build_dir / "build.ninja"
+        self.jit_library_path = self.build_dir / f"{name}.so"
+        self.lock_path = jit_dir / "tmp" / f"{name}.lock"
+
+    def write_ninja(self) -> None:
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        self.ninja_path.write_text(f"rule touch\n  command = touch $out\nbuild {self.jit_library_path}: touch\n")
+
+
+@needs_a_build
+def test_a_warmup_waits_for_a_module_another_holds_without_the_jit_dirs_lock_and_builds_what_it_left(tmp_path):
+    """build_specs (a warmup's whole build) waits for a module whose lock another process holds (the
+    builds ahead of affected's tests hold theirs until its gate opens, which waits for affected's
+    rebuild, under the JIT dir's lock) with that lock let go; and where the other let it go unbuilt
+    (its build failed, or it was stopped), builds it itself."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock, Timeout
+
+    from fidev.builds import module_builds
+
+    jit_dir = tmp_path / "cached_ops"
+    held, free = TouchSpec(jit_dir, "held"), TouchSpec(jit_dir, "free")
+    held.lock_path.parent.mkdir(parents=True)
+    other = FileLock(held.lock_path, thread_local=False)
+    other.acquire()
+    errors = []
+
+    def warmup():
+        try:
+            module_builds.build_specs([held, free], say=lambda line: None)
+        except Exception as e:  # noqa: BLE001 (said by the assertion below)
+            errors.append(e)
+
+    thread = threading.Thread(target=warmup, daemon=True)
+    thread.start()
+    jit_lock = FileLock(jit_dir / "tmp" / "flashinfer_jit.lock", thread_local=False)
+    deadline = time.monotonic() + 20
+    while not free.jit_library_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    try:
+        jit_lock.acquire(timeout=0)  # affected's rebuild can take it while the warmup waits
+        jit_lock.release()
+    except Timeout:
+        pytest.fail("the warmup waits for another's module while holding the JIT dir's lock")
+    finally:
+        other.release()  # let go with nothing built
+    thread.join(timeout=20)
+    assert not thread.is_alive() and errors == [], errors
+    assert held.jit_library_path.exists() and free.jit_library_path.exists()

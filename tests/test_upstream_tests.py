@@ -5,6 +5,7 @@ that neither the plan nor the run compiles what is already built.
 The tree is tests/support/upstream_standin.py's stand-in of FlashInfer's suite and JIT at v0.6.3."""
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -286,6 +287,35 @@ def test_the_plan_builds_every_module_its_tests_load_ahead_and_maps_only_the_fir
         sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == ["page"] + ["prefill_a"] * 2 + ["prefill_b"] * 2
     ), compiles(env)
     assert json.loads(record.read_text())["prefill_b"] == ["tests/utils/test_two.py::test_prefill[b]"]
+
+
+INNER_CACHE = """\
+import flashinfer
+def test_a():
+    flashinfer.get_inner("page", 1).strip()
+    flashinfer.get_module("prefill_a", 2)
+def test_b():
+    flashinfer.get_inner("page", 1).strip()  # the cache no dry run clears hands test_b test_a's stand-in
+    flashinfer.get_module("prefill_b", 2)
+"""
+
+
+@needs_a_build
+def test_a_stand_in_a_cache_kept_makes_what_the_test_asks_for_next_foreseen(ws):
+    """A cache the dry run cannot clear (an inner functools cache, as prefill.py's
+    make_hashable_cache) hands test_b the stand-in test_a got: test_b's next module followed a
+    stand-in's answers, so it is foreseen (built ahead, never in affected's map), not its first."""
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/utils/test_inner.py").write_text(INNER_CACHE)
+    record = (
+        Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/fidev-module-tests.json"
+    )
+    # one dry-run process for the file, where pytest-xdist would spread it over a worker per core
+    one_process = ["--dist", "loadfile"] if importlib.util.find_spec("xdist") else []
+    done = upstream(root, env, "utils/test_inner.py", "--budget", "0", *one_process)
+    two_line_failure(done, "past the 0 min budget")
+    assert "  prefill_b  (2 objects)" in done.stdout, done.stdout
+    assert json.loads(record.read_text()) == {"page": ["tests/utils/test_inner.py::test_a"]}
 
 
 def test_the_summary_reads_back_what_the_run_printed(ws, tmp_path):

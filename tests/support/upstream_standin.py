@@ -47,6 +47,10 @@ def get_module(name, n):
     module = load(name, n)
     module.strip()  # a function of it called, as the wrappers call module.plan (a loaded stand-in is a str)
     return module
+def _inner_cache():  # as prefill.py's make_hashable_cache: a functools cache no module attribute names
+    once = functools.cache(load)
+    return lambda name, n: once(name, n)
+get_inner = _inner_cache()
 """
 FAKE_JIT_INIT = "from flashinfer.jit.core import JitSpec, MissingJITCacheError, build_jit_specs\n"
 FAKE_JIT_ENV = """\

@@ -55,7 +55,7 @@ def opened(path: Path) -> bool:
     """The gate file says go (open_gate writes it whole; the folder may go at the run's end)."""
     try:
         return path.read_text().split("\n")[0] == GO
-    except OSError:
+    except (OSError, ValueError):  # gone, or not the text open_gate writes
         return False
 
 

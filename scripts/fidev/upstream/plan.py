@@ -1,7 +1,10 @@
 """upstream-tests' plan: before a run, which JIT modules the selection needs and how many of their
-objects must compile, from a dry run of the selection under FLASHINFER_DISABLE_JIT=1 (FlashInfer
-then refuses to build, its conftest turns each refusal into a skip, and fidev.upstream.plugin
-records what was asked for), and a rough estimate of the time, held against a budget."""
+objects must compile, from a dry run of the selection under FLASHINFER_DISABLE_JIT=1 (nothing is
+built or loaded: fidev.upstream.plugin hands each test a stand-in for each module it loads and
+records what was asked for), and a rough estimate of the time, held against a budget; then the
+modules the tests will load and nothing built, built ahead of them (build_ahead). The modules a
+test asks for after a stand-in's answers (foreseen) count in the plan and are built ahead, never
+put in the record of which test needs which module."""
 
 from __future__ import annotations
 
@@ -90,9 +93,10 @@ def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
 
 def dry_run_workers(nodes: list[str]) -> list[str]:
     """pytest-xdist's options for the dry run, where it is installed: the dry run costs each test's
-    setup, which spreads over processes, a worker per core (on one GPU: it launches no kernel that
-    matters). Each worker keeps torch to one CPU thread (OMP_NUM_THREADS in `plan`), not a core
-    count per worker: drawing CPU inputs is most of a dry run."""
+    body less FlashInfer's kernels (its inputs, its references), which spreads over processes, a
+    worker per core (on one GPU: none of FlashInfer's kernels runs, only the tests' own torch work).
+    Each worker keeps torch to one CPU thread (OMP_NUM_THREADS in `plan`), not a core count per
+    worker: drawing CPU inputs is most of a dry run."""
     import importlib.util
 
     workers = min(DRY_RUN_WORKERS, os.cpu_count() or 1)

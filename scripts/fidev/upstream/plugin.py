@@ -55,6 +55,7 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from fidev.builds import module_builds
@@ -197,21 +198,26 @@ class Narrowing:
 
 class Unbuilt:
     """What a dry run's test gets for a module it asks to load (DryRunRecords): each function of it
-    does nothing and returns None, so that the test goes on to ask for its next modules."""
+    does nothing and returns None, so that the test goes on to ask for its next modules. `used()` is
+    called as a function of it is looked up: from then on the test's control flow may be the
+    stand-in's, whichever test it was handed to (a cache of FlashInfer's may keep it)."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, used: Callable[[], None]):
+        self.name, self.used = name, used
 
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
             raise AttributeError(attr)
+        self.used()
         return lambda *args, **kwargs: None
 
 
 def forget_loaded_modules() -> None:
-    """Clear FlashInfer's cached module getters (its get_*_module functions are functools.cache'd,
-    flashinfer/prefill.py at v0.6.3), so that each test of a dry run asks for its modules itself, as it
-    would first in a process, and its records name them; without stand-ins the refusal was never cached."""
+    """Clear the functools caches of FlashInfer's module-level getters (get_batch_prefill_module and
+    the like, flashinfer/prefill.py at v0.6.3), so that each test of a dry run asks for its modules
+    itself, as it would first in a process, and its records name them. A cache this cannot reach (an
+    inner one, such as prefill.py's make_hashable_cache) hands a later test the stand-in it keeps;
+    the stand-in says so when used (Unbuilt.used), and what that test asks for after is foreseen."""
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "flashinfer" or name.startswith("flashinfer.")):
             continue
@@ -223,11 +229,11 @@ def forget_loaded_modules() -> None:
 
 def ready_to_build(spec) -> None:
     """A module never built, ready for another process to build (the plan's build ahead): its ninja
-    file, written where missing as JitSpec.build writes it first (flashinfer/jit/core.py at v0.6.3),
+    file as the spec says now (JitSpec.write_ninja writes where it differs; JitSpec.build, which
+    writes one only where it is missing, flashinfer/jit/core.py at v0.6.3, would keep an older one),
     and the generator call that made its spec, which a build in this process would record
     (fidev.builds.module_builds.record_build), so that `affected` can make it again."""
-    if not spec.ninja_path.exists():
-        spec.write_ninja()
+    spec.write_ninja()
     if spec.name in module_choice.GENERATORS:
         build_records.record_call(spec.build_dir, module_choice.CALLS.get(spec.name))
 
@@ -245,6 +251,10 @@ class DryRunRecords:
     def pytest_runtest_setup(self, item):
         self.current, self.asked = item.nodeid, 0
         forget_loaded_modules()
+
+    def stand_in_used(self) -> None:
+        """The test's control flow may be a stand-in's from here: what it asks for next is foreseen."""
+        self.asked = max(self.asked, 1)
 
     def record(self, specs, warmup: bool = False, foreseen: bool = False) -> None:
         with open(self.dry_dir / f"report-{os.getpid()}.jsonl", "a") as report:
@@ -270,7 +280,7 @@ class DryRunRecords:
             self.asked += 1
             if not spec.jit_library_path.exists():
                 ready_to_build(spec)
-            return Unbuilt(spec.name)
+            return Unbuilt(spec.name, self.stand_in_used)
 
         def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
             self.record([spec for spec in specs if not (skip_prebuilt and spec.is_aot)], warmup=True)
