@@ -48,21 +48,13 @@ GPUS = Path("/proc/driver/nvidia/gpus")
 
 
 @dataclass(frozen=True)
-class Module:
+class Module(workspace.ModuleFiles):
     """What the stamp keeps of a module: enough for ninja, and for fidev.builds.module_builds."""
 
     key: str
     name: str
     build_dir: Path
     sources: list[Path]
-
-    @property
-    def ninja_path(self) -> Path:
-        return workspace.module_files(self.build_dir)[0]
-
-    @property
-    def jit_library_path(self) -> Path:
-        return workspace.module_files(self.build_dir)[1]
 
 
 def path(ws: workspace.Workspace, options: dict) -> Path:

@@ -254,21 +254,13 @@ def build_beside(specs, say: Callable[[str], None], running: list, env: dict | N
 
 
 @dataclass(frozen=True)
-class Folder:
+class Folder(workspace.ModuleFiles):
     """A module by its folder in the JIT dir, its ninja file written (by FlashInfer's JitSpec.build,
     or by the plan's dry run as that would): what run_module_builds and take_locks need of it."""
 
     name: str
     build_dir: Path
     sources: tuple[str, ...]
-
-    @property
-    def ninja_path(self) -> Path:
-        return workspace.module_files(self.build_dir)[0]
-
-    @property
-    def jit_library_path(self) -> Path:
-        return workspace.module_files(self.build_dir)[1]
 
     @property
     def lock_path(self) -> Path:

@@ -117,6 +117,20 @@ def module_files(build_dir: Path) -> tuple[Path, Path]:
     return build_dir / NINJA_FILE, build_dir / f"{build_dir.name}.so"
 
 
+class ModuleFiles:
+    """A module's files by its `build_dir` (module_files), for a dataclass that has one."""
+
+    build_dir: Path
+
+    @property
+    def ninja_path(self) -> Path:
+        return module_files(self.build_dir)[0]
+
+    @property
+    def jit_library_path(self) -> Path:
+        return module_files(self.build_dir)[1]
+
+
 def module_lock(build_dir: Path) -> Path:
     """The lock FlashInfer builds and loads a module under (JitSpec.lock_path, flashinfer/jit/core.py at
     v0.6.3: get_tmpdir() / f"{name}.lock", get_tmpdir being <JIT dir>/tmp)."""
