@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from checkout import checkout_state, left_in_checkout
+from checkout import checkout_state, guards_checkout, left_in_checkout
 from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT
@@ -45,7 +45,7 @@ def _snapshot(caches):
 
 def pytest_configure(config):
     if not os.environ.get("FIDEV_TEST_SCRATCH"):
-        config._fidev_checkout = checkout_state(ROOT)
+        config._fidev_checkout = checkout_state(ROOT) if guards_checkout(config.args) else None
         _USERS.update({name: os.environ.get(name) for name in _REDIRECTED})
         scratch = Path(tempfile.mkdtemp(prefix="fidev-tests-"))
         os.environ["FIDEV_TEST_SCRATCH"] = str(scratch)

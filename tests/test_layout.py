@@ -336,3 +336,12 @@ def test_the_session_guard_names_what_a_test_left_in_the_checkout(tmp_path):
     assert left_in_checkout(before, checkout_state(repo)) == [" M kept.txt", "?? new/deep/left.txt"]
     assert checkout_state(tmp_path / "not-a-repo") is None
     assert left_in_checkout(None, set()) == [] and left_in_checkout(set(), None) == []
+
+
+def test_the_checkout_guard_holds_the_cpu_suite_not_the_gpu_suites_alone():
+    """smoke, abi-smoke and affected run the GPU suites in the user's own tree: not held to it."""
+    from checkout import guards_checkout
+
+    assert guards_checkout([]) and guards_checkout(["tests"]) and guards_checkout(["tests/test_layout.py::test_x"])
+    assert guards_checkout([f"{ROOT}/tests/smoke/test_kernels.py", "tests/test_layout.py"])
+    assert not guards_checkout([f"{ROOT}/tests/smoke/test_kernels.py::test_rmsnorm[fp16]", "tests/abi_smoke"])
