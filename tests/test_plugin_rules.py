@@ -51,8 +51,17 @@ def test_a_part_takes_every_kth_case_from_its_ith_and_notes_a_digest_of_what_it_
     assert json.loads(other.read_text().splitlines()[1])["message"] != line["message"]
 
 
-def test_a_parts_deselections_do_not_narrow_the_run_and_any_other_does():
-    parts = plugin.Parts(Settings(part=(1, 2)))
+def test_a_parts_deselections_do_not_narrow_the_run_and_any_other_does(tmp_path):
+    parts = plugin.Parts(Settings(outcomes=tmp_path / "o.jsonl", part=(1, 2)))
+    before = plugin.Builds(Settings(), parts=parts)
+    before.pytest_deselected(items("t.py::d"))  # pytest's own -k, before any part took its share
+    assert before.narrowed
+    builds = plugin.Builds(Settings(), parts=parts)
+    config = SimpleNamespace(hook=SimpleNamespace(pytest_deselected=builds.pytest_deselected))
+    parts.narrow(config, items("t.py::a", "t.py::b", "t.py::c"))  # pytest calls the hook of every plugin
+    assert not builds.narrowed, "a part's share of a whole file is no subset of its cases"
+    builds.pytest_deselected(items("t.py::d"))  # pytest's own -k, before the plugin's hook
+    assert builds.narrowed
     builds = plugin.Builds(Settings(), parts=parts)
     parts.splitting = True
     builds.pytest_deselected(items("t.py::a"))
@@ -75,10 +84,10 @@ def test_the_built_cases_run_first_then_those_with_fewest_modules_left(monkeypat
     }
     builds = plugin.Builds(Settings(), needs)
     builds.config = SimpleNamespace()
-    collected = items("t.py::two_left", "t.py::unnamed", "t.py::one_left", "t.py::built")
-    builds.order(collected)
-    assert [i.nodeid for i in collected] == ["t.py::built", "t.py::unnamed", "t.py::one_left", "t.py::two_left"]
-    assert builds.kept == ["t.py::two_left", "t.py::unnamed", "t.py::one_left", "t.py::built"]
+    collected = items("t.py::two_left", "t.py::one_left", "t.py::unnamed", "t.py::built")
+    builds.order(collected)  # one module left to build each, one_left and unnamed keep their order
+    assert [i.nodeid for i in collected] == ["t.py::built", "t.py::one_left", "t.py::unnamed", "t.py::two_left"]
+    assert builds.kept == ["t.py::two_left", "t.py::one_left", "t.py::unnamed", "t.py::built"]
     worker = plugin.Builds(Settings(), needs)
     worker.config = SimpleNamespace(workerinput={})  # an xdist worker: every worker collects one list, unsorted
     collected = items("t.py::two_left", "t.py::built")
@@ -139,11 +148,14 @@ def test_what_the_narrowed_warmup_builds_is_said(recorded, now, asked, unnamed, 
     assert plugin.Builds.warmup_plan(recorded, now, asked, unnamed) == said
 
 
-def test_the_sample_narrows_what_was_collected_and_records_what_the_gate_let_run(tmp_path):
+def test_the_sample_narrows_what_was_collected_and_records_what_the_gate_let_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a record written where no outcomes are would land here
     spec = tmp_path / "sample.json"
     upstream_sample.write_spec(spec, upstream_sample.SEED, {}, [])
     outcomes = tmp_path / "o.jsonl"
     sampling = plugin.Sampling(Settings(sample=spec, outcomes=outcomes, gate=tmp_path / "gate"))
+    sampling.record(None)  # nothing sampled yet: nothing to record
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.json"]
     collected = [
         SimpleNamespace(nodeid=f"t.py::f[{d}-{n}]", callspec=SimpleNamespace(params={"d": d, "n": n}))
         for d in ("fp16", "bf16")
@@ -158,6 +170,8 @@ def test_the_sample_narrows_what_was_collected_and_records_what_the_gate_let_run
     sampling.record(["t.py::g"])  # the gate named g alone
     record = json.loads((tmp_path / f"o.jsonl{upstream_sample.RECORD}").read_text())
     assert list(record["functions"]) == ["t.py::g"]
+    sampling.record(["t.py::f"])  # a function named: all its cases
+    assert list(json.loads((tmp_path / f"o.jsonl{upstream_sample.RECORD}").read_text())["functions"]) == ["t.py::f"]
     sampling.record(None)
     assert set(json.loads((tmp_path / f"o.jsonl{upstream_sample.RECORD}").read_text())["functions"]) == {
         "t.py::f",
@@ -167,4 +181,21 @@ def test_the_sample_narrows_what_was_collected_and_records_what_the_gate_let_run
     dry.narrow(Hooks(), list(collected))
     (tmp_path / f"o.jsonl{upstream_sample.RECORD}").unlink()
     dry.record(None)
-    assert not (tmp_path / f"o.jsonl{upstream_sample.RECORD}").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.json"]
+
+
+def test_the_sample_is_the_one_its_spec_names_its_seed_record_and_required_modules(tmp_path):
+    collected = [
+        SimpleNamespace(nodeid=f"t.py::f[{d}-{h}-{n}]", callspec=SimpleNamespace(params={"d": d, "h": h, "n": n}))
+        for d in ("fp16", "bf16")
+        for h in (64, 128, 256)
+        for n in (1, 2, 3, 4)
+    ]
+    record = {"t.py::f[bf16-128-4]": ["m_x"], "t.py::f[fp16-64-1]": ["m_y"]}
+    spec = tmp_path / "sample.json"
+    upstream_sample.write_spec(spec, 7, record, ["m_x"])
+    sampling = plugin.Sampling(Settings(sample=spec))
+    kept = list(collected)
+    sampling.narrow(Hooks(), kept)
+    assert sampling.found == upstream_sample.select(upstream_sample.cases_of(collected), record, 7, ["m_x"])
+    assert "t.py::f[bf16-128-4]" in [i.nodeid for i in kept] and sampling.found.exercised == ["m_x"]

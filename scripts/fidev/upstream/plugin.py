@@ -450,7 +450,7 @@ class Builds:
             self.start_beside(now)
 
     @staticmethod
-    def warmup_plan(recorded: bool, now: int, asked: int, unnamed: bool = False) -> str:
+    def warmup_plan(recorded: bool, now: int, asked: int, unnamed: bool) -> str:
         """What the narrowed warmup builds, said."""
         if not recorded:
             return "each case builds what it loads, and the rest build beside them after the first case"
