@@ -94,7 +94,8 @@ def objects_to_compile(build_dir: Path, sources: list[str]) -> int:
 def dry_run_workers(nodes: list[str]) -> list[str]:
     """pytest-xdist's options for the dry run, where it is installed: the dry run costs each test's
     body less FlashInfer's kernels (its inputs, its references), which spreads over processes, a
-    worker per core (on one GPU: none of FlashInfer's kernels runs, only the tests' own torch work).
+    worker per core (on one GPU: of FlashInfer's kernels only the prebuilt modules' run, beside the
+    tests' own torch work).
     Each worker keeps torch to one CPU thread (OMP_NUM_THREADS in `plan`), not a core count per
     worker: drawing CPU inputs is most of a dry run."""
     import importlib.util

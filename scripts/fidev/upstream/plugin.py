@@ -240,8 +240,8 @@ def ready_to_build(spec) -> None:
 
 class DryRunRecords:
     """The plan's dry run: every module a test or a warmup asks for, recorded in `dry_dir`, none built;
-    a test gets stand-ins (Unbuilt) for what it loads, and the ninja file FlashInfer would write
-    first is written (JitSpec.build's "deferred case"), so that the plan can build the module ahead."""
+    a test gets stand-ins (Unbuilt) for what it loads, and a module never built is made ready for the
+    plan to build ahead (ready_to_build)."""
 
     def __init__(self, dry_dir: Path):
         self.dry_dir = dry_dir
