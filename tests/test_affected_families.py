@@ -407,6 +407,20 @@ def test_a_test_file_two_families_share_covers_both():
     }
 
 
+def test_a_function_of_a_file_two_families_share_covers_its_own_family_only():
+    """single_prefill's alibi test is no test of single_decode: a decode edit whose recorded tests are
+    in test_alibi.py's prefill function still runs single_decode's tests, and stays a gap without them."""
+    prefill = "tests/attention/test_alibi.py::test_single_prefill_alibi"
+    assert selection.families_covered([prefill]) == {"single_prefill"}
+    assert selection.families_covered([f"{prefill}[fp16-128]"]) == {"single_prefill"}
+    assert selection.families_covered([prefill + "_other"]) == set()
+    assert selection.families_covered(["tests/utils/test_norm.py::test_norm[1-fp16]"]) == {"norm"}
+    assert selection.families_covered(["tests/utils"]) == set(), "a folder is no test file"
+    sel = selection.Selection({"include/flashinfer/attention/decode.cuh": set()}, {}, {}, {})
+    sel.reach = {"include/flashinfer/attention/decode.cuh": ["single_decode"]}
+    assert coverage.coverage_gaps(sel, [prefill]) == {"include/flashinfer/attention/decode.cuh": ["single_decode"]}
+
+
 def test_a_module_with_a_recorded_test_is_untested_when_only_another_file_of_its_family_ran():
     sel = selection.Selection(
         {"csrc/single_prefill.cu": {"p"}}, {"p": {}}, {}, {"p": ["tests/attention/test_single_prefill.py::test_p[1]"]}

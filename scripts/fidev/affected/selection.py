@@ -155,12 +155,16 @@ def families_to_run(sel: Selection, tree: Path) -> dict[str, tuple[str, ...]]:
 
 
 def families_covered(ran: list[str]) -> set[str]:
-    """The kernel families some test of `ran` (ids under tests/, or their function prefixes) is a test of."""
-    return {
-        fam.name
-        for fam in upstream_suites.FAMILIES
-        if any(t.startswith(f"tests/{node.split('::')[0]}") for node in fam.nodes for t in ran)
-    }
+    """The kernel families some test of `ran` (ids under tests/: a file, a function, a case) is a test
+    of: one of the family's nodes, a case or a part of one, or what holds one (its file). A function
+    of a file two families share (attention/test_alibi.py: single_decode's and single_prefill's) is a
+    test of its own family only."""
+
+    def of(t: str, node: str) -> bool:
+        whole = f"tests/{node}"
+        return t == whole or t.startswith((whole + "[", whole + "::")) or whole.startswith(t + "::")
+
+    return {fam.name for fam in upstream_suites.FAMILIES if any(of(t, node) for node in fam.nodes for t in ran)}
 
 
 def tree_files(by_file: dict[str, set[str]]) -> list[str]:
