@@ -46,7 +46,8 @@ What costs time besides the compile is paid during it: FlashInfer's tests start 
 (fidev.upstream.gate); for a Python edit they start before the regeneration, for every
 module it may change, and the gate names those it did; many cases spread over several pytest
 processes on each GPU (upstream-tests --per-gpu); this process imports flashinfer for smoke's
-tests meanwhile, and runs them while FlashInfer's run.
+tests meanwhile, and runs each of them as soon as the modules it loads are rebuilt, while the others
+still build (the rebuild holds each module's lock until it is built: fidev.builds.module_builds.Rebuild).
 """
 
 from __future__ import annotations
@@ -251,6 +252,7 @@ def build_and_test(
             not args.whole_family,
             found.mode,
             args.keep_going,
+            tests.smoke_loaded(changed.changed, found.tier, selection.ours),
         )
     except (Failure, KeyboardInterrupt):
         keep_unfinished()

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -130,7 +131,11 @@ THEIRS, RECORDED, CHANGED = (
     {"norm": ["tests/utils/test_norm.py::test_norm[1]"]},
     {"norm": {}},
 )
-TO_BUILD, VERSION_DIR, GATE_SELECTION = ["norm's spec"], Path("version-dir"), ["tests/utils/test_norm.py::test_norm[1]"]
+TO_BUILD, VERSION_DIR, GATE_SELECTION = (
+    [SimpleNamespace(name="norm")],
+    Path("version-dir"),
+    ["tests/utils/test_norm.py::test_norm[1]"],
+)
 
 
 def failed_table():
@@ -148,24 +153,43 @@ def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE):
         def join(self, timeout=None):
             given["imported"].append("joined")
 
-    def run_ours(tests, wide, mode, stop=None):
-        given.update(run_ours=(tests, wide, mode), stop=stop, imported_first=list(given["imported"]))
+    def run_ours(tests, wide, mode, stop=None, order=None):
+        given.update(run_ours=(tests, wide, mode), stop=stop, imported_first=list(given["imported"]), order=order)
         if stop is not None and stop():
             return 1, set(), True  # stopped before its first test
         return (
             (1, {"tests/smoke/test_kernels.py::test_rmsnorm"}, stop is not None) if smoke_fails else (0, set(), False)
         )
 
-    def rebuild(to_build, table):
-        given["rebuild"] = (to_build, table)
-        return affected_tests.Outcome("1 module(s) rebuilt", 1.0, ["norm"])
+    class Rebuilding:  # module_builds.Rebuild, built at once
+        failure, ended, started = None, 2.0, 1.0
+
+        def __init__(self, to_build, then, say=None, first=frozenset()):
+            given["rebuild"] = to_build
+            self.stopped = threading.Event()
+            then(self)
+
+        def pending(self):
+            return set()
+
+        def seconds(self):
+            return 1.0
+
+        def slowest(self):
+            return []
+
+        def wait(self):
+            given.setdefault("rebuild waited", True)
+
+        def stop(self):
+            self.stopped.set()
 
     def their_run(*args):
         given["their_run"] = args
         return run, GATE_SELECTION if run else None
 
     monkeypatch.setattr(affected_tests, "run_ours", run_ours)
-    monkeypatch.setattr(affected_tests, "rebuild", rebuild)
+    monkeypatch.setattr(affected_tests, "start_rebuild", Rebuilding)
     monkeypatch.setattr(affected_tests, "their_run", their_run)
     monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: given["imported"].append("started") or Importing())
     args = (
@@ -222,10 +246,10 @@ def test_a_run_stops_at_its_first_failure_by_default_and_hands_each_step_what_it
     rebuild gets the modules and the failed table; smoke's tests wait for the head-start import."""
     outcome, said, given = build_and_test(monkeypatch, FakeRun(), smoke_fails=False, keep_going=None)
     assert given["their_run"] == ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, affected_tests.STOP_AFTER)
-    assert given["rebuild"] == (TO_BUILD, failed_table)
+    assert given["rebuild"] == TO_BUILD and given["rebuild waited"]
     assert said == ["open", "finish", "stop"] and outcome.stopped is False
     assert given["run_ours"] == (SMOKE, [], "auto") and given["imported_first"] == ["started", "joined"]
-    assert "affected: 1 module(s) rebuilt\n" in capsys.readouterr().out
+    assert "affected: 1 module(s) rebuilt in 1.0 s\n" in capsys.readouterr().out
 
 
 def test_the_gate_opens_on_their_runs_selection(monkeypatch):
@@ -287,7 +311,7 @@ def smokes_step(monkeypatch, ours, status, bad, unrun, stopped=False):
     """ours_step with run_ours stood in for: (outcome, run_ours' arguments)."""
     given = {}
 
-    def run_ours(tests, wide, mode, stop=None):
+    def run_ours(tests, wide, mode, stop=None, order=None):
         given["args"] = (tests, wide, mode, stop)
         return status, set(bad), unrun
 
@@ -598,13 +622,13 @@ def test_smokes_unbuilt_modules_are_named_by_the_tests_selected_and_a_host_that_
     monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", unnamed)
     beside = affected_tests.SmokeBuilds(["tests/smoke/test_kernels.py::test_rmsnorm"])
     beside.stop()
-    assert beside.thread is None
+    assert beside.ahead is None and beside.pending() == set()
     assert capsys.readouterr().out == (
         "affected: smoke's modules not named up front (ImportError: No module named 'flashinfer'): "
         "each test builds its own\n"
     )
     monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
-    assert affected_tests.SmokeBuilds(["x"]).thread is None and capsys.readouterr().out == ""
+    assert affected_tests.SmokeBuilds(["x"]).ahead is None and capsys.readouterr().out == ""
 
 
 TWO_MODULES = """\
@@ -649,42 +673,53 @@ def test_a_run_records_every_module_its_cases_load_where_the_dry_run_names_only_
 
 
 def test_smokes_step_builds_what_its_tests_load_beside_them_and_stops_what_still_builds(monkeypatch, capsys):
-    """ours_step builds, side by side with smoke's tests, the unbuilt modules the selected tests load
-    (affected_tests.SmokeBuilds over the tests it was given), and stops a build still running once they end."""
+    """ours_step builds, side by side with smoke's tests and at the rebuild's priority, the unbuilt modules
+    the selected tests load (affected_tests.SmokeBuilds over the tests it was given: module_builds.Ahead,
+    its locks taken before the tests start), tells the tests' order what still builds, and stops a build
+    still running once they end."""
     loaded = {"smoke/test_kernels.py::test_rmsnorm": "rmsnorm", "smoke/test_wide.py::test_batch_decode": "decode"}
-    building, given = threading.Event(), {}
+    given, aheads = {}, []
 
     class Spec:
         def __init__(self, name):
             self.name = name
 
-    class Build:
-        terminated = False
+    class Ahead:
+        def __init__(self, specs, say, after=None, nice=10, env=None):
+            given.update(built=[spec.name for spec in specs], nice=nice, after=after, env=env is not None)
+            self.stopped, aheads[:] = False, [self]
+            say("still building\n")
 
-        def poll(self):
-            return None
+        def pending(self):
+            return {"rmsnorm"} if not self.stopped else set()
 
-        def terminate(self):
-            self.terminated = True
+        def stop(self):
+            self.stopped = True
 
-    build = Build()
+    def ready_first(pairs, pending, stop):
+        given["order's stop"] = stop
+        return pending
 
-    def build_beside(specs, say, running, env=None):
-        given["built"] = [spec.name for spec in specs]
-        running.append(build)
-        say("still building\n")
-        building.set()
-
-    def run_ours(tests, wide, mode, stop=None):
-        given["building while the tests ran"] = building.wait(10) and not build.terminated
+    def run_ours(tests, wide, mode, stop=None, order=None):
+        given["building while the tests ran"] = order()
         return 0, set(), False
 
     monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [Spec(loaded[t]) for t in ours])
-    monkeypatch.setattr(affected_tests.module_builds, "build_beside", build_beside)
+    monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [])
+    monkeypatch.setattr(affected_tests.module_builds, "Ahead", Ahead)
+    monkeypatch.setattr(affected_tests, "ready_first", ready_first)
     monkeypatch.setattr(affected_tests, "run_ours", run_ours)
     outcome = affected_tests.Outcome("built", 1.0, [])
-    affected_tests.ours_step(SMOKE, None, outcome, "auto", stop=never)
-    assert given == {"built": ["rmsnorm"], "building while the tests ran": True} and build.terminated
+    affected_tests.ours_step(SMOKE, None, outcome, "auto", stop=never, building=lambda: {"norm"})
+    assert given == {
+        "built": ["rmsnorm"],
+        "nice": 0,
+        "after": None,
+        "env": True,
+        "order's stop": never,
+        "building while the tests ran": {"norm", "rmsnorm"},
+    }
+    assert aheads[0].stopped, "a build still running once the tests ended is stopped"
     assert capsys.readouterr().out == (
         "affected: 1 module(s) smoke's tests load and nothing built build side by side now: rmsnorm\n"
         "affected: smoke's modules: still building\n"
@@ -706,7 +741,7 @@ def test_builds_ahead_of_a_gated_run_start_as_the_gate_opens_and_hold_their_lock
 
     built = []
 
-    def build_held(held, say, running, nice=0):  # as module_builds.build_held, less ninja
+    def build_held(held, say, running, env=None, nice=0):  # as module_builds.build_held, less ninja
         built.append(sorted(held))
         for name in list(held):
             module_builds.release(held, name)

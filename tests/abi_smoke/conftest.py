@@ -4,12 +4,13 @@ imported only to find each module where its own loader would (jit-cache or JIT d
 
 import ctypes
 import importlib.util
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
 from fidev.bindings import elf
-from fidev.builds import smoke_modules
+from fidev.builds import module_builds, smoke_modules
 
 
 @pytest.fixture(scope="session")
@@ -34,19 +35,26 @@ def abi_module(tvm_ffi, fi):
     def load(key, exports):
         if key not in loaded:
             spec = smoke_modules.BY_KEY[key].make()
-            path = spec.get_library_path()
-            if not path.is_file():
-                pytest.fail(
-                    f"{spec.name}.so is not built ({path}): run `pixi run -e flashinfer-dev build-abi` "
-                    "(python scripts/build.py --abi)",
-                    pytrace=False,
-                )
-            with open(path, "rb") as f:
-                dynamic = elf.read_dynamic(f, str(path))
-            loaded[key] = (tvm_ffi.load_module(str(path)), spec, "prebuilt" if spec.is_aot else "compiled", dynamic)
+            # a build under way (affected's rebuild) holds the module's lock: waited for, as FlashInfer's loader does
+            with nullcontext() if spec.is_aot else module_builds.held_while_loading(spec):
+                loaded[key] = load_built(tvm_ffi, spec)
         module, spec, source, dynamic = loaded[key]
         missing = [name for name in exports if elf.TVM_FFI_PREFIX + name not in dynamic.exports]
         assert not missing, f"{spec.name}.so does not export {missing}; it exports {list(dynamic.exports)}"
         return module, spec, source
 
     return load
+
+
+def load_built(tvm_ffi, spec):
+    """(module, spec, source, its ELF's dynamic section); a library not built fails, naming the fix."""
+    path = spec.get_library_path()
+    if not path.is_file():
+        pytest.fail(
+            f"{spec.name}.so is not built ({path}): run `pixi run -e flashinfer-dev build-abi` "
+            "(python scripts/build.py --abi)",
+            pytrace=False,
+        )
+    with open(path, "rb") as f:
+        dynamic = elf.read_dynamic(f, str(path))
+    return tvm_ffi.load_module(str(path)), spec, "prebuilt" if spec.is_aot else "compiled", dynamic

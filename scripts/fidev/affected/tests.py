@@ -5,6 +5,7 @@ writes (fidev.upstream.summary), not from its output."""
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import queue
@@ -79,15 +80,75 @@ def collector(stop: Callable[[], bool] | None = None):
     return Failed()
 
 
+WAIT_S = 0.1  # how often ready_first looks again while every test left waits for a module still building
+
+
+def ready_first(loaded: list[tuple[tuple[str, ...], str]], pending: Callable[[], set[str]], stop=None):
+    """The plugin whose run loop replaces pytest's for smoke's tests in affected's process: each test runs
+    once none of the modules it loads is still building (`pending()`: the rebuild's and the builds
+    beside it; `loaded`: (tests, module) pairs, as smoke_modules names them), the first such in
+    pytest's order; while none is ready it waits. So a test of a module rebuilt early runs, and may be
+    the first failure, while the others still build. A test that loads no module named is ready.
+    pytest's `nextitem`, which says which fixtures a test's teardown keeps, is the test ready then (else
+    the next in order); where another test runs next, what was kept for the one guessed and not needed is
+    torn down first (pytest's SetupState.teardown_exact, as the next test's teardown would have).
+    With `stop()` true, it waits for nothing (the collector ends the run). pytest is imported here."""
+    import pytest
+
+    class ReadyFirst:
+        def __init__(self):
+            self.modules: dict[str, set[str]] = {}
+
+        def needs(self, item) -> set[str]:
+            if item.nodeid not in self.modules:
+                test = item.nodeid.removeprefix("tests/")
+                self.modules[item.nodeid] = {name for tests, name in loaded if loads(test, tests)}
+            return self.modules[item.nodeid]
+
+        def ready(self, left: list):
+            building = pending()
+            return next((item for item in left if not self.needs(item) & building), None), building
+
+        def next_ready(self, left: list):
+            while True:
+                item, building = self.ready(left)
+                if item is not None or not building or (stop is not None and stop()):
+                    return item or left[0]
+                time.sleep(WAIT_S)
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtestloop(self, session):
+            if session.testsfailed and not session.config.option.continue_on_collection_errors:
+                return None  # pytest's own loop says it
+            if session.config.option.collectonly:
+                return True
+            left, guessed = list(session.items), None
+            while left:
+                item = self.next_ready(left)
+                left.remove(item)
+                if guessed is not None and item is not guessed:
+                    session._setupstate.teardown_exact(item)
+                guessed = (self.ready(left)[0] or left[0]) if left else None
+                item.config.hook.pytest_runtest_protocol(item=item, nextitem=guessed)
+                if session.shouldfail:
+                    raise session.Failed(session.shouldfail)
+                if session.shouldstop:
+                    raise session.Interrupted(session.shouldstop)
+            return True
+
+    return ReadyFirst()
+
+
 def run_ours(
-    tests: list[str], wide: list[str], mode: str, stop: Callable[[], bool] | None = None
+    tests: list[str], wide: list[str], mode: str, stop: Callable[[], bool] | None = None, order=None
 ) -> tuple[int, set[str], bool]:
     """smoke's and abi-smoke's tests, in this process as smoke runs them (fidev.smoke.gpu_suite: no
     third-party plugin), so that a flashinfer the regeneration imported is not imported again:
     (status, the node ids that failed or errored, whether tests were left unrun). With `stop`, the
-    first failure ends them (-x), and so does `stop()` turning true before a test (Failed). Our
-    conftest redirects FlashInfer's variables for the session; the environment is restored after
-    it, for FlashInfer's own tests."""
+    first failure ends them (-x), and so does `stop()` turning true before a test (Failed). `order`: the
+    plugin that runs each test once its modules are built (ready_first). Our conftest redirects
+    FlashInfer's variables for the session; the environment is restored after it, for FlashInfer's
+    own tests."""
 
     print(f"affected: smoke and abi-smoke tests: {short(tests, 4)}", flush=True)
     plugin, saved = collector(stop), dict(os.environ)
@@ -95,7 +156,11 @@ def run_ours(
     first = ["-x"] if stop is not None else []
     try:
         status = gpu_suite.run_paths(
-            "affected", [str(ROOT / "tests" / t) for t in tests], ["-q", *first, *wide], mode, plugins=(plugin,)
+            "affected",
+            [str(ROOT / "tests" / t) for t in tests],
+            ["-q", *first, *wide],
+            mode,
+            plugins=(plugin,) if order is None else (plugin, order),
         )
     except Failure as failure:  # nothing passed: every test skipped, or none selected
         print(f"affected: {failure.problem}")
@@ -430,23 +495,83 @@ def unrecorded(tests: list[str], recorded: dict[str, list[str]]) -> list[str]:
     return sorted({t.split("::")[0] for t in tests} - named)
 
 
-def rebuild(to_build: list, failed_table) -> Outcome:
-    """The changed modules built again (fidev.builds.module_builds); a failure shows the table
-    with `build failed` (failed_table()) and is BuildFailed. The rebuild's line is said once the
-    gate is open."""
-    names = [m.name for m in to_build]
+def screen() -> Callable[[str], None]:
+    """A line said on this process's stdout as it is now, also while smoke's pytest session, which
+    captures file descriptor 1 between its tests, runs in this process: the rebuild's and the builds
+    beside it, said from their threads meanwhile, are not swallowed. Where stdout has no descriptor
+    (a test's capture), print."""
     try:
-        build_s, slowest = module_builds.build_specs(to_build)
-    except Failure as failure:
-        print(failed_table())
-        raise BuildFailed(f"the build of {short(names)} failed: {failure.problem}", failure.fix) from None
-    built = (
-        f"{len(to_build)} module(s) rebuilt in {build_s:.1f} s"
+        out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return lambda line: print(line, flush=True)
+
+    def say(line: str) -> None:
+        sys.stdout.flush()
+        out.write(line.rstrip("\n") + "\n")
+
+    return say
+
+
+def start_rebuild(
+    to_build: list, then: Callable, say: Callable[[str], None], first: frozenset[str]
+) -> module_builds.Rebuild:
+    """The changed modules' rebuild, started (fidev.builds.module_builds.Rebuild: each under its lock,
+    held from now); `then(rebuild)` once all are built; `first`: the modules smoke's tests load, which
+    build first (smoke_loaded)."""
+    return module_builds.Rebuild(to_build, then, say, first)
+
+
+def smoke_loaded(names, tier: dict[str, str], ours: list[str]) -> frozenset[str]:
+    """Which of the modules `names` the selected smoke and abi-smoke tests load (`tier`: smoke's module
+    key by name, from build's stamps: no import)."""
+    return frozenset(
+        name
+        for name in names
+        if (key := tier.get(name)) in smoke_modules.BY_KEY
+        and any(loads(t, smoke_modules.BY_KEY[key].tests) for t in ours)
+    )
+
+
+def rebuilt_line(names: list[str], seconds: float, slowest: list) -> str:
+    """The rebuild's line."""
+    return (
+        f"{len(names)} module(s) rebuilt in {seconds:.1f} s"
         + (f" (slowest object {slowest[0][0]:.1f} s)" if slowest else "")
-        if to_build
+        if names
         else "no built module to rebuild"
     )
-    return Outcome(built, build_s, sorted(names))
+
+
+def when_rebuilt(outcome: Outcome, built: Callable[[], None], run, selection, say: Callable[[str], None]) -> Callable:
+    """What the rebuild does once every module is built, in its thread: its line, affected's `unfinished`
+    verdicts kept (built()), then FlashInfer's gate opened (their warmups build under the JIT dir's lock,
+    which the rebuild held: the first verdict's modules had the cores first)."""
+
+    def then(rebuilding) -> None:
+        outcome.built = rebuilt_line(outcome.rebuilt, rebuilding.seconds(), rebuilding.slowest())
+        built()
+        if run:
+            run.open(selection)
+        say(f"affected: {outcome.built}")
+
+    return then
+
+
+def finish_rebuild(rebuilding, outcome: Outcome, failed_table, built: Callable[[], None]) -> None:
+    """Once the rebuild has ended: its time in `outcome`. A failure shows the table with `build failed`
+    (failed_table()) and is BuildFailed; a rebuild the first failure stopped says so, and leaves its
+    modules `unfinished` (built())."""
+    rebuilding.wait()
+    outcome.build_s = rebuilding.seconds()
+    if rebuilding.failure is not None:
+        print(failed_table())
+        raise BuildFailed(
+            f"the build of {short(outcome.rebuilt)} failed: {rebuilding.failure.problem}", rebuilding.failure.fix
+        )
+    if not outcome.built:  # stopped before every module was built
+        outcome.built = f"the rebuild stopped at the first failure, {outcome.build_s:.1f} s in"
+        print(f"affected: {outcome.built}", flush=True)
+        built()
 
 
 def loads(test: str, tests: tuple[str, ...]) -> bool:
@@ -454,32 +579,44 @@ def loads(test: str, tests: tuple[str, ...]) -> bool:
     return any(test == t or t.startswith(test + "[") or test.startswith(t + "[") for t in tests)
 
 
+def smoke_specs(ours: list[str]) -> list:
+    """(module, its JitSpec) of smoke's and abi-smoke's modules (fidev.builds.smoke_modules, the wide tier
+    too) that the selected tests load, for this GPU's architectures. flashinfer is imported by now
+    (import_meanwhile, joined)."""
+    from flashinfer.jit import core
+
+    sm90 = any(major == 9 for major, _ in core.current_compilation_context.TARGET_CUDA_ARCHS)
+    return [(m, m.make()) for m in smoke_modules.select(True, sm90, True) if any(loads(t, m.tests) for t in ours)]
+
+
+def loaded_modules(ours: list[str]) -> list[tuple[tuple[str, ...], str]]:
+    """(tests, module name) of each smoke module the selected tests load (ready_first's); none where
+    flashinfer cannot name them (SmokeBuilds says so): every test is ready then."""
+    try:
+        return [(module.tests, spec.name) for module, spec in smoke_specs(ours)]
+    except (ImportError, AttributeError):
+        return []
+
+
 def unbuilt_smoke_specs(ours: list[str]) -> list:
     """The JitSpecs of smoke's and abi-smoke's modules (fidev.builds.smoke_modules, the wide tier
     too) that the selected tests load and that are neither built nor prebuilt, for this GPU's
     architectures. flashinfer is imported by now (import_meanwhile, joined)."""
-    from flashinfer.jit import core
-
-    sm90 = any(major == 9 for major, _ in core.current_compilation_context.TARGET_CUDA_ARCHS)
-    specs = []
-    for module in smoke_modules.select(True, sm90, True):
-        if any(loads(t, module.tests) for t in ours):
-            spec = module.make()
-            if not spec.is_aot and not spec.jit_library_path.exists():
-                specs.append(spec)
-    return specs
+    return [spec for _, spec in smoke_specs(ours) if not spec.is_aot and not spec.jit_library_path.exists()]
 
 
 class SmokeBuilds:
     """smoke's modules the selected tests load and nothing built (the wide tier's, which `build`
-    leaves out by default), built side by side once the rebuild is done, each under its own lock
-    (module_builds.build_beside), so that smoke's tests do not compile them one after another: a test
-    that loads one waits for it alone. Where the modules cannot be named (no flashinfer here), each
-    test builds its own, and fails where it fails."""
+    leaves out by default), built side by side beside the rebuild, each under its own lock, taken
+    before the tests start (module_builds.Ahead, at the rebuild's priority: the edit's tests wait
+    for them as for it), so that smoke's tests do not compile them one after another: a test that
+    loads one waits for it alone. Where the modules cannot be named (no flashinfer here), each test
+    builds its own, and fails where it fails."""
 
-    def __init__(self, ours: list[str]):
-        self.running: list = []
-        self.thread: threading.Thread | None = None
+    def __init__(self, ours: list[str], say: Callable[[str], None] = lambda line: print(line, flush=True)):
+        """`say`: where their lines go (screen(): smoke's session captures stdout meanwhile)."""
+        self.ahead: module_builds.Ahead | None = None
+        self.said = say
         try:
             specs = unbuilt_smoke_specs(ours)
         except (ImportError, AttributeError) as e:
@@ -492,22 +629,18 @@ class SmokeBuilds:
                 flush=True,
             )
             # ninja's environment now: smoke's session changes and restores this process's while they build
-            self.thread = threading.Thread(
-                target=module_builds.build_beside, args=(specs, self.say, self.running, dict(os.environ)), daemon=True
-            )
-            self.thread.start()
+            self.ahead = module_builds.Ahead(specs, self.say, nice=0, env=dict(os.environ))
 
-    @staticmethod
-    def say(line: str) -> None:
-        print(f"affected: smoke's modules: {line.strip()}", flush=True)
+    def say(self, line: str) -> None:
+        self.said(f"affected: smoke's modules: {line.strip()}")
+
+    def pending(self) -> set[str]:
+        return set() if self.ahead is None else self.ahead.pending()
 
     def stop(self) -> None:
         """Stopped where they still run (the tests are done, or the run ended)."""
-        for proc in list(self.running):
-            if proc.poll() is None:
-                proc.terminate()
-        if self.thread is not None:
-            self.thread.join(timeout=30)
+        if self.ahead is not None:
+            self.ahead.stop()
 
 
 def ours_step(
@@ -516,14 +649,18 @@ def ours_step(
     outcome: Outcome,
     mode: str,
     stop: Callable[[], bool] | None = None,
+    building: Callable[[], set[str]] = set,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> None:
-    """smoke's tests (run_ours); `stop`: the first failure ends them, and so does stop() turning true."""
+    """smoke's tests (run_ours), each once its modules are built (ready_first: `building()` names the
+    rebuild's modules still building); `stop`: the first failure ends them, and so does stop() turning true."""
     if importing:
         importing.join()
     wide = ["--wide"] if any("/test_wide.py::" in t for t in ours) else []
-    beside = SmokeBuilds(ours)
+    beside = SmokeBuilds(ours, say)
+    order = ready_first(loaded_modules(ours), lambda: building() | beside.pending(), stop)
     try:
-        status, bad, unrun = run_ours(ours, wide, mode, stop)
+        status, bad, unrun = run_ours(ours, wide, mode, stop, order)
     finally:
         beside.stop()
     outcome.stopped |= unrun
@@ -566,6 +703,14 @@ def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Out
         )
 
 
+def stop_theirs(run: FlashInferTests, outcome: Outcome) -> bool:
+    """FlashInfer's tests stopped, unrun: smoke's first failure is the answer."""
+    run.stop()
+    outcome.stopped = True
+    print("affected: FlashInfer's tests stopped: smoke's tests failed first (--keep-going runs every test)", flush=True)
+    return True
+
+
 def build_and_test(
     to_build: list,
     early: FlashInferTests | None,
@@ -579,36 +724,36 @@ def build_and_test(
     sampled: bool,
     mode: str,
     keep_going: bool = False,
+    first: frozenset[str] = frozenset(),
 ) -> Outcome:
-    """Rebuild the changed modules while FlashInfer's tests import and collect, then run smoke's
-    tests here and let FlashInfer's through their gate; each stopped however it ends. `built()` is
-    called once the modules are built, before any test runs (affected keeps its `unfinished` verdicts).
-    Unless `keep_going`, the first failing test ends the run: smoke's stops FlashInfer's, and
-    FlashInfer's first failing case ends theirs and smoke's."""
+    """Rebuild the changed modules while FlashInfer's tests import and collect, and run smoke's tests
+    here meanwhile, each once the modules it loads are rebuilt (the rebuild holds each module's lock
+    until it is built: start_rebuild, ready_first); FlashInfer's go through their gate once every module
+    is built; the modules smoke's tests load (`first`) build first. `built()` is called then, before any
+    of FlashInfer's tests runs (affected keeps its `unfinished` verdicts), or once a rebuild the first
+    failure stopped has ended. Unless `keep_going`,
+    the first failing test ends the run: smoke's stops the rebuild and FlashInfer's tests, and
+    FlashInfer's first failing case ends theirs and smoke's. Each is stopped however the run ends."""
     run, selection = their_run(early, theirs, recorded, changed, file_times, sampled, 0 if keep_going else STOP_AFTER)
-    importing, their_status, their_failed, stopped_theirs = None, 0, set(), False
+    importing, their_status, their_failed, stopped_theirs, rebuilding = None, 0, set(), False, None
+    outcome = Outcome("", 0.0, sorted(m.name for m in to_build))
     try:
-        importing = import_meanwhile() if ours else None
-        outcome = rebuild(to_build, failed_table)
-        built()
-        if run:
-            run.open(selection)
-        print(f"affected: {outcome.built}")
+        importing, say = import_meanwhile() if ours else None, screen()
+        rebuilding = start_rebuild(to_build, when_rebuilt(outcome, built, run, selection, say), say, first)
         if ours:
-            ours_step(
-                ours, importing, outcome, mode, None if keep_going else (run.ended_failing if run else lambda: False)
-            )
+            stop = None if keep_going else (run.ended_failing if run else lambda: False)
+            ours_step(ours, importing, outcome, mode, stop, rebuilding.pending, say)
+        if outcome.failed and not keep_going:  # smoke's first failure is the answer: what still builds is stopped
+            rebuilding.stop()
+        finish_rebuild(rebuilding, outcome, failed_table, built)
         if run and outcome.failed and not keep_going:  # smoke's first failure is the answer: theirs are stopped, unrun
-            run.stop()
-            outcome.stopped = stopped_theirs = True
-            print(
-                "affected: FlashInfer's tests stopped: smoke's tests failed first (--keep-going runs every test)",
-                flush=True,
-            )
+            stopped_theirs = stop_theirs(run, outcome)
         elif run:
             their_status, their_failed = run.finish()
             outcome.stopped |= run.stopped_early
     finally:
+        if rebuilding:
+            rebuilding.stop()
         if run:
             run.stop()
         if importing:  # not left importing torch while the interpreter exits (a failed build)

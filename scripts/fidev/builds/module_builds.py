@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,12 +148,13 @@ def run_module_builds(
     running: list | None = None,
     on_done: Callable | None = None,
     env: dict | None = None,
-    nice: int = 0,
+    nice: int | Callable = 0,
 ) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
-    ends, built or not; `env`: ninja's environment (default: this process's); `nice`: start_ninja's."""
+    ends, built or not; `env`: ninja's environment (default: this process's); `nice`: start_ninja's,
+    or nice(spec) for each module's."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
@@ -167,7 +169,7 @@ def run_module_builds(
                     f"(a restored copy?): rebuilding it"
                 )
         ninja_inputs.invalidate(spec.build_dir, stale)
-        proc = start_ninja(spec, jobs, running, env, nice)
+        proc = start_ninja(spec, jobs, running, env, nice(spec) if callable(nice) else nice)
         output = []
         for line in proc.stdout:
             status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
@@ -199,6 +201,24 @@ def run_module_builds(
         raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
 
 
+def lock_path(spec) -> Path:
+    """The module's own lock: its JitSpec's `lock_path`, else the same file by its folder (build_stamp's
+    modules, fidev.core.workspace.module_lock)."""
+    return getattr(spec, "lock_path", None) or workspace.module_lock(spec.build_dir)
+
+
+@contextmanager
+def held_while_loading(spec):
+    """The module's own lock, held while its library is read and loaded by its path (abi-smoke, as the
+    Rust bindings load it), as FlashInfer's `JitSpec.build_and_load` holds it: a build under way
+    (affected's rebuild) is waited for, so that no test loads the library it is about to replace."""
+    from filelock import FileLock
+
+    lock_path(spec).parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(lock_path(spec), thread_local=False):
+        yield
+
+
 def take_locks(specs) -> dict:
     """{name: (spec, its lock)} for the modules whose own lock (`JitSpec.lock_path`, which
     `JitSpec.build` takes) was free, now held; a module whose lock another process holds is that
@@ -209,8 +229,8 @@ def take_locks(specs) -> dict:
     held = {}
     try:
         for spec in specs:
-            spec.lock_path.parent.mkdir(parents=True, exist_ok=True)
-            lock = FileLock(spec.lock_path, thread_local=False)
+            lock_path(spec).parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(lock_path(spec), thread_local=False)
             try:
                 lock.acquire(timeout=0)
             except Timeout:
@@ -270,28 +290,67 @@ class Folder(workspace.ModuleFiles):
 AHEAD_NICE = 10  # the builds ahead of the tests yield to a rebuild the tests wait for (affected's)
 
 
+def start_holding(take: Callable[[], None], work: Callable, *args) -> threading.Thread:
+    """A daemon thread that takes a build's locks (take()), then does work(*args); started, and returned
+    once the locks are taken (what take() raised, raised here). The locks are taken in that thread, not
+    the caller's: filelock 4 keeps each thread's holds, and refuses as a deadlock a blocking acquire, in
+    the thread that holds a lock, of another instance of it (filelock/_core/_acquire.py,
+    `_raise_if_would_deadlock`, at 4.3.1), which is what a test of smoke's does in affected's thread
+    when it loads a module a build holds (FlashInfer's `JitSpec.build_and_load`)."""
+    taken, failed = threading.Event(), []
+
+    def run() -> None:
+        try:
+            take()
+        except BaseException as e:  # noqa: BLE001 (raised again below, in the caller's thread)
+            failed.append(e)
+            return
+        finally:
+            taken.set()
+        work(*args)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    taken.wait()
+    if failed:
+        raise failed[0]
+    return thread
+
+
 class Ahead:
     """Modules that the tests about to run will load, none built yet, built side by side in a thread
-    of this process, each under its own lock (take_locks, taken before this returns), so that a test
-    that loads one waits for that one alone and then finds it built; at AHEAD_NICE. With `after`, they
+    of this process, each under its own lock (take_locks, taken in that thread before this returns:
+    start_holding), so that a test that loads one waits for that one alone and then finds it built; at
+    AHEAD_NICE by default. With `after`, they
     start once after() is true (affected's gate opened: its rebuild, which the first verdict waits on,
     has the cores to itself). `stop()` ends the builds still running, or never started."""
 
-    def __init__(self, specs, say: Callable[[str], None], after: Callable[[], bool] | None = None):
-        self.held = take_locks(specs)
+    def __init__(
+        self,
+        specs,
+        say: Callable[[str], None],
+        after: Callable[[], bool] | None = None,
+        nice: int = AHEAD_NICE,
+        env: dict | None = None,
+    ):
+        """`nice`: start_ninja's; `env`: ninja's environment (default: this process's as each starts)."""
+        self.held: dict = {}
         self.running: list = []
         self.stopped = threading.Event()  # once set, the builds it ended say nothing (no failure of theirs)
-        self.thread = threading.Thread(target=self.build, args=(say, after), daemon=True)
-        self.thread.start()
+        self.thread = start_holding(lambda: self.held.update(take_locks(specs)), self.build, say, after, nice, env)
 
-    def build(self, say: Callable[[str], None], after: Callable[[], bool] | None) -> None:
+    def pending(self) -> set[str]:
+        """The modules it holds still: not built yet (set() of a dict is one step under CPython's GIL)."""
+        return set(self.held)
+
+    def build(self, say: Callable[[str], None], after: Callable[[], bool] | None, nice: int, env: dict | None) -> None:
         try:
             while after is not None and not after():
                 if self.stopped.wait(0.1):
                     return
             if not self.stopped.is_set():
                 quiet = lambda line: None if self.stopped.is_set() else say(line)  # noqa: E731
-                build_held(self.held, quiet, self.running, nice=AHEAD_NICE)
+                build_held(self.held, quiet, self.running, env=env, nice=nice)
         finally:  # every way out, an error of after() included: no test waits on a lock nobody builds
             for name in list(self.held):
                 release(self.held, name)
@@ -299,11 +358,21 @@ class Ahead:
     def stop(self) -> None:
         """The builds ended: those running, and one that started as this stopped them."""
         self.stopped.set()
-        for _ in range(2):
-            for proc in list(self.running):
-                if proc.poll() is None:
-                    proc.terminate()
-            self.thread.join(timeout=30)
+        end_builds(self.running, self.thread)
+
+
+STOP_S = 30  # how long end_builds waits for a build's thread to end
+
+
+def end_builds(running: list, thread: threading.Thread) -> None:
+    """Each ninja in `running` ended (SIGTERM: ninja ends its compilers), again as others start, until
+    `thread`, whose stop flag is set, has ended or STOP_S have passed."""
+    ends = time.monotonic() + STOP_S
+    while thread.is_alive() and time.monotonic() < ends:
+        for proc in list(running):
+            if proc.poll() is None:
+                proc.terminate()
+        thread.join(timeout=0.1)
 
 
 def release(held: dict, name: str) -> None:
@@ -327,13 +396,14 @@ def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
 ROUNDS = 3  # build_or_wait's: a module another builder left unbuilt is taken up again, this many times at most
 
 
-def build_or_wait(specs, say: Callable[[str], None], jit_lock) -> None:
+def build_or_wait(specs, say: Callable[[str], None], jit_lock, env: dict | None = None) -> None:
     """FlashInfer JitSpecs built side by side, each under its own lock as FlashInfer builds it, the
     builds under the JIT dir's lock (`jit_lock`, FlashInfer's build_jit_specs takes it); those whose
     lock another process holds (a build ahead of the tests, a test loading it) are that one's to build,
     waited for after the JIT dir's lock is let go (the build ahead of affected's tests holds its locks
     until affected's rebuild, under that lock, is done), and built here where it left them unbuilt (a
-    failed build, a process stopped in it). Two ninjas never run in one module's folder."""
+    failed build, a process stopped in it). Two ninjas never run in one module's folder. `env`: ninja's
+    environment (default: this process's as each starts)."""
     from filelock import FileLock
 
     left = list(specs)
@@ -343,18 +413,29 @@ def build_or_wait(specs, say: Callable[[str], None], jit_lock) -> None:
             ours = set(held)
             try:
                 run_module_builds(
-                    [spec for spec, _ in held.values()], say, on_done=lambda spec, held=held: release(held, spec.name)
+                    [spec for spec, _ in held.values()],
+                    say,
+                    on_done=lambda spec, held=held: release(held, spec.name),
+                    env=env,
                 )
             finally:
                 for name in list(held):
                     release(held, name)
         waited = [spec for spec in left if spec.name not in ours]
         for spec in waited:
-            with FileLock(spec.lock_path, thread_local=False):  # until the other builder lets it go
+            with FileLock(lock_path(spec), thread_local=False):  # until the other builder lets it go
                 pass
         left = [spec for spec in waited if not spec.jit_library_path.exists()]
         if not left:
             return
+
+
+def jit_dir_lock(spec, file_lock):
+    """FlashInfer's lock of the JIT dir `spec` builds in (`<jit dir>/tmp/flashinfer_jit.lock`,
+    flashinfer/jit/core.py: get_tmpdir, build_jit_specs), a `file_lock` (filelock's FileLock)."""
+    lock_dir = spec.build_dir.parent / "tmp"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    return file_lock(lock_dir / "flashinfer_jit.lock", thread_local=False)
 
 
 def build_specs(
@@ -378,21 +459,139 @@ def build_specs(
         for spec in specs:
             if hasattr(spec, "write_ninja"):
                 spec.write_ninja()
-        lock_dir = specs[0].build_dir.parent / "tmp"
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        jit_lock = FileLock(lock_dir / "flashinfer_jit.lock", thread_local=False)
+        jit_lock = jit_dir_lock(specs[0], FileLock)
         if all(hasattr(spec, "lock_path") for spec in specs):
             build_or_wait(specs, say, jit_lock)
         else:  # build's modules: no test runs beside it
             with jit_lock:
                 run_module_builds(specs, say)
     seconds = time.time() - started
-    missing = [s.name for s in specs if not s.jit_library_path.exists()]
-    if missing:
-        raise Failure(
-            f"the build finished without {', '.join(missing)}",
-            "run it again with FLASHINFER_JIT_VERBOSE=1 and read ninja's output",
-        )
+    if (missing := missing_after(specs)) is not None:
+        raise missing
     return seconds, slowest_objects(
         [line for spec in specs for line in ninja_log_lines(spec)[logs_before[spec.name] :]]
     )
+
+
+def missing_after(specs) -> Failure | None:
+    missing = [s.name for s in specs if not s.jit_library_path.exists()]
+    if not missing:
+        return None
+    return Failure(
+        f"the build finished without {', '.join(missing)}",
+        "run it again with FLASHINFER_JIT_VERBOSE=1 and read ninja's output",
+    )
+
+
+class Rebuild:
+    """affected's rebuild: the changed modules built side by side in a thread of this process, under the
+    JIT dir's lock as build_specs builds them, each also under its own lock (`JitSpec.lock_path`), all
+    taken in that thread before this returns (start_holding). So the tests may start at once: a test that loads a module
+    (`JitSpec.build_and_load` takes its lock) waits for that one alone and runs as soon as it is built,
+    while the others still build. A module whose lock another process holds is waited for once the JIT
+    dir's lock is let go, and built here where it was left unbuilt (build_or_wait).
+    `then(self)` runs in the thread once every module is built (not after a failure or a stop);
+    `pending()` names the modules still building; `wait()` waits for the thread's end (raising what
+    then() raised) and `failure` is the build's; `stop()` ends the builds still running (the first
+    failing test ends the run)."""
+
+    def __init__(
+        self,
+        specs,
+        then: Callable,
+        say: Callable[[str], None] = lambda line: print(line, flush=True),
+        first: frozenset[str] = frozenset(),
+    ):
+        """`first`: the modules the first tests wait for (smoke's); where it names any, the others build
+        at AHEAD_NICE, so that those have the cores first."""
+        from filelock import FileLock  # what FlashInfer itself locks with (build_specs says where it is missing)
+
+        self.specs, self.started, self.ended = list(specs), time.time(), None
+        self.env = dict(os.environ)  # ninja's: the tests that run meanwhile in this process change this one's
+        self.first = first
+        self.logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in self.specs}
+        self.running: list = []
+        self.stopped = threading.Event()
+        self.failure: Failure | None = None  # the build's
+        self.error: BaseException | None = None  # then()'s, or the thread's own
+        self.left = {spec.name for spec in self.specs}
+        self.held: dict = {}
+        self.jit_lock = jit_dir_lock(self.specs[0], FileLock) if self.specs else None
+        for spec in self.specs:
+            if hasattr(spec, "write_ninja"):
+                spec.write_ninja()
+        self.thread = start_holding(self.take, self.build, then, say)
+
+    def take(self) -> None:
+        """The JIT dir's lock, then each module's (in the rebuild's thread: start_holding)."""
+        if self.jit_lock is None:
+            return
+        self.jit_lock.acquire()
+        try:
+            self.held.update(take_locks(self.specs))
+        except BaseException:
+            self.jit_lock.release()
+            raise
+
+    def pending(self) -> set[str]:
+        """The modules still building (set() of a set is one step under CPython's GIL)."""
+        return set(self.left)
+
+    def done_one(self, spec) -> None:
+        release(self.held, spec.name)
+        self.left.discard(spec.name)
+
+    def build(self, then: Callable, say: Callable[[str], None]) -> None:
+        try:
+            ours = set(self.held)
+            try:
+                run_module_builds(
+                    [spec for spec, _ in self.held.values()],
+                    say,
+                    self.running,
+                    on_done=self.done_one,
+                    env=self.env,
+                    nice=lambda spec: AHEAD_NICE if self.first and spec.name not in self.first else 0,
+                )
+            finally:
+                for name in list(self.held):
+                    release(self.held, name)
+                if self.jit_lock is not None:
+                    self.jit_lock.release()
+            others = [spec for spec in self.specs if spec.name not in ours]
+            if others and not self.stopped.is_set():
+                build_or_wait(others, say, self.jit_lock, self.env)
+            if not self.stopped.is_set():
+                self.failure = missing_after(self.specs)
+            self.ended = time.time()
+            self.left.clear()
+            if self.failure is None and not self.stopped.is_set():
+                then(self)
+        except Failure as failure:  # a compile failed; one stopped (the run ended) is no failure
+            if not self.stopped.is_set():
+                self.failure = failure
+        except BaseException as e:  # noqa: BLE001 (raised again by wait(), in the run's own thread)
+            self.error = e
+        finally:
+            self.ended = self.ended or time.time()
+            self.left.clear()
+
+    def seconds(self) -> float:
+        return (self.ended or time.time()) - self.started
+
+    def slowest(self) -> list[tuple[float, str]]:
+        """This rebuild's slowest objects (slowest_objects)."""
+        return slowest_objects(
+            [line for spec in self.specs for line in ninja_log_lines(spec)[self.logs_before[spec.name] :]]
+        )
+
+    def wait(self) -> None:
+        """Until the thread ends; what then() raised, raised again here."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        """The builds still running ended, and the thread with them."""
+        self.stopped.set()
+        end_builds(self.running, self.thread)

@@ -1,0 +1,306 @@
+"""affected's rebuild beside smoke's tests (fidev.builds.module_builds.Rebuild, fidev.affected.tests):
+each changed module rebuilt under its own lock, taken before any test starts, so that a test waits for
+the modules it loads alone and runs as soon as they are built (ready_first), while the others still
+build; smoke's first failure stops what still builds; abi-smoke waits for a module's lock before it
+loads the module's library, as FlashInfer's own loader does."""
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from fidev.affected import tests as affected_tests
+from fidev.builds import module_builds
+from script_runs import require
+from upstream_standin import needs_a_build
+
+FILE_A = """\
+import os
+import pytest
+
+def note(what):
+    open(os.environ["EVENTS"], "a").write(what + "\\n")
+
+@pytest.fixture(scope="module")
+def per_file():
+    note("setup a")
+    yield
+    note("teardown a")
+
+def test_slow(per_file):
+    note("slow")
+
+def test_plain(per_file):
+    note("plain")
+    assert os.environ.get("FAIL_PLAIN") != "1"
+"""
+FILE_B = """\
+import os
+
+def test_fast(per_file_b):
+    open(os.environ["EVENTS"], "a").write("fast\\n")
+
+import pytest
+
+@pytest.fixture(scope="module")
+def per_file_b():
+    open(os.environ["EVENTS"], "a").write("setup b\\n")
+    yield
+    open(os.environ["EVENTS"], "a").write("teardown b\\n")
+"""
+LOADED = [(("test_a.py::test_slow",), "slow"), (("test_b.py::test_fast",), "fast")]
+
+
+def run_in_order(tmp_path, monkeypatch, pending, stop=None, fail_plain=False):
+    """pytest.main here over test_a.py (test_slow loads `slow`, test_plain nothing) and test_b.py
+    (test_fast loads `fast`), with ready_first's loop and the collector: (status, the events written)."""
+    (tmp_path / "test_a.py").write_text(FILE_A)
+    (tmp_path / "test_b.py").write_text(FILE_B)
+    events = tmp_path / "events"
+    monkeypatch.setenv("EVENTS", str(events))
+    monkeypatch.setenv("FAIL_PLAIN", "1" if fail_plain else "0")
+    monkeypatch.setattr(affected_tests, "WAIT_S", 0.01)
+    plugins = [affected_tests.collector(stop), affected_tests.ready_first(LOADED, pending, stop)]
+    args = [str(tmp_path / "test_a.py"), str(tmp_path / "test_b.py"), "-q", "-p", "no:cacheprovider"]
+    status = pytest.main(
+        [*args, "--import-mode=importlib", "--rootdir", str(tmp_path), *(["-x"] if stop else [])], plugins=plugins
+    )
+    return int(status), events.read_text().split("\n")[:-1] if events.is_file() else []
+
+
+def building(*states):
+    """pending() that names each of `states` in turn, one call each, then the last one for good."""
+    left = list(states)
+
+    def pending():
+        return left.pop(0) if len(left) > 1 else left[0]
+
+    return pending
+
+
+def test_each_test_runs_once_its_modules_are_built_and_each_files_fixture_is_set_up_and_torn_down_once_a_run(
+    tmp_path, monkeypatch
+):
+    """pytest's order is slow, plain, fast. While `slow` and `fast` build, plain (no module) runs; then
+    fast once `fast` is built, slow last: the fixtures of each file are torn down before another file's
+    test where pytest's guessed next test was not the one that ran."""
+    status, events = run_in_order(
+        tmp_path, monkeypatch, building({"slow", "fast"}, {"slow", "fast"}, {"slow", "fast"}, {"slow"}, {"slow"}, set())
+    )
+    assert status == 0
+    ran = [e for e in events if e in ("slow", "plain", "fast")]
+    assert ran == ["plain", "fast", "slow"], events
+    for name in ("a", "b"):
+        assert events.count(f"setup {name}") == events.count(f"teardown {name}"), events
+    for i, event in enumerate(events):  # no file's test runs while another file's fixture is still set up
+        if event in ("slow", "plain"):
+            assert events[:i].count("setup a") == events[:i].count("teardown a") + 1, events
+            assert events[:i].count("setup b") == events[:i].count("teardown b"), events
+        if event == "fast":
+            assert events[:i].count("setup b") == events[:i].count("teardown b") + 1, events
+            assert events[:i].count("setup a") == events[:i].count("teardown a"), events
+
+
+def test_with_nothing_building_the_order_is_pytests_and_the_first_failure_ends_the_run(tmp_path, monkeypatch):
+    status, events = run_in_order(tmp_path, monkeypatch, set, stop=lambda: False, fail_plain=True)
+    assert [e for e in events if e in ("slow", "plain", "fast")] == ["slow", "plain"], events
+    assert status == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_stop_while_every_test_waits_runs_none_of_them(tmp_path, monkeypatch):
+    """FlashInfer's tests failed while every test left waited for its modules: ready_first waits no
+    longer, and none of them runs (the collector ends the session)."""
+    started = time.perf_counter()
+    status, events = run_in_order(tmp_path, monkeypatch, lambda: {"slow", "fast"}, stop=lambda: True)
+    assert time.perf_counter() - started < 30
+    assert [e for e in events if e in ("slow", "plain", "fast")] == [], events
+    assert status == pytest.ExitCode.TESTS_FAILED
+
+
+class SleepSpec:
+    """A module as Rebuild takes one (build_stamp's: a folder with its ninja file, no lock_path of its
+    own), whose build sleeps `seconds` and then makes its library; `fails`: its build fails."""
+
+    def __init__(self, jit_dir: Path, name: str, seconds: float, fails: bool = False):
+        self.name, self.sources = name, ["s.cu"]
+        self.build_dir = jit_dir / name
+        self.ninja_path = self.build_dir / "build.ninja"
+        self.jit_library_path = self.build_dir / f"{name}.so"
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        command = "false" if fails else f"sleep {seconds} && touch $out"
+        self.ninja_path.write_text(f"rule make\n  command = {command}\nbuild {self.jit_library_path}: make\n")
+
+
+def lock_is_held(spec) -> bool:
+    from filelock import FileLock, Timeout
+
+    try:
+        FileLock(module_builds.lock_path(spec), thread_local=False).acquire(timeout=0).lock.release()
+    except Timeout:
+        return True
+    return False
+
+
+def wait_until(condition, seconds=30.0) -> bool:
+    ends = time.perf_counter() + seconds
+    while not condition():
+        if time.perf_counter() > ends:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@needs_a_build
+def test_the_rebuild_holds_every_modules_lock_from_its_start_and_lets_each_go_as_it_is_built(tmp_path):
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    fast, slow = SleepSpec(tmp_path, "fast", 0), SleepSpec(tmp_path, "slow", 3)
+    done = []
+    rebuild = module_builds.Rebuild([fast, slow], done.append, say=lambda line: None)
+    assert lock_is_held(slow), "a test may load the old library before the rebuild"
+    assert wait_until(lambda: not lock_is_held(fast) and fast.jit_library_path.exists())
+    assert rebuild.pending() == {"slow"} and lock_is_held(slow) and done == []
+    rebuild.wait()
+    assert done == [rebuild] and rebuild.failure is None and rebuild.pending() == set()
+    assert slow.jit_library_path.exists() and not lock_is_held(slow) and rebuild.seconds() >= 3
+    jit_lock = SimpleNamespace(lock_path=tmp_path / "tmp" / "flashinfer_jit.lock")
+    assert jit_lock.lock_path.exists() and not lock_is_held(jit_lock), "the JIT dir's lock is let go"
+
+
+@needs_a_build
+def test_a_stopped_rebuild_is_no_failure_and_a_failed_one_is_one_and_neither_says_it_is_built(tmp_path):
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    done = []
+    stopped = module_builds.Rebuild([SleepSpec(tmp_path, "slow", 30)], done.append, say=lambda line: None)
+    started = time.perf_counter()
+    stopped.stop()
+    stopped.wait()
+    assert time.perf_counter() - started < 20 and stopped.failure is None and done == []
+    assert stopped.pending() == set()
+    failed = module_builds.Rebuild([SleepSpec(tmp_path, "broken", 0, fails=True)], done.append, say=lambda line: None)
+    failed.wait()
+    assert failed.failure is not None and "broken" in failed.failure.problem and done == []
+
+
+class Rebuilding:
+    """module_builds.Rebuild still building when smoke's first test fails: it says it is built only if
+    not stopped first."""
+
+    def __init__(self, to_build, then, say=None, first=frozenset()):
+        self.then, self.stopped, self.failure, self.ended = then, threading.Event(), None, None
+
+    def pending(self):
+        return {"norm"}
+
+    def seconds(self):
+        return 2.5
+
+    def slowest(self):
+        return []
+
+    def wait(self):
+        self.ended = 3.0
+
+    def stop(self):
+        self.stopped.set()
+
+
+def test_smokes_first_failure_stops_the_rebuild_still_running_and_keeps_its_modules_unfinished(monkeypatch, capsys):
+    given, kept = {}, []
+
+    def run_ours(tests, wide, mode, stop=None, order=None):
+        given["order"] = order
+        return 1, {"tests/smoke/test_kernels.py::test_rmsnorm"}, True
+
+    monkeypatch.setattr(
+        affected_tests,
+        "start_rebuild",
+        lambda to_build, then, say, first: given.setdefault("rebuild", Rebuilding(to_build, then)),
+    )
+    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
+    monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: None)
+    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
+    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
+    monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [])
+    outcome = affected_tests.build_and_test(
+        [SimpleNamespace(name="norm")],
+        None,
+        ["smoke/test_kernels.py::test_rmsnorm"],
+        [],
+        {},
+        {"norm": {}},
+        Path("times"),
+        lambda: "table",
+        lambda: kept.append("unfinished"),
+        True,
+        "auto",
+    )
+    assert given["rebuild"].stopped.is_set() and kept == ["unfinished"]
+    assert outcome.built == "the rebuild stopped at the first failure, 2.5 s in" and outcome.build_s == 2.5
+    assert outcome.stopped and outcome.failed == {"tests/smoke/test_kernels.py::test_rmsnorm"}
+    assert "affected: the rebuild stopped at the first failure, 2.5 s in\n" in capsys.readouterr().out
+
+
+def test_a_failed_rebuild_is_build_failed_after_smokes_tests(monkeypatch, capsys):
+    class Failed(Rebuilding):
+        def wait(self):
+            self.failure = affected_tests.Failure("the JIT build failed: norm: error: x", "read it")
+
+    monkeypatch.setattr(affected_tests, "start_rebuild", Failed)
+    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
+    with pytest.raises(affected_tests.BuildFailed, match="the build of norm failed: the JIT build failed"):
+        affected_tests.build_and_test(
+            [SimpleNamespace(name="norm")],
+            None,
+            [],
+            [],
+            {},
+            {"norm": {}},
+            Path("times"),
+            lambda: "table",
+            lambda: None,
+            True,
+            "auto",
+        )
+    assert capsys.readouterr().out == "table\n"
+
+
+@needs_a_build
+def test_a_module_is_loaded_only_once_the_build_holding_its_lock_let_it_go(tmp_path):
+    """abi-smoke loads a module's library the way the Rust bindings do, by its path; it holds the
+    module's lock meanwhile (module_builds.held_while_loading), as FlashInfer's JitSpec.build_and_load
+    does, so that a rebuild under way is waited for, never loaded before it is done."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    spec = SleepSpec(tmp_path, "slow", 2)
+    rebuild = module_builds.Rebuild([spec], lambda rebuilt: None, say=lambda line: None)
+    with module_builds.held_while_loading(spec):
+        assert spec.jit_library_path.exists(), "loaded before the rebuild let the module go"
+    rebuild.wait()
+
+
+def test_the_modules_smokes_selected_tests_load_are_named_from_builds_stamps():
+    tier = {"norm_module": "norm", "silu_module": "silu", "upstream_only": "not-a-smoke-key"}
+    names = ["norm_module", "silu_module", "upstream_only", "unstamped"]
+    assert affected_tests.smoke_loaded(names, tier, ["smoke/test_kernels.py::test_rmsnorm"]) == {"norm_module"}
+    assert affected_tests.smoke_loaded(names, tier, ["smoke/test_kernels.py::test_rmsnorm[fp16]"]) == {"norm_module"}
+    assert affected_tests.smoke_loaded(names, tier, []) == frozenset()
+
+
+@needs_a_build
+def test_the_modules_smokes_tests_load_rebuild_first_and_the_others_yield_to_them(tmp_path, monkeypatch):
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    niceness, original = {}, module_builds.start_ninja
+
+    def start_ninja(spec, jobs, running, env=None, nice=0):
+        niceness[spec.name] = nice
+        return original(spec, jobs, running, env, nice)
+
+    monkeypatch.setattr(module_builds, "start_ninja", start_ninja)
+    specs = [SleepSpec(tmp_path, "smokes", 0), SleepSpec(tmp_path, "theirs", 0)]
+    module_builds.Rebuild(specs, lambda rebuilt: None, lambda line: None, frozenset({"smokes"})).wait()
+    assert niceness == {"smokes": 0, "theirs": module_builds.AHEAD_NICE}
+    for spec in specs:
+        spec.jit_library_path.unlink()
+    module_builds.Rebuild(specs, lambda rebuilt: None, lambda line: None).wait()
+    assert niceness == {"smokes": 0, "theirs": 0}, "with no smoke module among them, none yields"
