@@ -304,3 +304,54 @@ def test_the_modules_smokes_tests_load_rebuild_first_and_the_others_yield_to_the
         spec.jit_library_path.unlink()
     module_builds.Rebuild(specs, lambda rebuilt: None, lambda line: None).wait()
     assert niceness == {"smokes": 0, "theirs": 0}, "with no smoke module among them, none yields"
+
+
+def test_a_module_smokes_tests_built_is_smokes_as_one_build_made_is(tmp_path, monkeypatch):
+    """affected tells smoke's modules from build's stamps and from the mark smoke's tests leave on a
+    module they built (the wide tier's batch prefill, which `build` leaves out): its smoke tests are its
+    tests, so a run in which they passed covers it. A module of the same name that FlashInfer's tests
+    built carries no mark: its recorded FlashInfer tests are its tests, as before."""
+    from fidev.affected import built
+    from fidev.builds import build_stamp, smoke_modules
+    from fidev.records import build_records
+
+    monkeypatch.setattr(build_stamp, "stamped_modules", lambda ws: [])
+    wide, page = smoke_modules.BY_KEY["batch_prefill_fa2"], smoke_modules.BY_KEY["page"]
+    build_records.record_smoke_module(tmp_path / wide.name, wide.key)
+    (tmp_path / page.name).mkdir()
+    build_records.record_smoke_module(tmp_path / "another_module", "page")  # a key of another module's name
+    assert built.tier_keys(None, tmp_path) == {wide.name: "batch_prefill_fa2"}
+    assert all(m.name and smoke_modules.BY_NAME[m.name] is m for m in smoke_modules.MODULES)
+
+
+def test_smokes_session_and_affecteds_builds_beside_it_mark_the_smoke_modules_they_build(tmp_path, monkeypatch):
+    """The two ways smoke's tests build a module `build` did not: their own loader (the conftest's
+    recording build) and affected's builds beside them (SmokeBuilds)."""
+    from fidev.builds import smoke_modules
+    from fidev.records import build_records
+
+    page = smoke_modules.BY_KEY["page"]
+    spec = SimpleNamespace(name=page.name, build_dir=tmp_path / page.name, sources=["s.cu"])
+    other = SimpleNamespace(name="not_smokes", build_dir=tmp_path / "not_smokes", sources=["s.cu"])
+
+    class Ahead:
+        def __init__(self, specs, say, after=None, nice=10, env=None):
+            pass
+
+    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [spec, other])
+    monkeypatch.setattr(affected_tests.module_builds, "Ahead", Ahead)
+    affected_tests.SmokeBuilds(["smoke/test_wide.py::test_append_paged_kv_cache"], lambda line: None)
+    assert build_records.smoke_module(spec.build_dir) == "page" and build_records.smoke_module(other.build_dir) is None
+
+    marked = []
+    built = module_builds.recording_build(lambda spec, verbose, need_lock=False: None, lambda line: None, marked.append)
+    monkeypatch.setattr(module_builds, "record_build", lambda build_dir, ninja_file: None)
+    fresh = SimpleNamespace(
+        name="fresh",
+        build_dir=tmp_path / "fresh",
+        sources=[],
+        jit_library_path=tmp_path / "fresh/fresh.so",
+        ninja_path=tmp_path / "fresh/build.ninja",
+    )
+    built(fresh, False, need_lock=False)
+    assert marked == [fresh]

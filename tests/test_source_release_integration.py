@@ -17,6 +17,7 @@ from dataclasses import asdict
 
 import pytest
 
+from fidev.builds import smoke_modules
 from fidev.core.manifest import ROOT, pins
 from fidev.jit.uris import KINDS, AttentionConfig, module_uri
 from fidev.tree import source_tree
@@ -170,6 +171,23 @@ print(json.dumps(out))
     assert not mismatched, (
         f"{len(mismatched)} of {len(configs)} differ, e.g. ours {mismatched[0][0]} vs FlashInfer {mismatched[0][1]}"
     )
+
+
+def test_smokes_module_names_are_the_names_the_release_gives_them(installed, tmp_path):
+    """fidev.builds.smoke_modules names each module without importing flashinfer (affected tells smoke's
+    modules by these names, whoever built them); here the pinned release makes each JitSpec and names it."""
+    tree, python, _ = installed
+    probe = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT / "scripts")!r})
+from fidev.builds import smoke_modules
+print(json.dumps({{m.key: m.make().name for m in smoke_modules.MODULES}}))
+"""
+    env = {**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert theirs == {m.key: m.name for m in smoke_modules.MODULES}
 
 
 def test_abi_reads_every_export_of_the_release(installed):

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fidev.builds import build_stamp
+from fidev.builds import build_stamp, smoke_modules
 from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.core.manifest import pins
@@ -78,8 +78,15 @@ def built_modules(jit_dir: Path) -> list[Built]:
 
 
 def tier_keys(ws: workspace.Workspace, jit_dir: Path) -> dict[str, str]:
-    """{module name: smoke module key} for the modules `build` made, from its stamps (no import)."""
-    return {m.name: m.key for m in build_stamp.stamped_modules(ws) if m.build_dir.parent == jit_dir}
+    """{module name: smoke module key} for smoke's modules built in `jit_dir` (no import): those `build`
+    made, from its stamps, and those smoke's tests built (the wide tier's, where `build --wide` did not:
+    fidev.records.build_records.smoke_module), whose smoke tests are their tests too."""
+    marked = {
+        name: key
+        for name, m in smoke_modules.BY_NAME.items()
+        if (key := build_records.smoke_module(jit_dir / name)) == m.key
+    }
+    return marked | {m.name: m.key for m in build_stamp.stamped_modules(ws) if m.build_dir.parent == jit_dir}
 
 
 class Resolver:

@@ -72,7 +72,7 @@ def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = No
     build_records.record_tree(build_dir.parent, tree)
 
 
-def recording_build(original: Callable, say: Callable[[str], None]) -> Callable:
+def recording_build(original: Callable, say: Callable[[str], None], mark: Callable | None = None) -> Callable:
     """FlashInfer's `JitSpec.build` (`original`, flashinfer/jit/core.py at v0.6.3) for a test process
     whose tests compile the modules they load: each build guarded against a restored older copy of an
     input (`cp -p`, which ninja's mtimes miss: fidev.records.ninja_inputs) and, where it compiled,
@@ -80,7 +80,8 @@ def recording_build(original: Callable, say: Callable[[str], None]) -> Callable:
     compile said through `say`. The guard, the build and the record hold the module's own lock
     (`JitSpec.lock_path`, which `JitSpec.build` takes; `JitSpec.build_and_load` holds it already and
     passes need_lock=False): another process that took the lock between the build and its record
-    would take the fresh objects for a restored copy and build them again under a loading process."""
+    would take the fresh objects for a restored copy and build them again under a loading process.
+    `mark(spec)`: after each record (smoke's session marks smoke's modules: build_records.record_smoke_module)."""
 
     def build(spec, verbose, need_lock=True):
         if need_lock:
@@ -106,6 +107,8 @@ def recording_build(original: Callable, say: Callable[[str], None]) -> Callable:
         # it compiled (ninja ran a command, a compile-cache hit in a fraction of a second too): keep what from
         if fresh or compile_log.log_size(spec.build_dir) != logged:
             record_build(spec.build_dir, spec.ninja_path)
+            if mark is not None:
+                mark(spec)
             say(f"{spec.name} built in {took:.0f} s")
 
     build.fidev_recording = True  # installed once per process

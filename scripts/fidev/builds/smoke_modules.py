@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fidev.jit.uris import AttentionConfig, module_uri
+
 HEAD_DIM = 128  # the attention smoke tests use fp16, head dim 128, no RoPE, no window, no soft cap
 DEFAULT, WIDE = "default", "wide"
 
@@ -25,6 +27,15 @@ class SmokeModule:
     tests: tuple[str, ...] = ()  # the tests under tests/ that load it (a function's every case), for `affected`
     # the kernel family (fidev.tree.families) whose sources it compiles: an edit that reaches it runs these tests too
     family: str = ""
+    # the module's name (its folder in the JIT dir), as make() names it, known without importing flashinfer: a
+    # module of this name is this one, whoever built it (build, smoke's tests, FlashInfer's)
+    name: str = ""
+
+
+def _uri(kind: str, backend: str = "fa2") -> str:
+    """FlashInfer's name of the attention module _attention_args configures (fidev.jit.uris restates
+    get_*_uri, flashinfer/jit/attention/modules.py at v0.6.3; its defaults are these arguments)."""
+    return module_uri(AttentionConfig(kind, backend))
 
 
 def _attention_args():
@@ -143,14 +154,23 @@ MODULES = [
             _case(_SIGNATURES, "norm.gemma_rmsnorm"),
         ),
         family="norm",
+        name="norm",  # gen_norm_module: gen_jit_spec("norm", ...), flashinfer/jit/norm.py
     ),
-    SmokeModule("silu", "silu_and_mul", _silu, tests=_tests(_K + "test_silu_and_mul"), family="activation"),
+    SmokeModule(
+        "silu",
+        "silu_and_mul",
+        _silu,
+        tests=_tests(_K + "test_silu_and_mul"),
+        family="activation",
+        name="silu_and_mul",  # gen_act_and_mul_module: f"{act_func_name}_and_mul", flashinfer/jit/activation.py
+    ),
     SmokeModule(
         "sampling",
         "top_k_top_p_sampling_from_probs",
         _sampling,
         tests=_tests(_K + "test_top_k_top_p_sampling"),
         family="sampling",
+        name="sampling",  # gen_sampling_module: gen_jit_spec("sampling", ...), flashinfer/jit/sampling.py
     ),
     SmokeModule(
         "single_decode",
@@ -158,6 +178,7 @@ MODULES = [
         _single_decode,
         tests=_tests(_K + "test_single_decode"),
         family="single_decode",
+        name=_uri("single_decode"),
     ),
     SmokeModule(
         "single_prefill_fa2",
@@ -166,6 +187,7 @@ MODULES = [
         abi=True,
         tests=_tests(*_single_prefill_tests("fa2")),
         family="single_prefill",
+        name=_uri("single_prefill"),
     ),
     SmokeModule(
         "single_prefill_fa3",
@@ -175,6 +197,7 @@ MODULES = [
         abi=True,
         tests=_tests(*_single_prefill_tests("fa3"), _K + "test_auto_backend_is_fa3_on_sm90"),
         family="hopper",
+        name=_uri("single_prefill", "fa3"),
     ),
     # Wide tier: its 32 kernel instantiations alone take minutes of a cold build, past the default
     # tier's 3-minute budget (docs/measurements.md, row "gdn_prefill_sm90 cold build").
@@ -192,6 +215,7 @@ MODULES = [
             _case(_SIGNATURES, "gdn_prefill.gdn_prefill"),
         ),
         family="gdn",
+        name="gdn_prefill_sm90",  # gen_gdn_prefill_sm90_module: uri = "gdn_prefill_sm90", flashinfer/jit/gdn.py
     ),
     SmokeModule(
         "batch_prefill_fa2",
@@ -200,6 +224,7 @@ MODULES = [
         tier=WIDE,
         tests=_tests(*_batch_prefill_tests("fa2")),
         family="prefill",
+        name=_uri("batch_prefill"),
     ),
     SmokeModule(
         "batch_prefill_fa3",
@@ -209,6 +234,7 @@ MODULES = [
         tier=WIDE,
         tests=_tests(*_batch_prefill_tests("fa3")),
         family="hopper",
+        name=_uri("batch_prefill", "fa3"),
     ),
     SmokeModule(
         "batch_decode",
@@ -217,6 +243,7 @@ MODULES = [
         tier=WIDE,
         tests=_tests(_W + "test_batch_decode_paged"),
         family="decode",
+        name=_uri("batch_decode"),
     ),
     SmokeModule(
         "page",
@@ -225,10 +252,20 @@ MODULES = [
         tier=WIDE,
         tests=_tests(_W + "test_append_paged_kv_cache"),
         family="page",
+        name="page",  # gen_page_module: gen_jit_spec("page", ...), flashinfer/jit/page.py
     ),
-    SmokeModule("topk", "top_k", _topk, tier=WIDE, tests=_tests(_W + "test_top_k"), family="topk"),
+    SmokeModule(
+        "topk",
+        "top_k",
+        _topk,
+        tier=WIDE,
+        tests=_tests(_W + "test_top_k"),
+        family="topk",
+        name="topk",  # gen_topk_module: gen_jit_spec("topk", ...), flashinfer/jit/topk.py
+    ),
 ]
 BY_KEY = {m.key: m for m in MODULES}
+BY_NAME = {m.name: m for m in MODULES}
 
 
 def select(wide: bool, sm90: bool, abi: bool = False) -> list[SmokeModule]:

@@ -46,6 +46,7 @@ TREE = "fidev-tree.json"  # the tree's include/ and csrc/ files as last built
 # In a module's build folder:
 GENERATORS = ".fidev-generators.json"  # the tree's Python files that generated its sources
 CALL = ".fidev-generator-call.json"  # the call that made its JitSpec
+SMOKE_MODULE = ".fidev-smoke-module.json"  # its smoke module key, where smoke's tests built it (not `build`)
 INPUTS = ".fidev-inputs.json"  # its inputs' contents as built
 # In the vendored tree:
 RELEASE_FILES = ".fidev-release-files.json"  # what each file of the source release held

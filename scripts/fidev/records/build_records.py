@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from fidev.core.files import differs, file_fact, is_fact, load_json, write_whole
-from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, TREE
+from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, SMOKE_MODULE, TREE
 
 TREE_PARTS = ("include", "csrc")  # what FlashInfer's modules compile, besides 3rdparty/ and generated sources
 
@@ -111,6 +111,20 @@ def record_call(build_dir: Path, call: dict | None) -> None:
 
 def recorded_call(build_dir: Path) -> dict | None:
     return _read(build_dir / CALL, a_call)
+
+
+def record_smoke_module(build_dir: Path, key: str) -> None:
+    """A module smoke's tests built (the wide tier's, where `build --wide` did not; `build`'s stamps name
+    the modules it made): its smoke module key (fidev.builds.smoke_modules), so that `affected` takes
+    smoke's tests of it for its tests, as for the modules `build` made."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    _write(build_dir / SMOKE_MODULE, key)
+
+
+def smoke_module(build_dir: Path) -> str | None:
+    """The key record_smoke_module wrote, else None (none, or unreadable: then the module is taken for one
+    of FlashInfer's tests', whose recorded tests must run)."""
+    return _read(build_dir / SMOKE_MODULE, lambda data: isinstance(data, str))
 
 
 def add_module_tests(jit_dir: Path, report_lines: list[dict], whole: bool = False) -> None:
