@@ -265,6 +265,8 @@ def main() -> int:
     ws = workspace.read(pins().flashinfer)  # read once, here, and passed down
     if "--list" in ours:
         return suite.list_families(ws, kernel_source.mode())
+    # a path outside the tree's tests/ is bad usage, refused before the tree is looked for (where it has no suite)
+    suite.refuse_outside(selection, pins().source_dir / "tests")
     tests = suite.tests_dir()
     nodes = named(selection, tests)
     mode = apply_kernel_source()

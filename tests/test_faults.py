@@ -1131,6 +1131,8 @@ def test_upstream_tests_refuses_a_path_outside_its_tests(tmp_path):
     outside.parent.mkdir()
     outside.write_text("def test_x():\n    pass\n")
     expect(run_in(upstream_ws(tmp_path), "upstream_tests.py", outside), "upstream-outside", status=2)
+    # a usage error before the tree is looked for: the same, where there is no tree
+    expect(run_in(workspace(tmp_path / "no-tree"), "upstream_tests.py", outside), "upstream-outside", status=2)
 
 
 @fault("upstream-empty")

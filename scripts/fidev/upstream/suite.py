@@ -88,26 +88,49 @@ def refuse_blank(selection: list[str]) -> None:
             raise Failure(f"{item!r} names no kernel family and no path", NAMES_FIX, exit_status=USAGE)
 
 
+def _found(file: str, tests: Path) -> Path | None:
+    """What a path names, relative to the current folder, `tests` or the tree (the first where it
+    names something), resolved; None where it names nothing."""
+    for base in (Path.cwd(), tests, tests.parent):
+        if _exists(base / file):
+            return (base / file).resolve()
+    return None
+
+
+def _refuse_outside(item: str, found: Path, tests: Path) -> None:
+    if not found.is_relative_to(tests.resolve()):
+        raise Failure(
+            f"{item} is outside the tree's tests/ ({source_tree.shown(tests)}): upstream-tests runs "
+            "FlashInfer's own tests",
+            "name a family, or a file or node id under the tree's tests/",
+            exit_status=USAGE,
+        )
+
+
+def refuse_outside(selection: list[str], tests: Path) -> None:
+    """A usage error for a path that names something outside `tests`, the tree's tests/ (there or
+    not): checked before the tree is looked for, so that it shows whether or not the tree has the suite."""
+    for item in selection:
+        if item not in upstream_suites.BY_NAME:
+            found = _found(item.split("::")[0], tests)
+            if found is not None:
+                _refuse_outside(item, found, tests)
+
+
 def path_node(item: str, tests: Path) -> str:
     """A path (with its ::test part, if any), relative to the current folder, tests/ or the tree, as
     a node id under `tests`."""
     file = item.split("::")[0]
-    fix = NAMES_FIX
     refuse_blank([item])
-    for base in (Path.cwd(), tests, tests.parent):
-        if _exists(base / file):
-            found = (base / file).resolve()
-            if not found.is_relative_to(tests.resolve()):
-                raise Failure(
-                    f"{item} is outside the tree's tests/ ({source_tree.shown(tests)}): upstream-tests runs "
-                    "FlashInfer's own tests",
-                    "name a family, or a file or node id under the tree's tests/",
-                    exit_status=USAGE,
-                )
-            return str(found) + item[len(file) :]
-    raise Failure(
-        f"{item!r} is neither a kernel family nor a path under {source_tree.shown(tests)}", fix, exit_status=USAGE
-    )
+    found = _found(file, tests)
+    if found is None:
+        raise Failure(
+            f"{item!r} is neither a kernel family nor a path under {source_tree.shown(tests)}",
+            NAMES_FIX,
+            exit_status=USAGE,
+        )
+    _refuse_outside(item, found, tests)
+    return str(found) + item[len(file) :]
 
 
 def pytest_options(tests: Path) -> tuple[str, ...]:
