@@ -64,7 +64,8 @@ def parse_args() -> argparse.Namespace:
         "--dtype",
         default="f16",
         type=option(dtype),
-        help="q, kv and o dtype: f16, bf16, e4m3, e5m2 (torch names work too; default f16)",
+        help="q, kv and o dtype: f16 or bf16 (torch names work too; default f16); fp8 (e4m3, e5m2) goes to "
+        "--dtype-kv, or to --dtype-q and --dtype-kv with --backend fa3: no module has an fp8 output",
     )
     parser.add_argument("--dtype-q", type=option(dtype), help="q dtype only (default: --dtype)")
     parser.add_argument("--dtype-kv", type=option(dtype), help="kv dtype only (default: --dtype)")
@@ -122,8 +123,8 @@ def config_of(args: argparse.Namespace) -> uris.AttentionConfig:
             args.logits_soft_cap,
             args.fp16_qk_reduction,
         )
-    except ValueError as e:
-        raise Failure(str(e), ACCEPTED, exit_status=USAGE) from e
+    except ValueError as e:  # uris.Refused names the options FlashInfer has a module for
+        raise Failure(str(e), getattr(e, "fix", ACCEPTED), exit_status=USAGE) from e
     return config
 
 

@@ -820,6 +820,27 @@ def test_fp8_queries_on_fa2():
     expect(run("module_uri.py", "single_prefill", "--dtype", "e4m3", "--dtype-o", "f16"), "uri-fp8-fa2", status=2)
 
 
+@fault("uri-fp8-output")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["single_prefill", "--dtype", "float8_e4m3fn"],  # fa2: the output is said first, not fp8 queries
+        ["single_prefill", "--backend", "fa3", "--dtype", "e4m3"],
+        ["single_decode", "--dtype", "e4m3"],
+        ["batch_prefill", "--dtype-o", "e4m3"],
+    ],
+)
+def test_an_fp8_output(args):
+    expect(run("module_uri.py", *args), "uri-fp8-output", status=2)
+
+
+@fault("uri-fp8-fa3-kv")
+@pytest.mark.parametrize("kind", ["single_prefill", "batch_prefill"])
+def test_fp8_queries_on_fa3_with_16_bit_kv(kind):
+    args = ["--backend", "fa3", "--dtype-q", "e4m3", "--dtype-kv", "f16"]
+    expect(run("module_uri.py", kind, *args), "uri-fp8-fa3-kv", status=2)
+
+
 @fault("uri-dtype-idx")
 def test_an_index_dtype_that_is_not_one():
     expect(run("module_uri.py", "batch_prefill", "--dtype-idx", "bf16"), "uri-dtype-idx", status=2)

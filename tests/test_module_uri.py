@@ -31,6 +31,11 @@ TAIL = "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_Fa
             AttentionConfig("single_decode", dtype_kv="float8_e4m3fn"),
             f"single_decode_with_kv_cache_dtype_q_f16_dtype_kv_e4m3_dtype_o_f16_{TAIL}",
         ),
+        (  # fa3's fp8 kernel: fp8 q and kv, a 16-bit output, as FlashInfer's release builds it (flashinfer/aot.py)
+            AttentionConfig("batch_prefill", backend="fa3", dtype_q="float8_e4m3fn", dtype_kv="e4m3", dtype_o="bf16"),
+            "batch_prefill_with_kv_cache_dtype_q_e4m3_dtype_kv_e4m3_dtype_o_bf16_dtype_idx_i32_"
+            f"{TAIL}_f16qk_False_sm90",
+        ),
         (
             AttentionConfig("batch_decode", head_dim_qk=64, head_dim_vo=64, posenc=1, use_logits_cap=True),
             "batch_decode_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_dtype_idx_i32_"
@@ -66,3 +71,22 @@ def test_cli_says_where_the_installed_jit_cache_stands():
 )
 def test_cli_refuses_configurations_flashinfer_has_no_module_for(args, problem):
     two_line_failure(run("module_uri.py", *args), problem, status=2)  # what it refuses is what it was given: bad usage
+
+
+def test_the_fp8_refusals_name_options_that_work():
+    """Each fp8 refusal's fix names options; given them, module-uri names the module (FlashInfer 0.6.3's
+    flashinfer/jit/attention/modules.py and its fp8 kernels: fp8 q on fa3 with fp8 kv, no fp8 output)."""
+    steps = [
+        (["single_prefill", "--dtype", "e5m2"], "--dtype-o f16"),
+        (["single_prefill", "--dtype", "e5m2", "--dtype-o", "f16"], "--backend fa3"),
+        (["single_prefill", "--backend", "fa3", "--dtype-q", "e5m2"], "--dtype-kv e5m2"),
+    ]
+    for args, told in steps:
+        done = run("module_uri.py", *args)
+        two_line_failure(done, "e5m2", status=2)
+        assert told in done.stderr.splitlines()[-1], done.stderr
+    done = run("module_uri.py", "single_prefill", "--backend", "fa3", "--dtype", "e5m2", "--dtype-o", "f16")
+    assert done.returncode == 0 and "dtype_q_e5m2_dtype_kv_e5m2_dtype_o_f16_" in done.stdout, done.stderr
+    assert done.stdout.strip().endswith("_sm90")
+    done = run("module_uri.py", "single_prefill", "--dtype-kv", "e5m2")  # an fp8 KV cache alone runs on fa2
+    assert done.returncode == 0 and "dtype_q_f16_dtype_kv_e5m2_dtype_o_f16_" in done.stdout, done.stderr

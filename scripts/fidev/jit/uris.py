@@ -45,6 +45,14 @@ OUTPUT_DTYPES = ("f16", "bf16")
 INDEX_DTYPES = ("i32",)  # the page and index arrays are int32 (IdType) in every attention binding
 
 
+class Refused(ValueError):
+    """A configuration FlashInfer has no module for, with the options that name one it has."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(problem)
+        self.fix = fix
+
+
 def dtype(name: str) -> str:
     """FlashInfer's name of a dtype, from that name or torch's (float16 -> f16)."""
     if name not in DTYPES:
@@ -119,12 +127,7 @@ class AttentionConfig:
                 raise ValueError(
                     f"{field} {getattr(self, field)} is not an attention dtype ({', '.join(ATTENTION_DTYPES)})"
                 )
-        if self.backend == "fa2" and self.kind.endswith("prefill") and self.dtype_q in FP8:
-            # flashinfer/jit/attention/modules.py:
-            # `assert not fp8_enabled, "fp8 tensor core is not supported in fa2 backend"`
-            raise ValueError(
-                f"fa2 has no fp8 ({self.dtype_q}) queries: FlashInfer asserts against it; use --backend fa3"
-            )
+        self._check_fp8()
         if self.dtype_o not in OUTPUT_DTYPES:
             raise ValueError(f"dtype_o {self.dtype_o} is not an output dtype ({', '.join(OUTPUT_DTYPES)})")
         if self.dtype_idx not in INDEX_DTYPES:
@@ -142,6 +145,42 @@ class AttentionConfig:
                 raise ValueError(
                     f"fa3 has no head dims {pair[0]}/{pair[1]}: it takes 64, 128 or 256 for both, or 192/128"
                 )
+
+    def _check_fp8(self):
+        """fp8 as FlashInfer 0.6.3 builds it. Its get_*_uri name fp8 for q, kv and o alike
+        (filename_safe_dtype_map, flashinfer/jit/utils.py); what its modules take: fp8 queries on fa3
+        prefill alone, with fp8 KV; no fp8 output. An fp8 KV cache with 16-bit queries is named
+        (fa2 and decode build it; on fa3 the release's flashinfer/aot.py builds none, and this does
+        not refuse it)."""
+        if self.dtype_o in FP8:
+            # gen_batch_prefill_module: `assert dtype_o not in [torch.float8_e4m3fn, torch.float8_e5m2]`; the
+            # release's modules (flashinfer/aot.py, gen_fa2/gen_fa3) write f16 or bf16 whatever q and kv are
+            raise Refused(
+                f"dtype_o {self.dtype_o}: FlashInfer 0.6.3 has no fp8 attention output (gen_batch_prefill_module, "
+                "flashinfer/jit/attention/modules.py, asserts 'FP8 output is not supported in fa2/fa3 backends yet'; "
+                "its release's modules, flashinfer/aot.py, write f16 or bf16)",
+                f"--dtype sets q, kv and o: keep o 16-bit (--dtype-o f16 or bf16), or give {self.dtype_o} to the "
+                f"KV cache alone (--dtype-kv {self.dtype_o})",
+            )
+        if self.backend == "fa2" and self.kind.endswith("prefill") and self.dtype_q in FP8:
+            # gen_single_prefill_module and gen_batch_prefill_module (flashinfer/jit/attention/modules.py):
+            # `assert not fp8_enabled, "fp8 tensor core is not supported in fa2 backend"`, fp8_enabled = dtype_q fp8
+            raise Refused(
+                f"fa2 has no fp8 ({self.dtype_q}) queries: gen_{self.kind}_module asserts 'fp8 tensor core is not "
+                "supported in fa2 backend' (flashinfer/jit/attention/modules.py)",
+                f"fp8 queries run on fa3 with fp8 KV (--backend fa3 --dtype {self.dtype_q} --dtype-o f16); on fa2 "
+                f"give {self.dtype_q} to the KV cache alone (--dtype-kv {self.dtype_q})",
+            )
+        if self.backend == "fa3" and self.dtype_q in FP8 and self.dtype_kv not in FP8:
+            # the fp8 kernels' FP8AttentionKernelTraits (single and batch), in
+            # include/flashinfer/attention/hopper/quantization/kernel_traits.cuh: TranposeTraits_64x64<..., DTypeKV,
+            # ...> holds `static_assert(cutlass::sizeof_bits_v<TransElement> == 8)`
+            raise Refused(
+                f"fa3's fp8 kernel takes fp8 ({self.dtype_q}) queries with fp8 KV only, not {self.dtype_kv}: its "
+                "FP8AttentionKernelTraits (include/flashinfer/attention/hopper/quantization/kernel_traits.cuh) "
+                "asserts an 8-bit KV at compile time",
+                f"give the KV cache {self.dtype_q} too (--dtype-kv {self.dtype_q})",
+            )
 
 
 def fields(config: AttentionConfig) -> list[str]:
