@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import home_guard
 from checkout import checkout_state, guards_checkout, left_in_checkout
 from fidev.core import workspace
 from fidev.core.failure import Failure
@@ -34,13 +35,9 @@ _USERS = {}  # the user's values of _REDIRECTED before the redirect; None: unset
 
 def _snapshot(caches):
     # upstream-tests' run folders are left out: `affected` runs smoke's tests in this session while
-    # FlashInfer's run beside them and write theirs (the CPU tests' go to the scratch base)
-    return {
-        str(p): (p.stat().st_mtime_ns if p.exists() else None)
-        for c in caches
-        for p in [c, *(c.rglob("*") if c.is_dir() else [])]
-        if workspace.RUNS not in p.parts
-    }
+    # FlashInfer's run beside them and write theirs (the CPU tests' go to the scratch base); and its
+    # modules build meanwhile, so the walk takes a path removed while it reads as absent (home_guard)
+    return home_guard.snapshot(caches, workspace.RUNS)
 
 
 def pytest_configure(config):
@@ -58,9 +55,7 @@ def pytest_sessionfinish(session, exitstatus):
     before = getattr(session.config, "_fidev_home_caches", None)
     if before is None:
         return
-    still = {path: mtime for path, mtime in before.items() if any(Path(path).is_relative_to(c) for c in _GUARDED)}
-    # by path alone: a path made or removed pairs an mtime with None, which do not compare
-    changed = sorted(set(_snapshot(_GUARDED).items()) ^ set(still.items()), key=lambda item: item[0])
+    changed = home_guard.changed(before, _snapshot(_GUARDED), _GUARDED)
     shutil.rmtree(os.environ.pop("FIDEV_TEST_SCRATCH"), ignore_errors=True)
     if changed:
         print(

@@ -81,7 +81,11 @@ def ws(tmp_path):
         (root / "tests" / suite / "test_probe.py").write_text(PROBE)
     shutil.copy(ROOT / "tests" / "conftest.py", root / "tests")
     (root / "tests" / "support").mkdir()
-    for support in ("gpu_checks.py", "checkout.py"):  # what the suites and tests/conftest.py import of tests/support
+    for support in (
+        "gpu_checks.py",
+        "checkout.py",
+        "home_guard.py",
+    ):  # what the suites and tests/conftest.py import of tests/support
         shutil.copy(ROOT / "tests" / "support" / support, root / "tests" / "support")
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
