@@ -495,6 +495,24 @@ CITED = [
     ("flashinfer/jit/attention/modules.py", "gen_single_decode_module", "gen_customize_single_decode_module("),
     ("flashinfer/jit/attention/modules.py", "gen_customize_batch_decode_module", '"batch_decode.cu"'),
     ("flashinfer/jit/norm.py", "gen_norm_module", "norm.cu"),
+    # fidev.jit.uris: the fp8 rules module-uri holds its configurations to
+    ("flashinfer/jit/utils.py", "filename_safe_dtype_map", 'torch.float8_e4m3fn: "e4m3"'),
+    *[
+        (
+            "flashinfer/jit/attention/modules.py",
+            f"gen_{kind}_module",
+            '"fp8 tensor core is not supported in fa2 backend"',
+        )
+        for kind in ("single_prefill", "batch_prefill")
+    ],
+    ("flashinfer/jit/attention/modules.py", "gen_batch_prefill_module", "FP8 output is not supported in fa2/fa3"),
+    ("flashinfer/aot.py", "gen_fa2", "return  # fp8 tensor cores not supported in fa2"),
+    ("flashinfer/aot.py", "gen_attention", "f16_dtype_ + f8_dtype_,\n            f16_dtype_,"),  # fa3: a 16-bit o
+    (
+        "include/flashinfer/attention/hopper/quantization/kernel_traits.cuh",
+        "static_assert(cutlass::sizeof_bits_v<TransElement> == 8);",
+        "TranposeTraits_64x64<TileShape_QKD, DTypeKV, NUM_STAGES>",
+    ),
     *[
         (f"flashinfer/jit/{name}.py", f"gen_{name}_module", "gen_jit_spec(")
         for name in ("sampling", "topk", "page", "rope", "cascade", "quantization")
