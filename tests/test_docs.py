@@ -3,6 +3,7 @@ a URL names a file of the workspace and, with `#anchor`, a heading of that file 
 lowercase, punctuation dropped, spaces to hyphens, a repeated heading numbered -1, -2, ...)."""
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,58 @@ def test_every_doc_the_code_points_to_has_the_section_it_names():
                 if not doc.is_file() or (section and not any(section in h for h in headings)):
                     stale.append(f"{path.relative_to(ROOT)}:{n}: docs/{page}" + (f', "{section}"' if section else ""))
     assert stale == [], stale
+
+
+def said_exceptions() -> set[str]:
+    """The variables faults.md says an empty value is not unset for: each `NAME=` of its list."""
+    text = (ROOT / "docs/faults.md").read_text()
+    start = text.index("An empty environment variable counts as unset")
+    return set(re.findall(r"^- `([A-Z_]+)=`", text[start : text.index("| id |", start)], flags=re.M))
+
+
+def empty_is_not_unset(monkeypatch, tmp_path) -> dict[str, bool]:
+    """For each variable faults.md excepts, whether the code does take an empty value otherwise than unset."""
+    from fidev.builds import build_stamp
+    from fidev.core import workspace
+    from fidev.jit import compile_cache, kernel_source
+    from fidev.upstream import runs
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(build_stamp, "_gpu_uuids", lambda: None)  # no driver: the arch list alone decides
+    monkeypatch.setenv("FLASHINFER_CUDA_ARCH_LIST", "")
+    arch_list_set = build_stamp.fingerprint({}, tmp_path, kernel_source.VENDORED) is not None
+    monkeypatch.delenv("FLASHINFER_CUDA_ARCH_LIST")
+    return {
+        "FLASHINFER_WORKSPACE_BASE": workspace.base({"FLASHINFER_WORKSPACE_BASE": ""}) == Path("."),
+        "FLASHINFER_NVCC": compile_cache.check({compile_cache.VARIABLE: ""})[0] == "fail",
+        "CUDA_VISIBLE_DEVICES": runs.host_gpus() == [],
+        "FLASHINFER_CUDA_ARCH_LIST": arch_list_set
+        and build_stamp.fingerprint({}, tmp_path, kernel_source.VENDORED) is None,
+    }
+
+
+def empty_is_unset(monkeypatch) -> dict[str, bool]:
+    """Some of the other variables the scripts read: an empty value is the unset one."""
+    from fidev.bindings import wheel_cache
+    from fidev.jit import jit_toolchain, kernel_source
+    from fidev.upstream import settings, suite
+
+    for name in ("FLASHINFER_DEV_KERNEL_SOURCE", "FLASHINFER_RS_CACHE_DIR", "PYTHONPATH"):
+        monkeypatch.setenv(name, "")
+    return {
+        "FLASHINFER_DEV_KERNEL_SOURCE": kernel_source.mode() == kernel_source.AUTO,
+        "FLASHINFER_RS_CACHE_DIR": wheel_cache.cache_dir() == Path.home() / ".cache" / "flashinfer-rs",
+        "PYTHONPATH": suite.scripts_path() == str(ROOT / "scripts"),
+        "CUDA_HOME": jit_toolchain.cuda_home({"CUDA_HOME": "", "CUDA_PATH": "/opt/cuda"})
+        == (Path("/opt/cuda"), "CUDA_PATH"),
+        "FIDEV_UPSTREAM_*": settings.Settings.read({v: "" for v in settings.VARIABLES.values()}) == settings.Settings(),
+    }
+
+
+def test_an_empty_variable_is_what_faults_md_says(monkeypatch, tmp_path):
+    """faults.md: an empty variable counts as unset, but for the few it lists, where FlashInfer or CUDA
+    read it otherwise: the list is exactly the exceptions checked here, and the code does as it says."""
+    excepted = empty_is_not_unset(monkeypatch, tmp_path)
+    assert said_exceptions() == set(excepted)
+    assert [name for name, holds in excepted.items() if not holds] == []
+    assert [name for name, holds in empty_is_unset(monkeypatch).items() if not holds] == []

@@ -489,6 +489,9 @@ CITED = [
     ("flashinfer/jit/env.py", "FLASHINFER_BASE_DIR", "FLASHINFER_WORKSPACE_BASE"),  # tests/conftest.py
     ("flashinfer/jit/env.py", "FLASHINFER_JIT_DIR", "cached_ops"),
     ("flashinfer/jit/cpp_ext.py", "generate_ninja_build_for_op", "-c $in -o $out"),  # fidev.records.ninja_inputs
+    # docs/faults.md: what an empty variable is to FlashInfer (FLASHINFER_WORKSPACE_BASE's is above)
+    ("flashinfer/jit/cpp_ext.py", "generate_ninja_build_for_op", 'os.environ.get("FLASHINFER_NVCC", "$cuda_home'),
+    ("flashinfer/compilation_context.py", "CompilationContext.__init__", '"FLASHINFER_CUDA_ARCH_LIST" in os.environ'),
     ("flashinfer/jit/activation.py", "activation_templ", "#include <flashinfer/activation.cuh>"),  # fidev.tree.families
     ("flashinfer/jit/activation.py", "silu_def_cu_str", "__expf(-val)"),
     ("flashinfer/jit/activation.py", "gelu_def_cu_str", "::erf(val * kAlpha)"),
