@@ -568,6 +568,8 @@ def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_
     )
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own: kept
     assert processes({"tests/utils/test_norm.py": 2705}, file_times) == (["--per-gpu", "8"], {})
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # empty counts as unset (docs/faults.md): the cores are shared
+    assert processes({"tests/utils/test_norm.py": 2705}, file_times) == (["--per-gpu", "8"], {"OMP_NUM_THREADS": "4"})
 
 
 def test_a_build_keeps_the_generator_call_of_the_process_that_made_the_jitspec(ws, monkeypatch):

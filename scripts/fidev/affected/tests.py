@@ -203,7 +203,8 @@ def processes(cases_per_file: dict[str, int], file_times: Path) -> tuple[list[st
     cpus = os.cpu_count() or 1
     largest = max((math.ceil(n / split[f]) for f, n in cases_per_file.items()), default=0)
     n = max(1, min(MAX_PROCESSES, cpus // (2 * at_once), math.ceil(largest / CASES_PER_PROCESS)))
-    env = {} if THREADS in os.environ else {THREADS: str(max(1, cpus // (at_once * n)))}
+    # the user's own value kept; an empty one is unset (OpenMP reads it so: every core to each process)
+    env = {} if os.environ.get(THREADS) else {THREADS: str(max(1, cpus // (at_once * n)))}
     return (["--per-gpu", str(n)] if n > 1 else []), env
 
 
