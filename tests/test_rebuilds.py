@@ -134,9 +134,9 @@ def test_the_compile_log_counts_each_object_a_run_compiled_and_names_one_compile
 
 def test_a_dry_runs_records_add_to_what_is_known_and_a_runs_say_what_a_test_needs_now(tmp_path):
     """fidev.records.build_records.add_module_tests: the plan's dry run names only the first module a
-    test loads, so where the record names it already, what it knows beyond stays; where it does not,
-    the test loads something else now. A run's name every module its tests loaded (whole): they say
-    what those tests need."""
+    test loads, so where the record names it already, what it knows beyond stays; of a test a run
+    recorded it only adds. A run's name every module its tests loaded (whole): they say what those
+    tests need."""
     from fidev.records import build_records
 
     jit_dir = tmp_path / "90" / "cached_ops"
@@ -148,10 +148,40 @@ def test_a_dry_runs_records_add_to_what_is_known_and_a_runs_say_what_a_test_need
     build_records.add_module_tests(jit_dir, [line(case, "page"), line(case, "silu"), line(other, "rope")], whole=True)
     build_records.add_module_tests(jit_dir, [line(case, "page")])  # a dry run: the first module alone
     assert build_records.module_tests(jit_dir) == {"page": [case], "rope": [other], "silu": [case]}
-    build_records.add_module_tests(jit_dir, [line(other, "norm")])  # a dry run: it loads another module first now
-    assert build_records.module_tests(jit_dir) == {"norm": [other], "page": [case], "silu": [case]}
+    build_records.add_module_tests(jit_dir, [line(other, "norm")])  # a dry run: a module the run found loaded
+    assert build_records.module_tests(jit_dir) == {"norm": [other], "page": [case], "rope": [other], "silu": [case]}
     build_records.add_module_tests(jit_dir, [line(case, "norm")], whole=True)  # a run: what it needs now
-    assert build_records.module_tests(jit_dir) == {"norm": [case, other]}
+    assert build_records.module_tests(jit_dir) == {"norm": [case, other], "rope": [other]}
+
+
+def test_a_dry_run_only_adds_to_what_a_run_recorded_of_a_test(tmp_path):
+    """A run records no module a case found loaded already (an earlier case of its process loaded
+    `page`, FlashInfer's functools cache kept it), so a later dry run, whose first module is `page`,
+    must not take `page` for all the test needs: the test stays recorded for its own module, which
+    affected's sample must exercise. (On the H200 a restore failed where the dry run had dropped them.)"""
+    from fidev.records import build_records
+
+    jit_dir = tmp_path / "90" / "cached_ops"
+    first, second = "tests/t.py::test_a[1]", "tests/t.py::test_a[2]"
+
+    def line(test, module):
+        return {"test_name": test, "module_name": module, "spec_info": "None"}
+
+    run = [line(first, "page"), line(first, "prefill_alibi"), line(second, "prefill_rope")]  # page cached for second
+    build_records.add_module_tests(jit_dir, run, whole=True)
+    build_records.add_module_tests(jit_dir, [line(first, "page"), line(second, "page")])  # the dry run's firsts
+    assert build_records.module_tests(jit_dir) == {
+        "page": [first, second],
+        "prefill_alibi": [first],
+        "prefill_rope": [second],
+    }
+    unrun = "tests/t.py::test_b"  # no run recorded it: a dry run's first module that differs replaces it
+    build_records.add_module_tests(jit_dir, [line(unrun, "rope")])
+    build_records.add_module_tests(jit_dir, [line(unrun, "norm")])
+    assert build_records.module_tests(jit_dir)["norm"] == [unrun] and "rope" not in build_records.module_tests(jit_dir)
+    assert build_records.tests_ran(jit_dir) == {first, second}
+    (jit_dir.parent / "fidev-module-tests-ran.json").write_text("{not json")
+    assert build_records.tests_ran(jit_dir) == set(), "unreadable: every test as one no run recorded"
 
 
 def test_a_build_that_ran_any_command_is_recorded_however_fast(tmp_path, monkeypatch):

@@ -42,6 +42,7 @@ AFFECTED_LOCK = (
 )
 # In a JIT dir (<version>/<archs>/cached_ops):
 MODULE_TESTS = "fidev-module-tests.json"  # which of FlashInfer's tests asked for which module
+MODULE_TESTS_RAN = "fidev-module-tests-ran.json"  # the tests whose entries there a run wrote (not a dry run)
 TREE = "fidev-tree.json"  # the tree's include/ and csrc/ files as last built
 # In a module's build folder:
 GENERATORS = ".fidev-generators.json"  # the tree's Python files that generated its sources

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from fidev.core.files import differs, file_fact, is_fact, load_json, write_whole
-from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, SMOKE_MODULE, TREE
+from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, MODULE_TESTS_RAN, SMOKE_MODULE, TREE
 
 TREE_PARTS = ("include", "csrc")  # what FlashInfer's modules compile, besides 3rdparty/ and generated sources
 
@@ -130,31 +130,41 @@ def smoke_module(build_dir: Path) -> str | None:
 def add_module_tests(jit_dir: Path, report_lines: list[dict], whole: bool = False) -> None:
     """Merge records (FlashInfer's JIT-report objects: test_name, module_name) into the JIT dir's
     record of which tests need each module. A run's records (`whole`: every module each test it ran
-    loaded) say what those tests need now, not what an earlier record said. A dry run's name only the
-    first module each test loads (FlashInfer's MissingJITCacheError ends the test there): where the
-    record already names that module for the test, what it knows beyond is kept; where not, the test
-    loads something else now, and the dry run's say what it needs. A warmup's records
-    (fidev.upstream.plugin marks them) name the test that happened to come first, not one that needs
-    the module, and are left out."""
-    target = jit_dir.parent / MODULE_TESTS
+    loaded) say what those tests need now, not what an earlier record said; the tests they name are
+    kept as ran (MODULE_TESTS_RAN). A dry run's name only the first module each test asks for
+    (FlashInfer's MissingJITCacheError ends the test there). Of a test a run recorded, a dry run's only
+    add: a run records no module a case found loaded already (FlashInfer's functools caches: an earlier
+    case of the process loaded it, `page` for most attention cases), so the first module a dry run
+    names may be missing there for good reason. Of a test no run recorded: where the record names that
+    module already, what it knows beyond is kept; where not, the test loads something else now, and the
+    dry run's say what it needs. A warmup's records (fidev.upstream.plugin marks them) name the test
+    that happened to come first, not one that needs the module, and are left out."""
     said: dict[str, set[str]] = {}
     for entry in report_lines:
         name, test = entry.get("module_name"), entry.get("test_name")
         if name and test and name != "unknown" and not entry.get("warmup"):
             said.setdefault(test, set()).add(name)
-    known = module_tests(jit_dir)
+    known, ran = module_tests(jit_dir), tests_ran(jit_dir)
     before: dict[str, set[str]] = {}
     for name, tests in known.items():
         for test in tests:
             before.setdefault(test, set()).add(name)
-    replaced = {test for test, names in said.items() if whole or not names <= before.get(test, set())}
+    replaced = {t for t, names in said.items() if whole or (t not in ran and not names <= before.get(t, set()))}
     merged = {name: [t for t in tests if t not in replaced] for name, tests in known.items()}
-    for test in sorted(replaced):
-        for name in said[test]:
+    for test in sorted(said):
+        for name in sorted(said[test] - (set() if test in replaced else before.get(test, set()))):
             merged.setdefault(name, []).append(test)
     merged = {name: tests for name, tests in merged.items() if tests}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _write(target, {name: sorted(tests) for name, tests in sorted(merged.items())})
+    jit_dir.parent.mkdir(parents=True, exist_ok=True)
+    if whole:
+        _write(jit_dir.parent / MODULE_TESTS_RAN, sorted(ran | set(said)))
+    _write(jit_dir.parent / MODULE_TESTS, {name: sorted(tests) for name, tests in sorted(merged.items())})
+
+
+def tests_ran(jit_dir: Path) -> set[str]:
+    """The tests a run recorded in the JIT dir's record (add_module_tests); none where unreadable."""
+    found = _read(jit_dir.parent / MODULE_TESTS_RAN, lambda data: isinstance(data, list))
+    return {t for t in found if isinstance(t, str)} if found else set()
 
 
 def module_tests(jit_dir: Path) -> dict[str, list[str]]:
