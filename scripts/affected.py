@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 import time
 
 from fidev.affected import built, changes, coverage, report, tests, verdict, verdicts
@@ -225,19 +226,28 @@ def build_and_test(
     args, found: built.Found, changed: changes.Changes, selection, kept: verdicts.Kept, dirs: dict
 ) -> tests.Outcome:
     """Rebuild the changed modules and run their tests (fidev.affected.tests); a run stopped mid-way is
-    no pass: each module with tests is kept `unfinished` with the inputs the rebuild records, as the
-    tests start, or as the build fails or is stopped, and so are the reached families' edits."""
+    no pass: each module with tests is kept `unfinished`, and so are the reached families' edits, before
+    the rebuild starts, again as each module is rebuilt (with the inputs its rebuild recorded, before any
+    test can load it: smoke's tests run beside the rebuild), and as the build ends, fails or is stopped."""
     to_build = [changed.specs.get(m.name, m) for m in found.modules if m.name in changed.changed]
     unfinished = {
         name: (dirs[name], "unfinished", sorted(chosen), [])
         for name in changed.changed
         if name in dirs and (chosen := selection.selectors({name}))
     }
+    writing = threading.Lock()  # the rebuild's threads keep each module as it is built
 
     def keep_unfinished() -> None:  # the reached families' tests build from the edited tree, and record it: kept too
-        kept.keep_gaps({}, changed.before, set(kept.gaps), verdict.reached_edits(selection, changed), "unfinished")
-        kept.record(unfinished)
+        with writing:
+            kept.keep_gaps({}, changed.before, set(kept.gaps), verdict.reached_edits(selection, changed), "unfinished")
+            kept.record(unfinished)
 
+    def keep_rebuilt(name: str) -> None:
+        if name in unfinished:
+            with writing:
+                kept.record({name: unfinished[name]})
+
+    keep_unfinished()
     try:
         return tests.build_and_test(
             to_build,
@@ -253,6 +263,7 @@ def build_and_test(
             found.mode,
             args.keep_going,
             tests.smoke_loaded(changed.changed, found.tier, selection.ours),
+            keep_rebuilt,
         )
     except (Failure, KeyboardInterrupt):
         keep_unfinished()

@@ -164,7 +164,7 @@ def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE):
     class Rebuilding:  # module_builds.Rebuild, built at once
         failure, ended, started = None, 2.0, 1.0
 
-        def __init__(self, to_build, then, say=None, first=frozenset()):
+        def __init__(self, to_build, then, say=None, first=frozenset(), rebuilt=None):
             given["rebuild"] = to_build
             self.stopped = threading.Event()
             then(self)
@@ -347,7 +347,8 @@ def test_smokes_tests_stopped_by_flashinfers_failure_leave_the_run_stopped(monke
     assert outcome.stopped and outcome.failed == set() and outcome.broken == [] and outcome.reruns == []
     assert (
         capsys.readouterr().out
-        == "affected: smoke's tests stopped: FlashInfer's tests failed first (--keep-going runs every test)\n"
+        == "affected: smoke's tests stopped: FlashInfer's tests or the rebuild failed first (--keep-going runs "
+        "every test)\n"
     )
 
 
@@ -697,7 +698,7 @@ def test_smokes_step_builds_what_its_tests_load_beside_them_and_stops_what_still
             self.stopped = True
 
     def ready_first(pairs, pending, stop):
-        given["order's stop"] = stop
+        given["order's stop"], given["pairs"] = stop, pairs
         return pending
 
     def run_ours(tests, wide, mode, stop=None, order=None):
@@ -705,25 +706,27 @@ def test_smokes_step_builds_what_its_tests_load_beside_them_and_stops_what_still
         return 0, set(), False
 
     monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [Spec(loaded[t]) for t in ours])
-    monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [])
+    monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [(tuple(ours), "rmsnorm")])
     monkeypatch.setattr(affected_tests.module_builds, "Ahead", Ahead)
     monkeypatch.setattr(affected_tests, "ready_first", ready_first)
     monkeypatch.setattr(affected_tests, "run_ours", run_ours)
     outcome = affected_tests.Outcome("built", 1.0, [])
-    affected_tests.ours_step(SMOKE, None, outcome, "auto", stop=never, building=lambda: {"norm"})
+    said = []
+    affected_tests.ours_step(SMOKE, None, outcome, "auto", stop=never, building=lambda: {"norm"}, say=said.append)
     assert given == {
         "built": ["rmsnorm"],
         "nice": 0,
         "after": None,
         "env": True,
         "order's stop": never,
+        "pairs": [(tuple(SMOKE), "rmsnorm")],
         "building while the tests ran": {"norm", "rmsnorm"},
     }
     assert aheads[0].stopped, "a build still running once the tests ended is stopped"
     assert capsys.readouterr().out == (
         "affected: 1 module(s) smoke's tests load and nothing built build side by side now: rmsnorm\n"
-        "affected: smoke's modules: still building\n"
     )
+    assert said == ["affected: smoke's modules: still building"], "said past smoke's capture, from its thread"
     assert outcome.failed == set() and outcome.broken == [] and not outcome.stopped
 
 

@@ -54,16 +54,18 @@ LOADED = [(("test_a.py::test_slow",), "slow"), (("test_b.py::test_fast",), "fast
 
 
 def run_in_order(tmp_path, monkeypatch, pending, stop=None, fail_plain=False):
-    """pytest.main here over test_a.py (test_slow loads `slow`, test_plain nothing) and test_b.py
-    (test_fast loads `fast`), with ready_first's loop and the collector: (status, the events written)."""
-    (tmp_path / "test_a.py").write_text(FILE_A)
-    (tmp_path / "test_b.py").write_text(FILE_B)
+    """pytest.main here over tests/test_a.py (test_slow loads `slow`, test_plain nothing) and tests/test_b.py
+    (test_fast loads `fast`), with ready_first's loop and the collector: (status, the events written). The
+    loaded pairs name tests as smoke_modules does, relative to tests/."""
+    (tmp_path / "tests").mkdir(exist_ok=True)  # node ids "tests/test_a.py::...", as under the checkout's root
+    (tmp_path / "tests/test_a.py").write_text(FILE_A)
+    (tmp_path / "tests/test_b.py").write_text(FILE_B)
     events = tmp_path / "events"
     monkeypatch.setenv("EVENTS", str(events))
     monkeypatch.setenv("FAIL_PLAIN", "1" if fail_plain else "0")
     monkeypatch.setattr(affected_tests, "WAIT_S", 0.01)
     plugins = [affected_tests.collector(stop), affected_tests.ready_first(LOADED, pending, stop)]
-    args = [str(tmp_path / "test_a.py"), str(tmp_path / "test_b.py"), "-q", "-p", "no:cacheprovider"]
+    args = [str(tmp_path / "tests/test_a.py"), str(tmp_path / "tests/test_b.py"), "-q", "-p", "no:cacheprovider"]
     status = pytest.main(
         [*args, "--import-mode=importlib", "--rootdir", str(tmp_path), *(["-x"] if stop else [])], plugins=plugins
     )
@@ -187,7 +189,7 @@ class Rebuilding:
     """module_builds.Rebuild still building when smoke's first test fails: it says it is built only if
     not stopped first."""
 
-    def __init__(self, to_build, then, say=None, first=frozenset()):
+    def __init__(self, to_build, then, say=None, first=frozenset(), rebuilt=None):
         self.then, self.stopped, self.failure, self.ended = then, threading.Event(), None, None
 
     def pending(self):
@@ -197,10 +199,10 @@ class Rebuilding:
         return 2.5
 
     def slowest(self):
-        return []
+        return [(1.5, "norm.cuda.o")]
 
     def wait(self):
-        self.ended = 3.0
+        self.ended, self.stopped_before_wait = 3.0, self.stopped.is_set()
 
     def stop(self):
         self.stopped.set()
@@ -216,7 +218,7 @@ def test_smokes_first_failure_stops_the_rebuild_still_running_and_keeps_its_modu
     monkeypatch.setattr(
         affected_tests,
         "start_rebuild",
-        lambda to_build, then, say, first: given.setdefault("rebuild", Rebuilding(to_build, then)),
+        lambda to_build, then, say, first, rebuilt: given.setdefault("rebuild", Rebuilding(to_build, then)),
     )
     monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
     monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: None)
@@ -236,7 +238,7 @@ def test_smokes_first_failure_stops_the_rebuild_still_running_and_keeps_its_modu
         True,
         "auto",
     )
-    assert given["rebuild"].stopped.is_set() and kept == ["unfinished"]
+    assert given["rebuild"].stopped_before_wait and kept == ["unfinished"], "it would wait for every module"
     assert outcome.built == "the rebuild stopped at the first failure, 2.5 s in" and outcome.build_s == 2.5
     assert outcome.stopped and outcome.failed == {"tests/smoke/test_kernels.py::test_rmsnorm"}
     assert "affected: the rebuild stopped at the first failure, 2.5 s in\n" in capsys.readouterr().out
@@ -249,7 +251,7 @@ def test_a_failed_rebuild_is_build_failed_after_smokes_tests(monkeypatch, capsys
 
     monkeypatch.setattr(affected_tests, "start_rebuild", Failed)
     monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
-    with pytest.raises(affected_tests.BuildFailed, match="the build of norm failed: the JIT build failed"):
+    with pytest.raises(affected_tests.BuildFailed, match="the build of norm failed: the JIT build failed") as failed:
         affected_tests.build_and_test(
             [SimpleNamespace(name="norm")],
             None,
@@ -263,7 +265,7 @@ def test_a_failed_rebuild_is_build_failed_after_smokes_tests(monkeypatch, capsys
             True,
             "auto",
         )
-    assert capsys.readouterr().out == "table\n"
+    assert capsys.readouterr().out == "table\n" and failed.value.fix == "read it"
 
 
 @needs_a_build
@@ -355,3 +357,146 @@ def test_smokes_session_and_affecteds_builds_beside_it_mark_the_smoke_modules_th
     )
     built(fresh, False, need_lock=False)
     assert marked == [fresh]
+
+
+def test_a_passing_run_waits_for_the_whole_rebuild_and_hands_each_step_its_part(monkeypatch):
+    """smoke's tests passed: the rebuild is not stopped before it ends (FlashInfer's tests wait for it);
+    the rebuild gets the screen's `say` and the modules smoke's tests load (`first`), smoke's order what the
+    rebuild still builds, and the rebuild's line names its slowest object."""
+    given, lines = {}, []
+
+    class Done(Rebuilding):
+        def __init__(self, to_build, then, say=None, first=frozenset(), rebuilt=None):
+            super().__init__(to_build, then)
+            given.update(say=say, first=first, rebuild=self)
+            then(self)
+
+    def run_ours(tests, wide, mode, stop=None, order=None):
+        given["order"] = order
+        return 0, set(), False
+
+    monkeypatch.setattr(affected_tests, "start_rebuild", Done)
+    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
+    monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: None)
+    monkeypatch.setattr(affected_tests, "screen", lambda: lines.append)
+    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
+    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
+    monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [(tuple(ours), "norm")])
+    monkeypatch.setattr(affected_tests, "ready_first", lambda loaded, pending, stop: (loaded, pending))
+    ours = ["smoke/test_kernels.py::test_rmsnorm"]
+    outcome = affected_tests.build_and_test(
+        [SimpleNamespace(name="norm")],
+        None,
+        ours,
+        [],
+        {},
+        {"norm": {}},
+        Path("times"),
+        lambda: "table",
+        lambda: None,
+        True,
+        "auto",
+        False,
+        frozenset({"norm"}),
+    )
+    assert not given["rebuild"].stopped_before_wait
+    assert given["say"] == lines.append and given["first"] == {"norm"}
+    loaded, pending = given["order"]
+    assert loaded == [(tuple(ours), "norm")] and pending() == {"norm"}, "the rebuild's modules still building"
+    assert outcome.built == "1 module(s) rebuilt in 2.5 s (slowest object 1.5 s)"
+    assert lines == ["affected: 1 module(s) rebuilt in 2.5 s (slowest object 1.5 s)"]
+
+
+@needs_a_build
+def test_each_module_is_kept_before_its_lock_is_let_go_and_a_failed_one_is_never_let_go_early(tmp_path):
+    """affected keeps each module `unfinished` as it is rebuilt, before a test can load it (a run killed
+    during smoke's tests then reruns it); a module whose build failed is the rebuild's failure at once,
+    stays pending and locked while the others build (no test loads its old library), and a stop after
+    that leaves the failure said."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    fast, broken, slow = (
+        SleepSpec(tmp_path, "fast", 0),
+        SleepSpec(tmp_path, "broken", 0, True),
+        SleepSpec(tmp_path, "slow", 4),
+    )
+    kept = []
+    rebuild = module_builds.Rebuild(
+        [fast, broken, slow],
+        lambda rebuilt: kept.append("all"),
+        lambda line: None,
+        rebuilt=lambda name: kept.append(
+            (name, lock_is_held(SimpleNamespace(lock_path=tmp_path / "tmp" / f"{name}.lock")))
+        ),
+    )
+    assert wait_until(lambda: rebuild.failure is not None)
+    assert "broken" in rebuild.failure.problem and ("fast", True) in kept, kept
+    assert {"broken", "slow"} <= rebuild.pending() and lock_is_held(broken), "no test may load broken's old library"
+    rebuild.stop()
+    rebuild.wait()
+    assert rebuild.failure is not None and "all" not in kept and not lock_is_held(broken)
+
+
+@needs_a_build
+def test_a_module_another_builder_held_is_built_again_under_its_lock_and_a_stop_ends_the_wait(tmp_path):
+    """build_or_wait waits for a module whose lock another builder holds, then runs ninja on it under the
+    lock: the other may have built it from older sources, so a library that exists is not taken as
+    current. Stopped meanwhile, it waits no longer and builds nothing."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    import os
+    import threading as th
+
+    from filelock import FileLock
+
+    spec = SleepSpec(tmp_path, "held", 0)
+    source = tmp_path / "held" / "s.cu"
+    source.write_text("new")
+    spec.ninja_path.write_text(
+        f"rule make\n  command = echo ran >> {tmp_path}/ran && touch $out\n"
+        f"build {spec.jit_library_path}: make {source}\n"
+    )
+    spec.jit_library_path.write_text("built by the other, from the older source")
+    os.utime(spec.jit_library_path, (1, 1))
+    spec.lock_path = tmp_path / "tmp" / "held.lock"
+    spec.lock_path.parent.mkdir(parents=True, exist_ok=True)
+    other = FileLock(spec.lock_path, thread_local=False)
+    taken = th.Event()
+
+    def hold(seconds):
+        other.acquire()
+        taken.set()
+        time.sleep(seconds)
+        other.release()
+
+    th.Thread(target=hold, args=(1.0,)).start()
+    taken.wait()
+    jit_lock = FileLock(tmp_path / "tmp" / "flashinfer_jit.lock", thread_local=False)
+    module_builds.build_or_wait([spec], lambda line: None, jit_lock)
+    assert (tmp_path / "ran").read_text() == "ran\n", "the library the other left was taken as current"
+    taken.clear()
+    th.Thread(target=hold, args=(5.0,)).start()
+    taken.wait()
+    stopped = th.Event()
+    th.Timer(0.3, stopped.set).start()
+    started = time.perf_counter()
+    module_builds.build_or_wait([spec], lambda line: None, jit_lock, stopped=stopped)
+    assert time.perf_counter() - started < 3, "the wait went on past the stop"
+
+
+def test_a_build_whose_inputs_ninja_cannot_list_is_left_with_no_record_not_an_empty_one(tmp_path, monkeypatch):
+    """An empty record would hide every later edit of the module's inputs from affected; ninja's deps
+    tool that could not run (PATH changed under it by tests in this process) leaves no record instead,
+    and the module's edits are told from ninja's mtimes."""
+    from fidev.records import ninja_inputs
+
+    module = tmp_path / "norm"
+    module.mkdir()
+    (module / ninja_inputs.STAMP).write_text('{"norm.o": {}}')
+
+    def no_ninja(*args, **kwargs):
+        raise FileNotFoundError("ninja")
+
+    monkeypatch.setattr(ninja_inputs.subprocess, "run", no_ninja)
+    ninja_inputs.record(module, module / "build.ninja")
+    assert not (module / ninja_inputs.STAMP).exists() and ninja_inputs.edited(module) is None
+    monkeypatch.setattr(ninja_inputs.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=1, stdout=""))
+    assert ninja_inputs.deps(module, module / "build.ninja") is None

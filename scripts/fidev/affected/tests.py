@@ -90,10 +90,10 @@ def ready_first(loaded: list[tuple[tuple[str, ...], str]], pending: Callable[[],
     beside it; `loaded`: (tests, module) pairs, as smoke_modules names them), the first such in
     pytest's order; while none is ready it waits. So a test of a module rebuilt early runs, and may be
     the first failure, while the others still build. A test that loads no module named is ready.
-    pytest's `nextitem`, which says which fixtures a test's teardown keeps, is the test ready then (else
-    the next in order); where another test runs next, what was kept for the one guessed and not needed is
-    torn down first (pytest's SetupState.teardown_exact, as the next test's teardown would have).
-    With `stop()` true, it waits for nothing (the collector ends the run). pytest is imported here."""
+    pytest's `nextitem`, which says which fixtures a test's teardown keeps, is a test ready as the test
+    before it starts, and that one runs next; where none is ready yet it is None, and every fixture is
+    torn down, to be set up again by the next test. With `stop()` true, it waits for nothing (the
+    collector ends the run). pytest is imported here."""
     import pytest
 
     class ReadyFirst:
@@ -123,14 +123,14 @@ def ready_first(loaded: list[tuple[tuple[str, ...], str]], pending: Callable[[],
                 return None  # pytest's own loop says it
             if session.config.option.collectonly:
                 return True
-            left, guessed = list(session.items), None
+            left, committed = list(session.items), None
             while left:
-                item = self.next_ready(left)
+                item = committed if committed is not None else self.next_ready(left)
                 left.remove(item)
-                if guessed is not None and item is not guessed:
-                    session._setupstate.teardown_exact(item)
-                guessed = (self.ready(left)[0] or left[0]) if left else None
-                item.config.hook.pytest_runtest_protocol(item=item, nextitem=guessed)
+                # the next test: one ready now, run next whatever else becomes ready meanwhile, so that the
+                # fixtures kept for it are its own; none ready yet: every fixture torn down, set up again next
+                committed = self.ready(left)[0] if left else None
+                item.config.hook.pytest_runtest_protocol(item=item, nextitem=committed)
                 if session.shouldfail:
                     raise session.Failed(session.shouldfail)
                 if session.shouldstop:
@@ -497,30 +497,46 @@ def unrecorded(tests: list[str], recorded: dict[str, list[str]]) -> list[str]:
     return sorted({t.split("::")[0] for t in tests} - named)
 
 
-def screen() -> Callable[[str], None]:
-    """A line said on this process's stdout as it is now, also while smoke's pytest session, which
+class Screen:
+    """Lines said on this process's stdout as it is now, also while smoke's pytest session, which
     captures file descriptor 1 between its tests, runs in this process: the rebuild's and the builds
     beside it, said from their threads meanwhile, are not swallowed. Where stdout has no descriptor
-    (a test's capture), print."""
-    try:
-        out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return lambda line: print(line, flush=True)
+    (a test's capture), print. close() lets its copy of the descriptor go."""
 
-    def say(line: str) -> None:
+    def __init__(self):
+        try:
+            self.out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            self.out = None
+
+    def __call__(self, line: str) -> None:
+        if self.out is None:
+            print(line, flush=True)
+            return
         sys.stdout.flush()
-        out.write(line.rstrip("\n") + "\n")
+        self.out.write(line.rstrip("\n") + "\n")
 
-    return say
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.close()
+
+
+def screen() -> Screen:
+    return Screen()
 
 
 def start_rebuild(
-    to_build: list, then: Callable, say: Callable[[str], None], first: frozenset[str]
+    to_build: list,
+    then: Callable,
+    say: Callable[[str], None],
+    first: frozenset[str],
+    rebuilt: Callable[[str], None] = lambda name: None,
 ) -> module_builds.Rebuild:
     """The changed modules' rebuild, started (fidev.builds.module_builds.Rebuild: each under its lock,
     held from now); `then(rebuild)` once all are built; `first`: the modules smoke's tests load, which
-    build first (smoke_loaded)."""
-    return module_builds.Rebuild(to_build, then, say, first)
+    build first (smoke_loaded); `rebuilt(name)` as each is built, before its lock is let go (affected
+    keeps it `unfinished` with the inputs its rebuild recorded)."""
+    return module_builds.Rebuild(to_build, then, say, first, rebuilt)
 
 
 def smoke_loaded(names, tier: dict[str, str], ours: list[str]) -> frozenset[str]:
@@ -669,9 +685,10 @@ def ours_step(
     finally:
         beside.stop()
     outcome.stopped |= unrun
-    if unrun and not bad:  # FlashInfer's tests failed first: their failures are the answer
+    if unrun and not bad:  # FlashInfer's tests, or the rebuild, failed first: that failure is the answer
         print(
-            "affected: smoke's tests stopped: FlashInfer's tests failed first (--keep-going runs every test)",
+            "affected: smoke's tests stopped: FlashInfer's tests or the rebuild failed first (--keep-going runs "
+            "every test)",
             flush=True,
         )
         return
@@ -708,6 +725,12 @@ def theirs_step(status: int, bad: set[str], unread: Failure | None, outcome: Out
         )
 
 
+def first_failure_elsewhere(rebuilding, run: FlashInferTests | None) -> Callable[[], bool]:
+    """What stops smoke's tests: a module's rebuild failed (its test would load the old library), or
+    FlashInfer's tests ended failing."""
+    return lambda: rebuilding.failure is not None or (run is not None and run.ended_failing())
+
+
 def stop_theirs(run: FlashInferTests, outcome: Outcome) -> bool:
     """FlashInfer's tests stopped, unrun: smoke's first failure is the answer."""
     run.stop()
@@ -730,6 +753,7 @@ def build_and_test(
     mode: str,
     keep_going: bool = False,
     first: frozenset[str] = frozenset(),
+    rebuilt: Callable[[str], None] = lambda name: None,
 ) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, and run smoke's tests
     here meanwhile, each once the modules it loads are rebuilt (the rebuild holds each module's lock
@@ -740,13 +764,13 @@ def build_and_test(
     the first failing test ends the run: smoke's stops the rebuild and FlashInfer's tests, and
     FlashInfer's first failing case ends theirs and smoke's. Each is stopped however the run ends."""
     run, selection = their_run(early, theirs, recorded, changed, file_times, sampled, 0 if keep_going else STOP_AFTER)
-    importing, their_status, their_failed, stopped_theirs, rebuilding = None, 0, set(), False, None
+    importing, their_status, their_failed, stopped_theirs, rebuilding, say = None, 0, set(), False, None, None
     outcome = Outcome("", 0.0, sorted(m.name for m in to_build))
     try:
         importing, say = import_meanwhile() if ours else None, screen()
-        rebuilding = start_rebuild(to_build, when_rebuilt(outcome, built, run, selection, say), say, first)
+        rebuilding = start_rebuild(to_build, when_rebuilt(outcome, built, run, selection, say), say, first, rebuilt)
         if ours:
-            stop = None if keep_going else (run.ended_failing if run else lambda: False)
+            stop = None if keep_going else first_failure_elsewhere(rebuilding, run)
             ours_step(ours, importing, outcome, mode, stop, rebuilding.pending, say)
         if outcome.failed and not keep_going:  # smoke's first failure is the answer: what still builds is stopped
             rebuilding.stop()
@@ -761,6 +785,8 @@ def build_and_test(
             rebuilding.stop()
         if run:
             run.stop()
+        if say is not None and hasattr(say, "close"):
+            say.close()
         if importing:  # not left importing torch while the interpreter exits (a failed build)
             importing.join(timeout=60)
     if theirs and not stopped_theirs:

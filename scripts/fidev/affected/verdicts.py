@@ -21,8 +21,9 @@ The file: fidev.core.workspace.VERDICTS in the version folder, {"schema": SCHEMA
 {"was", "families", "when", "result"}}, "judged": {file relative to the tree: its fact}}, written
 whole (a temporary file renamed); a file without `uncovered` keeps none, one without `judged` has
 judged nothing yet. A result is "passed", "failed", "not covered" (its tests passed in a run
-whose edit went untested: status 3) or "unfinished" (recorded once the rebuild is done, before
-FlashInfer's tests start, and where the build fails or is stopped: a run that does not end leaves that). `was`
+whose edit went untested: status 3) or "unfinished" (recorded before the rebuild, for each module as it
+is rebuilt, before a test can load it, once the rebuild is done, and where the build fails or is stopped: a
+run that does not end leaves that). `was`
 is fidev.core.files.file_fact's list, or null for a file the tree did not have; a file's `result`
 is "not covered" (the default, where it is absent), "failed", or "unfinished" (kept as the
 families' tests start, for a run that does not end)."""

@@ -152,12 +152,13 @@ def run_module_builds(
     on_done: Callable | None = None,
     env: dict | None = None,
     nice: int | Callable = 0,
+    on_failed: Callable | None = None,
 ) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
-    ends, built or not; `env`: ninja's environment (default: this process's); `nice`: start_ninja's,
-    or nice(spec) for each module's."""
+    ends, built or not, after `on_failed(spec, its first error)` where it failed; `env`: ninja's
+    environment (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
@@ -184,6 +185,8 @@ def run_module_builds(
                     say("  " + line.rstrip())
         if proc.wait() != 0:
             failures.append(f"{spec.name}: {first_error(output)}")
+            if on_failed is not None:
+                on_failed(spec, failures[-1])
         else:
             with printing:  # one read of the tree's Python files, shared
                 record_build(spec.build_dir, spec.ninja_path, generators)
@@ -399,16 +402,23 @@ def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
 ROUNDS = 3  # build_or_wait's: a module another builder left unbuilt is taken up again, this many times at most
 
 
-def build_or_wait(specs, say: Callable[[str], None], jit_lock, env: dict | None = None) -> None:
+def build_or_wait(
+    specs,
+    say: Callable[[str], None],
+    jit_lock,
+    env: dict | None = None,
+    running: list | None = None,
+    stopped: threading.Event | None = None,
+) -> None:
     """FlashInfer JitSpecs built side by side, each under its own lock as FlashInfer builds it, the
     builds under the JIT dir's lock (`jit_lock`, FlashInfer's build_jit_specs takes it); those whose
     lock another process holds (a build ahead of the tests, a test loading it) are that one's to build,
     waited for after the JIT dir's lock is let go (the build ahead of affected's tests holds its locks
-    until affected's rebuild, under that lock, is done), and built here where it left them unbuilt (a
-    failed build, a process stopped in it). Two ninjas never run in one module's folder. `env`: ninja's
-    environment (default: this process's as each starts)."""
-    from filelock import FileLock
-
+    until affected's rebuild, under that lock, is done), and then built here too: ninja, under the
+    module's lock, has nothing to do where the other built it from what the tree holds now, and builds
+    what it left unbuilt or built from older sources. Two ninjas never run in one module's folder.
+    `env`: ninja's environment (default: this process's as each starts); `running`: run_module_builds';
+    `stopped`: once set, no build starts and no wait goes on."""
     left = list(specs)
     for _ in range(ROUNDS):
         with jit_lock:
@@ -418,19 +428,34 @@ def build_or_wait(specs, say: Callable[[str], None], jit_lock, env: dict | None 
                 run_module_builds(
                     [spec for spec, _ in held.values()],
                     say,
+                    running,
                     on_done=lambda spec, held=held: release(held, spec.name),
                     env=env,
                 )
             finally:
                 for name in list(held):
                     release(held, name)
-        waited = [spec for spec in left if spec.name not in ours]
-        for spec in waited:
-            with FileLock(lock_path(spec), thread_local=False):  # until the other builder lets it go
-                pass
-        left = [spec for spec in waited if not spec.jit_library_path.exists()]
+        left = [spec for spec in left if spec.name not in ours]
+        for spec in left:
+            if not wait_for_lock(spec, stopped):
+                return
         if not left:
             return
+
+
+def wait_for_lock(spec, stopped: threading.Event | None) -> bool:
+    """Until the module's lock is free (another builder let it go); False where `stopped` was set first."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(lock_path(spec), thread_local=False)
+    while stopped is None or not stopped.is_set():
+        try:
+            lock.acquire(timeout=0.2)
+        except Timeout:
+            continue
+        lock.release()
+        return True
+    return False
 
 
 def jit_dir_lock(spec, file_lock):
@@ -504,14 +529,16 @@ class Rebuild:
         then: Callable,
         say: Callable[[str], None] = lambda line: print(line, flush=True),
         first: frozenset[str] = frozenset(),
+        rebuilt: Callable[[str], None] = lambda name: None,
     ):
         """`first`: the modules the first tests wait for (smoke's); where it names any, the others build
-        at AHEAD_NICE, so that those have the cores first."""
+        at AHEAD_NICE, so that those have the cores first. `rebuilt(name)`: as each module built, before
+        its lock is let go (what a test that loads it may act on is kept first)."""
         from filelock import FileLock  # what FlashInfer itself locks with (build_specs says where it is missing)
 
         self.specs, self.started, self.ended = list(specs), time.time(), None
         self.env = dict(os.environ)  # ninja's: the tests that run meanwhile in this process change this one's
-        self.first = first
+        self.first, self.rebuilt, self.failed = first, rebuilt, set()
         self.logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in self.specs}
         self.running: list = []
         self.stopped = threading.Event()
@@ -540,7 +567,17 @@ class Rebuild:
         """The modules still building (set() of a set is one step under CPython's GIL)."""
         return set(self.left)
 
+    def failed_one(self, spec, error: str) -> None:
+        """A module's build failed: the rebuild's failure from now (the run's stop reads it), and the
+        module stays pending, its lock held until the rebuild ends, so that no test loads its old library."""
+        self.failed.add(spec.name)
+        if self.failure is None and not self.stopped.is_set():
+            self.failure = Failure(f"the JIT build failed: {error[:300]}", BUILD_FAILED_FIX)
+
     def done_one(self, spec) -> None:
+        if spec.name in self.failed:
+            return
+        self.rebuilt(spec.name)
         release(self.held, spec.name)
         self.left.discard(spec.name)
 
@@ -553,6 +590,7 @@ class Rebuild:
                     say,
                     self.running,
                     on_done=self.done_one,
+                    on_failed=self.failed_one,
                     env=self.env,
                     nice=lambda spec: AHEAD_NICE if self.first and spec.name not in self.first else 0,
                 )
@@ -563,15 +601,15 @@ class Rebuild:
                     self.jit_lock.release()
             others = [spec for spec in self.specs if spec.name not in ours]
             if others and not self.stopped.is_set():
-                build_or_wait(others, say, self.jit_lock, self.env)
+                build_or_wait(others, say, self.jit_lock, self.env, self.running, self.stopped)
             if not self.stopped.is_set():
                 self.failure = missing_after(self.specs)
             self.ended = time.time()
             self.left.clear()
             if self.failure is None and not self.stopped.is_set():
                 then(self)
-        except Failure as failure:  # a compile failed; one stopped (the run ended) is no failure
-            if not self.stopped.is_set():
+        except Failure as failure:  # a compile failed (said as it failed); one stopped (the run ended) is no failure
+            if self.failure is None and not self.stopped.is_set():
                 self.failure = failure
         except BaseException as e:  # noqa: BLE001 (raised again by wait(), in the run's own thread)
             self.error = e

@@ -26,17 +26,21 @@ STAMP = INPUTS
 TIMEOUT_S = 60
 
 
-def deps(build_dir: Path, ninja_file: Path) -> dict[str, list[str]]:
-    """object -> its inputs, from ninja's deps log."""
+def deps(build_dir: Path, ninja_file: Path) -> dict[str, list[str]] | None:
+    """object -> its inputs, from ninja's deps log; None where ninja could not say (not started, timed
+    out, failed)."""
     try:
-        out = subprocess.run(
+        done = subprocess.run(
             ["ninja", "-C", str(build_dir), "-f", str(ninja_file), "-t", "deps"],
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,
-        ).stdout
+        )
     except (OSError, subprocess.TimeoutExpired):
-        return {}
+        return None
+    if done.returncode != 0:
+        return None
+    out = done.stdout
     found, current = {}, None
     for line in out.splitlines():
         if line and not line.startswith(" ") and ": #deps" in line:
@@ -53,7 +57,7 @@ def inputs(build_dir: Path, ninja_file: Path) -> set[str]:
     stamp = _recorded(build_dir)
     if stamp is not None:
         return {path for recorded in stamp.values() for path in recorded}
-    return {path for paths in deps(build_dir, ninja_file).values() for path in paths}
+    return {path for paths in (deps(build_dir, ninja_file) or {}).values() for path in paths}
 
 
 def _stat(path: str) -> list[int] | None:
@@ -66,7 +70,9 @@ def _stat(path: str) -> list[int] | None:
 
 def record(build_dir: Path, ninja_file: Path) -> None:
     """After a successful build: [mtime, size, sha256] of every input of every object, written
-    atomically (an input many objects share is read once)."""
+    atomically (an input many objects share is read once). Where ninja cannot list them (its deps
+    tool did not run: a PATH changed under it by tests in this process), the module is left with no
+    record, which `affected` reads as built without one (its inputs from ninja's deps log then)."""
     seen: dict[str, list] = {}
 
     def fact(path: str) -> list | None:
@@ -81,7 +87,11 @@ def record(build_dir: Path, ninja_file: Path) -> None:
             path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]
         }
 
-    stamp = {obj: facts(obj, inputs) for obj, inputs in deps(build_dir, ninja_file).items()}
+    found = deps(build_dir, ninja_file)
+    if found is None:  # no record rather than an empty one, which would hide every later edit of its inputs
+        (build_dir / STAMP).unlink(missing_ok=True)
+        return
+    stamp = {obj: facts(obj, inputs) for obj, inputs in found.items()}
     write_whole(build_dir / STAMP, json.dumps(stamp))
 
 
