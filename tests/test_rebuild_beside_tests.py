@@ -208,6 +208,24 @@ class Rebuilding:
         self.stopped.set()
 
 
+def norm_run(ours: list[str], built, *rest):
+    """build_and_test of one changed module, norm, with no test of FlashInfer's selected."""
+    return affected_tests.build_and_test(
+        [SimpleNamespace(name="norm")],
+        None,
+        ours,
+        [],
+        {},
+        {"norm": {}},
+        Path("times"),
+        lambda: "table",
+        built,
+        True,
+        "auto",
+        *rest,
+    )
+
+
 def test_smokes_first_failure_stops_the_rebuild_still_running_and_keeps_its_modules_unfinished(monkeypatch, capsys):
     given, kept = {}, []
 
@@ -225,19 +243,7 @@ def test_smokes_first_failure_stops_the_rebuild_still_running_and_keeps_its_modu
     monkeypatch.setattr(affected_tests, "run_ours", run_ours)
     monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
     monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [])
-    outcome = affected_tests.build_and_test(
-        [SimpleNamespace(name="norm")],
-        None,
-        ["smoke/test_kernels.py::test_rmsnorm"],
-        [],
-        {},
-        {"norm": {}},
-        Path("times"),
-        lambda: "table",
-        lambda: kept.append("unfinished"),
-        True,
-        "auto",
-    )
+    outcome = norm_run(["smoke/test_kernels.py::test_rmsnorm"], lambda: kept.append("unfinished"))
     assert given["rebuild"].stopped_before_wait and kept == ["unfinished"], "it would wait for every module"
     assert outcome.built == "the rebuild stopped at the first failure, 2.5 s in" and outcome.build_s == 2.5
     assert outcome.stopped and outcome.failed == {"tests/smoke/test_kernels.py::test_rmsnorm"}
@@ -252,19 +258,7 @@ def test_a_failed_rebuild_is_build_failed_after_smokes_tests(monkeypatch, capsys
     monkeypatch.setattr(affected_tests, "start_rebuild", Failed)
     monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
     with pytest.raises(affected_tests.BuildFailed, match="the build of norm failed: the JIT build failed") as failed:
-        affected_tests.build_and_test(
-            [SimpleNamespace(name="norm")],
-            None,
-            [],
-            [],
-            {},
-            {"norm": {}},
-            Path("times"),
-            lambda: "table",
-            lambda: None,
-            True,
-            "auto",
-        )
+        norm_run([], lambda: None)
     assert capsys.readouterr().out == "table\n" and failed.value.fix == "read it"
 
 
@@ -384,21 +378,7 @@ def test_a_passing_run_waits_for_the_whole_rebuild_and_hands_each_step_its_part(
     monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [(tuple(ours), "norm")])
     monkeypatch.setattr(affected_tests, "ready_first", lambda loaded, pending, stop: (loaded, pending))
     ours = ["smoke/test_kernels.py::test_rmsnorm"]
-    outcome = affected_tests.build_and_test(
-        [SimpleNamespace(name="norm")],
-        None,
-        ours,
-        [],
-        {},
-        {"norm": {}},
-        Path("times"),
-        lambda: "table",
-        lambda: None,
-        True,
-        "auto",
-        False,
-        frozenset({"norm"}),
-    )
+    outcome = norm_run(ours, lambda: None, False, frozenset({"norm"}))
     assert not given["rebuild"].stopped_before_wait
     assert given["say"] == lines.append and given["first"] == {"norm"}
     loaded, pending = given["order"]
