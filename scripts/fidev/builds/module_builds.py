@@ -514,10 +514,10 @@ def missing_after(specs) -> Failure | None:
 class Rebuild:
     """affected's rebuild: the changed modules built side by side in a thread of this process, under the
     JIT dir's lock as build_specs builds them, each also under its own lock (`JitSpec.lock_path`), all
-    taken in that thread before this returns (start_holding). So the tests may start at once: a test that loads a module
-    (`JitSpec.build_and_load` takes its lock) waits for that one alone and runs as soon as it is built,
-    while the others still build. A module whose lock another process holds is waited for once the JIT
-    dir's lock is let go, and built here where it was left unbuilt (build_or_wait).
+    taken in that thread before this returns (start_holding). So the tests may start at once: a test
+    that loads a module (`JitSpec.build_and_load` takes its lock) waits for that one alone and runs as
+    soon as it is built, while the others still build. A module whose lock another process holds is
+    waited for once the JIT dir's lock is let go, then built again under its lock (build_or_wait).
     `then(self)` runs in the thread once every module is built (not after a failure or a stop);
     `pending()` names the modules still building; `wait()` waits for the thread's end (raising what
     then() raised) and `failure` is the build's; `stop()` ends the builds still running (the first
@@ -577,7 +577,10 @@ class Rebuild:
     def done_one(self, spec) -> None:
         if spec.name in self.failed:
             return
-        self.rebuilt(spec.name)
+        try:
+            self.rebuilt(spec.name)
+        except BaseException as e:  # noqa: BLE001 (raised again by wait(), in the run's own thread)
+            self.error = self.error or e
         release(self.held, spec.name)
         self.left.discard(spec.name)
 
