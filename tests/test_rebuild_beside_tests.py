@@ -53,7 +53,7 @@ def per_file_b():
 LOADED = [(("test_a.py::test_slow",), "slow"), (("test_b.py::test_fast",), "fast")]
 
 
-def run_in_order(tmp_path, monkeypatch, pending, stop=None, fail_plain=False):
+def run_in_order(tmp_path, monkeypatch, pending, stop=None, fail_plain=False, files=("test_a.py", "test_b.py")):
     """pytest.main here over tests/test_a.py (test_slow loads `slow`, test_plain nothing) and tests/test_b.py
     (test_fast loads `fast`), with ready_first's loop and the collector: (status, the events written). The
     loaded pairs name tests as smoke_modules does, relative to tests/."""
@@ -65,7 +65,7 @@ def run_in_order(tmp_path, monkeypatch, pending, stop=None, fail_plain=False):
     monkeypatch.setenv("FAIL_PLAIN", "1" if fail_plain else "0")
     monkeypatch.setattr(affected_tests, "WAIT_S", 0.01)
     plugins = [affected_tests.collector(stop), affected_tests.ready_first(LOADED, pending, stop)]
-    args = [str(tmp_path / "tests/test_a.py"), str(tmp_path / "tests/test_b.py"), "-q", "-p", "no:cacheprovider"]
+    args = [*(str(tmp_path / "tests" / f) for f in files), "-q", "-p", "no:cacheprovider"]
     status = pytest.main(
         [*args, "--import-mode=importlib", "--rootdir", str(tmp_path), *(["-x"] if stop else [])], plugins=plugins
     )
@@ -119,6 +119,9 @@ def test_a_stop_while_every_test_waits_runs_none_of_them(tmp_path, monkeypatch):
     assert time.perf_counter() - started < 30
     assert [e for e in events if e in ("slow", "plain", "fast")] == [], events
     assert status == pytest.ExitCode.TESTS_FAILED
+    started = time.perf_counter()  # every test waits (none loads nothing): the stop still ends the wait
+    status, events = run_in_order(tmp_path, monkeypatch, lambda: {"fast"}, stop=lambda: True, files=("test_b.py",))
+    assert time.perf_counter() - started < 30 and "fast" not in events and status == pytest.ExitCode.TESTS_FAILED
 
 
 class SleepSpec:
@@ -362,8 +365,18 @@ def test_a_passing_run_waits_for_the_whole_rebuild_and_hands_each_step_its_part(
     class Done(Rebuilding):
         def __init__(self, to_build, then, say=None, first=frozenset(), rebuilt=None):
             super().__init__(to_build, then)
-            given.update(say=say, first=first, rebuild=self)
+            given.update(say=say, first=first, rebuild=self, rebuilt=rebuilt)
             then(self)
+
+    class Ahead:  # the builds beside smoke's tests: what they say goes to the screen too
+        def __init__(self, specs, say, after=None, nice=10, env=None):
+            say("building beside")
+
+        def pending(self):
+            return set()
+
+        def stop(self):
+            pass
 
     def run_ours(tests, wide, mode, stop=None, order=None):
         given["order"] = order
@@ -374,17 +387,23 @@ def test_a_passing_run_waits_for_the_whole_rebuild_and_hands_each_step_its_part(
     monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: None)
     monkeypatch.setattr(affected_tests, "screen", lambda: lines.append)
     monkeypatch.setattr(affected_tests, "run_ours", run_ours)
-    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
+    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [SimpleNamespace(name="wide")])
+    monkeypatch.setattr(affected_tests.module_builds, "Ahead", Ahead)
     monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [(tuple(ours), "norm")])
     monkeypatch.setattr(affected_tests, "ready_first", lambda loaded, pending, stop: (loaded, pending))
     ours = ["smoke/test_kernels.py::test_rmsnorm"]
-    outcome = norm_run(ours, lambda: None, False, frozenset({"norm"}))
+    keep = []
+    outcome = norm_run(ours, lambda: None, False, frozenset({"norm"}), keep.append)
     assert not given["rebuild"].stopped_before_wait
     assert given["say"] == lines.append and given["first"] == {"norm"}
     loaded, pending = given["order"]
     assert loaded == [(tuple(ours), "norm")] and pending() == {"norm"}, "the rebuild's modules still building"
     assert outcome.built == "1 module(s) rebuilt in 2.5 s (slowest object 1.5 s)"
-    assert lines == ["affected: 1 module(s) rebuilt in 2.5 s (slowest object 1.5 s)"]
+    assert lines == [
+        "affected: 1 module(s) rebuilt in 2.5 s (slowest object 1.5 s)",
+        "affected: smoke's modules: building beside",
+    ]
+    assert given["rebuilt"] == keep.append, "each module kept as it is rebuilt"
 
 
 @needs_a_build
