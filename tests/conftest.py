@@ -172,15 +172,10 @@ def _record_jit_builds() -> None:
     from flashinfer.jit import core
 
     from fidev.builds import module_builds, smoke_modules
-    from fidev.records import build_records
 
-    def mark(spec) -> None:  # one of smoke's modules: affected takes smoke's tests for its tests
-        if (module := smoke_modules.BY_NAME.get(spec.name)) is not None:
-            build_records.record_smoke_module(spec.build_dir, module.key)
-
-    if not getattr(core.JitSpec.build, "fidev_recording", False):
+    if not getattr(core.JitSpec.build, "fidev_recording", False):  # smoke's modules marked as built here
         core.JitSpec.build = module_builds.recording_build(
-            core.JitSpec.build, lambda line: print(f"smoke: {line}", flush=True), mark
+            core.JitSpec.build, lambda line: print(f"smoke: {line}", flush=True), smoke_modules.mark_built
         )
 
 

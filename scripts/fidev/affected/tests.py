@@ -26,7 +26,6 @@ from fidev.builds import module_builds, smoke_modules
 from fidev.core import workspace
 from fidev.core.failure import Failure, report
 from fidev.core.manifest import ROOT
-from fidev.records import build_records
 from fidev.smoke import gpu_suite
 from fidev.upstream import gate as upstream_gate
 from fidev.upstream import sample as upstream_sample
@@ -649,8 +648,7 @@ class SmokeBuilds:
             # ninja's environment now: smoke's session changes and restores this process's while they build
             self.ahead = module_builds.Ahead(specs, self.say, nice=0, env=dict(os.environ))
             for spec in specs:  # smoke's modules, whoever's tests load them next (`build` stamps its own)
-                if (module := smoke_modules.BY_NAME.get(spec.name)) is not None:
-                    build_records.record_smoke_module(spec.build_dir, module.key)
+                smoke_modules.mark_built(spec)
 
     def say(self, line: str) -> None:
         self.said(f"affected: smoke's modules: {line.strip()}")

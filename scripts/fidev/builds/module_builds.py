@@ -393,6 +393,24 @@ def ninja_log_lines(spec) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+def log_lengths(specs) -> dict[str, int]:
+    """{module: the lines of its ninja log now}, to read what a build appends (slowest_since)."""
+    return {spec.name: len(ninja_log_lines(spec)) for spec in specs}
+
+
+def slowest_since(specs, lengths: dict[str, int]) -> list[tuple[float, str]]:
+    """The slowest objects of the lines the modules' logs gained since log_lengths gave `lengths`."""
+    return slowest_objects([line for spec in specs for line in ninja_log_lines(spec)[lengths[spec.name] :]])
+
+
+def write_ninja_files(specs) -> None:
+    """Each JitSpec's ninja file as the spec says now (FlashInfer's write_if_different); build_stamp's
+    modules have theirs already."""
+    for spec in specs:
+        if hasattr(spec, "write_ninja"):
+            spec.write_ninja()
+
+
 def slowest_objects(new_lines: list[str]) -> list[tuple[float, str]]:
     """Compile times of this run's objects: the lines ninja appended to the modules' logs."""
     rows = [line.split("\t") for line in new_lines if not line.startswith("#")]
@@ -482,11 +500,9 @@ def build_specs(
         ) from e
 
     started = time.time()
-    logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in specs}
+    logs_before = log_lengths(specs)
     if specs:
-        for spec in specs:
-            if hasattr(spec, "write_ninja"):
-                spec.write_ninja()
+        write_ninja_files(specs)
         jit_lock = jit_dir_lock(specs[0], FileLock)
         if all(hasattr(spec, "lock_path") for spec in specs):
             build_or_wait(specs, say, jit_lock)
@@ -496,9 +512,7 @@ def build_specs(
     seconds = time.time() - started
     if (missing := missing_after(specs)) is not None:
         raise missing
-    return seconds, slowest_objects(
-        [line for spec in specs for line in ninja_log_lines(spec)[logs_before[spec.name] :]]
-    )
+    return seconds, slowest_since(specs, logs_before)
 
 
 def missing_after(specs) -> Failure | None:
@@ -539,7 +553,7 @@ class Rebuild:
         self.specs, self.started, self.ended = list(specs), time.time(), None
         self.env = dict(os.environ)  # ninja's: the tests that run meanwhile in this process change this one's
         self.first, self.rebuilt, self.failed = first, rebuilt, set()
-        self.logs_before = {spec.name: len(ninja_log_lines(spec)) for spec in self.specs}
+        self.logs_before = log_lengths(self.specs)
         self.running: list = []
         self.stopped = threading.Event()
         self.failure: Failure | None = None  # the build's
@@ -547,9 +561,7 @@ class Rebuild:
         self.left = {spec.name for spec in self.specs}
         self.held: dict = {}
         self.jit_lock = jit_dir_lock(self.specs[0], FileLock) if self.specs else None
-        for spec in self.specs:
-            if hasattr(spec, "write_ninja"):
-                spec.write_ninja()
+        write_ninja_files(self.specs)
         self.thread = start_holding(self.take, self.build, then, say)
 
     def take(self) -> None:
@@ -625,9 +637,7 @@ class Rebuild:
 
     def slowest(self) -> list[tuple[float, str]]:
         """This rebuild's slowest objects (slowest_objects)."""
-        return slowest_objects(
-            [line for spec in self.specs for line in ninja_log_lines(spec)[self.logs_before[spec.name] :]]
-        )
+        return slowest_since(self.specs, self.logs_before)
 
     def wait(self) -> None:
         """Until the thread ends; what then() raised, raised again here."""

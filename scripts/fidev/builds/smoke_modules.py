@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fidev.jit.uris import AttentionConfig, module_uri
+from fidev.records import build_records
 
 HEAD_DIM = 128  # the attention smoke tests use fp16, head dim 128, no RoPE, no window, no soft cap
 DEFAULT, WIDE = "default", "wide"
@@ -266,6 +267,13 @@ MODULES = [
 ]
 BY_KEY = {m.key: m for m in MODULES}
 BY_NAME = {m.name: m for m in MODULES}
+
+
+def mark_built(spec) -> None:
+    """A module smoke's tests built (their own loader, or affected's builds beside them): where it is one of
+    smoke's, marked so (fidev.records.build_records.record_smoke_module), as `build`'s stamps mark its own."""
+    if (module := BY_NAME.get(spec.name)) is not None:
+        build_records.record_smoke_module(spec.build_dir, module.key)
 
 
 def select(wide: bool, sm90: bool, abi: bool = False) -> list[SmokeModule]:
