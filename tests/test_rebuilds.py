@@ -28,8 +28,10 @@ def module(tmp_path):
 
 
 def build(root):
-    """What build.py does around each module's ninja: invalidate restored inputs, build, record."""
-    ninja_inputs.invalidate(root, ninja_inputs.restored(root))
+    """What build.py does around each module's ninja: invalidate the stale objects, mark the start,
+    build, record (which clears the mark)."""
+    ninja_inputs.invalidate(root, ninja_inputs.stale(root))
+    ninja_inputs.begin(root)
     out = subprocess.run(["ninja", "-C", str(root)], capture_output=True, text=True, check=True).stdout
     ninja_inputs.record(root, root / "build.ninja")
     return "no work to do" not in out  # whether anything was compiled
@@ -55,6 +57,42 @@ def test_a_restored_older_header_rebuilds_only_with_the_guard(module):
     assert ninja_inputs.restored(module) == {f"{module}/m.o": [str(header)]}
     assert build(module)
     assert ninja_inputs.restored(module) == {}
+
+
+def test_objects_of_a_build_that_did_not_finish_compile_again_after_a_restored_copy(module):
+    """A build stopped after some objects compiled (affected's first failure stops its rebuild) leaves
+    them compiled from the edit, newer than the inputs, with the record still the last finished
+    build's: restore the older copy with `cp -p` and neither ninja nor `restored` sees that the object
+    holds the edit (seen on a GPU host: a restored tree failing smoke). The mark `begin` left does."""
+    header = module / "k.h"
+    build(module)
+    old = header.read_bytes(), header.stat().st_mtime_ns
+    header.write_text("constexpr int K = 2;  // the edit\n")
+    ninja_inputs.invalidate(module, ninja_inputs.stale(module))
+    ninja_inputs.begin(module)
+    subprocess.run(["ninja", "-C", str(module), f"{module}/m.o"], capture_output=True, check=True)  # then stopped
+    compiled_from_the_edit = (module / "m.o").stat().st_mtime_ns
+    header.write_bytes(old[0])
+    os.utime(header, ns=(old[1], old[1]))  # the saved copy back, its old mtime
+    plain = subprocess.run(["ninja", "-C", str(module), "-n", "-v"], capture_output=True, text=True).stdout
+    assert " -c " not in plain  # ninja alone would only link the object compiled from the edit again
+    assert ninja_inputs.restored(module) == {}  # the record is the finished build's, which the copy matches
+    assert ninja_inputs.unfinished(module) == [f"{module}/m.o"]
+    assert ninja_inputs.stale(module) == {f"{module}/m.o": "compiled by a build that did not finish"}
+    assert ninja_inputs.edited(module) == {"(objects of a build of it that did not finish)": "edited"}
+    assert ninja_inputs.dry_run(module, module / "build.ninja")[0] == {f"{module}/m.o"}
+    assert build(module)
+    assert (module / "m.o").stat().st_mtime_ns > compiled_from_the_edit
+    assert not (module / ninja_inputs.BUILDING).exists()
+    assert ninja_inputs.unfinished(module) == [] and ninja_inputs.edited(module) == {}
+    assert not build(module)
+
+
+@pytest.mark.parametrize("mark", ["{", "[]", '{"started_ns": "0"}', '{"started_ns": true}'])
+def test_a_mark_that_cannot_be_read_counts_every_object(module, mark):
+    build(module)
+    (module / ninja_inputs.BUILDING).write_text(mark)
+    assert ninja_inputs.unfinished(module) == [f"{module}/m.o"]
 
 
 def test_a_combined_build_makes_the_modules_own_folder_compile_again(module):
@@ -205,7 +243,7 @@ def test_a_build_that_ran_any_command_is_recorded_however_fast(tmp_path, monkeyp
     )
     recorded = []
     monkeypatch.setattr(module_builds, "record_build", lambda build_dir, ninja_file: recorded.append(build_dir))
-    monkeypatch.setattr(module_builds.ninja_inputs, "restored", lambda build_dir: {})
+    monkeypatch.setattr(module_builds.ninja_inputs, "stale", lambda build_dir: {})
 
     def ran_a_command(spec, verbose, need_lock=True):
         with open(spec.build_dir / ".ninja_log", "a") as log:
@@ -213,7 +251,16 @@ def test_a_build_that_ran_any_command_is_recorded_however_fast(tmp_path, monkeyp
 
     module_builds.recording_build(ran_a_command, lambda line: None)(spec, False, need_lock=False)
     assert recorded == [build_dir]
+    assert not (build_dir / ninja_inputs.BUILDING).exists(), "a finished build clears its mark"
     module_builds.recording_build(lambda spec, verbose, need_lock=True: None, lambda line: None)(
         spec, False, need_lock=False
     )
     assert recorded == [build_dir], "a build with nothing to do is no compile"
+    assert not (build_dir / ninja_inputs.BUILDING).exists()
+
+    def failed(spec, verbose, need_lock=True):
+        raise RuntimeError("Ninja build failed.")  # flashinfer/jit/cpp_ext.py, run_ninja, at v0.6.3
+
+    with pytest.raises(RuntimeError):
+        module_builds.recording_build(failed, lambda line: None)(spec, False, need_lock=False)
+    assert (build_dir / ninja_inputs.BUILDING).exists(), "a build that did not finish leaves its mark"

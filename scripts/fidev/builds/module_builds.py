@@ -93,7 +93,7 @@ def recording_build(original: Callable, say: Callable[[str], None], mark: Callab
             locked_build(spec, verbose)
 
     def locked_build(spec, verbose):
-        ninja_inputs.invalidate(spec.build_dir, ninja_inputs.restored(spec.build_dir))
+        ninja_inputs.invalidate(spec.build_dir, ninja_inputs.stale(spec.build_dir))
         fresh = not spec.jit_library_path.exists()
         if fresh and hasattr(spec, "write_ninja"):
             # FlashInfer's build writes the ninja file only where it is missing; one a plan's dry run wrote
@@ -102,7 +102,8 @@ def recording_build(original: Callable, say: Callable[[str], None], mark: Callab
         if fresh:
             say(f"compiling {spec.name} ({len(spec.sources)} sources)")
         started, logged = time.perf_counter(), compile_log.log_size(spec.build_dir)
-        original(spec, verbose, need_lock=False)
+        ninja_inputs.begin(spec.build_dir)
+        original(spec, verbose, need_lock=False)  # raising, it leaves the mark: the next build compiles again
         took = time.perf_counter() - started
         # it compiled (ninja ran a command, a compile-cache hit in a fraction of a second too): keep what from
         if fresh or compile_log.log_size(spec.build_dir) != logged:
@@ -110,6 +111,7 @@ def recording_build(original: Callable, say: Callable[[str], None], mark: Callab
             if mark is not None:
                 mark(spec)
             say(f"{spec.name} built in {took:.0f} s")
+        ninja_inputs.finished(spec.build_dir)
 
     build.fidev_recording = True  # installed once per process
     return build
@@ -165,14 +167,12 @@ def run_module_builds(
     done: list = []
 
     def build(spec, jobs):
-        stale = ninja_inputs.restored(spec.build_dir)
-        for obj, inputs in stale.items():
+        stale = ninja_inputs.stale(spec.build_dir)
+        for obj, why in stale.items():
             with printing:
-                say(
-                    f"  {spec.name[:48]}/{Path(obj).name}: {Path(inputs[0]).name} changed but is not newer than it "
-                    f"(a restored copy?): rebuilding it"
-                )
+                say(f"  {spec.name[:48]}/{Path(obj).name}: {why}: rebuilding it")
         ninja_inputs.invalidate(spec.build_dir, stale)
+        ninja_inputs.begin(spec.build_dir)  # cleared where it finishes (record_build)
         proc = start_ninja(spec, jobs, running, env, nice(spec) if callable(nice) else nice)
         output = []
         for line in proc.stdout:

@@ -49,6 +49,7 @@ GENERATORS = ".fidev-generators.json"  # the tree's Python files that generated 
 CALL = ".fidev-generator-call.json"  # the call that made its JitSpec
 SMOKE_MODULE = ".fidev-smoke-module.json"  # its smoke module key, where smoke's tests built it (not `build`)
 INPUTS = ".fidev-inputs.json"  # its inputs' contents as built
+BUILDING = ".fidev-building.json"  # a build of it began and has not finished: when (fidev.records.ninja_inputs)
 # In the vendored tree:
 RELEASE_FILES = ".fidev-release-files.json"  # what each file of the source release held
 TREE_LOCK = ".fidev-tree.lock"  # beside the tree, as .<tree name>.fidev-tree.lock: held while a tool writes the tree

@@ -9,6 +9,13 @@ After every successful build this records the mtime, size and content hash of ea
 inputs (ninja's own deps log, `ninja -t deps`); before the next build, an input whose mtime or size
 moved while staying older than its object means that object is removed, so ninja rebuilds it. The
 hashes tell `affected` which inputs truly changed since the build (content, not a touched mtime).
+
+A build that never finishes (stopped at the first failure, a failed compile, Ctrl-C) leaves objects
+compiled from what the tree held then, newer than its inputs, while the record still says what the
+last finished build compiled from: restore an older copy then, and neither ninja nor the record sees
+that those objects hold the edit. So each build marks its start in the module's folder (`begin`), and
+only a finished one clears the mark (`record`, `finished`); the next build compiles again every object
+newer than a mark left behind (`unfinished`), and `affected` takes such a module as edited.
 """
 
 from __future__ import annotations
@@ -17,10 +24,11 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from fidev.core.files import differs, file_fact, is_fact, load_json, write_whole
-from fidev.core.workspace import INPUTS
+from fidev.core.workspace import BUILDING, INPUTS
 
 STAMP = INPUTS
 TIMEOUT_S = 60
@@ -90,9 +98,49 @@ def record(build_dir: Path, ninja_file: Path) -> None:
     found = deps(build_dir, ninja_file)
     if found is None:  # no record rather than an empty one, which would hide every later edit of its inputs
         (build_dir / STAMP).unlink(missing_ok=True)
-        return
-    stamp = {obj: facts(obj, inputs) for obj, inputs in found.items()}
-    write_whole(build_dir / STAMP, json.dumps(stamp))
+    else:
+        write_whole(build_dir / STAMP, json.dumps({obj: facts(obj, inputs) for obj, inputs in found.items()}))
+    finished(build_dir)
+
+
+def begin(build_dir: Path) -> None:
+    """Before ninja starts in the module's folder (after `stale`'s objects are gone): when this build
+    began, kept until it finishes (record, finished)."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    write_whole(build_dir / BUILDING, json.dumps({"started_ns": time.time_ns()}))
+
+
+def finished(build_dir: Path) -> None:
+    """The build finished: every object is what ninja made of the inputs it saw."""
+    (build_dir / BUILDING).unlink(missing_ok=True)
+
+
+def unfinished(build_dir: Path) -> list[str]:
+    """The objects a build that never finished compiled (newer than its start, `begin`): what they
+    were compiled from is not known. A mark that cannot be read counts every object."""
+    try:
+        started = json.loads((build_dir / BUILDING).read_text())["started_ns"]
+        started = started if isinstance(started, int) and not isinstance(started, bool) else 0
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError):
+        started = 0
+    objects = {str(p) for p in build_dir.glob("*.o")} | {
+        obj if os.path.isabs(obj) else str(build_dir / obj) for obj in _recorded(build_dir) or {}
+    }
+    return sorted(obj for obj in objects if (st := _stat(obj)) is not None and st[0] >= started)
+
+
+def stale(build_dir: Path) -> dict[str, str]:
+    """object -> why a build must compile it again though ninja sees nothing newer: an input restored
+    to an older copy (`restored`), or an unfinished build compiled it (`unfinished`)."""
+    found = {
+        obj: f"{Path(inputs[0]).name} changed but is not newer than it (a restored copy?)"
+        for obj, inputs in restored(build_dir).items()
+    }
+    for obj in unfinished(build_dir):
+        found.setdefault(obj, "compiled by a build that did not finish")
+    return found
 
 
 _READ: dict[tuple, dict] = {}  # the records read, by file and stat: `affected` reads each one twice
@@ -133,6 +181,8 @@ def edited(build_dir: Path, stats: dict[str, list[int] | None] | None = None) ->
     stamp = _recorded(build_dir)
     if stamp is None:
         return None
+    if unfinished(build_dir):
+        return {"(objects of a build of it that did not finish)": "edited"}
     stats = {} if stats is None else stats
     found: dict[str, str] = {}
     seen = set()  # a header many objects include is checked once against each record of it
@@ -189,10 +239,11 @@ def dry_run(build_dir: Path, ninja_file: Path) -> tuple[set[str], int] | None:
     # FlashInfer's compile rules end `-c $in -o $out` (flashinfer/jit/cpp_ext.py at v0.6.3,
     # generate_ninja_build_for_op: the rules `compile` and `cuda_compile`)
     compiled = {m.group(1) for line in edges if " -c " in line and (m := re.search(r"\s-o\s+(\S+)", line))}
-    objects = {obj if os.path.isabs(obj) else str(build_dir / obj) for obj in [*compiled, *restored(build_dir)]}
+    objects = {obj if os.path.isabs(obj) else str(build_dir / obj) for obj in [*compiled, *stale(build_dir)]}
     return objects, len(edges)
 
 
-def invalidate(build_dir: Path, stale: dict[str, list[str]]) -> None:
-    for obj in stale:
+def invalidate(build_dir: Path, objects) -> None:
+    """The objects removed (`stale`'s, `restored`'s): ninja compiles them again."""
+    for obj in objects:
         Path(obj if os.path.isabs(obj) else build_dir / obj).unlink(missing_ok=True)
