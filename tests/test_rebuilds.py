@@ -264,3 +264,48 @@ def test_a_build_that_ran_any_command_is_recorded_however_fast(tmp_path, monkeyp
     with pytest.raises(RuntimeError):
         module_builds.recording_build(failed, lambda line: None)(spec, False, need_lock=False)
     assert (build_dir / ninja_inputs.BUILDING).exists(), "a build that did not finish leaves its mark"
+
+
+def test_run_module_builds_marks_a_failed_build_and_compiles_its_objects_again_after_a_restore(tmp_path, monkeypatch):
+    """run_module_builds (build's, affected's rebuild, the builds ahead of the tests) marks each build's
+    start before its ninja runs and leaves the mark where the build fails: the object the failed
+    build compiled from the edit is compiled again once the older copy is back, though its record
+    and its mtime both say it is current."""
+    from types import SimpleNamespace
+
+    from fidev.builds import module_builds
+    from fidev.core.failure import Failure
+
+    root = tmp_path
+    header = root / "k.h"
+    header.write_text("constexpr int K = 1;\n")
+    (root / "a.cpp").write_text('#include "k.h"\nint a() { return K; }\n')
+    (root / "b.cpp").write_text('#include "k.h"\nstatic_assert(K == 1, "the edit breaks b");\n')
+    (root / "build.ninja").write_text(
+        "rule cxx\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
+        "rule link\n  command = c++ -shared $in -o $out\n"
+        f"build {root}/a.o: cxx {root}/a.cpp\nbuild {root}/b.o: cxx {root}/b.cpp\n"
+        f"build {root}/m.so: link {root}/a.o {root}/b.o\ndefault {root}/m.so\n"
+    )
+    spec = SimpleNamespace(name="m", build_dir=root, ninja_path=root / "build.ninja", sources=["a.cpp", "b.cpp"])
+    monkeypatch.setattr(
+        module_builds,
+        "record_build",
+        lambda build_dir, ninja_file, generators=None: ninja_inputs.record(build_dir, ninja_file),
+    )
+    said = []
+    module_builds.run_module_builds([spec], said.append)
+    assert not (root / ninja_inputs.BUILDING).exists()
+    old = header.read_bytes(), header.stat().st_mtime_ns
+    header.write_text("constexpr int K = 2;  // the edit\n")
+    with pytest.raises(Failure):
+        module_builds.run_module_builds([spec], said.append)  # b fails; a compiles from the edit (ninja -j 2)
+    assert (root / ninja_inputs.BUILDING).exists()
+    from_the_edit = (root / "a.o").stat().st_mtime_ns
+    header.write_bytes(old[0])
+    os.utime(header, ns=(old[1], old[1]))
+    said.clear()
+    module_builds.run_module_builds([spec], said.append)
+    assert any("m/a.o: compiled by a build that did not finish: rebuilding it" in line for line in said), said
+    assert (root / "a.o").stat().st_mtime_ns > from_the_edit
+    assert not (root / ninja_inputs.BUILDING).exists()
