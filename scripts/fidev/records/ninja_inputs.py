@@ -104,10 +104,11 @@ def record(build_dir: Path, ninja_file: Path) -> None:
 
 
 def begin(build_dir: Path) -> None:
-    """Before ninja starts in the module's folder (after `stale`'s objects are gone): when this build
-    began, kept until it finishes (record, finished)."""
+    """Before ninja starts in the module's folder (after `stale`'s objects are gone): the mark of a
+    build begun, kept until it finishes (record, finished). Its own mtime is the start: the file
+    system's clock, which the objects' mtimes come from too."""
     build_dir.mkdir(parents=True, exist_ok=True)
-    write_whole(build_dir / BUILDING, json.dumps({"started_ns": time.time_ns()}))
+    write_whole(build_dir / BUILDING, json.dumps({"pid": os.getpid(), "started": time.time()}))
 
 
 def finished(build_dir: Path) -> None:
@@ -116,14 +117,13 @@ def finished(build_dir: Path) -> None:
 
 
 def unfinished(build_dir: Path) -> list[str]:
-    """The objects a build that never finished compiled (newer than its start, `begin`): what they
-    were compiled from is not known. A mark that cannot be read counts every object."""
+    """The objects a build that never finished compiled (no older than its mark, `begin`): what they
+    were compiled from is not known. An object of the mark's own clock tick counts."""
     try:
-        started = json.loads((build_dir / BUILDING).read_text())["started_ns"]
-        started = started if isinstance(started, int) and not isinstance(started, bool) else 0
+        started = os.stat(build_dir / BUILDING).st_mtime_ns
     except FileNotFoundError:
         return []
-    except (OSError, ValueError, KeyError, TypeError):
+    except OSError:  # there, but its time cannot be read: every object counts
         started = 0
     objects = {str(p) for p in build_dir.glob("*.o")} | {
         obj if os.path.isabs(obj) else str(build_dir / obj) for obj in _recorded(build_dir) or {}
