@@ -866,3 +866,30 @@ def test_a_summary_written_before_the_compile_counts_reads_back_with_none(tmp_pa
     path.write_text(json.dumps(data))
     with pytest.raises(Failure, match="lacks seconds"):
         affected_summary.read(path)
+
+
+def test_a_record_that_names_a_module_built_ahead_clears_its_mark_for_good(tmp_path):
+    """A module built ahead that a run's record names is a module a test loaded: its mark goes, so that a
+    later record that no longer names it leaves a real gap (not covered), never a removal; and a module
+    whose lock another holds (a test loading it, a build) is left as it is."""
+    require("filelock", why="a module is removed under its own lock (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock
+
+    jit_dir = tmp_path / "cached_ops"
+    for name in ("loaded", "locked"):
+        (jit_dir / name).mkdir(parents=True)
+        (jit_dir / name / f"{name}.so").write_text("")
+        build_records.mark_built_ahead(jit_dir / name)
+    test = "tests/attention/test_batch_prefill_kernels.py::test_case[ALIBI-30.0]"
+    build_records.add_module_tests(jit_dir, [{"test_name": test, "module_name": "loaded"}], whole=True)
+    assert not (jit_dir / "loaded" / workspace.AHEAD).exists()
+    build_records.add_module_tests(jit_dir, [{"test_name": test, "module_name": "other"}], whole=True)
+    assert "loaded" not in build_records.module_tests(jit_dir)  # the test loads something else now
+    said = []
+    lock = FileLock(workspace.module_lock(jit_dir / "locked"), thread_local=False)
+    workspace.module_lock(jit_dir / "locked").parent.mkdir(parents=True, exist_ok=True)
+    with lock:
+        held = module_builds.drop_unrecorded_ahead([jit_dir / "loaded", jit_dir / "locked"], said.append)
+    assert held == [] and said == [] and (jit_dir / "loaded").is_dir() and (jit_dir / "locked").is_dir()
+    assert module_builds.drop_unrecorded_ahead([jit_dir / "loaded", jit_dir / "locked"], said.append) == ["locked"]
+    assert len(said) == 1 and (jit_dir / "loaded/loaded.so").is_file() and not (jit_dir / "locked").exists()

@@ -329,7 +329,9 @@ class Ahead:
     start_holding), so that a test that loads one waits for that one alone and then finds it built; at
     AHEAD_NICE by default. With `after`, they
     start once after() is true (affected's gate opened: its rebuild, which the first verdict waits on,
-    has the cores to itself). `stop()` ends the builds still running, or never started."""
+    has the cores to itself). `stop()` ends the builds still running, or never started. With `mark`,
+    each module it holds is marked built ahead (fidev.records.build_records.mark_built_ahead) before
+    any build starts, its folder kept in `marked` (drop_unrecorded_ahead)."""
 
     def __init__(
         self,
@@ -338,12 +340,21 @@ class Ahead:
         after: Callable[[], bool] | None = None,
         nice: int = AHEAD_NICE,
         env: dict | None = None,
+        mark: bool = False,
     ):
         """`nice`: start_ninja's; `env`: ninja's environment (default: this process's as each starts)."""
         self.held: dict = {}
         self.running: list = []
+        self.marked: list[Path] = []
         self.stopped = threading.Event()  # once set, the builds it ended say nothing (no failure of theirs)
-        self.thread = start_holding(lambda: self.held.update(take_locks(specs)), self.build, say, after, nice, env)
+        self.thread = start_holding(lambda: self.take(specs, mark), self.build, say, after, nice, env)
+
+    def take(self, specs, mark: bool) -> None:
+        """The modules' locks (take_locks), and with `mark`, the marks of those it holds."""
+        self.held.update(take_locks(specs))
+        for spec, _ in self.held.values() if mark else ():
+            build_records.mark_built_ahead(spec.build_dir)
+            self.marked.append(spec.build_dir)
 
     def pending(self) -> set[str]:
         """The modules it holds still: not built yet (set() of a dict is one step under CPython's GIL)."""
@@ -365,6 +376,41 @@ class Ahead:
         """The builds ended: those running, and one that started as this stopped them."""
         self.stopped.set()
         end_builds(self.running, self.thread)
+
+
+def drop_unrecorded_ahead(build_dirs: list[Path], say: Callable[[str], None]) -> list[str]:
+    """The folders of `build_dirs` that carry the plan's built-ahead mark and no recorded test
+    (fidev.records.build_records.unrecorded_ahead), removed, each under its own lock (one another
+    process holds, a test loading it or a build, is left as it is), said in one line; returns their
+    names. A module no test of which is recorded would leave every edit that reaches it `not covered`:
+    one that only a build ahead made is as if never built. A folder without the mark (what `build`, a
+    test, smoke or anyone else built) is never removed. Without filelock, nothing is removed."""
+    try:
+        from filelock import FileLock, Timeout
+    except ImportError:
+        return []
+    removed = []
+    for build_dir in build_dirs:
+        if not build_records.unrecorded_ahead(build_dir):
+            continue
+        lock = FileLock(workspace.module_lock(build_dir), thread_local=False)
+        try:
+            lock.acquire(timeout=0)
+        except (Timeout, OSError):
+            continue
+        try:
+            if build_records.unrecorded_ahead(build_dir):  # again, under the lock
+                shutil.rmtree(build_dir, ignore_errors=True)
+            if not build_dir.exists():
+                removed.append(build_dir.name)
+        finally:
+            lock.release()
+    if removed:
+        say(
+            f"{len(removed)} module(s) built ahead that no test loaded and no record names, removed again (as if "
+            f"never built: an edit that reaches them is no gap in their tests): {', '.join(sorted(removed))}"
+        )
+    return removed
 
 
 STOP_S = 30  # how long end_builds waits for a build's thread to end

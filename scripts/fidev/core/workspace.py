@@ -50,6 +50,7 @@ CALL = ".fidev-generator-call.json"  # the call that made its JitSpec
 SMOKE_MODULE = ".fidev-smoke-module.json"  # its smoke module key, where smoke's tests built it (not `build`)
 INPUTS = ".fidev-inputs.json"  # its inputs' contents as built
 BUILDING = ".fidev-building.json"  # a build of it began and has not finished: when (fidev.records.ninja_inputs)
+AHEAD = ".fidev-built-ahead.json"  # the plan built it ahead of its tests, and no record has named a test of it since
 # In the vendored tree:
 RELEASE_FILES = ".fidev-release-files.json"  # what each file of the source release held
 TREE_LOCK = ".fidev-tree.lock"  # beside the tree, as .<tree name>.fidev-tree.lock: held while a tool writes the tree

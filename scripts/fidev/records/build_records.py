@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from fidev.core.files import differs, file_fact, is_fact, load_json, write_whole
-from fidev.core.workspace import CALL, GENERATORS, MODULE_TESTS, MODULE_TESTS_RAN, SMOKE_MODULE, TREE
+from fidev.core.workspace import AHEAD, CALL, GENERATORS, MODULE_TESTS, MODULE_TESTS_RAN, SMOKE_MODULE, TREE
 
 TREE_PARTS = ("include", "csrc")  # what FlashInfer's modules compile, besides 3rdparty/ and generated sources
 
@@ -127,6 +127,22 @@ def smoke_module(build_dir: Path) -> str | None:
     return _read(build_dir / SMOKE_MODULE, lambda data: isinstance(data, str))
 
 
+def mark_built_ahead(build_dir: Path) -> None:
+    """A module upstream-tests' plan builds ahead of its tests (fidev.upstream.plan.build_ahead): marked
+    before its build starts, so that one no test then loads, and no record names, can be told from what
+    anyone else built (unrecorded_ahead), however its build ended."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    _write(build_dir / AHEAD, {"built_ahead": True})
+
+
+def unrecorded_ahead(build_dir: Path) -> bool:
+    """The module carries mark_built_ahead's mark, and the JIT dir's record names no test of it: built
+    for a test that never loaded it (foreseen after a stand-in's answers, then skipped, or not in the
+    run's sample), so that it has no test to run for an edit. A record that names it clears the mark
+    (add_module_tests): a module a test loaded once is never taken for one."""
+    return (build_dir / AHEAD).exists() and not module_tests(build_dir.parent).get(build_dir.name)
+
+
 def add_module_tests(jit_dir: Path, report_lines: list[dict], whole: bool = False) -> None:
     """Merge records (FlashInfer's JIT-report objects: test_name, module_name) into the JIT dir's
     record of which tests need each module. A run's records (`whole`: every module each test it ran
@@ -138,7 +154,8 @@ def add_module_tests(jit_dir: Path, report_lines: list[dict], whole: bool = Fals
     names may be missing there for good reason. Of a test no run recorded: where the record names that
     module already, what it knows beyond is kept; where not, the test loads something else now, and the
     dry run's say what it needs. A warmup's records (fidev.upstream.plugin marks them) name the test
-    that happened to come first, not one that needs the module, and are left out."""
+    that happened to come first, not one that needs the module, and are left out. A module the record
+    names a test of afterwards loses its built-ahead mark (mark_built_ahead)."""
     said: dict[str, set[str]] = {}
     for entry in report_lines:
         name, test = entry.get("module_name"), entry.get("test_name")
@@ -159,6 +176,8 @@ def add_module_tests(jit_dir: Path, report_lines: list[dict], whole: bool = Fals
     if whole:
         _write(jit_dir.parent / MODULE_TESTS_RAN, sorted(ran | set(said)))
     _write(jit_dir.parent / MODULE_TESTS, {name: sorted(tests) for name, tests in sorted(merged.items())})
+    for name in merged:  # a module built ahead that a test is recorded for now: no longer one (unrecorded_ahead)
+        (jit_dir / name / AHEAD).unlink(missing_ok=True)
 
 
 def tests_ran(jit_dir: Path) -> set[str]:
