@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from fidev.core import workspace
 from fidev.core.failure import Failure, report
 from fidev.core.manifest import ROOT, pins
+from fidev.records import build_records
 from fidev.tree import families as upstream_suites
 from fidev.tree import source_tree
 from fidev.upstream import plan as upstream_plan
@@ -389,3 +391,70 @@ def test_a_truncated_summary_or_one_of_another_schema_is_refused_in_two_lines(tm
     assert (
         len(lines) == 2 and lines[0].startswith("error: ") and problem in lines[0] and lines[1].startswith("  fix: ")
     ), lines
+
+
+STEERED = """\
+import os
+import pytest
+import flashinfer
+@pytest.mark.parametrize("pos_encoding_mode", ["NONE", "ALIBI"])
+def test_custom_mask(pos_encoding_mode):
+    # as tests/attention/test_batch_prefill_kernels.py's test_batch_prefill_with_ragged_kv_cache_custom_mask at
+    # v0.6.3: plan() packs the custom mask first (flashinfer.quantization.segment_packbits loads `quantization`),
+    # then loads the prefill module; here a loaded module's answer says ALiBi is not supported, so that case skips
+    # before it loads its prefill module, where a dry run's stand-in answered otherwise
+    quantization = flashinfer.get_module("quantization", 1)
+    assert not (os.environ.get("FAKE_BUG") and quantization == "jit"), "a planted bug, where the kernels run"
+    if pos_encoding_mode == "ALIBI" and quantization == "jit":
+        pytest.skip("ALiBi is not supported here")
+    flashinfer.get_module(f"prefill_{pos_encoding_mode}", 1)
+"""
+
+
+def ahead_setup(ws) -> tuple[Path, dict, Path]:
+    """The stand-in suite with STEERED, its run's environment, and its JIT dir."""
+    require(
+        "filelock",
+        why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
+    )
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/utils/test_steered.py").write_text(STEERED)
+    return root, env, Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/cached_ops"
+
+
+@needs_a_build
+def test_a_module_built_ahead_that_no_case_loads_is_removed_at_the_runs_end(ws):
+    """Seen on a GPU host: the plan built ahead a module a case asked for after a stand-in's answer
+    (foreseen, so never in the record), and the real case skipped before it loaded it. Built, with no
+    test recorded, it left every later edit that reaches it `not covered`. The run removes what its
+    build ahead made that no case loaded and no record names, in one line; what a case loaded, and what
+    the record names, stays."""
+    root, env, jit_dir = ahead_setup(ws)
+    done = upstream(root, env, "utils/test_steered.py", "--yes")
+    assert done.returncode == 0 and "upstream-tests: 1 passed, 1 skipped" in done.stdout, done.stdout + done.stderr
+    assert (
+        "building the 3 module(s) its tests will load and nothing built, side by side, from now: prefill_ALIBI, "
+        "prefill_NONE, quantization" in done.stdout
+    ), done.stdout
+    removed = [line for line in done.stdout.splitlines() if "built ahead that no test loaded" in line]
+    assert len(removed) == 1 and removed[0].startswith("upstream-tests: 1 module(s)"), done.stdout
+    assert removed[0].endswith(": prefill_ALIBI"), removed
+    assert not (jit_dir / "prefill_ALIBI").exists()
+    for name in ("prefill_NONE", "quantization"):  # a case loaded it; the record names it
+        assert (jit_dir / name / f"{name}.so").is_file() and not (jit_dir / name / workspace.AHEAD).exists(), name
+    record = build_records.module_tests(jit_dir)
+    assert "prefill_ALIBI" not in record and record["prefill_NONE"] == [
+        "tests/utils/test_steered.py::test_custom_mask[NONE]"
+    ]
+
+
+@needs_a_build
+def test_a_run_stopped_at_its_first_failure_removes_what_it_built_ahead_and_no_case_loaded(ws):
+    """The first failure stops the run (--stop-after 1: affected stops it so too): the modules built ahead
+    for the cases that never ran go again, and quantization, which the record names, stays."""
+    root, env, jit_dir = ahead_setup(ws)
+    done = upstream(root, {**env, "FAKE_BUG": "1"}, "utils/test_steered.py", "--yes", "--stop-after", "1")
+    assert done.returncode == 1 and "stopped early" in done.stdout, done.stdout + done.stderr
+    removed = [line for line in done.stdout.splitlines() if "built ahead that no test loaded" in line]
+    assert len(removed) == 1 and removed[0].endswith(": prefill_ALIBI, prefill_NONE"), done.stdout
+    assert sorted(p.name for p in jit_dir.iterdir() if p.name != "tmp") == ["quantization"], list(jit_dir.iterdir())

@@ -212,7 +212,9 @@ def build_ahead(planned: Planned, gate: Path | None = None) -> module_builds.Ahe
     built side by side while the run's processes start, each under FlashInfer's lock of it
     (fidev.builds.module_builds.Ahead): a test that loads one waits for that one, not for the others;
     said as they build. Behind affected's `gate`, they start as it opens: affected's rebuild, which
-    its first failure waits on, is not slowed. None where there is none."""
+    its first failure waits on, is not slowed. Each is marked built ahead (mark=True): one that no case
+    then loads and no record names is removed at the run's end (module_builds.drop_unrecorded_ahead),
+    or by the next `affected`, so that it never stands built with no test to run. None where there is none."""
     if not planned.ahead:
         return None
     when = "from now" if gate is None else "once affected's rebuild is done"
@@ -226,6 +228,7 @@ def build_ahead(planned: Planned, gate: Path | None = None) -> module_builds.Ahe
         folders,
         lambda line: print(f"upstream-tests: ahead: {line.strip()}", flush=True),
         None if gate is None else lambda: upstream_gate.opened(gate),
+        mark=True,
     )
 
 
