@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fidev.builds import build_stamp, smoke_modules
+from fidev.builds import build_stamp, module_builds, smoke_modules
 from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.core.manifest import pins
@@ -129,6 +129,17 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
                 )
 
 
+def drop_unrecorded_ahead(dirs: list[Path], smoke: set[str]) -> set[Path]:
+    """The modules upstream-tests' plan built ahead that no case then loaded and no record names
+    (fidev.builds.module_builds.drop_unrecorded_ahead: a run that ended before its own clean-up left
+    them), removed before anything is judged, in one line; returns their folders. Such a module has
+    no test to run, so every edit that reaches it would end `not covered`, though nothing but a build
+    ahead made it. smoke's modules (`smoke`, by name) are kept: they have smoke's tests."""
+    folders = [f for d in dirs for f in sorted(d.iterdir()) if f.is_dir() and f.name not in smoke]
+    removed = module_builds.drop_unrecorded_ahead(folders, lambda line: print(f"affected: {line}", flush=True))
+    return {f for f in folders if f.name in removed and not f.exists()}
+
+
 @dataclass
 class Found:
     """What affected starts from: the vendored tree, the JIT dirs, their modules, smoke's module
@@ -171,5 +182,9 @@ def find(ws: workspace.Workspace, mode: str) -> Found:
             "abi-smoke's modules)",
         )
     tier = {name: key for d in dirs for name, key in tier_keys(ws, d).items()}
+    dropped = drop_unrecorded_ahead(dirs, set(tier))
+    modules = [m for m in modules if m.build_dir not in dropped]
+    if not modules:
+        raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix(mode))
     recorded = {name: tests for d in dirs for name, tests in build_records.module_tests(d).items()}
     return Found(tree, dirs, modules, tier, recorded, ws, mode)
