@@ -5,6 +5,7 @@ which catches the restored copy that ninja's mtime check misses."""
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,16 +15,24 @@ from script_runs import BUILD_TOOLS, require_tools
 require_tools(*BUILD_TOOLS, why="these tests build real ninja modules")
 
 
-@pytest.fixture
-def module(tmp_path):
-    (tmp_path / "k.h").write_text("constexpr int K = 1;\n")
-    (tmp_path / "m.cpp").write_text('#include "k.h"\nint f() { return K; }\n')
-    (tmp_path / "build.ninja").write_text(
+def write_module(root, sources: dict[str, str]) -> None:
+    """A module shaped like FlashInfer's: k.h, each source (name: text) compiled to its object with a
+    depfile, the objects linked into m.so."""
+    (root / "k.h").write_text("constexpr int K = 1;\n")
+    for name, text in sources.items():
+        (root / name).write_text(text)
+    objects = [f"{root}/{Path(name).stem}.o" for name in sources]
+    (root / "build.ninja").write_text(
         "rule cxx\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
         "rule link\n  command = c++ -shared $in -o $out\n"
-        f"build {tmp_path}/m.o: cxx {tmp_path}/m.cpp\nbuild {tmp_path}/m.so: link {tmp_path}/m.o\n"
-        f"default {tmp_path}/m.so\n"
+        + "".join(f"build {obj}: cxx {root}/{name}\n" for obj, name in zip(objects, sources, strict=True))
+        + f"build {root}/m.so: link {' '.join(objects)}\ndefault {root}/m.so\n"
     )
+
+
+@pytest.fixture
+def module(tmp_path):
+    write_module(tmp_path, {"m.cpp": '#include "k.h"\nint f() { return K; }\n'})
     return tmp_path
 
 
@@ -285,14 +294,12 @@ def test_run_module_builds_marks_a_failed_build_and_compiles_its_objects_again_a
 
     root = tmp_path
     header = root / "k.h"
-    header.write_text("constexpr int K = 1;\n")
-    (root / "a.cpp").write_text('#include "k.h"\nint a() { return K; }\n')
-    (root / "b.cpp").write_text('#include "k.h"\nstatic_assert(K == 1, "the edit breaks b");\n')
-    (root / "build.ninja").write_text(
-        "rule cxx\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
-        "rule link\n  command = c++ -shared $in -o $out\n"
-        f"build {root}/a.o: cxx {root}/a.cpp\nbuild {root}/b.o: cxx {root}/b.cpp\n"
-        f"build {root}/m.so: link {root}/a.o {root}/b.o\ndefault {root}/m.so\n"
+    write_module(
+        root,
+        {
+            "a.cpp": '#include "k.h"\nint a() { return K; }\n',
+            "b.cpp": '#include "k.h"\nstatic_assert(K == 1, "the edit breaks b");\n',
+        },
     )
     spec = SimpleNamespace(name="m", build_dir=root, ninja_path=root / "build.ninja", sources=["a.cpp", "b.cpp"])
     monkeypatch.setattr(
