@@ -4,6 +4,7 @@ the modules it loads alone and runs as soon as they are built (ready_first), whi
 build; smoke's first failure stops what still builds; abi-smoke waits for a module's lock before it
 loads the module's library, as FlashInfer's own loader does."""
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -501,3 +502,174 @@ def test_a_build_whose_inputs_ninja_cannot_list_is_left_with_no_record_not_an_em
     assert not (module / ninja_inputs.STAMP).exists() and ninja_inputs.edited(module) is None
     monkeypatch.setattr(ninja_inputs.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=1, stdout=""))
     assert ninja_inputs.deps(module, module / "build.ninja") is None
+
+
+def made_by(spec: "SleepSpec", command: str) -> "SleepSpec":
+    """`spec`, its library made by a shell `command` (ninja's `$out` the library), under its module's lock."""
+    spec.ninja_path.write_text(f"rule make\n  command = {command}\nbuild {spec.jit_library_path}: make\n")
+    spec.lock_path = module_builds.lock_path(spec)
+    spec.lock_path.parent.mkdir(parents=True, exist_ok=True)
+    return spec
+
+
+class JitLock:
+    """The JIT dir's lock (filelock's, as FlashInfer's) as build_or_wait takes it, once a round: counted,
+    `on_take(n)` before the n-th take, `let_go` set as it is let go."""
+
+    def __init__(self, path: Path, on_take=lambda n: None):
+        from filelock import FileLock
+
+        self.lock, self.on_take, self.taken, self.let_go = (
+            FileLock(path, thread_local=False),
+            on_take,
+            0,
+            threading.Event(),
+        )
+
+    def __enter__(self):
+        self.taken += 1
+        self.on_take(self.taken)
+        self.lock.acquire()
+
+    def __exit__(self, *exc):
+        self.lock.release()
+        self.let_go.set()
+
+
+@needs_a_build
+def test_build_or_wait_lets_each_module_go_as_it_ends_and_runs_ninja_in_the_env_given_said_and_listed(tmp_path):
+    """A test that loads one module waits for that one alone, not for a slower one built beside it; ninja
+    runs in the environment given (taken before tests in this process change theirs), its lines are said,
+    and each ninja is listed in `running`, for a stop to end."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock
+
+    gate, started = tmp_path / "go", tmp_path / "slow started"
+    fast = made_by(SleepSpec(tmp_path, "fast", 0), 'printf %s "$$FIDEV_MARK" > $out')
+    slow = made_by(
+        SleepSpec(tmp_path, "slow", 0),
+        f"touch '{started}' && while [ ! -e '{gate}' ]; do sleep 0.05; done && touch $out",
+    )
+    lines, running = [], []
+    env = dict(os.environ, FIDEV_MARK="given")
+    builds = threading.Thread(
+        target=module_builds.build_or_wait,
+        args=([fast, slow], lines.append, JitLock(tmp_path / "tmp" / "flashinfer_jit.lock")),
+        kwargs={"env": env, "running": running},
+    )
+    builds.start()
+    try:
+        assert wait_until(started.exists), "slow's build never started"
+        loading = FileLock(fast.lock_path, thread_local=False)
+        loading.acquire(timeout=20)  # Timeout: fast's lock is held until slow, still building, ends
+        loading.release()
+        assert fast.jit_library_path.read_text() == "given", "ninja ran in this process's environment"
+    finally:
+        gate.touch()
+        builds.join(60)
+    assert not builds.is_alive() and slow.jit_library_path.exists()
+    assert len(running) == 2 and all(proc.poll() == 0 for proc in running), running
+    assert any("slow" in line for line in lines) and any("fast" in line for line in lines), lines
+
+
+@needs_a_build
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_build_or_wait_lets_a_modules_lock_go_when_its_build_thread_raised(tmp_path):
+    """ninja not found on the PATH of the environment given (tests in this process change PATH): the
+    module's build thread raises before the module ends, and its lock is let go all the same, or every
+    test that loads it would wait for ever."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    spec = made_by(SleepSpec(tmp_path, "orphan", 0), "touch $out")
+    jit_lock = JitLock(tmp_path / "tmp" / "flashinfer_jit.lock")
+    module_builds.build_or_wait([spec], lambda line: None, jit_lock, env={"PATH": str(tmp_path / "no ninja here")})
+    assert not spec.jit_library_path.exists() and not lock_is_held(spec)
+
+
+@needs_a_build
+def test_build_or_wait_builds_a_module_freed_after_its_first_round_and_nothing_once_stopped(tmp_path):
+    """A module another builder holds is waited for while `stopped` is not set, then built here; once
+    `stopped` is set, no wait goes on and no round starts again, though the other let the module go
+    meanwhile."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock
+
+    ran = tmp_path / "ran"
+    spec = made_by(SleepSpec(tmp_path, "held", 0), f"echo ran >> '{ran}' && touch $out")
+    other = FileLock(spec.lock_path, thread_local=False)
+    other.acquire()
+    jit_lock = JitLock(tmp_path / "tmp" / "flashinfer_jit.lock")
+    builds = threading.Thread(
+        target=module_builds.build_or_wait,
+        args=([spec], lambda line: None, jit_lock),
+        kwargs={"stopped": threading.Event()},
+    )
+    builds.start()
+    assert jit_lock.let_go.wait(30), "the first round never ended"
+    other.release()  # the other builder is done, after build_or_wait's first round passed the module by
+    builds.join(60)
+    assert not builds.is_alive() and ran.read_text() == "ran\n", "not built once the other let it go"
+    ran.unlink()
+    other.acquire()
+    stopped = threading.Event()
+    stopped.set()
+    jit_lock = JitLock(tmp_path / "tmp" / "flashinfer_jit.lock", on_take=lambda n: n == 2 and other.release())
+    try:
+        module_builds.build_or_wait([spec], lambda line: None, jit_lock, stopped=stopped)
+    finally:
+        if jit_lock.taken < 2:
+            other.release()
+    assert jit_lock.taken == 1 and not ran.exists(), "a round after the stop"
+
+
+def test_start_holding_returns_once_taken_does_the_work_in_a_daemon_thread_and_raises_takes_error(tmp_path):
+    """start_holding returns once take() is done, the work going on in its thread; what take() raised is
+    raised in the caller's thread; and a process whose build thread still works ends (a daemon thread)."""
+    import subprocess
+    import sys
+
+    worked, returned = threading.Event(), []
+    caller = threading.Thread(
+        target=lambda: returned.append(module_builds.start_holding(lambda: None, worked.set)), daemon=True
+    )
+    caller.start()
+    caller.join(30)
+    assert returned and worked.wait(30), "start_holding never returned, or never did the work"
+
+    def refused():
+        raise RuntimeError("the lock is another's")
+
+    with pytest.raises(RuntimeError, match="the lock is another's"):
+        module_builds.start_holding(refused, worked.set)
+    ends = (
+        "import threading; from fidev.builds import module_builds; "
+        "module_builds.start_holding(lambda: None, threading.Event().wait)"
+    )
+    scripts = str(Path(module_builds.__file__).parents[2])
+    done = subprocess.run([sys.executable, "-c", ends], env=dict(os.environ, PYTHONPATH=scripts), timeout=60)
+    assert done.returncode == 0
+
+
+@needs_a_build
+def test_a_rebuild_of_no_module_is_done_at_once_and_its_ninja_runs_in_the_env_it_started_in(tmp_path, monkeypatch):
+    """Rebuild with nothing to build calls then() and ends; its ninja runs in this process's environment as
+    the Rebuild began, not as a test in this process changed it meanwhile (here, as the build said its
+    first line, before ninja started)."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    done = []
+    nothing = module_builds.Rebuild([], done.append, say=lambda line: None)
+    nothing.wait()
+    assert done == [nothing] and nothing.failure is None
+    from fidev.core.workspace import BUILDING
+
+    spec = made_by(SleepSpec(tmp_path, "norm", 0), 'printf %s "$$FIDEV_MARK" > $out')
+    (spec.build_dir / BUILDING).write_text("{}")  # a build that did not finish, and an object it compiled
+    (spec.build_dir / "norm.o").write_text("")
+    monkeypatch.setenv("FIDEV_MARK", "as it began")
+
+    def say(line):
+        if "did not finish" in line:  # in the rebuild's thread, before its ninja starts
+            os.environ["FIDEV_MARK"] = "changed by a test"
+
+    rebuild = module_builds.Rebuild([spec], done.append, say=say)
+    rebuild.wait()
+    assert rebuild.failure is None and spec.jit_library_path.read_text() == "as it began"
