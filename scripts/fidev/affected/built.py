@@ -137,7 +137,7 @@ def drop_unrecorded_ahead(dirs: list[Path], smoke: set[str]) -> set[Path]:
     ahead made it. smoke's modules (`smoke`, by name) are kept: they have smoke's tests."""
     folders = [f for d in dirs for f in sorted(d.iterdir()) if f.is_dir() and f.name not in smoke]
     removed = module_builds.drop_unrecorded_ahead(folders, lambda line: print(f"affected: {line}", flush=True))
-    return {f for f in folders if f.name in removed and not f.exists()}
+    return {f for f in folders if f.name in removed}  # drop_unrecorded_ahead names only what is gone
 
 
 @dataclass
