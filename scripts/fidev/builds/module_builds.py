@@ -13,6 +13,7 @@ build (the loader's, or `build`'s) compiles everything again. Both build.py and 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -160,7 +161,8 @@ def run_module_builds(
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
     ends, built or not, after `on_failed(spec, its first error)` where it failed; `env`: ninja's
-    environment (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's."""
+    environment (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's.
+    `on_done` runs in this thread (each_in_this_thread)."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
@@ -191,20 +193,46 @@ def run_module_builds(
             with printing:  # one read of the tree's Python files, shared
                 record_build(spec.build_dir, spec.ninja_path, generators)
         done.append(spec.name)
-        if on_done is not None:
-            on_done(spec)
 
-    threads = [threading.Thread(target=build, args=pair) for pair in zip(specs, job_budgets(specs), strict=True)]
     ended = threading.Event()
     ticker = threading.Thread(target=keep_saying_progress, args=(len(specs), done, ended, say, printing), daemon=True)
     ticker.start()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    ended.set()
+    try:
+        each_in_this_thread(build, list(zip(specs, job_budgets(specs), strict=True)), on_done)
+    finally:
+        ended.set()
     if failures:
         raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
+
+
+def each_in_this_thread(build: Callable, jobs: list[tuple], on_done: Callable | None) -> None:
+    """build(spec, its job budget) for each pair, each in its own thread, and `on_done(spec)` in this thread
+    as each ends (not where its thread raised: threading's hook says that). on_done lets go the module's
+    lock, and a lock is let go in the thread that took it: filelock 3.32.5 keeps each thread's holds and
+    forgets one only in the thread that lets it go (filelock/_api.py, `_commit_acquire`,
+    `_drop_registry_entry`). A hold left behind makes that thread's next blocking take of the path, by
+    another instance, a "Deadlock" RuntimeError (`_raise_if_would_deadlock`): FlashInfer's
+    `JitSpec.build_and_load` in a test, after a warmup this thread built."""
+    ended_ones: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run(spec, budget) -> None:
+        ended = None
+        try:
+            build(spec, budget)
+            ended = spec
+        finally:
+            ended_ones.put(ended)
+
+    threads = [threading.Thread(target=run, args=pair) for pair in jobs]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in threads:
+            if (spec := ended_ones.get()) is not None and on_done is not None:
+                on_done(spec)
+    finally:
+        for thread in threads:
+            thread.join()
 
 
 def lock_path(spec) -> Path:
