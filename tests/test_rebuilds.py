@@ -5,10 +5,13 @@ which catches the restored copy that ninja's mtime check misses."""
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from fidev.core import workspace
 from fidev.records import ninja_inputs
 from script_runs import BUILD_TOOLS, require_tools
 
@@ -323,3 +326,35 @@ def test_run_module_builds_marks_a_failed_build_and_compiles_its_objects_again_a
     assert any("m/a.o: compiled by a build that did not finish: rebuilding it" in line for line in said), said
     assert (root / "a.o").stat().st_mtime_ns > from_the_edit
     assert not (root / ninja_inputs.BUILDING).exists()
+
+
+@pytest.mark.parametrize("why", ["a folder where the mark goes", "permission denied"])
+def test_a_module_folder_that_cannot_be_written_is_a_failure_in_two_lines(tmp_path, monkeypatch, why):
+    """The mark of a build begun cannot be written (a folder stands where it goes; or the user cannot
+    write the folder, as root here cannot be refused: the OS error made): the build fails in two lines
+    naming the folder's problem, its ninja never starts, and its thread raises nothing (threading's
+    hook would print a traceback)."""
+    from fidev.builds import module_builds
+    from fidev.core.failure import Failure
+
+    write_module(tmp_path, {"m.cpp": '#include "k.h"\nint f() { return K; }\n'})
+    if why == "permission denied":
+        monkeypatch.setattr(
+            ninja_inputs, "begin", lambda folder: (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
+        )
+    else:
+        (tmp_path / workspace.BUILDING).mkdir()
+    spec = SimpleNamespace(name="m", build_dir=tmp_path, ninja_path=tmp_path / "build.ninja", sources=["m.cpp"])
+    raised, failed = [], []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    with pytest.raises(Failure) as caught:
+        module_builds.run_module_builds([spec], say=lambda line: None, on_failed=lambda s, f: failed.append(f))
+    said = caught.value.problem + "\n" + caught.value.fix
+    expected = (
+        [f"cannot write in its folder {tmp_path}: Permission denied", "FLASHINFER_WORKSPACE_BASE"]
+        if why == "permission denied"
+        else ["is a folder, not a regular file"]
+    )
+    assert all(part in said for part in expected), said
+    assert failed == [caught.value] and raised == []
+    assert not (tmp_path / "m.o").exists(), "ninja ran in a folder whose build could not be marked"

@@ -160,7 +160,8 @@ def run_module_builds(
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
-    ends, built or not, after `on_failed(spec, its first error)` where it failed; `env`: ninja's
+    ends, built or not, after `on_failed(spec, its failure)` where it failed (its first error, or its folder
+    not writable); `env`: ninja's
     environment (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's.
     `on_done` runs in this thread (each_in_this_thread)."""
     printing = threading.Lock()
@@ -169,12 +170,12 @@ def run_module_builds(
     done: list = []
 
     def build(spec, jobs):
-        stale = ninja_inputs.stale(spec.build_dir)
-        for obj, why in stale.items():
-            with printing:
-                say(f"  {spec.name[:48]}/{Path(obj).name}: {why}: rebuilding it")
-        ninja_inputs.invalidate(spec.build_dir, stale)
-        ninja_inputs.begin(spec.build_dir)  # cleared where it finishes (record_build)
+        if (unwritable := prepare_folder(spec, say, printing)) is not None:
+            failures.append(unwritable)
+            if on_failed is not None:
+                on_failed(spec, unwritable)
+            done.append(spec.name)
+            return
         proc = start_ninja(spec, jobs, running, env, nice(spec) if callable(nice) else nice)
         output = []
         for line in proc.stdout:
@@ -186,7 +187,9 @@ def run_module_builds(
                     output.append(line.rstrip())
                     say("  " + line.rstrip())
         if proc.wait() != 0:
-            failures.append(f"{spec.name}: {first_error(output)}")
+            failures.append(
+                Failure(f"the JIT build failed: {spec.name}: {first_error(output)[:300]}", BUILD_FAILED_FIX)
+            )
             if on_failed is not None:
                 on_failed(spec, failures[-1])
         else:
@@ -202,7 +205,29 @@ def run_module_builds(
     finally:
         ended.set()
     if failures:
-        raise Failure(f"the JIT build failed: {failures[0][:300]}", BUILD_FAILED_FIX)
+        raise failures[0]
+
+
+def prepare_folder(spec, say: Callable[[str], None], printing) -> Failure | None:
+    """Before the module's ninja starts: the objects a stale input or an unfinished build left go, and
+    the mark of a build begun is written (cleared where it finishes: record_build); the failure where
+    its folder cannot be written."""
+    try:
+        stale = ninja_inputs.stale(spec.build_dir)
+        for obj, why in stale.items():
+            with printing:
+                say(f"  {spec.name[:48]}/{Path(obj).name}: {why}: rebuilding it")
+        ninja_inputs.invalidate(spec.build_dir, stale)
+        ninja_inputs.begin(spec.build_dir)
+    except Failure as failure:  # the mark's place is taken by what is not a regular file (write_whole)
+        return failure
+    except OSError as e:
+        return Failure(
+            f"the JIT build of {spec.name} cannot write in its folder {spec.build_dir}: {e.strerror or e}",
+            "make the folder writable by you, or set FLASHINFER_WORKSPACE_BASE to a folder you can write "
+            "(the JIT dir is under it)",
+        )
+    return None
 
 
 def each_in_this_thread(build: Callable, jobs: list[tuple], on_done: Callable | None) -> None:
@@ -653,12 +678,12 @@ class Rebuild:
         """The modules still building (set() of a set is one step under CPython's GIL)."""
         return set(self.left)
 
-    def failed_one(self, spec, error: str) -> None:
+    def failed_one(self, spec, error: Failure) -> None:
         """A module's build failed: the rebuild's failure from now (the run's stop reads it), and the
         module stays pending, its lock held until the rebuild ends, so that no test loads its old library."""
         self.failed.add(spec.name)
         if self.failure is None and not self.stopped.is_set():
-            self.failure = Failure(f"the JIT build failed: {error[:300]}", BUILD_FAILED_FIX)
+            self.failure = error
 
     def done_one(self, spec) -> None:
         if spec.name in self.failed:
