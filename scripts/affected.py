@@ -136,7 +136,7 @@ def run_affected(args, record: affected_summary.Summary) -> Verdict:
     write over each other's kept verdicts."""
     started = time.perf_counter()
     ws = workspace.read(pins().flashinfer)  # read once, here
-    found = built.find(ws, kernel_source.mode())
+    found = built.find(ws, kernel_source.mode(), args.list)
     busy = Failure(
         f"another affected run is judging the builds in {ws.version_dir} ({{}}): two at once would rebuild the "
         "same modules and keep each other's verdicts",

@@ -872,8 +872,9 @@ def test_a_module_only_a_build_ahead_made_and_no_record_names_is_removed_not_jud
     """Seen on a GPU host: upstream-tests' plan built a module ahead for a case that then never loaded it,
     and no record names a test of it, so every edit that reached it ended `not covered`. affected removes
     such a module (it carries the plan's mark: fidev.records.build_records.mark_built_ahead) in one line,
-    and judges what is left; a module with the mark that the record names, and one without the mark
-    (built by anyone else) with no test recorded, stay, the latter still a gap."""
+    `--list` only leaves it out, and both judge what is left; a module with the mark that the record
+    names, and one without the mark (built by anyone else) with no test recorded, stay, the latter still
+    a gap."""
     require("filelock", why="a module is removed under its own lock (filelock comes with torch in flashinfer-dev)")
     tree, root, jit_dir, env = ws
     for name in ("ahead_only", "user_built"):  # both compile other.cc, as norm_upstream does
@@ -881,17 +882,19 @@ def test_a_module_only_a_build_ahead_made_and_no_record_names_is_removed_not_jud
     build_records.mark_built_ahead(jit_dir / "ahead_only")
     build_records.mark_built_ahead(jit_dir / "norm_upstream")  # recorded: its test runs for an edit
     (tree / "csrc/other.cc").write_text('#include "flashinfer/other.cuh"\nint g() { return J + 1; }\n')
-    done = affected(root, env, "--list")
-    assert done.returncode == 0, done.stdout + done.stderr
-    removed = [line for line in done.stdout.splitlines() if "built ahead that no test loaded" in line]
-    assert len(removed) == 1 and removed[0].startswith("affected: 1 module(s)"), done.stdout
-    assert removed[0].endswith(": ahead_only"), removed
-    assert not (jit_dir / "ahead_only").exists()
-    assert (jit_dir / "user_built/user_built.so").is_file() and (jit_dir / "norm_upstream/norm_upstream.so").is_file()
-    row = next(line for line in done.stdout.splitlines() if "other.cc" in line)
-    assert "ahead_only" not in done.stdout.replace(removed[0], ""), done.stdout
-    assert "norm_upstream" in row and "user_built" in row, done.stdout
-    assert "affected: no test is recorded for user_built:" in done.stdout, done.stdout
+    for args, what in ((["--list"], "left out"), ([], "removed again")):  # --list changes nothing
+        done = affected(root, env, *args)
+        said = [line for line in done.stdout.splitlines() if "built ahead that no test loaded" in line]
+        assert len(said) == 1 and said[0].startswith("affected: 1 module(s)") and what in said[0], done.stdout
+        assert said[0].endswith(": ahead_only"), said
+        assert (jit_dir / "ahead_only").exists() == (what == "left out")
+        assert (jit_dir / "user_built/user_built.so").is_file() and (
+            jit_dir / "norm_upstream/norm_upstream.so"
+        ).is_file()
+        row = next(line for line in done.stdout.splitlines() if "other.cc" in line)
+        assert "ahead_only" not in done.stdout.replace(said[0], ""), done.stdout
+        assert "norm_upstream" in row and "user_built" in row, done.stdout
+        assert "affected: no test is recorded for user_built:" in done.stdout, done.stdout
 
 
 def test_a_record_that_names_a_module_built_ahead_clears_its_mark_for_good(tmp_path):

@@ -129,13 +129,23 @@ def check_tree(tree: Path, modules: list[Built]) -> None:
                 )
 
 
-def drop_unrecorded_ahead(dirs: list[Path], smoke: set[str]) -> set[Path]:
+def drop_unrecorded_ahead(dirs: list[Path], smoke: set[str], listing: bool = False) -> set[Path]:
     """The modules upstream-tests' plan built ahead that no case then loaded and no record names
     (fidev.builds.module_builds.drop_unrecorded_ahead: a run that ended before its own clean-up left
     them), removed before anything is judged, in one line; returns their folders. Such a module has
     no test to run, so every edit that reaches it would end `not covered`, though nothing but a build
-    ahead made it. smoke's modules (`smoke`, by name) are kept: they have smoke's tests."""
+    ahead made it. smoke's modules (`smoke`, by name) are kept: they have smoke's tests. `listing`
+    (--list, which changes nothing): they are left out of what is judged, and left where they are."""
     folders = [f for d in dirs for f in sorted(d.iterdir()) if f.is_dir() and f.name not in smoke]
+    if listing:
+        left = {f for f in folders if build_records.unrecorded_ahead(f)}
+        if left:
+            print(
+                f"affected: {len(left)} module(s) built ahead that no test loaded and no record names, left out "
+                f"(a run without --list removes them): {', '.join(sorted(f.name for f in left))}",
+                flush=True,
+            )
+        return left
     removed = module_builds.drop_unrecorded_ahead(folders, lambda line: print(f"affected: {line}", flush=True))
     return {f for f in folders if f.name in removed}  # drop_unrecorded_ahead names only what is gone
 
@@ -155,8 +165,9 @@ class Found:
     mode: str
 
 
-def find(ws: workspace.Workspace, mode: str) -> Found:
-    """The built modules, checked against the tree, with the kernel source mode applied."""
+def find(ws: workspace.Workspace, mode: str, listing: bool = False) -> Found:
+    """The built modules, checked against the tree, with the kernel source mode applied; `listing`
+    (--list): nothing in the JIT dirs is changed (drop_unrecorded_ahead)."""
     p = pins()
     tree = p.source_dir
     dirs = jit_dirs(ws, mode)
@@ -182,7 +193,7 @@ def find(ws: workspace.Workspace, mode: str) -> Found:
             "abi-smoke's modules)",
         )
     tier = {name: key for d in dirs for name, key in tier_keys(ws, d).items()}
-    dropped = drop_unrecorded_ahead(dirs, set(tier))
+    dropped = drop_unrecorded_ahead(dirs, set(tier), listing)
     modules = [m for m in modules if m.build_dir not in dropped]
     if not modules:
         raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix(mode))
