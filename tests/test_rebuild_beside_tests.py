@@ -581,7 +581,8 @@ def test_build_or_wait_lets_a_modules_lock_go_when_its_build_thread_raised(tmp_p
     require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
     spec = made_by(SleepSpec(tmp_path, "orphan", 0), "touch $out")
     jit_lock = JitLock(tmp_path / "tmp" / "flashinfer_jit.lock")
-    module_builds.build_or_wait([spec], lambda line: None, jit_lock, env={"PATH": str(tmp_path / "no ninja here")})
+    with pytest.raises(module_builds.Failure, match="ninja could not start for orphan"):
+        module_builds.build_or_wait([spec], lambda line: None, jit_lock, env={"PATH": str(tmp_path / "no ninja here")})
     assert not spec.jit_library_path.exists() and not lock_is_held(spec)
 
 
@@ -717,3 +718,40 @@ def test_each_modules_lock_is_let_go_in_the_thread_that_took_it(tmp_path, monkey
     assert len(threads_of) >= len(specs), threads_of
     for took, let_go in threads_of.values():
         assert sorted(took) == sorted(let_go), "a lock let go in another thread than the one that took it"
+
+
+@needs_a_build
+@pytest.mark.parametrize("where", ["ninja's start", "the record after it"])
+def test_a_module_whose_build_thread_raised_is_a_failed_rebuild_not_a_built_one(tmp_path, monkeypatch, where):
+    """A module's ninja that could not start (fork's ENOMEM on a loaded host, ninja gone; said in two
+    lines), or a build thread that raised anywhere else (threading's hook says what), leaves its old
+    library in place: the rebuild fails, never says it built (then()), and keeps its lock until it ends,
+    so that no test loads the old library as the edit's."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    fast, old = SleepSpec(tmp_path, "fast", 0), SleepSpec(tmp_path, "old", 0)
+    old.jit_library_path.touch()  # the library built before the edit
+    start_ninja, record_build = module_builds.start_ninja, module_builds.record_build
+
+    def no_fork(spec, *args, **kwargs):
+        if spec.name == "old":
+            raise OSError(12, "Cannot allocate memory")
+        return start_ninja(spec, *args, **kwargs)
+
+    def no_record(build_dir, *args):
+        if build_dir.name == "old":
+            raise RuntimeError("a bug of ours")
+        return record_build(build_dir, *args)
+
+    if where == "ninja's start":
+        monkeypatch.setattr(module_builds, "start_ninja", no_fork)
+    else:
+        monkeypatch.setattr(module_builds, "record_build", no_record)
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    done, said_built = [], []
+    rebuild = module_builds.Rebuild([fast, old], done.append, say=lambda line: None, rebuilt=said_built.append)
+    rebuild.wait()
+    assert said_built == ["fast"], "the old module said rebuilt: the gate would let its cases load the old library"
+    assert done == [] and rebuild.failure is not None and "old" in rebuild.failure.problem, (done, rebuild.failure)
+    expected = "ninja could not start for old: Cannot allocate memory" if where == "ninja's start" else "raised"
+    assert expected in rebuild.failure.problem and len(raised) == (where != "ninja's start"), rebuild.failure

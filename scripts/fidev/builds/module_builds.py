@@ -35,6 +35,8 @@ SLOWEST_SHOWN = 5
 ERROR_LINE = re.compile(r"\berror\b|cannot find -l|undefined reference to|No such file or directory", re.IGNORECASE)
 NOT_THE_CAUSE = re.compile(r"(FAILED:|collect2:|ninja: build stopped)")
 BUILD_FAILED_FIX = "read the compiler output above; `pixi run -e flashinfer-dev preflight` checks the toolchain"
+NINJA_FIX = "check that ninja is on the PATH and the host has memory to spare: `pixi run -e flashinfer-dev preflight`"
+BUG_FIX = "run it again; if it raises again, report the error above with the command that ran"
 
 
 def first_error(lines: list[str]) -> str:
@@ -160,38 +162,26 @@ def run_module_builds(
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
-    ends, built or not, after `on_failed(spec, its failure)` where it failed (its first error, or its folder
-    not writable); `env`: ninja's
-    environment (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's.
-    `on_done` runs in this thread (each_in_this_thread)."""
+    ends, built or not, after `on_failed(spec, its failure)` where it failed (its first error, its folder
+    not writable, its ninja not started, or its thread raised: raised); `env`: ninja's environment
+    (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's. `on_done` runs in
+    this thread (each_in_this_thread)."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
     done: list = []
 
+    def failed(spec, failure: Failure) -> None:
+        failures.append(failure)
+        if on_failed is not None:
+            on_failed(spec, failure)
+
     def build(spec, jobs):
-        if (unwritable := prepare_folder(spec, say, printing)) is not None:
-            failures.append(unwritable)
-            if on_failed is not None:
-                on_failed(spec, unwritable)
-            done.append(spec.name)
-            return
-        proc = start_ninja(spec, jobs, running, env, nice(spec) if callable(nice) else nice)
-        output = []
-        for line in proc.stdout:
-            status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
-            with printing:
-                if status:
-                    say(f"  {status.group(1)} {spec.name[:48]}/{Path(status.group(2)).name}")
-                elif line.strip() and not line.startswith("ninja: Entering"):
-                    output.append(line.rstrip())
-                    say("  " + line.rstrip())
-        if proc.wait() != 0:
-            failures.append(
-                Failure(f"the JIT build failed: {spec.name}: {first_error(output)[:300]}", BUILD_FAILED_FIX)
-            )
-            if on_failed is not None:
-                on_failed(spec, failures[-1])
+        started = prepare_folder(spec, say, printing) or ninja_started(spec, jobs, running, env, nice)
+        if isinstance(started, Failure):
+            failed(spec, started)
+        elif (error := ninja_error(started, spec, say, printing)) is not None:
+            failed(spec, Failure(f"the JIT build failed: {spec.name}: {error[:300]}", BUILD_FAILED_FIX))
         else:
             with printing:  # one read of the tree's Python files, shared
                 record_build(spec.build_dir, spec.ninja_path, generators)
@@ -204,8 +194,44 @@ def run_module_builds(
         each_in_this_thread(build, list(zip(specs, job_budgets(specs), strict=True)), on_done)
     finally:
         ended.set()
+    failures += raised(specs, done, on_failed)
     if failures:
         raise failures[0]
+
+
+def ninja_started(spec, jobs: int, running: list | None, env: dict | None, nice) -> subprocess.Popen | Failure:
+    """The module's ninja (start_ninja; `nice`: a niceness, or nice(spec)), or the failure where it could
+    not start (not on the PATH given, or no memory to fork on a loaded host)."""
+    try:
+        return start_ninja(spec, jobs, running, env, nice(spec) if callable(nice) else nice)
+    except OSError as e:
+        return Failure(f"ninja could not start for {spec.name}: {e.strerror or e}", NINJA_FIX)
+
+
+def ninja_error(proc: subprocess.Popen, spec, say: Callable[[str], None], printing) -> str | None:
+    """Each line of the module's ninja said as it comes (a started object with its [done/total elapsed]);
+    once it ends, its first error where it failed, else None."""
+    output = []
+    for line in proc.stdout:
+        status = re.match(r"(\[\d+/\d+ [\d.]+s\]) .* -o (\S+)", line)
+        with printing:
+            if status:
+                say(f"  {status.group(1)} {spec.name[:48]}/{Path(status.group(2)).name}")
+            elif line.strip() and not line.startswith("ninja: Entering"):
+                output.append(line.rstrip())
+                say("  " + line.rstrip())
+    return first_error(output) if proc.wait() != 0 else None
+
+
+def raised(specs, done: list[str], on_failed: Callable | None) -> list[Failure]:
+    """run_module_builds' failures of the modules whose build thread raised (not in `done`; threading's
+    hook said what), each handed to `on_failed`: their old library is no build of what the tree holds."""
+    failures = []
+    for spec in [spec for spec in specs if spec.name not in done]:
+        failures.append(Failure(f"the JIT build of {spec.name} raised before it ended (the error above)", BUG_FIX))
+        if on_failed is not None:
+            on_failed(spec, failures[-1])
+    return failures
 
 
 def prepare_folder(spec, say: Callable[[str], None], printing) -> Failure | None:
