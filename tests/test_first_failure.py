@@ -107,9 +107,16 @@ class FakeRun:
         self.all_skipped, self.stopped_early = False, False
         self.__dict__.update(attrs)
 
-    def open(self, selection):
+    def begin(self, modules, selection):
+        self.said.append("begin")
+        self.modules, self.selection = modules, selection
+
+    def built(self, name):
+        self.said.append(f"built {name}")
+
+    def open(self):
         self.said.append("open")
-        self.opened, self.selection = 1.0, selection
+        self.opened = 1.0
 
     def ended_failing(self):
         return self.fails_first
@@ -247,15 +254,93 @@ def test_a_run_stops_at_its_first_failure_by_default_and_hands_each_step_what_it
     outcome, said, given = build_and_test(monkeypatch, FakeRun(), smoke_fails=False, keep_going=None)
     assert given["their_run"] == ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, affected_tests.STOP_AFTER)
     assert given["rebuild"] == TO_BUILD and given["rebuild waited"]
-    assert said == ["open", "finish", "stop"] and outcome.stopped is False
+    assert said == ["open", "begin", "finish", "stop"] and outcome.stopped is False
     assert given["run_ours"] == (SMOKE, [], "auto") and given["imported_first"] == ["started", "joined"]
     assert "affected: 1 module(s) rebuilt in 1.0 s\n" in capsys.readouterr().out
 
 
-def test_the_gate_opens_on_their_runs_selection(monkeypatch):
+def test_the_gate_begins_on_their_runs_selection_and_the_rebuilds_modules(monkeypatch):
     run = FakeRun()
     build_and_test(monkeypatch, run, smoke_fails=False)
-    assert run.selection == GATE_SELECTION
+    assert run.selection == GATE_SELECTION and run.modules == ["norm"]
+
+
+class Stepping:
+    """module_builds.Rebuild as build_and_test drives it: started, it has taken its locks; wait()
+    builds `names` one by one (rebuilt(name) for each, as Rebuild.done_one), then says all built (then)."""
+
+    def __init__(self, names, said):
+        self.names, self.said, self.failure = names, said, None
+        self.stopped = threading.Event()
+
+    def __call__(self, to_build, then, say=None, first=frozenset(), rebuilt=None):
+        self.said.append("rebuild started")
+        self.then, self.rebuilt = then, rebuilt
+        return self
+
+    def pending(self):
+        return set(self.names)
+
+    def seconds(self):
+        return 2.0
+
+    def slowest(self):
+        return []
+
+    def wait(self):
+        self.said.append("waited")
+        while self.names:
+            self.rebuilt(self.names.pop(0))
+        self.then(self)
+
+    def stop(self):
+        self.stopped.set()
+
+
+def build_and_test_stepping(monkeypatch, run, names, keep_going=False):
+    """build_and_test of the modules `names`, no smoke test, FlashInfer's tests `run` (FakeRun), the
+    rebuild Stepping: (outcome, what was said, in order: the run's steps and the verdicts kept)."""
+    rebuilding = Stepping(list(names), run.said)
+    monkeypatch.setattr(affected_tests, "start_rebuild", rebuilding)
+    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (run, None))
+    outcome = affected_tests.build_and_test(
+        [SimpleNamespace(name=n) for n in names],
+        None,
+        [],
+        THEIRS,
+        RECORDED,
+        CHANGED,
+        VERSION_DIR,
+        failed_table,
+        lambda: run.said.append("kept all"),
+        True,
+        "auto",
+        keep_going,
+        frozenset(),
+        lambda name: run.said.append(f"kept {name}"),
+    )
+    return outcome, run.said, rebuilding
+
+
+def test_flashinfers_gate_begins_once_the_rebuild_holds_its_locks_and_names_each_module_once_it_is_kept(monkeypatch):
+    """The gate begins (their cases may start) once the rebuild took every module's lock; each module
+    is said built after affected kept its verdict `unfinished`, so that a case that loads it and fails
+    leaves a verdict to run again; the gate opens whole once all are kept."""
+    outcome, said, rebuilding = build_and_test_stepping(monkeypatch, FakeRun(), ["fast", "slow"])
+    assert said == [
+        "rebuild started",
+        "begin",
+        "waited",
+        "kept fast",
+        "built fast",
+        "kept slow",
+        "built slow",
+        "kept all",
+        "open",
+        "finish",
+        "stop",
+    ]
+    assert outcome.built == "2 module(s) rebuilt in 2.0 s" and not outcome.stopped
 
 
 def test_without_smokes_tests_nothing_is_imported_and_without_flashinfers_nothing_stops_smokes(monkeypatch):

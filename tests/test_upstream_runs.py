@@ -499,7 +499,7 @@ def test_a_gated_run_collects_then_waits_until_the_gate_says_go(ws, tmp_path, wo
     assert collected.exists() and not ran.exists() and proc.poll() is None, "the test ran before the gate opened"
     assert context.is_file() and context.read_text() == "cuda", "the CUDA context was not made before the gate"
     opened = time.time()
-    gate.write_text(upstream_gate.GO)
+    upstream_gate.open_gate(gate)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "upstream-tests: 1 passed" in out and ran.exists(), out
     # when the last case ended, for affected's PAST_BUILD line: after the gate opened, before the run ended
@@ -670,7 +670,10 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
     )
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
-    assert "affected: FlashInfer's tests (2 recorded case(s)) start now and run once the build is done" in out
+    assert (
+        "affected: FlashInfer's tests (2 recorded case(s)) start now and run, each case once the modules it loads "
+        "are rebuilt" in out
+    )
     assert (
         out.index("affected: FlashInfer's tests")
         < out.index("affected: 1 module(s) rebuilt")

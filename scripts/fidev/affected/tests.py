@@ -1,7 +1,7 @@
 """Running the tests of the changed modules: smoke's and abi-smoke's in this process, FlashInfer's
 own through upstream-tests in a process of its own, started before the build and held at a gate
-(fidev.upstream.gate) until the modules are built; its result read from the summary it
-writes (fidev.upstream.summary), not from its output."""
+(fidev.upstream.gate) that says which modules are built, each case running once those it loads are;
+its result read from the summary it writes (fidev.upstream.summary), not from its output."""
 
 from __future__ import annotations
 
@@ -227,9 +227,11 @@ def past_build(past: dict[str, float]) -> str:
 class FlashInferTests:
     """FlashInfer's tests of the edited modules, through upstream-tests in a process of its own,
     started before the build so that its processes import and collect while the modules compile;
-    they wait at a gate (fidev.upstream.gate) until `open()`, which may name the ones to run
-    (`deferred`: started for every module a Python edit may change). Its output is held until
-    `finish()`, so that it does not cut into smoke's tests, which run meanwhile in this process."""
+    they wait at a gate (fidev.upstream.gate) until `begin()` names the rebuild's modules and the tests
+    to run (`deferred`: started for every module a Python edit may change), then run each case once
+    `built()` said the modules it loads are built, or once `open()` said the whole rebuild is. Its
+    output is held until `finish()`, so that it does not cut into smoke's tests, which run meanwhile in
+    this process."""
 
     started: set[FlashInferTests] = set()  # stopped by run() however it ends
 
@@ -267,6 +269,7 @@ class FlashInferTests:
         )
         self.folder = Path(tempfile.mkdtemp(prefix=workspace.AFFECTED_SCRATCH))
         self.gate, self.summary = self.folder / "gate", self.folder / upstream_summary.NAME
+        self.gating = upstream_gate.GateWriter(self.gate)
         cmd = self.command(workers, sample, stop_after)
         self.announce(cmd, sum(cases_per_file.values()), workers, deferred)
         self.start(cmd, threads)
@@ -304,9 +307,9 @@ class FlashInferTests:
         said = [c for c in cmd if c not in ("--summary", str(self.summary))]
         which = "of the modules the edit may change" if deferred else ""
         then = (
-            "; those of the modules it changed run once the build is done"
+            "; those of the modules it changed run, each case once the modules it loads are rebuilt"
             if deferred
-            else " and run once the build is done"
+            else " and run, each case once the modules it loads are rebuilt"
         )
         print(
             f"affected: FlashInfer's tests {which}{' ' if which else ''}({cases} recorded case(s)"
@@ -346,9 +349,18 @@ class FlashInferTests:
         except Failure:
             return False
 
-    def open(self, selection: list[str] | None = None) -> None:
-        """The modules are built: the tests may load them; all, or those `selection` names."""
-        upstream_gate.open_gate(self.gate, selection)
+    def begin(self, modules: list[str], selection: list[str] | None = None) -> None:
+        """The rebuild of `modules` has begun, each under its lock: the tests may start, all or those
+        `selection` names, each case once the modules it loads are built."""
+        self.gating.begin(modules, selection)
+
+    def built(self, name: str) -> None:
+        """Module `name` is rebuilt, and its verdict kept: the cases that load it may run."""
+        self.gating.built(name)
+
+    def open(self) -> None:
+        """The whole rebuild is done: every case may run."""
+        self.gating.open()
         self.opened = time.time()
 
     def finish(self) -> tuple[int, set[str]]:
@@ -399,7 +411,8 @@ class FlashInferTests:
 
     def stop(self) -> None:
         """Stop it, if it runs (a failed build, Ctrl-C): upstream-tests stops its test files'
-        processes on SIGTERM. Then the gate's folder goes."""
+        processes on SIGTERM. Then the gate's folder goes (no rebuild's thread writes it again)."""
+        self.gating.close()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -559,19 +572,33 @@ def rebuilt_line(names: list[str], seconds: float, slowest: list) -> str:
     )
 
 
-def when_rebuilt(outcome: Outcome, built: Callable[[], None], run, selection, say: Callable[[str], None]) -> Callable:
+def when_rebuilt(outcome: Outcome, built: Callable[[], None], run, say: Callable[[str], None]) -> Callable:
     """What the rebuild does once every module is built, in its thread: its line, affected's `unfinished`
-    verdicts kept (built()), then FlashInfer's gate opened (their warmups build under the JIT dir's lock,
-    which the rebuild held: the first verdict's modules had the cores first)."""
+    verdicts kept (built()), then FlashInfer's gate opened whole: the cases the record names no modules
+    of may run, and their builds beside the cases and ahead of them start (the rebuild had the cores)."""
 
     def then(rebuilding) -> None:
         outcome.built = rebuilt_line(outcome.rebuilt, rebuilding.seconds(), rebuilding.slowest())
         built()
         if run:
-            run.open(selection)
+            run.open()
         say(f"affected: {outcome.built}")
 
     return then
+
+
+def said_rebuilt(rebuilt: Callable[[str], None], run: FlashInferTests | None) -> Callable[[str], None]:
+    """What the rebuild does as each module is built, before its lock is let go: affected keeps it
+    `unfinished` (rebuilt(name)), then FlashInfer's gate says it is built, so that the cases that load
+    it may run while the others build."""
+    if run is None:
+        return rebuilt
+
+    def both(name: str) -> None:
+        rebuilt(name)
+        run.built(name)
+
+    return both
 
 
 def finish_rebuild(rebuilding, outcome: Outcome, failed_table, built: Callable[[], None]) -> None:
@@ -755,18 +782,22 @@ def build_and_test(
 ) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, and run smoke's tests
     here meanwhile, each once the modules it loads are rebuilt (the rebuild holds each module's lock
-    until it is built: start_rebuild, ready_first); FlashInfer's go through their gate once every module
-    is built; the modules smoke's tests load (`first`) build first. `built()` is called then, before any
-    of FlashInfer's tests runs (affected keeps its `unfinished` verdicts), or once a rebuild the first
-    failure stopped has ended. Unless `keep_going`,
-    the first failing test ends the run: smoke's stops the rebuild and FlashInfer's tests, and
-    FlashInfer's first failing case ends theirs and smoke's. Each is stopped however the run ends."""
+    until it is built: start_rebuild, ready_first); FlashInfer's through their gate, each case once the
+    modules the record names for it are rebuilt (`rebuilt(name)` keeps each first), the others once every
+    module is; the modules smoke's tests load (`first`) build first. `built()` is called then, before
+    the gate opens whole (affected keeps its `unfinished` verdicts), or once a rebuild the first failure
+    stopped has ended. Unless `keep_going`, the first failing test ends the run: smoke's stops the
+    rebuild and FlashInfer's tests, and FlashInfer's first failing case ends theirs and smoke's. Each is
+    stopped however the run ends."""
     run, selection = their_run(early, theirs, recorded, changed, file_times, sampled, 0 if keep_going else STOP_AFTER)
     importing, their_status, their_failed, stopped_theirs, rebuilding, say = None, 0, set(), False, None, None
     outcome = Outcome("", 0.0, sorted(m.name for m in to_build))
     try:
         importing, say = import_meanwhile() if ours else None, screen()
-        rebuilding = start_rebuild(to_build, when_rebuilt(outcome, built, run, selection, say), say, first, rebuilt)
+        then = when_rebuilt(outcome, built, run, say)
+        rebuilding = start_rebuild(to_build, then, say, first, said_rebuilt(rebuilt, run))
+        if run:  # every module's lock is held: FlashInfer's cases may start, each once its modules are built
+            run.begin(outcome.rebuilt, selection)
         if ours:
             stop = None if keep_going else first_failure_elsewhere(rebuilding, run)
             ours_step(ours, importing, outcome, mode, stop, rebuilding.pending, say)
@@ -788,12 +819,18 @@ def build_and_test(
         if importing:  # not left importing torch while the interpreter exits (a failed build)
             importing.join(timeout=60)
     if theirs and not stopped_theirs:
-        theirs_step(0 if run.all_skipped else their_status, their_failed, run.unread, outcome)
-        if missed := [m for m in run.missed if m in changed]:  # no case of theirs ran it: not a pass
-            outcome.broken.append(
-                f"no collected FlashInfer test is recorded for {short(missed)}, so the sample did not exercise it "
-                "(upstream-tests FAMILY records them again)"
-            )
-        outcome.past = run.past
-        outcome.exercised_files = run.exercised_files
+        their_outcome(run, their_status, their_failed, changed, outcome)
     return outcome
+
+
+def their_outcome(run: FlashInferTests, status: int, failed: set[str], changed, outcome: Outcome) -> None:
+    """What FlashInfer's finished run says, in `outcome`: what failed or broke (theirs_step), a changed
+    module its sample did not exercise (no pass), its times past the build and the files it exercised."""
+    theirs_step(0 if run.all_skipped else status, failed, run.unread, outcome)
+    if missed := [m for m in run.missed if m in changed]:  # no case of theirs ran it: not a pass
+        outcome.broken.append(
+            f"no collected FlashInfer test is recorded for {short(missed)}, so the sample did not exercise it "
+            "(upstream-tests FAMILY records them again)"
+        )
+    outcome.past = run.past
+    outcome.exercised_files = run.exercised_files

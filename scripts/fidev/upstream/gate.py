@@ -1,20 +1,44 @@
-"""affected's gate: FlashInfer's test processes import and collect while affected compiles their
-modules, then wait at the gate file until it says "go" (open_gate); the lines after "go" may name the
-tests to run of those collected (node ids, or test functions for all their cases). A gate whose owner
-(the process that would open it) is gone never opens: the waiting process ends instead.
+"""affected's gate: FlashInfer's test processes import and collect while affected rebuilds the modules
+their cases load, then run each case as soon as the modules it loads are built, not once all are.
+
+affected writes the gate file (GateWriter), whole each time (fidev.core.files.write_whole: a reader never
+sees half of it); each test process reads it (read_state). Its fields (SCHEMA, version 1):
+  schema      "fidev-affected-gate/1"
+  selection   the tests to run of those collected (node ids, or test functions for all their cases);
+              null: all of them
+  modules     the modules the rebuild builds
+  built       those of them built, each named once affected kept its verdict `unfinished` (a test may
+              load it from then on)
+  open        the whole rebuild is done: every case may run
+No file: the rebuild has not started (a Python edit's tests start before the regeneration): they wait.
+
+Before the gate is open a process runs a case only where the record (the sample spec's {node id:
+modules}) names the modules it loads, each of them built and none still rebuilding (`ready`): a case the
+record does not name, or one that would compile a module nothing built, waits for the whole rebuild, as
+every case did before. Among the cases ready, pytest's order; while none is ready, the process waits
+(run_in_turn). A gate whose owner (the process that writes it) is gone never opens: the waiting process
+ends instead; a gate file of another schema ends it too.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
-from fidev.core.files import write_whole
+from fidev.core.files import fits, load_json, write_whole
 
-GO = "go"
+SCHEMA = "fidev-affected-gate/1"
+# the gate file's fields, less its schema
+SHAPE = {"selection": list[str] | None, "modules": list[str], "built": list[str], "open": bool}
+WAIT_S = 0.05  # how often a waiting process reads the gate file again
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -51,33 +75,128 @@ def owner_alive(owner: str) -> bool:
     return fields[0] != "Z" and (not started or fields[19] == started)
 
 
-def opened(path: Path) -> bool:
-    """The gate file says go (open_gate writes it whole; the folder may go at the run's end)."""
+@dataclass(frozen=True)
+class State:
+    """What the gate file says: the tests to run (None: all), the rebuild's modules not built yet, and
+    whether the whole rebuild is done."""
+
+    selection: list[str] | None
+    waiting: frozenset[str]
+    open: bool
+
+
+def state_text(selection: list[str] | None, modules, built, is_open: bool) -> str:
+    """The gate file's text (SCHEMA)."""
+    return json.dumps(
+        {
+            "schema": SCHEMA,
+            "selection": selection,
+            "modules": sorted(modules),
+            "built": sorted(built),
+            "open": is_open,
+        }
+    )
+
+
+def read_state(path: Path) -> State | None:
+    """The gate's state; None where there is no gate file yet (or no more: the run's folder went at its
+    end). ValueError for a file that cannot be read or is of another schema or shape: no gate of ours."""
+    none_of_ours = f"the gate file {path} is not affected's gate of schema {SCHEMA}"
     try:
-        return path.read_text().split("\n")[0] == GO
-    except (OSError, ValueError):  # gone, or not the text open_gate writes
+        data = load_json(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{none_of_ours} ({e})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not fits(data, SHAPE):
+        raise ValueError(none_of_ours)
+    return State(data["selection"], frozenset(data["modules"]) - set(data["built"]), data["open"])
+
+
+def opened(path: Path) -> bool:
+    """The whole rebuild is done (the builds ahead of the tests start then); False where there is no
+    gate file, or none of ours."""
+    try:
+        state = read_state(path)
+    except ValueError:
         return False
+    return state is not None and state.open
 
 
-def wait_for_gate(path: Path, owner: str, xdist_worker: bool) -> list[str] | None:
-    """Until the gate file says go (the modules are built); then the tests it names, or None for
-    all. A gate whose owner is gone never opens: the file's process ends, and under pytest-xdist its
-    whole process group at once (the file's own session, fidev.upstream.runs), since a worker that
-    exits is replaced by another."""
+def open_gate(path: Path, selection: list[str] | None = None) -> None:
+    """A gate open at once: every case may run (all, or those `selection` names)."""
+    write_whole(path, state_text(selection, [], [], True))
+
+
+class GateWriter:
+    """affected's side of the gate: begin() says the rebuild's modules and the tests to run, built(name)
+    each module as it is built, open() the whole rebuild done. The file is written from begin() on
+    (what came before is in its first text: the rebuild's thread may say a module built, or all, before
+    the run's thread says it began), and never after close() (its folder goes). Called from the
+    rebuild's threads: one writer at a time."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lock = threading.Lock()
+        self.selection: list[str] | None = None
+        self.modules: set[str] = set()
+        self.done: set[str] = set()
+        self.is_open = self.begun = self.closed = False
+
+    def begin(self, modules, selection: list[str] | None) -> None:
+        with self.lock:
+            self.modules, self.selection, self.begun = set(modules), selection, True
+            self.write()
+
+    def built(self, name: str) -> None:
+        with self.lock:
+            self.done.add(name)
+            self.write()
+
+    def open(self) -> None:
+        with self.lock:
+            self.is_open = True
+            self.write()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+
+    def write(self) -> None:
+        if self.begun and not self.closed:
+            write_whole(self.path, state_text(self.selection, self.modules, self.done & self.modules, self.is_open))
+
+
+def ended(message: str, xdist_worker: bool) -> NoReturn:
+    """The waiting process ends (pytest.exit), and under pytest-xdist its whole process group at once
+    (the file's own session, fidev.upstream.runs), since a worker that exits is replaced by another."""
     import pytest  # in a pytest process: fidev itself imports only the standard library
 
+    if xdist_worker:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    pytest.exit(message, returncode=pytest.ExitCode.INTERRUPTED)
+
+
+def checked(path: Path, owner: str, xdist_worker: bool) -> State | None:
+    """The gate's state now; the process ends where its owner is gone while the gate is not open, or
+    where the file is none of ours."""
+    try:
+        state = read_state(path)
+    except ValueError as e:
+        ended(f"{e}: these tests cannot tell when their modules are built", xdist_worker)
+    if (state is None or not state.open) and not owner_alive(owner):
+        ended(f"the process that started these tests ({owner}) is gone before they could run", xdist_worker)
+    return state
+
+
+def wait_for_gate(path: Path, owner: str, xdist_worker: bool, until: Callable[[State], bool]) -> State:
+    """Until the gate file says `until` (affected began its rebuild; an xdist worker, whose controller
+    hands it its cases in its own order: the whole rebuild done); then its state."""
     while True:
-        lines = path.read_text().split("\n") if path.is_file() else []  # written whole, then renamed
-        if lines and lines[0] == GO:
-            return [line for line in lines[1:] if line] or None
-        if not owner_alive(owner):
-            if xdist_worker:
-                os.killpg(os.getpgrp(), signal.SIGKILL)
-            pytest.exit(
-                f"the process that started these tests ({owner}) is gone before they could run",
-                returncode=pytest.ExitCode.INTERRUPTED,
-            )
-        time.sleep(0.05)
+        state = checked(path, owner, xdist_worker)
+        if state is not None and until(state):
+            return state
+        time.sleep(WAIT_S)
 
 
 def make_cuda_context() -> None:
@@ -90,11 +209,6 @@ def make_cuda_context() -> None:
         torch.empty(1, device="cuda")
 
 
-def open_gate(path: Path, selection: list[str] | None = None) -> None:
-    """Let the gated tests run: all of them, or those `selection` names (written whole)."""
-    write_whole(path, "\n".join([GO, *(selection or [])]) + "\n")
-
-
 def selected(nodeid: str, selection: list[str]) -> bool:
     """A node id the gate's selection names: itself, or a case of a named function."""
     return any(nodeid == s or nodeid.startswith(s + "[") for s in selection)
@@ -102,16 +216,104 @@ def selected(nodeid: str, selection: list[str]) -> bool:
 
 class Gate:
     """The plugin that holds a run's process at the gate once it has collected (an xdist worker too),
-    and then narrows what it runs to the gate's selection (the last of the narrowing steps:
-    fidev.upstream.plugin registers them in order). `selection` is what the gate named, once open."""
+    then narrows what it runs to the gate's selection (the last of the narrowing steps:
+    fidev.upstream.plugin registers them in order), and, outside pytest-xdist, runs each case once the
+    gate says the modules it loads are built (run_in_turn). `needs`: {node id: the modules the record
+    names for it}; `built(name)`: the module is built (its library is there); `stopped()`: the run's
+    early stop has come (the case it would run next is not run, fidev.upstream.outcomes.early_stop).
+    `selection` is what the gate named, once begun."""
 
-    def __init__(self, path: Path, owner: str):
-        self.path, self.owner = path, owner
+    def __init__(
+        self,
+        path: Path,
+        owner: str,
+        needs: dict[str, list[str]] | None = None,
+        built: Callable[[str], bool] = lambda name: False,
+        stopped: Callable[[], bool] = lambda: False,
+    ):
+        self.path, self.owner, self.needs, self.built, self.stopped = path, owner, needs or {}, built, stopped
         self.selection: list[str] | None = None
+        self.in_turn = False  # this process collected, not under pytest-xdist: run_in_turn orders its cases
+        self.last: State | None = None
 
     def narrow(self, config, items) -> None:
         make_cuda_context()
-        self.selection = wait_for_gate(self.path, self.owner, hasattr(config, "workerinput"))
+        worker = hasattr(config, "workerinput")
+        began = (lambda state: state.open) if worker else (lambda state: True)
+        self.last = wait_for_gate(self.path, self.owner, worker, began)
+        self.selection = self.last.selection
+        self.in_turn = not worker
         if self.selection is not None:
             config.hook.pytest_deselected(items=[item for item in items if not selected(item.nodeid, self.selection)])
             items[:] = [item for item in items if selected(item.nodeid, self.selection)]
+
+    def state(self) -> State:
+        """The gate's state now (the last one read where the file went: the run ends), its process ended
+        where its owner is gone while it is not open."""
+        self.last = checked(self.path, self.owner, False) or self.last
+        return self.last
+
+    def is_open(self) -> bool:
+        """The whole rebuild is done (the warmups' builds beside the cases start then); read without ending
+        the process: called from a build's thread."""
+        return opened(self.path)
+
+    def ready(self, left: list):
+        """The first case of `left` to run now, else None: one whose modules the record names, each built
+        and none still rebuilding; once the gate is open, such a case first, else the first left."""
+        state = self.state()
+        for item in left:
+            named = self.needs.get(item.nodeid)
+            if named and not state.waiting.intersection(named) and all(self.built(m) for m in named):
+                return item
+        return left[0] if state.open and left else None
+
+    def next_case(self, left: list):
+        """The case to run next: the first ready, waited for; the first left where the early stop came."""
+        while True:
+            item = self.ready(left)
+            if item is not None:
+                return item
+            if self.stopped():
+                return left[0]
+            time.sleep(WAIT_S)
+
+
+def kept_for(item, left: list):
+    """pytest's `nextitem` for `item` where no case is ready yet: a case left where every one left is of
+    `item`'s parent (so that whichever runs next, the fixtures its parent holds, a warmup_jit's, are kept),
+    else None (every fixture torn down, set up again by the next case)."""
+    return left[0] if left and all(other.parent is item.parent for other in left) else None
+
+
+def run_in_turn(gate: Gate):
+    """The plugin whose run loop replaces pytest's in a gated process that collected (not under
+    pytest-xdist): each case runs once the gate says the modules it loads are built (Gate.ready), the
+    first such in pytest's order; while none is ready it waits (Gate.next_case). pytest's `nextitem` is a
+    case ready as the case before it starts, and that one runs next; where none is ready yet, kept_for's.
+    The early stop and pytest's -x end the loop as they end pytest's. pytest is imported here."""
+    import pytest
+
+    class InTurn:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtestloop(self, session):
+            if not gate.in_turn:
+                return None  # an xdist controller or worker: xdist's loop
+            if session.testsfailed and not session.config.option.continue_on_collection_errors:
+                return None  # pytest's own loop says it
+            if session.config.option.collectonly:
+                return True
+            left, committed = list(session.items), None
+            while left:
+                item = committed if committed is not None else gate.next_case(left)
+                left.remove(item)
+                committed = gate.ready(left) if left else None
+                nextitem = committed if committed is not None else kept_for(item, left)
+                item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+                if session.shouldfail:
+                    raise session.Failed(session.shouldfail)
+                if session.shouldstop:
+                    raise session.Interrupted(session.shouldstop)
+            return True
+
+    return InTurn()

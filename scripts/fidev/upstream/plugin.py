@@ -18,7 +18,8 @@ environment the parent gave the process) and registers one plugin per concern:
 - Parts ("i/k"): a process runs every k-th of the file's collected cases from the i-th: the parts of
   a long file run on several GPUs at once, and each collects the same list.
 - Gate (fidev.upstream.gate): a run's processes import and collect, then wait for affected's gate
-  to say "go", and run what it names.
+  to begin, and run what it names, each case once the gate says the modules the record names for it
+  are built (a case the record does not name: once the whole rebuild is done).
 - Builds, in a run: how the modules get built (below).
 - Outcomes and the early stop (fidev.upstream.outcomes): what each case did, the progress, and the
   stop at the run's first failing cases.
@@ -45,7 +46,9 @@ part of a whole file), the warmup builds only what the selected cases need:
   JitSpec.build_and_load);
 - with no record at all, each case builds what it loads, and once the first case has run, the
   warmup's other modules build beside the next cases.
-The builds still running when the session ends are stopped.
+Behind affected's gate these builds beside the cases start once the whole rebuild is done (the gate is
+open), as the plan's builds ahead do: the rebuild, which the first verdict waits on, keeps the cores. The
+builds still running when the session ends are stopped.
 """
 
 from __future__ import annotations
@@ -295,8 +298,16 @@ class Builds:
     build_jit_specs replaced (the module's docstring). `needs`: {node id: its modules} by the
     record, where the run has one; `parts`: whose deselections do not narrow the run."""
 
-    def __init__(self, settings: Settings, needs: dict[str, list[str]] | None = None, parts: Parts | None = None):
-        self.settings, self.needs, self.parts = settings, needs, parts
+    def __init__(
+        self,
+        settings: Settings,
+        needs: dict[str, list[str]] | None = None,
+        parts: Parts | None = None,
+        after: Callable[[], bool] | None = None,
+    ):
+        """`after`: the builds beside the cases start once after() is true (affected's gate open)."""
+        self.settings, self.needs, self.parts, self.after = settings, needs, parts, after
+        self.ending = threading.Event()  # the session ends: a build beside that waits for after() starts not
         self.config = None
         self.current = "unknown"
         # a subset of the file's cases runs (not a part's share): the warmup builds what they need
@@ -345,12 +356,20 @@ class Builds:
             self.later = []
 
     def start_beside(self, specs) -> None:
-        thread = threading.Thread(target=module_builds.build_beside, args=(specs, self.say, self.running), daemon=True)
+        thread = threading.Thread(target=self.build_beside, args=(specs,), daemon=True)
         self.beside.append(thread)
         thread.start()
 
+    def build_beside(self, specs) -> None:
+        """module_builds.build_beside, once after() is true; none where the session ended first."""
+        while self.after is not None and not self.after():
+            if self.ending.wait(0.1):
+                return
+        module_builds.build_beside(specs, self.say, self.running)
+
     def stop_beside(self) -> None:
         """The builds beside the tests, stopped where they still run: no case is left to load their modules."""
+        self.ending.set()
         for proc in list(self.running):
             if proc.poll() is None:
                 proc.terminate()
@@ -474,28 +493,41 @@ def register(config, settings: Settings) -> None:
     manager = config.pluginmanager
     sampling = Sampling(settings) if settings.sample else None
     parts = Parts(settings) if settings.in_run and settings.part else None
-    gate_ = upstream_gate.Gate(settings.gate, settings.gate_owner) if settings.in_run and settings.gate else None
-    builds = None
+    gate_, builds = None, None
     if settings.dry_dir is not None:
         manager.register(DryRunRecords(settings.dry_dir), "fidev-dry-run-records")
     else:
-        builds = Builds(settings, sampling.modules if sampling else None, parts)
+        stop = register_outcomes(config, settings)
+        if settings.gate:
+            gate_ = gated(settings, sampling.modules if sampling else None, stop)
+            manager.register(upstream_gate.run_in_turn(gate_), "fidev-gate-in-turn")
+        builds = Builds(settings, sampling.modules if sampling else None, parts, gate_.is_open if gate_ else None)
         manager.register(builds, "fidev-builds")
-        register_outcomes(config, settings)
     manager.register(Narrowing(sampling, parts, gate_, builds), "fidev-narrowing")
 
 
-def register_outcomes(config, settings: Settings) -> None:
+def gated(settings: Settings, needs: dict[str, list[str]] | None, stop) -> upstream_gate.Gate:
+    """The run's gate (fidev.upstream.gate): the modules the record names for each case, whether a
+    module is built, and the run's early stop (`stop`: its plugin, None without one)."""
+    return upstream_gate.Gate(
+        settings.gate, settings.gate_owner, needs, module_built, stop.check if stop is not None else lambda: False
+    )
+
+
+def register_outcomes(config, settings: Settings):
     """A run's outcomes and its early stop (fidev.upstream.outcomes): under pytest-xdist, the
-    controller writes what its workers report, once."""
+    controller writes what its workers report, once. Returns the early stop's plugin, None without one."""
     manager = config.pluginmanager
     if not hasattr(config, "workerinput"):
         outcomes = Outcomes(settings.outcomes, settings.stop_file)
         manager.register(outcomes, "fidev-outcomes")
         if hasattr(config.hook, "pytest_xdist_node_collection_finished"):
             manager.register(XdistTotal(outcomes), "fidev-xdist-total")
-    if settings.stop_after and settings.stop_file:
-        manager.register(early_stop(settings.stop_after, settings.stop_file, settings.outcomes), "fidev-early-stop")
+    if not (settings.stop_after and settings.stop_file):
+        return None
+    stop = early_stop(settings.stop_after, settings.stop_file, settings.outcomes)
+    manager.register(stop, "fidev-early-stop")
+    return stop
 
 
 SETTINGS = Settings.read()  # once, as this module is loaded (-p): what the parent gave this process

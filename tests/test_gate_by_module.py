@@ -1,0 +1,242 @@
+"""affected's gate opens module by module (fidev.upstream.gate): affected writes, whole each time, which
+of the rebuild's modules are built (GateWriter), and each of FlashInfer's test processes behind it runs a
+case as soon as the modules the record names for it are built, the others waiting; a case the record
+does not name waits for the whole rebuild; the first failing case, before the gate is open, ends the
+run. The tree is tests/support/upstream_standin.py's stand-in of
+FlashInfer's suite at v0.6.3."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from fidev.upstream import gate as upstream_gate
+from fidev.upstream.settings import Settings
+from script_runs import require, wait_until
+from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
+
+TESTS = "extern/tracked/flashinfer/tests"
+
+
+def state(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_the_gate_is_written_once_the_rebuild_began_with_what_came_before_and_never_after_its_close(tmp_path):
+    """The rebuild's thread may say a module built, or all of them, before the run's thread says it
+    began: the first text holds them. Each text is whole, of the schema the processes read."""
+    gate = tmp_path / "gate"
+    writer = upstream_gate.GateWriter(gate)
+    writer.built("fast")
+    assert not gate.exists(), "a gate written before the rebuild began names no tests to run"
+    writer.begin(["fast", "slow"], ["tests/t.py::test_a"])
+    assert state(gate) == {
+        "schema": upstream_gate.SCHEMA,
+        "selection": ["tests/t.py::test_a"],
+        "modules": ["fast", "slow"],
+        "built": ["fast"],
+        "open": False,
+    }
+    assert upstream_gate.read_state(gate) == upstream_gate.State(["tests/t.py::test_a"], frozenset({"slow"}), False)
+    assert not upstream_gate.opened(gate)
+    writer.built("slow")
+    assert upstream_gate.read_state(gate).waiting == frozenset() and not upstream_gate.opened(gate)
+    writer.open()
+    assert upstream_gate.opened(gate)
+    writer.close()
+    gate.unlink()
+    writer.built("late")
+    writer.open()
+    assert not gate.exists(), "written after its close: its folder would come back"
+    opened_first = upstream_gate.GateWriter(gate)
+    opened_first.open()
+    opened_first.begin(["m"], None)
+    assert upstream_gate.read_state(gate) == upstream_gate.State(None, frozenset({"m"}), True)
+
+
+def test_a_gate_file_of_another_schema_or_shape_is_none_of_ours(tmp_path):
+    gate = tmp_path / "gate"
+    assert upstream_gate.read_state(gate) is None and not upstream_gate.opened(gate), "no file: not begun"
+    for text in ("go\n", json.dumps({"schema": "fidev-affected-gate/0", "open": True}), "[]"):
+        gate.write_text(text)
+        with pytest.raises(ValueError, match="is not affected's gate of schema fidev-affected-gate/1"):
+            upstream_gate.read_state(gate)
+        assert not upstream_gate.opened(gate)
+    gate.write_text(json.dumps({"schema": upstream_gate.SCHEMA, "selection": None, "modules": [], "built": []}))
+    with pytest.raises(ValueError):
+        upstream_gate.read_state(gate)
+    upstream_gate.open_gate(gate, ["tests/t.py::test_a"])
+    assert upstream_gate.read_state(gate) == upstream_gate.State(["tests/t.py::test_a"], frozenset(), True)
+
+
+def case(nodeid: str, parent="file"):
+    return SimpleNamespace(nodeid=nodeid, parent=parent)
+
+
+def test_before_the_gate_opens_a_case_runs_only_where_every_module_the_record_names_is_built_and_none_rebuilding(
+    tmp_path, monkeypatch
+):
+    """A case waits while a module the record names for it still rebuilds, or is built by nothing yet
+    (its compile would take the cores from the rebuild), and where the record names none of its
+    modules; once the gate is open, a case whose modules are built runs first, then the rest in order."""
+    monkeypatch.setattr(upstream_gate, "owner_alive", lambda owner: True)
+    gate_file = tmp_path / "gate"
+    built = {"fast", "slow", "page"}
+    needs = {"t.py::slow": ["page", "slow"], "t.py::never_built": ["page", "new"], "t.py::fast": ["fast", "page"]}
+    gate = upstream_gate.Gate(gate_file, "owner", needs, lambda name: name in built)
+    writer = upstream_gate.GateWriter(gate_file)
+    writer.begin(["fast", "slow"], None)
+    left = [case("t.py::unnamed"), case("t.py::slow"), case("t.py::never_built"), case("t.py::fast")]
+    assert gate.ready(left) is None, "each case waits: a module rebuilding, built by nothing, or not named"
+    writer.built("fast")
+    assert gate.ready(left).nodeid == "t.py::fast"
+    writer.built("slow")
+    assert gate.ready(left).nodeid == "t.py::slow", "the first ready in pytest's order"
+    assert gate.ready(left[:1] + left[2:3]) is None, "the unnamed case and the one of a module nothing built wait"
+    writer.open()
+    assert gate.ready(left).nodeid == "t.py::slow", "open: the cases whose modules are built first"
+    assert gate.ready(left[:1] + left[2:3]).nodeid == "t.py::unnamed", "open: then every case, in order"
+    gate_file.unlink()  # the run's folder went at its end: what the gate said last stands
+    assert gate.ready(left[:1]).nodeid == "t.py::unnamed"
+
+
+def test_with_no_case_ready_the_early_stop_hands_the_loop_the_first_case_left(tmp_path, monkeypatch):
+    """The early stop (fidev.upstream.outcomes.early_stop) does not run the case it is handed: a process
+    waiting for its modules when another case of the run failed ends instead of waiting on."""
+    monkeypatch.setattr(upstream_gate, "owner_alive", lambda owner: True)
+    upstream_gate.GateWriter(tmp_path / "gate").begin(["slow"], None)
+    stops = iter([False, False, True])
+    gate = upstream_gate.Gate(tmp_path / "gate", "owner", {"t.py::a": ["slow"]}, lambda name: True, lambda: next(stops))
+    monkeypatch.setattr(upstream_gate, "WAIT_S", 0)
+    gate.state()
+    left = [case("t.py::a"), case("t.py::b")]
+    assert gate.next_case(left) is left[0]
+
+
+def test_a_waiting_case_keeps_the_fixtures_of_the_parent_every_case_left_shares():
+    """pytest's nextitem where none is ready yet: a case of the same parent keeps the module's fixtures (a
+    warmup_jit's, set up once) whichever case then runs; cases of other parents tear everything down."""
+    item = case("a.py::x", parent="a.py")
+    assert upstream_gate.kept_for(item, [case("a.py::y", "a.py"), case("a.py::z", "a.py")]).nodeid == "a.py::y"
+    assert upstream_gate.kept_for(item, [case("a.py::y", "a.py"), case("b.py::z", "b.py")]) is None
+    assert upstream_gate.kept_for(item, []) is None
+
+
+ACTIVATION = """\
+import os, sys
+import pytest
+import flashinfer
+gate = sys.modules["fidev.upstream.gate"]
+EVENTS = os.environ["EVENTS"]
+asked = {"n": 0, "last": "nothing"}
+def note(what):
+    asked.update(n=0, last=what)
+    open(EVENTS, "a").write(what + "\\n")
+# the rendezvous: the gate asks whether its owner lives each time it reads itself not open, so a second
+# asking after a case ran is a process that found no case ready, waited, and found none again
+def owner_alive(owner, alive=gate.owner_alive):
+    asked["n"] += 1
+    if asked["n"] == 2:
+        open(EVENTS, "a").write(f"waiting after {asked['last']}\\n")
+    return alive(owner)
+gate.owner_alive = owner_alive
+@pytest.fixture(autouse=True, scope="module")
+def warmup_jit():  # as tests/utils/test_activation.py's at v0.6.3: every module of the file's parameter space
+    open(EVENTS, "a").write("warmup\\n")
+    flashinfer.jit.build_jit_specs([flashinfer.gen(a, 1) for a in ("silu_and_mul", "gelu_and_mul", "gelu_tanh")])
+    yield
+@pytest.mark.parametrize("act", ["silu_and_mul", "gelu_and_mul"])
+def test_act(act):
+    flashinfer.load(act, 1)
+    note(act)
+    assert os.environ.get("FAIL") != act
+def test_unnamed():
+    note("unnamed")
+def test_other():
+    note("other")
+"""
+REBUILT = ["gelu_and_mul", "silu_and_mul"]
+
+
+def behind_the_gate(root, env, tmp_path, *args, fail="") -> tuple[subprocess.Popen, upstream_gate.GateWriter, Path]:
+    """The activation file's sample (-k leaves out test_other) run behind a gate this process writes, as
+    affected does, once a first run built silu_and_mul and gelu_and_mul and recorded which case loads
+    which (test_unnamed loads nothing: the record does not name it). `fail`: the case of that module
+    fails behind the gate."""
+    (root / TESTS / "utils/test_activation.py").write_text(ACTIVATION)
+    events = tmp_path / "events"
+    env = {**env, "EVENTS": str(events)}
+    done = upstream(root, env, "activation", "--no-plan", "-k", "not other")
+    assert done.returncode == 0 and "upstream-tests: 3 passed" in done.stdout, done.stdout + done.stderr
+    events.unlink()
+    Path(env["FAKE_COMPILES"]).unlink()
+    gate = tmp_path / "gate"
+    settings = Settings(gate=gate, gate_owner=upstream_gate.process_identity(os.getpid()))
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "scripts/upstream_tests.py"), "activation", "--no-plan", "--sample", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env, **settings.env(), "FAIL": fail},
+    )
+    return proc, upstream_gate.GateWriter(gate), events
+
+
+def said(events: Path) -> list[str]:
+    return events.read_text().splitlines() if events.is_file() else []
+
+
+def ran(events: Path) -> list[str]:
+    return [e for e in said(events) if e in ("silu_and_mul", "gelu_and_mul", "unnamed", "other")]
+
+
+@needs_a_build
+def test_a_gated_process_runs_each_case_once_the_modules_it_loads_are_built_and_an_unnamed_one_at_the_end(ws, tmp_path):
+    """silu's case runs once silu is said built, while gelu still rebuilds and its case waits; gelu's
+    runs once it is; the case the record names no module of waits for the whole rebuild. The warmup
+    builds nothing (its modules are built, or no case to run needs them) and is set up once: the waits
+    keep its module's fixtures."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    proc, writer, events = behind_the_gate(root, env, tmp_path, "-k", "not other")
+    try:
+        writer.begin(REBUILT, None)
+        writer.built("silu_and_mul")
+        wait_until(lambda: "waiting after silu_and_mul" in said(events), 120, "silu's case ran, then waited", proc)
+        assert ran(events) == ["silu_and_mul"], "gelu's case ran while gelu still rebuilt"
+        writer.built("gelu_and_mul")
+        wait_until(lambda: "waiting after gelu_and_mul" in said(events), 60, "gelu's case ran, then waited", proc)
+        assert ran(events) == ["silu_and_mul", "gelu_and_mul"], "the unnamed case ran before the whole rebuild"
+        writer.open()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 0 and "upstream-tests: 3 passed" in out, out
+    assert ran(events) == ["silu_and_mul", "gelu_and_mul", "unnamed"]
+    assert said(events).count("warmup") == 1, said(events)
+    assert compiles(env) == [], "the warmup, or a case, compiled"
+
+
+@needs_a_build
+def test_a_failing_case_before_the_gate_opens_ends_the_run_and_the_waiting_cases_do_not_run(ws, tmp_path):
+    """--stop-after 1, as affected asks: silu's case fails while gelu still rebuilds; the process ends
+    without waiting for the gate, the cases left unrun, and the run fails naming silu's case."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    proc, writer, events = behind_the_gate(
+        root, env, tmp_path, "-k", "not other", "--stop-after", "1", fail="silu_and_mul"
+    )
+    try:
+        writer.begin(REBUILT, None)
+        writer.built("silu_and_mul")
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 1 and "FAILED tests/utils/test_activation.py::test_act[silu_and_mul]" in out, out
+    assert ran(events) == ["silu_and_mul"] and not upstream_gate.opened(writer.path)
