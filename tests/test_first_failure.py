@@ -185,8 +185,9 @@ def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE):
         def slowest(self):
             return []
 
-        def wait(self):
+        def wait(self, stop=None):
             given.setdefault("rebuild waited", True)
+            given.setdefault("rebuild's stop", stop)
 
         def stop(self):
             self.stopped.set()
@@ -239,6 +240,7 @@ def test_keep_going_runs_every_test(monkeypatch):
     outcome, said, given = build_and_test(monkeypatch, FakeRun(), smoke_fails=True, keep_going=True)
     assert given["stop"] is None and "finish" in said and not outcome.stopped
     assert given["their_run"][-1] == 0, "FlashInfer's tests run without --stop-after"
+    assert given["rebuild's stop"] is None, "FlashInfer's failure stops no rebuild"
 
 
 def test_with_keep_going_both_runs_failures_are_the_answer(monkeypatch):
@@ -251,9 +253,11 @@ def test_a_run_stops_at_its_first_failure_by_default_and_hands_each_step_what_it
     """Without keep_going, FlashInfer's run is asked to stop at its first failing case (STOP_AFTER);
     it gets the edit's tests, records and modules, and its gate the selection their_run made; the
     rebuild gets the modules and the failed table; smoke's tests wait for the head-start import."""
-    outcome, said, given = build_and_test(monkeypatch, FakeRun(), smoke_fails=False, keep_going=None)
+    run = FakeRun()
+    outcome, said, given = build_and_test(monkeypatch, run, smoke_fails=False, keep_going=None)
     assert given["their_run"] == ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, affected_tests.STOP_AFTER)
     assert given["rebuild"] == TO_BUILD and given["rebuild waited"]
+    assert given["rebuild's stop"] == run.ended_failing, "FlashInfer's first failing case stops the rebuild"
     assert said == ["open", "begin", "finish", "stop"] and outcome.stopped is False
     assert given["run_ours"] == (SMOKE, [], "auto") and given["imported_first"] == ["started", "joined"]
     assert "affected: 1 module(s) rebuilt in 1.0 s\n" in capsys.readouterr().out
@@ -266,8 +270,9 @@ def test_the_gate_begins_on_their_runs_selection_and_the_rebuilds_modules(monkey
 
 
 class Stepping:
-    """module_builds.Rebuild as build_and_test drives it: started, it has taken its locks; wait()
-    builds `names` one by one (rebuilt(name) for each, as Rebuild.done_one), then says all built (then)."""
+    """module_builds.Rebuild as build_and_test drives it: started, it has taken its locks; wait(stop)
+    builds `names` one by one (rebuilt(name) for each, as Rebuild.done_one), then says all built (then),
+    unless stop() turned true first: then what still builds is stopped."""
 
     def __init__(self, names, said):
         self.names, self.said, self.failure = names, said, None
@@ -287,10 +292,14 @@ class Stepping:
     def slowest(self):
         return []
 
-    def wait(self):
-        self.said.append("waited")
-        while self.names:
+    def wait(self, stop=None):
+        self.said.append(f"waited, stopping at a failure: {stop is not None}")
+        while self.names and not (stop is not None and stop()):
             self.rebuilt(self.names.pop(0))
+        if stop is not None and stop():
+            self.said.append("rebuild stopped")
+            self.stop()
+            return
         self.then(self)
 
     def stop(self):
@@ -330,7 +339,7 @@ def test_flashinfers_gate_begins_once_the_rebuild_holds_its_locks_and_names_each
     assert said == [
         "rebuild started",
         "begin",
-        "waited",
+        "waited, stopping at a failure: True",
         "kept fast",
         "built fast",
         "kept slow",
@@ -341,6 +350,35 @@ def test_flashinfers_gate_begins_once_the_rebuild_holds_its_locks_and_names_each
         "stop",
     ]
     assert outcome.built == "2 module(s) rebuilt in 2.0 s" and not outcome.stopped
+
+
+def test_flashinfers_first_failing_case_beside_the_rebuild_stops_what_still_builds(monkeypatch, capsys):
+    """A case of a module rebuilt first fails while others still build: its run ended failing, so the
+    rebuild is stopped, the gate never opens, the run is `stopped` and its failure the answer; with
+    --keep-going the rebuild goes on to its end."""
+
+    class FailsOnceBuilt(FakeRun):  # fast's case fails as soon as the gate says fast is built
+        def built(self, name):
+            super().built(name)
+            self.fails_first = True
+
+    outcome, said, rebuilding = build_and_test_stepping(monkeypatch, FailsOnceBuilt(), ["fast", "slow"])
+    assert said == [
+        "rebuild started",
+        "begin",
+        "waited, stopping at a failure: True",
+        "kept fast",
+        "built fast",
+        "rebuild stopped",
+        "kept all",
+        "finish",
+        "stop",
+    ], "slow is not built, the gate never opens, and the modules are kept unfinished"
+    assert outcome.stopped and outcome.failed == {"tests/utils/test_norm.py::test_norm[1]"}
+    assert outcome.built == "the rebuild stopped at the first failure, 2.0 s in"
+    assert "affected: the rebuild stopped at the first failure, 2.0 s in\n" in capsys.readouterr().out
+    outcome, said, rebuilding = build_and_test_stepping(monkeypatch, FakeRun(fails_first=True), ["a"], keep_going=True)
+    assert "waited, stopping at a failure: False" in said and "open" in said and "rebuild stopped" not in said
 
 
 def test_without_smokes_tests_nothing_is_imported_and_without_flashinfers_nothing_stops_smokes(monkeypatch):

@@ -2,7 +2,7 @@
 of the rebuild's modules are built (GateWriter), and each of FlashInfer's test processes behind it runs a
 case as soon as the modules the record names for it are built, the others waiting; a case the record
 does not name waits for the whole rebuild; the first failing case, before the gate is open, ends the
-run. The tree is tests/support/upstream_standin.py's stand-in of
+run, and affected stops what still builds. The tree is tests/support/upstream_standin.py's stand-in of
 FlashInfer's suite at v0.6.3."""
 
 import json
@@ -14,6 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from fidev.affected import summary as affected_summary
+from fidev.core.manifest import pins
 from fidev.upstream import gate as upstream_gate
 from fidev.upstream.settings import Settings
 from script_runs import require, wait_until
@@ -240,3 +242,56 @@ def test_a_failing_case_before_the_gate_opens_ends_the_run_and_the_waiting_cases
         proc.communicate()
     assert proc.returncode == 1 and "FAILED tests/utils/test_activation.py::test_act[silu_and_mul]" in out, out
     assert ran(events) == ["silu_and_mul"] and not upstream_gate.opened(writer.path)
+
+
+TWO_MODULES = """\
+import os
+import flashinfer
+def test_fast():
+    flashinfer.load("fast_mod", 1)
+    open(os.environ["RAN"], "a").write("fast\\n")
+    assert os.environ.get("FAIL_FAST") != "1"
+def test_slow():
+    flashinfer.load("slow_mod", 1)
+    open(os.environ["RAN"], "a").write("slow\\n")
+"""
+
+
+@needs_a_build
+def test_affecteds_verdict_comes_from_a_case_of_a_module_rebuilt_first_while_another_still_builds(ws, tmp_path):
+    """An edit of two modules only FlashInfer's tests use: the fast one is rebuilt, its case runs and
+    fails while the slow one's compile is held; the failure ends the run, and affected stops the
+    rebuild: `failed` (1), the slow module's case unrun, the slow compile never let go."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    root, _, env = ws
+    (root / TESTS / "utils/test_norm.py").write_text(TWO_MODULES)
+    release, summary = tmp_path / "release", tmp_path / "affected.json"
+    release.touch()  # the slow module's ninja file holds its compile until this file is there: there, for now
+    env = {**env, "RAN": str(tmp_path / "ran"), "FAKE_HOLD": f"slow_mod:{release}"}
+    done = upstream(root, env, "norm", "--yes")  # its plan records which case loads which; its run builds both
+    assert done.returncode == 0 and "upstream-tests: 2 passed" in done.stdout, done.stdout + done.stderr
+    generated = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated"
+    for module in ("fast_mod", "slow_mod"):
+        (generated / module / "s0.cpp").write_text("int f0() { return 7; }\n")
+    (tmp_path / "ran").unlink()
+    release.unlink()
+    held = {**env, "FAIL_FAST": "1", "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "scripts/affected.py"), "--summary", str(summary)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **held},
+    )
+    try:
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        release.touch()  # a run that waits for the slow module ends, failing the asserts below
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == 1 and "Traceback" not in out, out
+    assert "affected: the rebuild stopped at the first failure" in out, out
+    assert (tmp_path / "ran").read_text().split() == ["fast"], out
+    done = affected_summary.read(summary)
+    assert (done.verdict, done.status, done.failed) == ("failed", 1, ["tests/utils/test_norm.py::test_fast"]), done
+    assert done.rebuilt == ["fast_mod", "slow_mod"] and done.past_build is None, done

@@ -189,6 +189,31 @@ def test_a_stopped_rebuild_is_no_failure_and_a_failed_one_is_one_and_neither_say
     assert failed.failure is not None and "broken" in failed.failure.problem and done == []
 
 
+@needs_a_build
+def test_a_rebuild_waited_for_is_stopped_as_soon_as_a_failure_elsewhere_is_said(tmp_path):
+    """Rebuild.wait(stop): once stop() is true (FlashInfer's case of the module rebuilt first failed,
+    beside the rebuild), what still builds is stopped, not waited for: no failure of its own, never said
+    all built. Without a stop it waits for every module, as before."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    fast, held, release = SleepSpec(tmp_path, "fast", 0), SleepSpec(tmp_path, "held", 0), tmp_path / "release"
+    held.ninja_path.write_text(
+        f"rule make\n  command = while [ ! -e {release} ]; do sleep 0.05; done && touch $out\n"
+        f"build {held.jit_library_path}: make\n"
+    )
+    done = []
+    rebuild = module_builds.Rebuild([fast, held], done.append, say=lambda line: None)
+    waiting = threading.Thread(target=rebuild.wait, args=(lambda: "fast" not in rebuild.pending(),), daemon=True)
+    waiting.start()
+    waiting.join(timeout=60)
+    stopped_in_time = not waiting.is_alive()
+    release.touch()  # a wait that went on ends
+    assert stopped_in_time, "the rebuild was waited for past the failure"
+    assert fast.jit_library_path.exists() and not held.jit_library_path.exists()
+    assert done == [] and rebuild.failure is None and rebuild.pending() == set()
+    module_builds.Rebuild([held], done.append, say=lambda line: None).wait(lambda: False)
+    assert held.jit_library_path.exists() and len(done) == 1
+
+
 class Rebuilding:
     """module_builds.Rebuild still building when smoke's first test fails: it says it is built only if
     not stopped first."""
@@ -205,7 +230,7 @@ class Rebuilding:
     def slowest(self):
         return [(1.5, "norm.cuda.o")]
 
-    def wait(self):
+    def wait(self, stop=None):
         self.ended, self.stopped_before_wait = 3.0, self.stopped.is_set()
 
     def stop(self):
@@ -256,7 +281,7 @@ def test_smokes_first_failure_stops_the_rebuild_still_running_and_keeps_its_modu
 
 def test_a_failed_rebuild_is_build_failed_after_smokes_tests(monkeypatch, capsys):
     class Failed(Rebuilding):
-        def wait(self):
+        def wait(self, stop=None):
             self.failure = affected_tests.Failure("the JIT build failed: norm: error: x", "read it")
 
     monkeypatch.setattr(affected_tests, "start_rebuild", Failed)

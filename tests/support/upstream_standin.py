@@ -11,7 +11,9 @@ test_upstream_runs), written after FlashInfer's files at v0.6.3:
 - tests/utils/test_activation.py has a module-scoped `warmup_jit` fixture that calls
   flashinfer.jit.build_jit_specs, autouse=not has_flashinfer_jit_cache() (flashinfer.utils, which
   re-exports flashinfer/jit/env.py's);
-- the stand-in `flashinfer` builds each module with a real ninja and c++ in its own folder, as
+- the stand-in `flashinfer` builds each module with a real ninja and c++ in its own folder (where
+  FAKE_HOLD="<module>:<file>", that module's compiles wait until the file exists: a compile the tests
+  hold, as a slow module's), as
   JitSpec.build does (flashinfer/jit/core.py: FLASHINFER_DISABLE_JIT raises MissingJITCacheError;
   with need_lock=True it takes the module's FileLock; the ninja file is written when missing, then
   `ninja -C <jit dir>/<name>`, whose failure is cpp_ext.py run_ninja's RuntimeError("Ninja build
@@ -96,8 +98,10 @@ class JitSpec:
     def write_ninja(self):  # FlashInfer's rule names and resolved sources (flashinfer/jit/cpp_ext.py, \
 generate_ninja_build_for_op)
         log = os.environ["FAKE_COMPILES"]
-        rules = ("rule compile\\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out && echo $out >> " + log + \
-"\\n  depfile = $out.d\\n  deps = gcc\\n"
+        held, _, release = os.environ.get("FAKE_HOLD", "").partition(":")  # the tests' "<module>:<file>"
+        hold = f"while [ ! -e {release} ]; do sleep 0.05; done && " if held == self.name else ""
+        rules = ("rule compile\\n  command = " + hold + "c++ -fPIC -MMD -MF $out.d -c $in -o $out && echo $out >> " \
++ log + "\\n  depfile = $out.d\\n  deps = gcc\\n"
                  "rule link\\n  command = c++ -shared $in -o $out\\n")
         objs = [self.build_dir / (s.stem + ".o") for s in self.sources]
         body = "".join(f"build {o}: compile {s.resolve()}\\n" for o, s in zip(objs, self.sources))

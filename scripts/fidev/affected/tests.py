@@ -601,11 +601,14 @@ def said_rebuilt(rebuilt: Callable[[str], None], run: FlashInferTests | None) ->
     return both
 
 
-def finish_rebuild(rebuilding, outcome: Outcome, failed_table, built: Callable[[], None]) -> None:
-    """Once the rebuild has ended: its time in `outcome`. A failure shows the table with `build failed`
+def finish_rebuild(
+    rebuilding, outcome: Outcome, failed_table, built: Callable[[], None], stop: Callable[[], bool] | None = None
+) -> None:
+    """Once the rebuild has ended: its time in `outcome`; with `stop` (FlashInfer's tests ended failing),
+    what still builds is stopped as soon as stop() is true. A failure shows the table with `build failed`
     (failed_table()) and is BuildFailed; a rebuild the first failure stopped says so, and leaves its
     modules `unfinished` (built())."""
-    rebuilding.wait()
+    rebuilding.wait(stop)
     outcome.build_s = rebuilding.seconds()
     if rebuilding.failure is not None:
         print(failed_table())
@@ -787,8 +790,8 @@ def build_and_test(
     module is; the modules smoke's tests load (`first`) build first. `built()` is called then, before
     the gate opens whole (affected keeps its `unfinished` verdicts), or once a rebuild the first failure
     stopped has ended. Unless `keep_going`, the first failing test ends the run: smoke's stops the
-    rebuild and FlashInfer's tests, and FlashInfer's first failing case ends theirs and smoke's. Each is
-    stopped however the run ends."""
+    rebuild and FlashInfer's tests, and FlashInfer's first failing case ends theirs, smoke's and the
+    rebuild. Each is stopped however the run ends."""
     run, selection = their_run(early, theirs, recorded, changed, file_times, sampled, 0 if keep_going else STOP_AFTER)
     importing, their_status, their_failed, stopped_theirs, rebuilding, say = None, 0, set(), False, None, None
     outcome = Outcome("", 0.0, sorted(m.name for m in to_build))
@@ -803,7 +806,8 @@ def build_and_test(
             ours_step(ours, importing, outcome, mode, stop, rebuilding.pending, say)
         if outcome.failed and not keep_going:  # smoke's first failure is the answer: what still builds is stopped
             rebuilding.stop()
-        finish_rebuild(rebuilding, outcome, failed_table, built)
+        # FlashInfer's first failing case, beside the rebuild, is the answer too: what still builds is stopped
+        finish_rebuild(rebuilding, outcome, failed_table, built, run.ended_failing if run and not keep_going else None)
         if run and outcome.failed and not keep_going:  # smoke's first failure is the answer: theirs are stopped, unrun
             stopped_theirs = stop_theirs(run, outcome)
         elif run:

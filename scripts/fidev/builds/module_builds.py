@@ -493,6 +493,7 @@ def drop_unrecorded_ahead(build_dirs: list[Path], say: Callable[[str], None]) ->
 
 
 STOP_S = 30  # how long end_builds waits for a build's thread to end
+STOP_POLL_S = 0.1  # how often Rebuild.wait asks whether to stop
 
 
 def end_builds(running: list, thread: threading.Thread) -> None:
@@ -658,9 +659,9 @@ class Rebuild:
     soon as it is built, while the others still build. A module whose lock another process holds is
     waited for once the JIT dir's lock is let go, then built again under its lock (build_or_wait).
     `then(self)` runs in the thread once every module is built (not after a failure or a stop);
-    `pending()` names the modules still building; `wait()` waits for the thread's end (raising what
-    then() raised) and `failure` is the build's; `stop()` ends the builds still running (the first
-    failing test ends the run)."""
+    `pending()` names the modules still building; `wait(stop)` waits for the thread's end (raising what
+    then() raised; stopping it once stop() is true) and `failure` is the build's; `stop()` ends the
+    builds still running (the first failing test ends the run)."""
 
     def __init__(
         self,
@@ -764,9 +765,14 @@ class Rebuild:
         """This rebuild's slowest objects (slowest_objects)."""
         return slowest_since(self.specs, self.logs_before)
 
-    def wait(self) -> None:
-        """Until the thread ends; what then() raised, raised again here."""
-        self.thread.join()
+    def wait(self, stop: Callable[[], bool] | None = None) -> None:
+        """Until the thread ends; with `stop`, the builds still running are stopped once stop() is true
+        (a failure elsewhere ends the run: what still builds is no part of its answer). What then()
+        raised, raised again here."""
+        while self.thread.is_alive():
+            if stop is not None and not self.stopped.is_set() and stop():
+                self.stop()
+            self.thread.join(timeout=STOP_POLL_S)
         if self.error is not None:
             raise self.error
 
