@@ -183,7 +183,7 @@ def judge(
         return verdict.no_module_changed(args.list, selection, changed, kept)
     dirs = {m.name: m.build_dir for m in found.modules}
     outcome = recorded_run(args, record, found, changed, selection, kept, dirs)
-    print(report.results(selection, outcome.failed, outcome.broken))
+    print(report.results(selection, outcome.failed, outcome.broken, outcome.stopped))
     print(report.compiled(record.compiled, record.compiled_twice))
     report.hints(selection)
     tested = verdict.of_tests(outcome.failed, outcome.broken)

@@ -564,6 +564,21 @@ def test_a_module_whose_tests_a_stopped_run_left_unrun_is_no_pass():
     }
 
 
+def test_a_file_whose_tests_a_stopped_run_left_unrun_reads_unfinished_in_the_table_not_passed():
+    """The table says what the kept verdicts keep (coverage.module_results): the first failure ended the
+    run before rope's tests ran, so its row is `unfinished`; a run that was not stopped passed it."""
+    recorded = {
+        "norm": ["tests/utils/test_norm.py::test_norm[1]"],
+        "rope": ["tests/attention/test_rope.py::test_rope[1]"],
+    }
+    by_file = {"include/norm.cuh": {"norm"}, "include/pos_enc.cuh": {"rope"}}
+    sel = selection.Selection(by_file, {"norm": {}, "rope": {}}, {}, recorded)
+    failed = {"tests/utils/test_norm.py::test_norm[1]"}
+    stopped = [line.split()[-1] for line in report.results(sel, failed, [], stopped=True).splitlines()[1:]]
+    assert stopped == ["failed", "unfinished"]
+    assert [line.split()[-1] for line in report.results(sel, failed, []).splitlines()[1:]] == ["failed", "passed"]
+
+
 def test_the_last_lines_say_what_failed_and_that_a_stopped_run_left_tests_unrun(capsys):
     """A failure, or a broken run alone, is `failed` (verdict.of_tests: exit 1); the last lines say what
     failed and the reruns, and for a run the first failure ended that the rest did not run; a pass is

@@ -291,6 +291,8 @@ def test_affecteds_verdict_comes_from_a_case_of_a_module_rebuilt_first_while_ano
         proc.communicate()
     assert proc.returncode == 1 and "Traceback" not in out, out
     assert "affected: the rebuild stopped at the first failure" in out, out
+    rows = {line.split()[1]: line.split(maxsplit=2)[2] for line in out.splitlines() if "/generated/" in line}
+    assert rows == {"fast_mod": "1 test(s)  1 failed", "slow_mod": "1 test(s)  unfinished"}, out
     assert (tmp_path / "ran").read_text().split() == ["fast"], out
     done = affected_summary.read(summary)
     assert (done.verdict, done.status, done.failed) == ("failed", 1, ["tests/utils/test_norm.py::test_fast"]), done

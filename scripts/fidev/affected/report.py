@@ -77,8 +77,10 @@ def build_failed(sel: Selection, result: str) -> str:
     return table([table_rows[0], *[(*r[:3], result) for r in table_rows[1:]]])
 
 
-def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
-    """The table with each file's result: how many of its tests failed, or passed."""
+def results(sel: Selection, failed: set[str], broken: list[str], stopped: bool = False) -> str:
+    """The table with each file's result: how many of its tests failed, or passed; where the first
+    failure ended the run (`stopped`), a file none of whose tests failed is `unfinished`, not passed: some
+    of its tests may not have run (coverage.module_results keeps its modules so)."""
     result = []
     for row, (f, names) in zip(rows(sel)[1:], sel.files(), strict=True):
         chosen = sel.file_tests(f, names)
@@ -88,7 +90,7 @@ def results(sel: Selection, failed: set[str], broken: list[str]) -> str:
                 *row[:3],
                 f"{len(mine)} failed"
                 if mine
-                else "passed"
+                else ("unfinished" if stopped else "passed")
                 if chosen and not broken
                 else "-"
                 if not chosen
