@@ -61,6 +61,20 @@ def test_job_budgets_honour_max_jobs(monkeypatch):
     assert sum(job_budgets(specs(6, 6))) <= 4
 
 
+def test_job_budgets_keep_a_job_per_source_for_the_modules_built_first_and_the_others_share_the_rest(monkeypatch):
+    """affected's rebuild builds first the modules its first tests wait for (Rebuild's `first`): shared in
+    proportion, each of 46 attention modules would get a job of 32 on 16 cores, and compile its objects
+    one by one; they keep one per source, and the others share what is left, a job each at least."""
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    named = [SimpleNamespace(name=f"m{i}", sources=[None] * n) for i, n in enumerate((4, 4, 10, 10, 10, 10))]
+    jobs = job_budgets(named, frozenset({"m0", "m1"}))
+    assert jobs[:2] == [4, 4] and sum(jobs[2:]) <= 32 - 8 and all(j >= 1 for j in jobs[2:]), jobs
+    assert job_budgets(named) == [2, 2, 6, 6, 6, 6] == job_budgets(named, frozenset({"not", "there"}))
+    assert job_budgets(named, frozenset(f"m{i}" for i in range(6))) == [2, 2, 6, 6, 6, 6], "all first: none is"
+    assert job_budgets(named[:3], frozenset({"m2"})) == [4, 4, 10], "within the budget: a job per source each"
+
+
 def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):
     """FlashInfer refuses to import next to a jit-cache of another version: flashinfer/jit/env.py,
     _get_aot_dir's RuntimeError at v0.6.3, whose message the stand-in raises as the real one does."""

@@ -331,6 +331,40 @@ def build_and_test_stepping(monkeypatch, run, names, keep_going=False):
     return outcome, run.said, rebuilding
 
 
+def test_flashinfers_first_modules_are_those_of_one_recorded_case_of_each_test_function_chosen_to_be_few():
+    """Rebuilt first beside smoke's (their_first): test_x's cheaper case by name first (prefill_128), which
+    test_y's and test_z's cases need too, so they cost nothing more; test_merge adds cascade. page is
+    built already (not rebuilt): it costs nothing; prefill_256 and decode (a file not selected) wait."""
+    recorded = {
+        "page": ["tests/a.py::test_x[1]", "tests/a.py::test_x[2]", "tests/a.py::test_y[1]"],
+        "prefill_128": ["tests/a.py::test_x[1]", "tests/a.py::test_y[1]", "tests/b.py::test_z[1]"],
+        "prefill_256": ["tests/a.py::test_x[2]", "tests/b.py::test_z[2]"],
+        "cascade": ["tests/b.py::test_merge[1]"],
+        "decode": ["tests/c.py::test_d[1]"],
+    }
+    rebuilt = ["prefill_128", "prefill_256", "cascade", "decode"]
+    theirs = ["tests/a.py", "tests/b.py::test_z", "tests/b.py::test_merge"]
+    assert affected_tests.their_first(recorded, rebuilt, theirs) == {"prefill_128", "cascade"}
+    assert affected_tests.their_first(recorded, ["decode"], theirs) == frozenset(), "none of theirs waits for it"
+    assert affected_tests.their_first(recorded, rebuilt, ["tests/b.py::test_z[2]"]) == {"prefill_256"}
+    assert affected_tests.their_first({}, rebuilt, theirs) == frozenset()
+
+
+def test_the_rebuild_builds_first_what_smokes_tests_and_a_case_of_each_of_flashinfers_functions_wait_for(monkeypatch):
+    given = {}
+
+    def start_rebuild(to_build, then, say, first, rebuilt):
+        given["first"] = first
+        return Stepping([], [])(to_build, then, say, first, rebuilt)
+
+    monkeypatch.setattr(affected_tests, "start_rebuild", start_rebuild)
+    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (FakeRun(), None))
+    recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]"], "other": ["tests/utils/test_x.py::test_x[1]"]}
+    args = ([SimpleNamespace(name="norm"), SimpleNamespace(name="other")], None, [], THEIRS, recorded, CHANGED)
+    affected_tests.build_and_test(*args, VERSION_DIR, failed_table, lambda: None, True, "auto", False, {"smokes"})
+    assert given["first"] == {"smokes", "norm"}
+
+
 def test_flashinfers_gate_begins_once_the_rebuild_holds_its_locks_and_names_each_module_once_it_is_kept(monkeypatch):
     """The gate begins (their cases may start) once the rebuild took every module's lock; each module
     is said built after affected kept its verdict `unfinished`, so that a case that loads it and fails

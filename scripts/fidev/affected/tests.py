@@ -545,9 +545,10 @@ def start_rebuild(
     rebuilt: Callable[[str], None] = lambda name: None,
 ) -> module_builds.Rebuild:
     """The changed modules' rebuild, started (fidev.builds.module_builds.Rebuild: each under its lock,
-    held from now); `then(rebuild)` once all are built; `first`: the modules smoke's tests load, which
-    build first (smoke_loaded); `rebuilt(name)` as each is built, before its lock is let go (affected
-    keeps it `unfinished` with the inputs its rebuild recorded)."""
+    held from now); `then(rebuild)` once all are built; `first`: the modules smoke's tests load
+    (smoke_loaded) and those of a case of each of FlashInfer's test functions (their_first), which build
+    first; `rebuilt(name)` as each is built, before its lock is let go (affected keeps it `unfinished`
+    with the inputs its rebuild recorded)."""
     return module_builds.Rebuild(to_build, then, say, first, rebuilt)
 
 
@@ -560,6 +561,30 @@ def smoke_loaded(names, tier: dict[str, str], ours: list[str]) -> frozenset[str]
         if (key := tier.get(name)) in smoke_modules.BY_KEY
         and any(loads(t, smoke_modules.BY_KEY[key].tests) for t in ours)
     )
+
+
+def their_first(recorded: dict[str, list[str]], rebuilt, theirs: list[str]) -> frozenset[str]:
+    """Of the modules `rebuilt`, those of one recorded case of each of FlashInfer's selected test
+    functions (`theirs`: files, functions or cases), chosen greedily so that they are few: each step takes
+    the function whose cheapest case needs the fewest modules not chosen yet (a module not rebuilt costs
+    nothing: it is built). They rebuild first, as smoke's tests' modules do (start_rebuild), so that each
+    function has cases ready early behind the gate, whichever function catches the edit; the sample's
+    cases (fidev.upstream.sample) come from the same record, and prefer cases whose modules are shared."""
+    rebuilt = set(rebuilt)
+    needs: dict[str, set[str]] = {}
+    for module, cases in recorded.items():
+        for case in cases:
+            if any(case == t or case.startswith((t + "::", t + "[")) for t in theirs):
+                needs.setdefault(case, set()).add(module)
+    options: dict[str, set[frozenset[str]]] = {}
+    for case, modules in needs.items():
+        options.setdefault(case.split("[")[0], set()).add(frozenset(modules & rebuilt))
+    chosen: set[str] = set()
+    while options:
+        _, function, modules = min((len(m - chosen), f, sorted(m)) for f, found in options.items() for m in found)
+        chosen.update(modules)
+        del options[function]
+    return frozenset(chosen)
 
 
 def rebuilt_line(names: list[str], seconds: float, slowest: list) -> str:
@@ -797,8 +822,8 @@ def build_and_test(
     outcome = Outcome("", 0.0, sorted(m.name for m in to_build))
     try:
         importing, say = import_meanwhile() if ours else None, screen()
-        then = when_rebuilt(outcome, built, run, say)
-        rebuilding = start_rebuild(to_build, then, say, first, said_rebuilt(rebuilt, run))
+        then, theirs_first = when_rebuilt(outcome, built, run, say), their_first(recorded, outcome.rebuilt, theirs)
+        rebuilding = start_rebuild(to_build, then, say, first | theirs_first, said_rebuilt(rebuilt, run))
         if run:  # every module's lock is held: FlashInfer's cases may start, each once its modules are built
             run.begin(outcome.rebuilt, selection)
         if ours:

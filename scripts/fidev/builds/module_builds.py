@@ -47,16 +47,25 @@ def first_error(lines: list[str]) -> str:
     )
 
 
-def job_budgets(specs) -> list[int]:
+def job_budgets(specs, first: frozenset[str] = frozenset()) -> list[int]:
     """ninja -j for each module's build, run side by side (each in its own folder: see above). A
     module gets a job per source until the sources outnumber twice the cores (MAX_JOBS when set),
-    then shares in proportion."""
+    then shares in proportion; the modules named in `first` (those the first tests wait for, built at a
+    higher priority: Rebuild) keep a job per source where they alone fit, and the others share the rest,
+    a job each at least, so that a module the first tests wait for never compiles its objects one by one."""
     max_jobs = os.environ.get("MAX_JOBS", "")
     budget = int(max_jobs) if max_jobs.isdigit() else 2 * (os.cpu_count() or 1)
     sources = [len(spec.sources) for spec in specs]
     if sum(sources) <= budget:
         return sources
-    return [max(1, budget * n // sum(sources)) for n in sources]
+    ahead = sum(n for spec, n in zip(specs, sources, strict=True) if spec.name in first) if first else 0
+    if not ahead or ahead > budget:
+        return [max(1, budget * n // sum(sources)) for n in sources]
+    rest = sum(sources) - ahead
+    return [
+        n if spec.name in first else max(1, (budget - ahead) * n // rest)
+        for spec, n in zip(specs, sources, strict=True)
+    ]
 
 
 def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = None, tree: Path | None = None) -> None:
@@ -158,14 +167,15 @@ def run_module_builds(
     env: dict | None = None,
     nice: int | Callable = 0,
     on_failed: Callable | None = None,
+    first: frozenset[str] = frozenset(),
 ) -> None:
     """One ninja per module, concurrently; one line per started object, with its module's
     [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
     of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
     ends, built or not, after `on_failed(spec, its failure)` where it failed (its first error, its folder
     not writable, its ninja not started, or its thread raised: raised); `env`: ninja's environment
-    (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's. `on_done` runs in
-    this thread (each_in_this_thread)."""
+    (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's; `first`: the
+    modules whose jobs come first (job_budgets). `on_done` runs in this thread (each_in_this_thread)."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
@@ -191,7 +201,7 @@ def run_module_builds(
     ticker = threading.Thread(target=keep_saying_progress, args=(len(specs), done, ended, say, printing), daemon=True)
     ticker.start()
     try:
-        each_in_this_thread(build, list(zip(specs, job_budgets(specs), strict=True)), on_done)
+        each_in_this_thread(build, list(zip(specs, job_budgets(specs, first), strict=True)), on_done)
     finally:
         ended.set()
     failures += raised(specs, done, on_failed)
@@ -671,9 +681,10 @@ class Rebuild:
         first: frozenset[str] = frozenset(),
         rebuilt: Callable[[str], None] = lambda name: None,
     ):
-        """`first`: the modules the first tests wait for (smoke's); where it names any, the others build
-        at AHEAD_NICE, so that those have the cores first. `rebuilt(name)`: as each module built, before
-        its lock is let go (what a test that loads it may act on is kept first)."""
+        """`first`: the modules the first tests wait for (smoke's, and those of a case of each of
+        FlashInfer's test functions); where it names any, the others build at AHEAD_NICE and share the
+        jobs those leave (job_budgets), so that those have the cores first. `rebuilt(name)`: as each
+        module built, before its lock is let go (what a test that loads it may act on is kept first)."""
         from filelock import FileLock  # what FlashInfer itself locks with (build_specs says where it is missing)
 
         self.specs, self.started, self.ended = list(specs), time.time(), None
@@ -734,6 +745,7 @@ class Rebuild:
                     on_failed=self.failed_one,
                     env=self.env,
                     nice=lambda spec: AHEAD_NICE if self.first and spec.name not in self.first else 0,
+                    first=self.first,
                 )
             finally:
                 for name in list(self.held):
