@@ -543,6 +543,9 @@ def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_
     )
     # one process: not worth a second's start
     assert processes({"tests/utils/test_quantization.py": 28}, file_times) == ([], {"OMP_NUM_THREADS": "16"})
+    # five small files: a process each, all five at once behind the gate (upstream_runs.at_once), the cores shared
+    five = {f"tests/attention/test_{i}.py": 28 for i in range(5)}
+    assert processes(five, file_times) == ([], {"OMP_NUM_THREADS": "3"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two files at once, one per GPU: the cores shared
     assert processes({"tests/utils/test_norm.py": 2705, "tests/utils/test_activation.py": 630}, file_times) == (
         ["--per-gpu", "4"],

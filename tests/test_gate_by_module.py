@@ -297,3 +297,52 @@ def test_affecteds_verdict_comes_from_a_case_of_a_module_rebuilt_first_while_ano
     done = affected_summary.read(summary)
     assert (done.verdict, done.status, done.failed) == ("failed", 1, ["tests/utils/test_norm.py::test_fast"]), done
     assert done.rebuilt == ["fast_mod", "slow_mod"] and done.past_build is None, done
+
+
+def test_behind_the_gate_more_processes_a_gpu_start_at_once_as_far_as_the_gpus_and_cores_allow(monkeypatch):
+    """A process not started could not run a case whose modules are built: behind the gate every process
+    of the run starts at once, up to GATED_PER_GPU a GPU and half the cores shared by the GPUs; outside
+    it, --per-gpu's N."""
+    from fidev.upstream import runs as upstream_runs
+
+    monkeypatch.setattr(upstream_runs.os, "cpu_count", lambda: 16)
+    assert upstream_runs.at_once(12, 1, 1, gated=False) == 1 and upstream_runs.at_once(12, 1, 2, gated=False) == 2
+    assert upstream_runs.at_once(12, 1, 1, gated=True) == upstream_runs.GATED_PER_GPU == 8, "16 cores: 8 a GPU"
+    assert upstream_runs.at_once(12, 4, 1, gated=True) == 2, "16 cores over 4 GPUs: 2 a GPU"
+    assert upstream_runs.at_once(5, 2, 1, gated=True) == 3 and upstream_runs.at_once(1, 0, 1, gated=True) == 1
+    monkeypatch.setattr(upstream_runs.os, "cpu_count", lambda: 64)
+    assert upstream_runs.at_once(12, 4, 1, gated=True) == 3 and upstream_runs.at_once(40, 1, 1, gated=True) == 8
+    assert upstream_runs.at_once(3, 1, 4, gated=True) == 4, "never fewer than --per-gpu's"
+
+
+def test_a_gated_run_starts_its_files_processes_at_once(tmp_path, monkeypatch):
+    """Three files on one GPU behind the gate: their processes run at once (the rendezvous: each waits
+    for the other two to start); without the gate, one after another."""
+    import threading
+
+    from fidev.upstream import runs as upstream_runs
+
+    monkeypatch.setattr(upstream_runs.os, "cpu_count", lambda: 16)
+    tree = tmp_path / "flashinfer"
+    files = [tree / "tests" / f"test_{name}.py" for name in "abc"]
+    for f in files:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("def test_x():\n    pass\n")
+    meeting, running, most = threading.Barrier(3, timeout=60), [], []
+
+    def run_file(f, nodes, gpu, part, run_dir, tree_, argv, limit_s, stop, stop_after=0, base=None):
+        running.append(f)
+        most.append(len(running))
+        if base.gate is not None:
+            meeting.wait()
+        running.remove(f)
+        return upstream_runs.FileResult(upstream_runs.relative(f, tree), gpu, 0.0, "exit 0", part=part)
+
+    monkeypatch.setattr(upstream_runs, "run_file", run_file)
+    groups = {str(f): [str(f)] for f in files}
+    gate = Settings(gate=tmp_path / "gate", gate_owner=upstream_gate.process_identity(os.getpid()))
+    results = upstream_runs.run_files(groups, ["0"], tmp_path, tree, [], 60, {}, every_s=0, base=gate)
+    assert len(results) == 3 and max(most) == 3, most
+    most.clear()
+    results = upstream_runs.run_files(groups, ["0"], tmp_path, tree, [], 60, {}, every_s=0)
+    assert len(results) == 3 and max(most) == 1, most

@@ -187,7 +187,8 @@ def processes(cases_per_file: dict[str, int], file_times: Path) -> tuple[list[st
     per GPU already, fidev.upstream.runs.parts), and the environment of those processes: a process
     per CASES_PER_PROCESS cases of the largest part, up to MAX_PROCESSES and half the cores shared
     by the GPUs in use; one for a few cases. The cores are shared among their torch thread pools
-    too (THREADS), unless the user set it. Separate processes, not pytest-xdist's workers: those
+    too (THREADS), unless the user set it: among all that start at once behind the gate
+    (fidev.upstream.runs.at_once). Separate processes, not pytest-xdist's workers: those
     start only once xdist's controller has imported torch and flashinfer (FlashInfer's conftest
     imports both), and the last of them was not ready when the gate opened (docs/measurements.md,
     row "xdist workers ready after the gate").
@@ -202,8 +203,10 @@ def processes(cases_per_file: dict[str, int], file_times: Path) -> tuple[list[st
     cpus = os.cpu_count() or 1
     largest = max((math.ceil(n / split[f]) for f, n in cases_per_file.items()), default=0)
     n = max(1, min(MAX_PROCESSES, cpus // (2 * at_once), math.ceil(largest / CASES_PER_PROCESS)))
+    # behind the gate every process starts at once, as far as the GPUs and cores allow: their pools share the cores
+    each = upstream_runs.at_once(sum(split.values()) * n, gpus, n, gated=True)
     # the user's own value kept; an empty one is unset (OpenMP reads it so: every core to each process)
-    env = {} if os.environ.get(THREADS) else {THREADS: str(max(1, cpus // (at_once * n)))}
+    env = {} if os.environ.get(THREADS) else {THREADS: str(max(1, cpus // (at_once * each)))}
     return (["--per-gpu", str(n)] if n > 1 else []), env
 
 

@@ -335,6 +335,22 @@ class Stop:
         self.signal_live(signal.SIGKILL)
 
 
+GATED_PER_GPU = 8  # behind affected's gate, processes a GPU at once at most (as affected's --per-gpu bound)
+
+
+def at_once(processes: int, gpus: int, per_gpu: int, gated: bool) -> int:
+    """Processes on each GPU at once: --per-gpu's N; behind affected's gate every process of the run,
+    up to GATED_PER_GPU a GPU and half the cores shared by the GPUs: each waits there for the modules its
+    cases load as they are rebuilt (fidev.upstream.gate), and a process not started yet could not run a
+    case whose modules are built, a file that catches the edit perhaps. fidev.affected.tests.processes
+    shares the cores among their thread pools by the same count."""
+    if not gated:
+        return per_gpu
+    gpus = max(1, gpus)
+    cores = max(1, (os.cpu_count() or 1) // (2 * gpus))
+    return max(per_gpu, min(GATED_PER_GPU, cores, -(-processes // gpus)))
+
+
 def parts(seconds: float | None, gpus: int) -> int:
     """How many processes a file runs in: one per GPU, as far as each gets PART_MIN_S of the file's
     last time; one where that is not known."""
@@ -553,10 +569,11 @@ def run_files(
     none can be seen) taking the longest process left (by its file's last time over its parts,
     else the file's size); a line per process as it ends, and the run's progress meanwhile
     (fidev.upstream.progress, a line every `every_s` in a log). With `per_gpu` N, each file in N
-    times as many parts and N workers a GPU. With `stop_after` N, once the run's processes have
-    named N failing cases no process starts and those running stop (STOPPED_EARLY); those never
-    started are results too (NOT_STARTED). An interrupt (Ctrl-C, SIGTERM) kills the running processes and
-    raises KeyboardInterrupt. `base`: every process's settings (the sample, the gate, whose owner gone stops it)."""
+    times as many parts and N workers a GPU (behind a gate, more: at_once). With `stop_after` N, once the
+    run's processes have named N failing cases no process starts and those running stop (STOPPED_EARLY);
+    those never started are results too (NOT_STARTED). An interrupt (Ctrl-C, SIGTERM) kills the running
+    processes and raises KeyboardInterrupt. `base`: every process's settings (the sample, the gate, whose
+    owner gone stops it)."""
     order = process_order(groups, len(gpus), tree, times, per_gpu)
     todo: queue.Queue = queue.Queue()
     for f in order:
@@ -583,9 +600,8 @@ def run_files(
                 results.append(result)
                 say(ended_line(result, len(results), len(order), gpu))
 
-    threads = [
-        threading.Thread(target=worker, args=(g,), daemon=True) for g in (gpus or [None]) for _ in range(per_gpu)
-    ]
+    workers = at_once(len(order), len(gpus or [None]), per_gpu, base.gate is not None)
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus or [None] for _ in range(workers)]
     watch.start()
     try:
         run_workers(threads, stop)

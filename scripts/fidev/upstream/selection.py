@@ -201,6 +201,12 @@ def say_header(record: Run) -> None:
         if per_gpu > 1
         else f"a pytest process each{in_parts}"
     )
+    processes = sum(
+        upstream_runs.split(record.groups, len(record.gpus), record.tests.parent, record.times, per_gpu).values()
+    )
+    gated = upstream_runs.at_once(processes, len(record.gpus), per_gpu, record.options.base.gate is not None)
+    if gated > per_gpu:
+        each += f"; behind affected's gate, {gated} processes on each GPU at once"
     print(
         f"upstream-tests: {len(record.groups)} file(s), {each}, on {len(record.gpus) or 'no'} GPU(s) ({record.gpu}), "
         f"{record.options.file_timeout:.0f} s per process at most; JUnit XML and logs in {record.run_dir}"
