@@ -47,8 +47,10 @@ part of a whole file), the warmup builds only what the selected cases need:
 - with no record at all, each case builds what it loads, and once the first case has run, the
   warmup's other modules build beside the next cases.
 Behind affected's gate these builds beside the cases start once the whole rebuild is done (the gate is
-open), as the plan's builds ahead do: the rebuild, which the first verdict waits on, keeps the cores. The
-builds still running when the session ends are stopped.
+open), as the plan's builds ahead do: the rebuild, which the first verdict waits on, keeps the cores; and
+so does a whole file's warmup that runs before then (its first case ran early), instead of waiting in
+the fixture for the JIT dir's lock, which the rebuild holds. The builds still running when the session
+ends are stopped.
 """
 
 from __future__ import annotations
@@ -449,6 +451,14 @@ class Builds:
     def build_jit_specs(self, specs, verbose=False, skip_prebuilt=True):
         todo = [spec for spec in specs if not (skip_prebuilt and spec.is_aot) and not self.built_already(spec)]
         if not todo:
+            return
+        if not self.narrowed and self.after is not None and not self.after():
+            # behind affected's gate, not open: the rebuild holds the JIT dir's lock, which build_specs would wait on
+            self.say(
+                f"upstream-tests: {self.current}: its warmup_jit fixture asks for {len(todo)} module(s), which "
+                "build beside the cases once affected's rebuild is done"
+            )
+            self.start_beside(todo)
             return
         if not self.narrowed:
             self.say(f"upstream-tests: {self.current}: building {len(todo)} module(s) its warmup_jit fixture asks for")
