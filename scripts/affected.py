@@ -42,12 +42,15 @@ failed, the rebuild's time, and FlashInfer's tests' time after the build. Other 
 file, not this output.
 
 What costs time besides the compile is paid during it: FlashInfer's tests start with the build
-(upstream-tests --no-plan), import and collect, and wait at a gate until the modules are built
-(fidev.upstream.gate); for a Python edit they start before the regeneration, for every
-module it may change, and the gate names those it did; many cases spread over several pytest
+(upstream-tests --no-plan), import and collect, and wait at a gate that says which modules are built
+(fidev.upstream.gate): each case runs once the modules the record names for it are, a case the record
+names none of once the whole rebuild is done; for a Python edit they start before the regeneration,
+for every module it may change, and the gate names those it did; many cases spread over several pytest
 processes on each GPU (upstream-tests --per-gpu); this process imports flashinfer for smoke's
 tests meanwhile, and runs each of them as soon as the modules it loads are rebuilt, while the others
-still build (the rebuild holds each module's lock until it is built: fidev.builds.module_builds.Rebuild).
+still build (the rebuild holds each module's lock until it is built: fidev.builds.module_builds.Rebuild),
+those of smoke's tests and of a case of each of FlashInfer's test functions first. A failing test of
+either, beside the rebuild, stops what still builds.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ fidev.upstream.plugin records which modules each test asked for; spread over a p
 process per core, up to 16, where xdist is installed) names the modules the selection needs, how
 many objects of them must compile, and estimates the time. Past --budget minutes (default 10) it
 stops, unless given --yes. The modules its tests asked to load that were never built then build
-side by side while the run's processes start (behind affected's gate, once it opens), and a test
-that loads one waits for that one. A dry
+side by side while the run's processes start (behind affected's gate, once the whole rebuild is
+done), and a test that loads one waits for that one. A dry
 run that takes over 60 s is dropped, and the run shows each module's compile as it starts and ends
 instead.
 
@@ -26,7 +26,8 @@ The run is FlashInfer CI's (fidev.upstream.runs): a pytest process per test file
 the host's GPUs (`--gpus N`: the first N) one worker per GPU, longest first, each file limited to
 --file-timeout seconds (default 7200); a crash or a timeout is its file's alone. `--per-gpu N`
 runs each file in N parts a GPU, N processes on each GPU at once (`affected` asks for it: its
-tests' processes all start at once, where pytest-xdist's start after its controller's imports). JUnit XML and
+tests' processes all start at once, where pytest-xdist's start after its controller's imports); behind
+affected's gate every process starts at once, up to 8 a GPU (fidev.upstream.runs.at_once). JUnit XML and
 logs go to a run folder beside FlashInfer's JIT dirs. Skips are counted by reason; out-of-memory
 skips and missing-JIT-module skips (FlashInfer's conftest turns both failures into skips) fail the
 run, as errors (collection, setup, teardown, a file that did not finish) do.
