@@ -373,3 +373,15 @@ def test_a_gated_run_starts_its_files_processes_at_once(tmp_path, monkeypatch):
     most.clear()
     results = upstream_runs.run_files(groups, ["0"], tmp_path, tree, [], 60, {}, every_s=0)
     assert len(results) == 3 and max(most) == 1, most
+
+
+def test_a_gate_begun_not_by_module_says_no_module_built_until_it_opens(tmp_path):
+    """The rebuild did not take every module's lock: each module said built stays out of the file, so no
+    case runs before the whole rebuild is done; open() opens it as before."""
+    gate = tmp_path / "gate"
+    writer = upstream_gate.GateWriter(gate)
+    writer.begin(["fast", "slow"], None, by_module=False)
+    writer.built("fast")
+    assert state(gate)["built"] == [] and upstream_gate.read_state(gate).waiting == frozenset({"fast", "slow"})
+    writer.open()
+    assert upstream_gate.opened(gate) and upstream_gate.read_state(gate).open

@@ -787,3 +787,27 @@ def test_a_module_whose_build_thread_raised_is_a_failed_rebuild_not_a_built_one(
     assert done == [] and rebuild.failure is not None and "old" in rebuild.failure.problem, (done, rebuild.failure)
     expected = "ninja could not start for old: Cannot allocate memory" if where == "ninja's start" else "raised"
     assert expected in rebuild.failure.problem and len(raised) == (where != "ninja's start"), rebuild.failure
+
+
+@needs_a_build
+def test_a_rebuild_says_whether_it_took_every_modules_lock_as_it_began(tmp_path):
+    """A module whose lock another process held as the rebuild began is rebuilt only once every other
+    module is (build_or_wait), its lock free meanwhile once that process lets it go: a case ready early
+    behind FlashInfer's gate could load it before it is rebuilt. The rebuild says so (all_held False),
+    and affected's gate then names no module built before the whole rebuild is done."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock
+
+    fast, other = SleepSpec(tmp_path, "fast", 0), SleepSpec(tmp_path, "other", 0)
+    rebuild = module_builds.Rebuild([fast, other], lambda rebuilt: None, say=lambda line: None)
+    rebuild.wait()
+    assert rebuild.all_held and rebuild.failure is None
+    elsewhere = FileLock(module_builds.lock_path(other), thread_local=False)
+    elsewhere.acquire()  # another process builds or loads it as the rebuild begins
+    try:
+        rebuild = module_builds.Rebuild([fast, other], lambda rebuilt: None, say=lambda line: None)
+        assert not rebuild.all_held
+    finally:
+        elsewhere.release()
+    rebuild.wait()
+    assert rebuild.failure is None and other.jit_library_path.exists()

@@ -352,10 +352,11 @@ class FlashInferTests:
         except Failure:
             return False
 
-    def begin(self, modules: list[str], selection: list[str] | None = None) -> None:
+    def begin(self, modules: list[str], selection: list[str] | None = None, by_module: bool = True) -> None:
         """The rebuild of `modules` has begun, each under its lock: the tests may start, all or those
-        `selection` names, each case once the modules it loads are built."""
-        self.gating.begin(modules, selection)
+        `selection` names, each case once the modules it loads are built (`by_module` False: the rebuild
+        could not take every module's lock, and every case waits for the whole rebuild)."""
+        self.gating.begin(modules, selection, by_module)
 
     def built(self, name: str) -> None:
         """Module `name` is rebuilt, and its verdict kept: the cases that load it may run."""
@@ -827,8 +828,8 @@ def build_and_test(
         importing, say = import_meanwhile() if ours else None, screen()
         then, theirs_first = when_rebuilt(outcome, built, run, say), their_first(recorded, outcome.rebuilt, theirs)
         rebuilding = start_rebuild(to_build, then, say, first | theirs_first, said_rebuilt(rebuilt, run))
-        if run:  # every module's lock is held: FlashInfer's cases may start, each once its modules are built
-            run.begin(outcome.rebuilt, selection)
+        if run:  # the rebuild holds its modules' locks: FlashInfer's cases may start, each once its modules are built
+            run.begin(outcome.rebuilt, selection, rebuilding.all_held)
         if ours:
             stop = None if keep_going else first_failure_elsewhere(rebuilding, run)
             ours_step(ours, importing, outcome, mode, stop, rebuilding.pending, say)

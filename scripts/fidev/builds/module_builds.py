@@ -697,6 +697,9 @@ class Rebuild:
         self.error: BaseException | None = None  # then()'s, or the thread's own
         self.left = {spec.name for spec in self.specs}
         self.held: dict = {}
+        # every module's lock taken at the start: where another process held one, it is built only after
+        # the others (build_or_wait), its lock free meanwhile, so a test may load it before it is rebuilt
+        self.all_held = True
         self.jit_lock = jit_dir_lock(self.specs[0], FileLock) if self.specs else None
         write_ninja_files(self.specs)
         self.thread = start_holding(self.take, self.build, then, say)
@@ -711,6 +714,7 @@ class Rebuild:
         except BaseException:
             self.jit_lock.release()
             raise
+        self.all_held = len(self.held) == len(self.specs)
 
     def pending(self) -> set[str]:
         """The modules still building (set() of a set is one step under CPython's GIL)."""

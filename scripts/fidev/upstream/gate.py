@@ -142,10 +142,13 @@ class GateWriter:
         self.modules: set[str] = set()
         self.done: set[str] = set()
         self.is_open = self.begun = self.closed = False
+        self.by_module = True
 
-    def begin(self, modules, selection: list[str] | None) -> None:
+    def begin(self, modules, selection: list[str] | None, by_module: bool = True) -> None:
+        """`by_module` False: no module is said built before open() (the rebuild does not hold every
+        module's lock, so a case may load one before it is rebuilt: every case waits for the whole)."""
         with self.lock:
-            self.modules, self.selection, self.begun = set(modules), selection, True
+            self.modules, self.selection, self.begun, self.by_module = set(modules), selection, True, by_module
             self.write()
 
     def built(self, name: str) -> None:
@@ -164,7 +167,8 @@ class GateWriter:
 
     def write(self) -> None:
         if self.begun and not self.closed:
-            write_whole(self.path, state_text(self.selection, self.modules, self.done & self.modules, self.is_open))
+            built = self.done & self.modules if self.by_module else set()
+            write_whole(self.path, state_text(self.selection, self.modules, built, self.is_open))
 
 
 def ended(message: str, xdist_worker: bool) -> NoReturn:
