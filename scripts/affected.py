@@ -61,7 +61,7 @@ import sys
 import threading
 import time
 
-from fidev.affected import built, changes, coverage, report, tests, verdict, verdicts
+from fidev.affected import built, changes, coverage, ours, report, tests, theirs, verdict, verdicts
 from fidev.affected import summary as affected_summary
 from fidev.affected.selection import selection as select
 from fidev.affected.verdict import Verdict
@@ -129,7 +129,7 @@ def run(args, record: affected_summary.Summary) -> Verdict:
     try:
         return run_affected(args, record)
     finally:  # what a failure, Ctrl-C or an early return left running (stop() is idempotent)
-        for their_tests in list(tests.FlashInferTests.started):
+        for their_tests in list(theirs.FlashInferTests.started):
             their_tests.stop()
 
 
@@ -161,7 +161,7 @@ def judge(
 ) -> Verdict:
     """The run itself, under the workspace's lock."""
     kept = kept_verdicts(ws)
-    stop_after = 0 if args.keep_going else tests.STOP_AFTER
+    stop_after = 0 if args.keep_going else theirs.STOP_AFTER
     changed = changes.find(found, args.list, kept, not args.whole_family, stop_after)
     if not changed.by_file:  # said over passing verdicts only (any other reruns its tests, in changes.find)
         passed = {m.name: v for m in found.modules if (v := kept.standing(m.name, m.build_dir)) is not None}
@@ -265,7 +265,7 @@ def build_and_test(
             not args.whole_family,
             found.mode,
             args.keep_going,
-            tests.smoke_loaded(changed.changed, found.tier, selection.ours),
+            ours.smoke_loaded(changed.changed, found.tier, selection.ours),
             keep_rebuilt,
         )
     except (Failure, KeyboardInterrupt):

@@ -520,7 +520,7 @@ def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
 def test_flashinfers_tests_take_a_process_per_80_cases_of_the_largest_file_with_the_cores_shared_per_gpu(
     monkeypatch, tmp_path
 ):
-    from fidev.affected.tests import processes
+    from fidev.affected.theirs import processes
 
     file_times = workspace.Workspace(
         tmp_path, pins().flashinfer
@@ -604,10 +604,11 @@ def test_flashinfers_tests_are_judged_by_their_summary_and_an_unreadable_one_is_
     import queue
 
     from fidev.affected import tests as affected_tests
+    from fidev.affected import theirs as their_tests
     from fidev.upstream import summary as upstream_summary
 
     def finished(said: str, summary_path):
-        run = affected_tests.FlashInferTests.__new__(affected_tests.FlashInferTests)
+        run = their_tests.FlashInferTests.__new__(their_tests.FlashInferTests)
         run.lines, run.proc, run.summary = queue.Queue(), subprocess.Popen([sys.executable, "-c", ""]), summary_path
         run.opened, run.past, run.unread = None, None, None
         for line in (said, None):

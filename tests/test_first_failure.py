@@ -1,4 +1,4 @@
-"""The first failing test ends `affected`'s run (fidev.affected.tests): smoke's first failure stops
+"""The first failing test ends `affected`'s run (fidev.affected.tests, .ours, .theirs): smoke's first failure stops
 FlashInfer's tests, FlashInfer's first failing case stops smoke's (and upstream-tests stops at it,
 --stop-after 1); what did not run is no pass (its modules' verdicts are `unfinished`, so the next run
 runs them again); --keep-going runs every selected test. And a run of a subset of a test file's
@@ -17,7 +17,9 @@ from types import SimpleNamespace
 import pytest
 
 from fidev.affected import coverage, report, selection, verdict
+from fidev.affected import ours as our_tests
 from fidev.affected import tests as affected_tests
+from fidev.affected import theirs as their_tests
 from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from script_runs import require
@@ -40,7 +42,7 @@ def ran_in_process(tmp_path, monkeypatch, stop=None, fail_b=False, first=()):
     (tmp_path / "test_three.py").write_text(THREE)
     monkeypatch.setenv("RAN", str(tmp_path / "ran"))
     monkeypatch.setenv("FAIL_B", "1" if fail_b else "0")
-    plugin = affected_tests.collector(stop)
+    plugin = our_tests.collector(stop)
     status = pytest.main(
         [str(tmp_path / "test_three.py"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib", *first],
         plugins=[plugin],
@@ -65,7 +67,7 @@ def test_ctrl_c_in_smokes_tests_is_said_to_run_ours(tmp_path, monkeypatch):
     raises it again and what runs beside smoke's tests is stopped too."""
     monkeypatch.setenv("RAN", str(tmp_path / "ran"))
     (tmp_path / "test_ctrl_c.py").write_text("def test_a():\n    raise KeyboardInterrupt\n")
-    plugin = affected_tests.collector(None)
+    plugin = our_tests.collector(None)
     status = pytest.main(
         [str(tmp_path / "test_ctrl_c.py"), "-q", "-p", "no:cacheprovider", "--import-mode=importlib"], plugins=[plugin]
     )
@@ -197,10 +199,10 @@ def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE, 
         given["their_run"] = args
         return run, GATE_SELECTION if run else None
 
-    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
+    monkeypatch.setattr(our_tests, "run_ours", run_ours)
     monkeypatch.setattr(affected_tests, "start_rebuild", Rebuilding)
-    monkeypatch.setattr(affected_tests, "their_run", their_run)
-    monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: given["imported"].append("started") or Importing())
+    monkeypatch.setattr(their_tests, "their_run", their_run)
+    monkeypatch.setattr(our_tests, "import_meanwhile", lambda: given["imported"].append("started") or Importing())
     args = (
         TO_BUILD,
         "early",
@@ -256,7 +258,7 @@ def test_a_run_stops_at_its_first_failure_by_default_and_hands_each_step_what_it
     rebuild gets the modules and the failed table; smoke's tests wait for the head-start import."""
     run = FakeRun()
     outcome, said, given = build_and_test(monkeypatch, run, smoke_fails=False, keep_going=None)
-    assert given["their_run"] == ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, affected_tests.STOP_AFTER)
+    assert given["their_run"] == ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, their_tests.STOP_AFTER)
     assert given["rebuild"] == TO_BUILD and given["rebuild waited"]
     assert given["rebuild's stop"] == run.ended_failing, "FlashInfer's first failing case stops the rebuild"
     assert said == ["open", "begin", "finish", "stop"] and outcome.stopped is False
@@ -312,7 +314,7 @@ def build_and_test_stepping(monkeypatch, run, names, keep_going=False):
     rebuild Stepping: (outcome, what was said, in order: the run's steps and the verdicts kept)."""
     rebuilding = Stepping(list(names), run.said)
     monkeypatch.setattr(affected_tests, "start_rebuild", rebuilding)
-    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (run, None))
+    monkeypatch.setattr(their_tests, "their_run", lambda *args: (run, None))
     outcome = affected_tests.build_and_test(
         [SimpleNamespace(name=n) for n in names],
         None,
@@ -345,10 +347,10 @@ def test_flashinfers_first_modules_are_those_of_one_recorded_case_of_each_test_f
     }
     rebuilt = ["prefill_128", "prefill_256", "cascade", "decode"]
     theirs = ["tests/a.py", "tests/b.py::test_z", "tests/b.py::test_merge"]
-    assert affected_tests.their_first(recorded, rebuilt, theirs) == {"prefill_128", "cascade"}
-    assert affected_tests.their_first(recorded, ["decode"], theirs) == frozenset(), "none of theirs waits for it"
-    assert affected_tests.their_first(recorded, rebuilt, ["tests/b.py::test_z[2]"]) == {"prefill_256"}
-    assert affected_tests.their_first({}, rebuilt, theirs) == frozenset()
+    assert their_tests.their_first(recorded, rebuilt, theirs) == {"prefill_128", "cascade"}
+    assert their_tests.their_first(recorded, ["decode"], theirs) == frozenset(), "none of theirs waits for it"
+    assert their_tests.their_first(recorded, rebuilt, ["tests/b.py::test_z[2]"]) == {"prefill_256"}
+    assert their_tests.their_first({}, rebuilt, theirs) == frozenset()
 
 
 def test_the_rebuild_builds_first_what_smokes_tests_and_a_case_of_each_of_flashinfers_functions_wait_for(monkeypatch):
@@ -359,7 +361,7 @@ def test_the_rebuild_builds_first_what_smokes_tests_and_a_case_of_each_of_flashi
         return Stepping([], [])(to_build, then, say, first, rebuilt)
 
     monkeypatch.setattr(affected_tests, "start_rebuild", start_rebuild)
-    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (FakeRun(), None))
+    monkeypatch.setattr(their_tests, "their_run", lambda *args: (FakeRun(), None))
     recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]"], "other": ["tests/utils/test_x.py::test_x[1]"]}
     args = ([SimpleNamespace(name="norm"), SimpleNamespace(name="other")], None, [], THEIRS, recorded, CHANGED)
     affected_tests.build_and_test(*args, VERSION_DIR, failed_table, lambda: None, True, "auto", False, {"smokes"})
@@ -473,8 +475,8 @@ def smokes_step(monkeypatch, ours, status, bad, unrun, stopped=False):
         given["args"] = (tests, wide, mode, stop)
         return status, set(bad), unrun
 
-    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
-    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])  # every module built
+    monkeypatch.setattr(our_tests, "run_ours", run_ours)
+    monkeypatch.setattr(our_tests, "unbuilt_smoke_specs", lambda ours: [])  # every module built
     outcome = affected_tests.Outcome("built", 1.0, [], stopped=stopped)
     affected_tests.ours_step(ours, None, outcome, "auto", stop=never)
     return outcome, given["args"]
@@ -515,7 +517,7 @@ def test_smokes_tests_stopped_by_flashinfers_failure_leave_the_run_stopped(monke
     [
         (0, []),
         (2, ["tests/ exited 2 with no failed test named"]),
-        (affected_tests.NOTHING_PASSED, ["no smoke or abi-smoke test passed (skipped: reasons above)"]),
+        (our_tests.NOTHING_PASSED, ["no smoke or abi-smoke test passed (skipped: reasons above)"]),
     ],
 )
 def test_smokes_tests_that_fail_with_no_test_named_are_broken(monkeypatch, status, broken):
@@ -561,7 +563,7 @@ def test_flashinfers_run_has_ended_failing_once_it_ended_naming_a_failing_case(t
     or erroring case; a run that ended otherwise is no pass, but did not fail first."""
     from fidev.upstream import summary as upstream_summary
 
-    run = object.__new__(affected_tests.FlashInferTests)
+    run = object.__new__(their_tests.FlashInferTests)
     run.proc, run.summary = Proc(status), tmp_path / "summary.json"
     if named is not None:
         upstream_summary.write(
@@ -640,7 +642,7 @@ def test_the_last_lines_say_what_failed_and_that_a_stopped_run_left_tests_unrun(
 
 
 def test_affected_asks_flashinfers_run_to_stop_at_its_first_failing_case():
-    assert affected_tests.STOP_AFTER == 1
+    assert their_tests.STOP_AFTER == 1
     done = subprocess.run([sys.executable, "scripts/affected.py", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert "--keep-going" in done.stdout and "run every selected test" in done.stdout, done.stdout + done.stderr
 
@@ -773,36 +775,36 @@ def test_a_sampled_run_with_its_plan_first_builds_only_what_the_sample_needs(ws,
 
 def test_affected_plans_first_only_where_the_record_names_no_case_of_a_file():
     recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]"], "rope": []}
-    assert affected_tests.unrecorded(
-        ["tests/utils/test_norm.py", "tests/attention/test_rope.py::test_a"], recorded
-    ) == ["tests/attention/test_rope.py"]
-    assert affected_tests.unrecorded(["tests/utils/test_norm.py::test_norm"], recorded) == []
+    assert their_tests.unrecorded(["tests/utils/test_norm.py", "tests/attention/test_rope.py::test_a"], recorded) == [
+        "tests/attention/test_rope.py"
+    ]
+    assert their_tests.unrecorded(["tests/utils/test_norm.py::test_norm"], recorded) == []
 
 
 def test_smokes_unbuilt_modules_are_named_by_the_tests_selected_and_a_host_that_cannot_name_them_says_so(
     monkeypatch, capsys
 ):
     """affected builds, side by side, the smoke modules its selected tests load and nothing built
-    (affected_tests.SmokeBuilds); a selected function selects its cases, a case its function's module.
+    (our_tests.SmokeBuilds); a selected function selects its cases, a case its function's module.
     Where flashinfer cannot name them, one line says that each test builds its own, and nothing runs."""
     tests = ("tests/smoke/test_wide.py::test_batch_decode_paged[fp16]",)
-    assert affected_tests.loads("tests/smoke/test_wide.py::test_batch_decode_paged", tests)
-    assert affected_tests.loads("tests/smoke/test_wide.py::test_batch_decode_paged[fp16]", tests)
-    assert not affected_tests.loads("tests/smoke/test_wide.py::test_batch_decode", tests)
+    assert our_tests.loads("tests/smoke/test_wide.py::test_batch_decode_paged", tests)
+    assert our_tests.loads("tests/smoke/test_wide.py::test_batch_decode_paged[fp16]", tests)
+    assert not our_tests.loads("tests/smoke/test_wide.py::test_batch_decode", tests)
 
     def unnamed(ours):
         raise ImportError("No module named 'flashinfer'")
 
-    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", unnamed)
-    beside = affected_tests.SmokeBuilds(["tests/smoke/test_kernels.py::test_rmsnorm"])
+    monkeypatch.setattr(our_tests, "unbuilt_smoke_specs", unnamed)
+    beside = our_tests.SmokeBuilds(["tests/smoke/test_kernels.py::test_rmsnorm"])
     beside.stop()
     assert beside.ahead is None and beside.pending() == set()
     assert capsys.readouterr().out == (
         "affected: smoke's modules not named up front (ImportError: No module named 'flashinfer'): "
         "each test builds its own\n"
     )
-    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
-    assert affected_tests.SmokeBuilds(["x"]).ahead is None and capsys.readouterr().out == ""
+    monkeypatch.setattr(our_tests, "unbuilt_smoke_specs", lambda ours: [])
+    assert our_tests.SmokeBuilds(["x"]).ahead is None and capsys.readouterr().out == ""
 
 
 TWO_MODULES = """\
@@ -848,7 +850,7 @@ def test_a_run_records_every_module_its_cases_load_where_the_dry_run_names_only_
 
 def test_smokes_step_builds_what_its_tests_load_beside_them_and_stops_what_still_builds(monkeypatch, capsys):
     """ours_step builds, side by side with smoke's tests and at the rebuild's priority, the unbuilt modules
-    the selected tests load (affected_tests.SmokeBuilds over the tests it was given: module_builds.Ahead,
+    the selected tests load (our_tests.SmokeBuilds over the tests it was given: module_builds.Ahead,
     its locks taken before the tests start), tells the tests' order what still builds, and stops a build
     still running once they end."""
     loaded = {"smoke/test_kernels.py::test_rmsnorm": "rmsnorm", "smoke/test_wide.py::test_batch_decode": "decode"}
@@ -878,11 +880,11 @@ def test_smokes_step_builds_what_its_tests_load_beside_them_and_stops_what_still
         given["building while the tests ran"] = order()
         return 0, set(), False
 
-    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [Spec(loaded[t]) for t in ours])
-    monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [(tuple(ours), "rmsnorm")])
-    monkeypatch.setattr(affected_tests.module_builds, "Ahead", Ahead)
-    monkeypatch.setattr(affected_tests, "ready_first", ready_first)
-    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
+    monkeypatch.setattr(our_tests, "unbuilt_smoke_specs", lambda ours: [Spec(loaded[t]) for t in ours])
+    monkeypatch.setattr(our_tests, "loaded_modules", lambda ours: [(tuple(ours), "rmsnorm")])
+    monkeypatch.setattr(our_tests.module_builds, "Ahead", Ahead)
+    monkeypatch.setattr(our_tests, "ready_first", ready_first)
+    monkeypatch.setattr(our_tests, "run_ours", run_ours)
     outcome = affected_tests.Outcome("built", 1.0, [])
     said = []
     affected_tests.ours_step(SMOKE, None, outcome, "auto", stop=never, building=lambda: {"norm"}, say=said.append)

@@ -279,6 +279,22 @@ def test_affecteds_rooms_import_in_one_direction():
     )
 
 
+# affected's run of the tests (fidev.affected.tests) drives smoke's tests in its process (ours) and FlashInfer's
+# behind their gate (theirs): each room imports only those it names
+TEST_ROOMS = {"ours": (), "theirs": (), "tests": ("ours", "theirs")}
+
+
+def test_affecteds_test_rooms_import_in_one_direction():
+    wrong = []
+    for room, below in TEST_ROOMS.items():
+        path = FIDEV / "affected" / f"{room}.py"
+        for name, line in imports(path):
+            other = name.split(".")[2] if name.startswith("fidev.affected.") else None
+            if other in TEST_ROOMS and other != room and other not in below:
+                wrong.append(f"affected/{room}.py:{line} imports {name}")
+    assert wrong == [], f"tests imports ours and theirs; ours and theirs import neither tests nor each other: {wrong}"
+
+
 def string_constants(paths) -> list[tuple[str, int, object]]:
     found = []
     for path in paths:

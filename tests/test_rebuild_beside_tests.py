@@ -1,4 +1,4 @@
-"""affected's rebuild beside smoke's tests (fidev.builds.module_builds.Rebuild, fidev.affected.tests):
+"""affected's rebuild beside smoke's tests (fidev.builds.module_builds.Rebuild, fidev.affected.tests, .ours):
 each changed module rebuilt under its own lock, taken before any test starts, so that a test waits for
 the modules it loads alone and runs as soon as they are built (ready_first), while the others still
 build; smoke's first failure stops what still builds; abi-smoke waits for a module's lock before it
@@ -12,7 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from fidev.affected import ours as our_tests
 from fidev.affected import tests as affected_tests
+from fidev.affected import theirs as their_tests
 from fidev.builds import module_builds
 from script_runs import require
 from upstream_standin import needs_a_build
@@ -64,8 +66,8 @@ def run_in_order(tmp_path, monkeypatch, pending, stop=None, fail_plain=False, fi
     events = tmp_path / "events"
     monkeypatch.setenv("EVENTS", str(events))
     monkeypatch.setenv("FAIL_PLAIN", "1" if fail_plain else "0")
-    monkeypatch.setattr(affected_tests, "WAIT_S", 0.01)
-    plugins = [affected_tests.collector(stop), affected_tests.ready_first(LOADED, pending, stop)]
+    monkeypatch.setattr(our_tests, "WAIT_S", 0.01)
+    plugins = [our_tests.collector(stop), our_tests.ready_first(LOADED, pending, stop)]
     args = [*(str(tmp_path / "tests" / f) for f in files), "-q", "-p", "no:cacheprovider"]
     status = pytest.main(
         [*args, "--import-mode=importlib", "--rootdir", str(tmp_path), *(["-x"] if stop else [])], plugins=plugins
@@ -267,11 +269,11 @@ def test_smokes_first_failure_stops_the_rebuild_still_running_and_keeps_its_modu
         "start_rebuild",
         lambda to_build, then, say, first, rebuilt: given.setdefault("rebuild", Rebuilding(to_build, then)),
     )
-    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
-    monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: None)
-    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
-    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [])
-    monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [])
+    monkeypatch.setattr(their_tests, "their_run", lambda *args: (None, None))
+    monkeypatch.setattr(our_tests, "import_meanwhile", lambda: None)
+    monkeypatch.setattr(our_tests, "run_ours", run_ours)
+    monkeypatch.setattr(our_tests, "unbuilt_smoke_specs", lambda ours: [])
+    monkeypatch.setattr(our_tests, "loaded_modules", lambda ours: [])
     outcome = norm_run(["smoke/test_kernels.py::test_rmsnorm"], lambda: kept.append("unfinished"))
     assert given["rebuild"].stopped_before_wait and kept == ["unfinished"], "it would wait for every module"
     assert outcome.built == "the rebuild stopped at the first failure, 2.5 s in" and outcome.build_s == 2.5
@@ -285,7 +287,7 @@ def test_a_failed_rebuild_is_build_failed_after_smokes_tests(monkeypatch, capsys
             self.failure = affected_tests.Failure("the JIT build failed: norm: error: x", "read it")
 
     monkeypatch.setattr(affected_tests, "start_rebuild", Failed)
-    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
+    monkeypatch.setattr(their_tests, "their_run", lambda *args: (None, None))
     with pytest.raises(affected_tests.BuildFailed, match="the build of norm failed: the JIT build failed") as failed:
         norm_run([], lambda: None)
     assert capsys.readouterr().out == "table\n" and failed.value.fix == "read it"
@@ -307,9 +309,9 @@ def test_a_module_is_loaded_only_once_the_build_holding_its_lock_let_it_go(tmp_p
 def test_the_modules_smokes_selected_tests_load_are_named_from_builds_stamps():
     tier = {"norm_module": "norm", "silu_module": "silu", "upstream_only": "not-a-smoke-key"}
     names = ["norm_module", "silu_module", "upstream_only", "unstamped"]
-    assert affected_tests.smoke_loaded(names, tier, ["smoke/test_kernels.py::test_rmsnorm"]) == {"norm_module"}
-    assert affected_tests.smoke_loaded(names, tier, ["smoke/test_kernels.py::test_rmsnorm[fp16]"]) == {"norm_module"}
-    assert affected_tests.smoke_loaded(names, tier, []) == frozenset()
+    assert our_tests.smoke_loaded(names, tier, ["smoke/test_kernels.py::test_rmsnorm"]) == {"norm_module"}
+    assert our_tests.smoke_loaded(names, tier, ["smoke/test_kernels.py::test_rmsnorm[fp16]"]) == {"norm_module"}
+    assert our_tests.smoke_loaded(names, tier, []) == frozenset()
 
 
 @needs_a_build
@@ -370,9 +372,9 @@ def test_smokes_session_and_affecteds_builds_beside_it_mark_the_smoke_modules_th
         def __init__(self, specs, say, after=None, nice=10, env=None):
             pass
 
-    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [spec, other])
-    monkeypatch.setattr(affected_tests.module_builds, "Ahead", Ahead)
-    affected_tests.SmokeBuilds(["smoke/test_wide.py::test_append_paged_kv_cache"], lambda line: None)
+    monkeypatch.setattr(our_tests, "unbuilt_smoke_specs", lambda ours: [spec, other])
+    monkeypatch.setattr(our_tests.module_builds, "Ahead", Ahead)
+    our_tests.SmokeBuilds(["smoke/test_wide.py::test_append_paged_kv_cache"], lambda line: None)
     assert build_records.smoke_module(spec.build_dir) == "page" and build_records.smoke_module(other.build_dir) is None
 
     marked = []
@@ -416,14 +418,14 @@ def test_a_passing_run_waits_for_the_whole_rebuild_and_hands_each_step_its_part(
         return 0, set(), False
 
     monkeypatch.setattr(affected_tests, "start_rebuild", Done)
-    monkeypatch.setattr(affected_tests, "their_run", lambda *args: (None, None))
-    monkeypatch.setattr(affected_tests, "import_meanwhile", lambda: None)
+    monkeypatch.setattr(their_tests, "their_run", lambda *args: (None, None))
+    monkeypatch.setattr(our_tests, "import_meanwhile", lambda: None)
     monkeypatch.setattr(affected_tests, "screen", lambda: lines.append)
-    monkeypatch.setattr(affected_tests, "run_ours", run_ours)
-    monkeypatch.setattr(affected_tests, "unbuilt_smoke_specs", lambda ours: [SimpleNamespace(name="wide")])
-    monkeypatch.setattr(affected_tests.module_builds, "Ahead", Ahead)
-    monkeypatch.setattr(affected_tests, "loaded_modules", lambda ours: [(tuple(ours), "norm")])
-    monkeypatch.setattr(affected_tests, "ready_first", lambda loaded, pending, stop: (loaded, pending))
+    monkeypatch.setattr(our_tests, "run_ours", run_ours)
+    monkeypatch.setattr(our_tests, "unbuilt_smoke_specs", lambda ours: [SimpleNamespace(name="wide")])
+    monkeypatch.setattr(our_tests.module_builds, "Ahead", Ahead)
+    monkeypatch.setattr(our_tests, "loaded_modules", lambda ours: [(tuple(ours), "norm")])
+    monkeypatch.setattr(our_tests, "ready_first", lambda loaded, pending, stop: (loaded, pending))
     ours = ["smoke/test_kernels.py::test_rmsnorm"]
     keep = []
     outcome = norm_run(ours, lambda: None, False, frozenset({"norm"}), keep.append)

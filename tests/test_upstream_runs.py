@@ -680,10 +680,10 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
         < out.index("upstream-tests: 2 passed")
     )
     assert "affected: every selected test passed" in out
-    # one process for 2 cases: every core for its thread pool (fidev.affected.tests.processes)
+    # one process for 2 cases: every core for its thread pool (fidev.affected.theirs.processes)
     assert threads.read_text() == str(os.cpu_count())
     from fidev.affected import summary as affected_summary
-    from fidev.affected.tests import PAST_BUILD
+    from fidev.affected.theirs import PAST_BUILD
 
     past = PAST_BUILD.search(out)
     assert past and float(past[2]) <= float(past[1]), out
@@ -804,7 +804,7 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
         "gens.py -> s0.cpp" in out and "affected: 1 module(s) rebuilt" in out and "upstream-tests: 2 passed" in out
     ), out
     assert "could not be regenerated" not in out and "dry run" not in out
-    from fidev.affected.tests import PAST_BUILD
+    from fidev.affected.theirs import PAST_BUILD
 
     assert PAST_BUILD.search(out), out
     # flashinfer imported twice: affected itself, and the run of the tests; a dry run would be a third

@@ -15,7 +15,7 @@ from pathlib import Path
 from fidev.affected.built import Found, Resolver
 from fidev.affected.report import short
 from fidev.affected.selection import GENERATOR_DIR, UNTOLD, under
-from fidev.affected.tests import STOP_AFTER, FlashInferTests, cases_by_file, sample_of
+from fidev.affected.theirs import STOP_AFTER, FlashInferTests, cases_by_file, sample_of
 from fidev.affected.verdicts import Kept
 from fidev.builds import smoke_modules
 from fidev.core.failure import Failure

@@ -37,7 +37,7 @@ from fidev.core.files import MayLack, fits, read_record, write_whole
 SCHEMA = "fidev-affected-summary/1"
 VERDICTS = tuple(v.value for v in Verdict)
 LATER = ("compiled", "compiled_twice")  # fields added within version 1: a summary written before them reads with none
-# past_build's figures (fidev.affected.tests.past_figures)
+# past_build's figures (fidev.affected.theirs.past_figures)
 PAST_BUILD = {"ended_s": float, "last_case_s": float, "first_failure_s": MayLack(float | None)}
 
 

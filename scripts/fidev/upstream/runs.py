@@ -342,7 +342,7 @@ def at_once(processes: int, gpus: int, per_gpu: int, gated: bool) -> int:
     """Processes on each GPU at once: --per-gpu's N; behind affected's gate every process of the run,
     up to GATED_PER_GPU a GPU and half the cores shared by the GPUs: each waits there for the modules its
     cases load as they are rebuilt (fidev.upstream.gate), and a process not started yet could not run a
-    case whose modules are built, a file that catches the edit perhaps. fidev.affected.tests.processes
+    case whose modules are built, a file that catches the edit perhaps. fidev.affected.theirs.processes
     shares the cores among their thread pools by the same count."""
     if not gated:
         return per_gpu
