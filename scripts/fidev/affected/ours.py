@@ -14,7 +14,7 @@ from fidev.affected.report import short
 from fidev.builds import module_builds, smoke_modules
 from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT
-from fidev.smoke import gpu_suite
+from fidev.smoke import gpu_suite, run_loop
 
 NOTHING_PASSED = -1  # pytest's status 0 with every test skipped: not a pass
 
@@ -88,23 +88,7 @@ def ready_first(loaded: list[tuple[tuple[str, ...], str]], pending: Callable[[],
 
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtestloop(self, session):
-            if session.testsfailed and not session.config.option.continue_on_collection_errors:
-                return None  # pytest's own loop says it
-            if session.config.option.collectonly:
-                return True
-            left, committed = list(session.items), None
-            while left:
-                item = committed if committed is not None else self.next_ready(left)
-                left.remove(item)
-                # the next test: one ready now, run next whatever else becomes ready meanwhile, so that the
-                # fixtures kept for it are its own; none ready yet: every fixture torn down, set up again next
-                committed = self.ready(left)[0] if left else None
-                item.config.hook.pytest_runtest_protocol(item=item, nextitem=committed)
-                if session.shouldfail:
-                    raise session.Failed(session.shouldfail)
-                if session.shouldstop:
-                    raise session.Interrupted(session.shouldstop)
-            return True
+            return run_loop.run_in_order(session, self.next_ready, lambda left: self.ready(left)[0])
 
     return ReadyFirst()
 

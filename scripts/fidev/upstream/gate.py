@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from fidev.core.files import fits, load_json, write_whole
+from fidev.smoke import run_loop
 
 SCHEMA = "fidev-affected-gate/1"
 # the gate file's fields, less its schema
@@ -303,21 +304,6 @@ def run_in_turn(gate: Gate):
         def pytest_runtestloop(self, session):
             if not gate.in_turn:
                 return None  # an xdist controller or worker: xdist's loop
-            if session.testsfailed and not session.config.option.continue_on_collection_errors:
-                return None  # pytest's own loop says it
-            if session.config.option.collectonly:
-                return True
-            left, committed = list(session.items), None
-            while left:
-                item = committed if committed is not None else gate.next_case(left)
-                left.remove(item)
-                committed = gate.ready(left) if left else None
-                nextitem = committed if committed is not None else kept_for(item, left)
-                item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-                if session.shouldfail:
-                    raise session.Failed(session.shouldfail)
-                if session.shouldstop:
-                    raise session.Interrupted(session.shouldstop)
-            return True
+            return run_loop.run_in_order(session, gate.next_case, gate.ready, kept_for)
 
     return InTurn()
