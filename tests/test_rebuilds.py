@@ -18,13 +18,14 @@ from script_runs import BUILD_TOOLS, require_tools
 require_tools(*BUILD_TOOLS, why="these tests build real ninja modules")
 
 
-def write_module(root, sources: dict[str, str]) -> None:
+def write_module(root, sources: dict[str, str], relative: bool = False) -> None:
     """A module shaped like FlashInfer's: k.h, each source (name: text) compiled to its object with a
-    depfile, the objects linked into m.so."""
+    depfile, the objects linked into m.so. `relative`: the objects named relative to the module's
+    folder, where ninja runs, in objs/ (FlashInfer names them by absolute paths; a build.ninja may not)."""
     (root / "k.h").write_text("constexpr int K = 1;\n")
     for name, text in sources.items():
         (root / name).write_text(text)
-    objects = [f"{root}/{Path(name).stem}.o" for name in sources]
+    objects = [f"{'objs' if relative else root}/{Path(name).stem}.o" for name in sources]
     (root / "build.ninja").write_text(
         "rule cxx\n  command = c++ -fPIC -MMD -MF $out.d -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
         "rule link\n  command = c++ -shared $in -o $out\n"
@@ -112,6 +113,56 @@ def test_a_build_that_never_finished_one_has_its_objects_found_without_a_record(
     assert ninja_inputs.unfinished(module) == [f"{module}/m.o"]
     os.utime(module / "m.o", ns=(mark - 1, mark - 1))
     assert ninja_inputs.unfinished(module) == []
+
+
+def test_a_first_build_marks_a_folder_not_made_yet_and_a_mark_whose_time_cannot_be_read_counts_every_object(
+    tmp_path,
+):
+    """begin makes the module's folder where there is none yet (the first build in a JIT dir no build made
+    yet); a mark there whose time cannot be read (a link to itself here) leaves what every object was
+    compiled from unknown, however old the object (one dated 1970, as an archive without times leaves it)."""
+    module = tmp_path / "90" / "cached_ops" / "m"
+    ninja_inputs.begin(module)
+    assert (module / ninja_inputs.BUILDING).is_file()
+    for name in ("old.o", "new.o"):
+        (module / name).write_text("")
+    os.utime(module / "old.o", ns=(0, 0))
+    (module / ninja_inputs.BUILDING).unlink()
+    (module / ninja_inputs.BUILDING).symlink_to(ninja_inputs.BUILDING)
+    assert ninja_inputs.unfinished(module) == [f"{module}/new.o", f"{module}/old.o"]
+
+
+def test_objects_named_relative_to_the_module_are_found_in_its_folder(tmp_path):
+    """A build.ninja may name its objects relative to the module's folder (ninja's deps log names them
+    so): those of a build that did not finish are found there, below its top too, and compile again; an
+    input saved while its object compiled (newer than it) is recorded as not known, an edit."""
+    write_module(tmp_path, {"m.cpp": '#include "k.h"\nint f() { return K; }\n'}, relative=True)
+    obj, header = tmp_path / "objs/m.o", tmp_path / "k.h"
+    assert build(tmp_path)
+    ninja_inputs.begin(tmp_path)
+    mark = (tmp_path / ninja_inputs.BUILDING).stat().st_mtime_ns
+    os.utime(obj, ns=(mark, mark))  # compiled by the build begun, which then stopped
+    assert ninja_inputs.unfinished(tmp_path) == [str(obj)]
+    assert ninja_inputs.stale(tmp_path) == {str(obj): "compiled by a build that did not finish"}
+    assert build(tmp_path) and not (tmp_path / ninja_inputs.BUILDING).exists()
+    header.write_text("constexpr int K = 2;  // saved as m.o compiled\n")
+    later = obj.stat().st_mtime_ns + 10**9
+    os.utime(header, ns=(later, later))
+    ninja_inputs.record(tmp_path, tmp_path / "build.ninja")
+    assert ninja_inputs.edited(tmp_path) == {str(header): "edited"}
+
+
+def test_a_build_whose_inputs_ninja_cannot_list_is_left_without_a_record_and_finished(module, monkeypatch):
+    """Where ninja cannot list the objects' inputs (not on the PATH a test in this process left), a
+    finished build leaves no record, the first build of the module as a later one, and clears its mark."""
+    for built_before in (False, True):
+        if built_before:
+            assert build(module) and (module / ninja_inputs.STAMP).is_file()
+        ninja_inputs.begin(module)
+        with monkeypatch.context() as patched:
+            patched.setenv("PATH", str(module / "no-tools"))
+            ninja_inputs.record(module, module / "build.ninja")
+        assert not (module / ninja_inputs.STAMP).exists() and not (module / ninja_inputs.BUILDING).exists()
 
 
 def test_a_combined_build_makes_the_modules_own_folder_compile_again(module):
