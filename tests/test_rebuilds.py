@@ -292,6 +292,53 @@ def test_a_dry_run_only_adds_to_what_a_run_recorded_of_a_test(tmp_path):
     assert build_records.tests_ran(jit_dir) == set(), "unreadable: every test as one no run recorded"
 
 
+def test_a_record_leaves_out_warmups_unknown_modules_and_entries_that_name_no_test_or_module(tmp_path):
+    """Of a run's JIT report, only the entries that name a test and a module FlashInfer knows are recorded:
+    a warmup's (fidev.upstream.plugin marks it: it names the test that came first, not one that needs the
+    module), a module FlashInfer could not name (its conftest says "unknown"), and an entry without its
+    test or its module add nothing, and no test of theirs counts as one a run recorded."""
+    from fidev.records import build_records
+
+    jit_dir = tmp_path / "90" / "cached_ops"
+    test = "tests/t.py::test_a"
+    entries = [
+        {"test_name": test, "module_name": "page"},
+        {"test_name": "tests/t.py::test_first", "module_name": "rope", "warmup": True},
+        {"test_name": "tests/t.py::test_b", "module_name": "unknown"},
+        {"test_name": "tests/t.py::test_c"},
+        {"module_name": "norm"},
+    ]
+    build_records.add_module_tests(jit_dir, entries, whole=True)
+    assert build_records.module_tests(jit_dir) == {"page": [test]}
+    assert build_records.tests_ran(jit_dir) == {test}
+
+
+def test_what_a_record_knows_of_a_test_is_replaced_by_a_run_and_kept_where_a_dry_run_cannot_tell(tmp_path):
+    """A run says every module a test needs now, those it needed before too; a dry run's first module,
+    known already, keeps what the record knows beyond it, though no run is known to have recorded the test
+    (the list of those is gone); and where the record cannot be read, a dry run's module of a test a run
+    recorded starts it again."""
+    from fidev.core import workspace
+    from fidev.records import build_records
+
+    jit_dir = tmp_path / "90" / "cached_ops"
+    case = "tests/t.py::test_a[1]"
+
+    def line(module):
+        return {"test_name": case, "module_name": module, "spec_info": "None"}
+
+    build_records.add_module_tests(jit_dir, [line("page"), line("prefill"), line("rope")], whole=True)
+    build_records.add_module_tests(jit_dir, [line("page"), line("prefill")], whole=True)  # it needs rope no more
+    assert build_records.module_tests(jit_dir) == {"page": [case], "prefill": [case]}
+    (jit_dir.parent / workspace.MODULE_TESTS_RAN).unlink()
+    build_records.add_module_tests(jit_dir, [line("page")])  # a dry run: the first module alone
+    assert build_records.module_tests(jit_dir) == {"page": [case], "prefill": [case]}
+    build_records.add_module_tests(jit_dir, [line("page")], whole=True)
+    (jit_dir.parent / workspace.MODULE_TESTS).write_text("{not json")
+    build_records.add_module_tests(jit_dir, [line("norm")])
+    assert build_records.module_tests(jit_dir) == {"norm": [case]}
+
+
 def test_a_build_that_ran_any_command_is_recorded_however_fast(tmp_path, monkeypatch):
     """recording_build keeps what a module was built from whenever ninja ran a command (its log in the
     module's folder grew), not by the build's time: a compile-cache hit takes a fraction of a second,
