@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -926,3 +927,70 @@ def test_a_record_that_names_a_module_built_ahead_clears_its_mark_for_good(tmp_p
     assert held == [] and said == [] and (jit_dir / "loaded").is_dir() and (jit_dir / "locked").is_dir()
     assert module_builds.drop_unrecorded_ahead([jit_dir / "loaded", jit_dir / "locked"], said.append) == ["locked"]
     assert len(said) == 1 and (jit_dir / "loaded/loaded.so").is_file() and not (jit_dir / "locked").exists()
+
+
+def test_a_module_the_record_names_is_kept_though_a_build_ahead_made_it_again(tmp_path):
+    """The plan marks what it builds ahead before the build starts, the JIT dir made with it where no build
+    made one yet; a module the record names a test of already (built ahead again, its folder removed since)
+    has a test to run for an edit: it is kept, and only the one no record names goes."""
+    require("filelock", why="a module is removed under its own lock (filelock comes with torch in flashinfer-dev)")
+    jit_dir = tmp_path / "90" / "cached_ops"
+    build_records.mark_built_ahead(jit_dir / "ahead_only")
+    test = "tests/utils/test_norm.py::test_norm[dtype0-4096]"
+    build_records.add_module_tests(jit_dir, [{"test_name": test, "module_name": "norm"}], whole=True)
+    build_records.mark_built_ahead(jit_dir / "norm")
+    removed = module_builds.drop_unrecorded_ahead([jit_dir / "norm", jit_dir / "ahead_only"], lambda line: None)
+    assert removed == ["ahead_only"] and (jit_dir / "norm").is_dir() and not (jit_dir / "ahead_only").exists()
+
+
+def test_removing_what_was_built_ahead_leaves_held_modules_at_once_and_goes_on_past_one_it_cannot_remove(tmp_path):
+    """drop_unrecorded_ahead leaves a module whose lock another holds at once, without waiting for its holder
+    (a test may load it for minutes), and goes on to the next; a folder it cannot remove (here a link to one
+    elsewhere, which rmtree refuses) is left and not named, the folder linked to untouched; its one line
+    names what went."""
+    require("filelock", why="a module is removed under its own lock (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock
+
+    jit_dir = tmp_path / "cached_ops"
+    held = [jit_dir / f"held_{i}" for i in range(3)]
+    elsewhere = tmp_path / "elsewhere" / "linked"
+    for folder in [*held, jit_dir / "alpha", jit_dir / "beta", elsewhere]:
+        build_records.mark_built_ahead(folder)
+    (jit_dir / "linked").symlink_to(elsewhere, target_is_directory=True)
+    workspace.module_lock(held[0]).parent.mkdir(parents=True, exist_ok=True)
+    locks = [FileLock(workspace.module_lock(folder), thread_local=False) for folder in held]
+    said = []
+    for lock in locks:
+        lock.acquire()
+    try:
+        started = time.perf_counter()
+        removed = module_builds.drop_unrecorded_ahead(
+            [*held, jit_dir / "linked", jit_dir / "alpha", jit_dir / "beta"], said.append
+        )
+        took = time.perf_counter() - started
+    finally:
+        for lock in locks:
+            lock.release()
+    assert removed == ["alpha", "beta"] and took < 2, (removed, took)
+    assert all(folder.is_dir() for folder in held) and (jit_dir / "linked").is_symlink()
+    assert (elsewhere / workspace.AHEAD).is_file()
+    assert len(said) == 1 and said[0].startswith("2 module(s) built ahead that no test loaded"), said
+    assert said[0].endswith(": alpha, beta"), said
+
+
+def test_affected_removes_what_only_a_build_ahead_made_in_each_jit_dir_but_smokes_modules(tmp_path, capsys):
+    """fidev.affected.built.drop_unrecorded_ahead, before anything is judged, over each JIT dir's folders:
+    returns those removed, said in one line of affected's; smoke's modules (by name) are kept though they
+    carry the mark, as smoke's tests are their tests, and a folder without the mark is kept."""
+    require("filelock", why="a module is removed under its own lock (filelock comes with torch in flashinfer-dev)")
+    from fidev.affected import built
+
+    dirs = [tmp_path / "90" / "cached_ops", tmp_path / "100" / "cached_ops"]
+    for folder in (dirs[0] / "norm", dirs[0] / "ahead_only", dirs[1] / "also_ahead"):
+        build_records.mark_built_ahead(folder)
+    (dirs[1] / "user_built").mkdir()
+    assert built.drop_unrecorded_ahead(dirs, {"norm"}) == {dirs[0] / "ahead_only", dirs[1] / "also_ahead"}
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("affected: 2 module(s) built ahead that no test loaded"), lines
+    assert lines[0].endswith(": ahead_only, also_ahead"), lines
+    assert (dirs[0] / "norm").is_dir() and (dirs[1] / "user_built").is_dir()
