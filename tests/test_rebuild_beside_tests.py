@@ -358,6 +358,22 @@ def test_a_module_smokes_tests_built_is_smokes_as_one_build_made_is(tmp_path, mo
     assert all(m.name and smoke_modules.BY_NAME[m.name] is m for m in smoke_modules.MODULES)
 
 
+def test_a_module_builds_stamp_names_is_smokes_in_the_jit_dir_it_was_built_in(tmp_path):
+    """affected's smoke module keys of a JIT dir (tier_keys) take build's stamps of the task's workspace
+    for the modules built there, and not for those of another JIT dir (another arch set's)."""
+    from fidev.affected import built
+    from fidev.builds import build_stamp
+    from fidev.core import workspace
+    from fidev.core.manifest import pins
+
+    ws = workspace.read(pins().flashinfer, {"FLASHINFER_WORKSPACE_BASE": str(tmp_path)})
+    jit_dir, other = (ws.version_dir / arch / "cached_ops" for arch in ("90a", "100a"))
+    build_stamp.write(
+        ws, {"wide": False, "abi": False}, "stamp", [build_stamp.Module("norm", "norm", jit_dir / "norm", [])]
+    )
+    assert built.tier_keys(ws, jit_dir) == {"norm": "norm"} and built.tier_keys(ws, other) == {}
+
+
 def test_smokes_session_and_affecteds_builds_beside_it_mark_the_smoke_modules_they_build(tmp_path, monkeypatch):
     """The two ways smoke's tests build a module `build` did not: their own loader (the conftest's
     recording build) and affected's builds beside them (SmokeBuilds)."""
