@@ -216,6 +216,32 @@ def test_a_rebuild_waited_for_is_stopped_as_soon_as_a_failure_elsewhere_is_said(
     assert held.jit_library_path.exists() and len(done) == 1
 
 
+@needs_a_build
+def test_a_module_another_holds_as_the_rebuild_starts_has_its_ninja_file_written_at_once(tmp_path):
+    """A module's ninja file may be older than its spec (one a plan's dry run wrote). Where another holds the
+    module's lock as the rebuild starts, the rebuild writes the spec's at once, not only once it takes the
+    lock: whoever builds it next, a test's FlashInfer loader too (it writes one only where none is), builds
+    what the spec says now; and once let go, the rebuild builds it from that."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock
+
+    class Written(SleepSpec):
+        def write_ninja(self):  # FlashInfer's write_if_different, as the spec says now
+            self.ninja_path.write_text(f"rule make\n  command = echo now > $out\nbuild {self.jit_library_path}: make\n")
+
+    spec = Written(tmp_path, "held", 0)  # its folder's ninja file: SleepSpec's, which makes an empty library
+    lock = FileLock(module_builds.lock_path(spec), thread_local=False)
+    module_builds.lock_path(spec).parent.mkdir(parents=True, exist_ok=True)
+    lock.acquire()
+    try:
+        rebuild = module_builds.Rebuild([spec], lambda rebuilt: None, say=lambda line: None)
+        assert "echo now" in spec.ninja_path.read_text() and rebuild.pending() == {"held"}
+    finally:
+        lock.release()
+    rebuild.wait()
+    assert rebuild.failure is None and spec.jit_library_path.read_text() == "now\n"
+
+
 class Rebuilding:
     """module_builds.Rebuild still building when smoke's first test fails: it says it is built only if
     not stopped first."""
