@@ -27,6 +27,7 @@ from fidev.core import workspace
 from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from fidev.records import build_records, ninja_inputs
+from fidev.tree import release_reference, source_tree
 from script_runs import require, two_line_failure
 
 pytestmark = pytest.mark.skipif(
@@ -491,9 +492,14 @@ def test_the_prebuilt_mode_with_a_jit_cache_is_refused_and_auto_needs_the_releas
     (fake / "flashinfer_jit_cache/__init__.py").write_text("")
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
     pythonpath = f"{tree}{os.pathsep}{fake}"
+    done = affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt"}, "--list")
     two_line_failure(
-        affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "prebuilt"}, "--list"),
-        "flashinfer-jit-cache is installed",
+        done,
+        "kernel source prebuilt: flashinfer-jit-cache is installed, so the tests would run its prebuilt kernels, "
+        "not your edits",
+    )
+    assert done.stderr.strip().endswith(
+        "fix: FLASHINFER_DEV_KERNEL_SOURCE=vendored pixi run -e flashinfer-dev affected"
     )
     done = affected(root, {**env, "PYTHONPATH": pythonpath, "FLASHINFER_DEV_KERNEL_SOURCE": "vendored"}, "--list")
     assert done.returncode == 0 and "norm.cuh" in done.stdout, done.stdout + done.stderr
@@ -502,6 +508,11 @@ def test_the_prebuilt_mode_with_a_jit_cache_is_refused_and_auto_needs_the_releas
         affected(root, {**env, "PYTHONPATH": pythonpath}, "--list"),
         "neither the pinned commit's checkout nor the pinned release",
     )
+    # the pinned release, whose files tell its edits by: auto runs (the jit-cache's copy of what no edit reaches)
+    (tree / source_tree.MARKER).write_text(source_tree.marker_text(pins()))
+    release_reference.record_release(tree)
+    done = affected(root, {**env, "PYTHONPATH": pythonpath}, "--list")
+    assert done.returncode == 0 and "norm.cuh" in done.stdout, done.stdout + done.stderr
 
 
 def test_an_edit_saved_while_the_module_compiled_stays_an_edit(ws):
@@ -689,13 +700,58 @@ def test_a_build_record_of_another_shape_is_said_and_its_module_rebuilt(ws, reco
     assert "nothing changed" not in done.stdout
 
 
+AUTO_FIX = (
+    "fix: FLASHINFER_DEV_KERNEL_SOURCE=vendored pixi run -e flashinfer-dev build, then affected with the same setting"
+)
+
+
+def test_jit_dirs_with_no_module_built_are_two_lines_naming_them(ws, tmp_path):
+    """JIT dirs of the pinned version in which no module was built whole (a build that never made its
+    library) are nothing built: two lines naming each, with the first build affected needs (with a prebuilt
+    set in the tree, auto builds only what was edited: vendored)."""
+    tree, root, _, env = ws
+    base = tmp_path / "unbuilt"
+    dirs = [base / ".cache/flashinfer" / pins().flashinfer / arch / "cached_ops" for arch in ("100a", "90a")]
+    for jit_dir in dirs:
+        (jit_dir / "norm").mkdir(parents=True)
+        (jit_dir / "norm/build.ninja").write_text("")
+    (tree / "flashinfer/data/aot/norm").mkdir(parents=True)
+    done = affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(base)})
+    two_line_failure(done, f"nothing is built yet in {dirs[0]}, {dirs[1]}")
+    assert done.stderr.strip().splitlines()[-1].strip().startswith(AUTO_FIX), done.stderr
+
+
+def test_jit_dirs_whose_every_module_only_a_build_ahead_made_are_nothing_built(ws, tmp_path):
+    """Where every module of the JIT dirs is one a build ahead made that no record names, affected removes
+    them (one line) and has nothing built to judge: two lines naming the JIT dirs, with the first build it
+    needs (auto, with the pinned release and a prebuilt set in the tree: vendored)."""
+    require("filelock", why="a module is removed under its own lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    base = tmp_path / "ahead"
+    dirs = [base / ".cache/flashinfer" / pins().flashinfer / arch / "cached_ops" for arch in ("100a", "90a")]
+    for jit_dir in dirs:
+        build_module(jit_dir, "ahead_only", [tree / "csrc/other.cc"], tree)
+        build_records.mark_built_ahead(jit_dir / "ahead_only")
+    (tree / source_tree.MARKER).write_text(source_tree.marker_text(pins()))
+    release_reference.record_release(tree)
+    (tree / "flashinfer/data/aot/norm").mkdir(parents=True)
+    done = affected(root, {**env, "FLASHINFER_WORKSPACE_BASE": str(base)})
+    assert "affected: 2 module(s) built ahead that no test loaded" in done.stdout, done.stdout + done.stderr
+    two_line_failure(done, f"nothing is built yet in {dirs[0]}, {dirs[1]}")
+    assert done.stderr.strip().splitlines()[-1].strip().startswith(AUTO_FIX), done.stderr
+    assert not any((jit_dir / "ahead_only").exists() for jit_dir in dirs)
+
+
 def test_an_unreadable_build_stamp_is_two_lines(ws):
     _, root, _, env = ws
     stamp = workspace.read(pins().flashinfer).build_stamp({"wide": False, "abi": False})
     stamp.write_text(stamp.read_text()[:30])
     done = affected(root, env)
     two_line_failure(done, "cannot be read (truncated?), so affected cannot tell which built modules are smoke's")
-    assert "pixi run -e flashinfer-dev build" in done.stderr
+    assert done.stderr.strip().endswith(
+        "fix: run the build again, which rewrites it: pixi run -e flashinfer-dev build (and build-abi for abi-smoke's "
+        "modules)"
+    )
 
 
 @pytest.mark.parametrize(
