@@ -240,7 +240,7 @@ def test_modules_built_from_another_tree_are_refused(ws, tmp_path):
 
 def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     """Past --list: the edited module is rebuilt (fidev.builds.module_builds), the other is not, and smoke's
-    tests run; on a host without a GPU they skip, which is no pass."""
+    tests run, in the task's kernel source mode; on a host without a GPU they skip, which is no pass."""
     require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     tree, root, jit_dir, env = ws
     objects = {
@@ -258,6 +258,11 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     assert (jit_dir / "norm_upstream/other.o").stat().st_mtime_ns == objects["norm_upstream"]
     assert "Traceback" not in done.stdout + done.stderr
     assert done.returncode == 1 and "no smoke or abi-smoke test passed" in done.stdout, done.stdout
+    # in the task's kernel source mode (the default, auto), as the tests' count line says
+    assert any(
+        line.startswith("affected: 0 passed, ") and "; kernel source auto; " in line
+        for line in done.stdout.splitlines()
+    ), done.stdout
     # the rebuild recorded the edit as built, and the verdict was kept: asking again reruns the tests, never
     # "nothing changed"
     again = affected(root, env)
