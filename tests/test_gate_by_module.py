@@ -385,3 +385,13 @@ def test_a_gate_begun_not_by_module_says_no_module_built_until_it_opens(tmp_path
     assert state(gate)["built"] == [] and upstream_gate.read_state(gate).waiting == frozenset({"fast", "slow"})
     writer.open()
     assert upstream_gate.opened(gate) and upstream_gate.read_state(gate).open
+
+
+def test_an_xdist_worker_starts_only_once_the_gate_is_open_and_any_other_process_once_it_began():
+    """An xdist worker runs the cases its controller hands it, in the controller's order: it cannot wait
+    for the ready ones, so it starts only once the whole rebuild is done. A process on its own starts
+    once the rebuild began, and picks its ready cases (run_in_turn)."""
+    began = upstream_gate.State(None, frozenset({"slow"}), False)
+    opened = upstream_gate.State(None, frozenset(), True)
+    assert not upstream_gate.starts_once(True)(began) and upstream_gate.starts_once(True)(opened)
+    assert upstream_gate.starts_once(False)(began) and upstream_gate.starts_once(False)(opened)

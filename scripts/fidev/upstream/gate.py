@@ -204,6 +204,13 @@ def wait_for_gate(path: Path, owner: str, xdist_worker: bool, until: Callable[[S
         time.sleep(WAIT_S)
 
 
+def starts_once(xdist_worker: bool) -> Callable[[State], bool]:
+    """When a process behind the gate may start on its cases: an xdist worker, whose controller hands
+    it its cases in its own order, once the whole rebuild is done (it cannot pick the ready ones); any
+    other once the rebuild began (it picks them itself: run_in_turn)."""
+    return (lambda state: state.open) if xdist_worker else (lambda state: True)
+
+
 def make_cuda_context() -> None:
     """The process's CUDA context, made while it waits at the gate instead of in its first test
     after it, where all of it would come past the build (its cost per process: docs/measurements.md,
@@ -244,8 +251,7 @@ class Gate:
     def narrow(self, config, items) -> None:
         make_cuda_context()
         worker = hasattr(config, "workerinput")
-        began = (lambda state: state.open) if worker else (lambda state: True)
-        self.last = wait_for_gate(self.path, self.owner, worker, began)
+        self.last = wait_for_gate(self.path, self.owner, worker, starts_once(worker))
         self.selection = self.last.selection
         self.in_turn = not worker
         if self.selection is not None:
