@@ -27,10 +27,10 @@ from fidev.upstream.settings import Settings, child_env
 
 # Past CASES_PER_PROCESS cases a process, another pytest process on the GPU pays for its start
 # (torch's import and the file's collection, and its CUDA context: all before the gate), at the
-# rate FlashInfer's small cases run; MAX_PROCESSES bounds them. The rates and the silu round's
+# rate FlashInfer's small cases run; fidev.upstream.runs.GATED_PER_GPU bounds them. The rates and the silu round's
 # times with 4 and 8 processes that set them are in docs/measurements.md, rows "upstream baseline of norm"
 # (2705 cases), "630 silu cases after the gate, 8 processes" and "630 silu cases, 4 against 8 processes".
-CASES_PER_PROCESS, MAX_PROCESSES = 80, 8
+CASES_PER_PROCESS = 80
 # The first failing test ends the run (affected --keep-going runs every one): FlashInfer's tests stop at
 # their first failing case (upstream-tests --stop-after), smoke's at their first failure (pytest -x), and
 # either stops the other; the answer is "failed" by then, and the rerun commands name what failed
@@ -53,7 +53,7 @@ def processes(cases_per_file: dict[str, int], file_times: Path) -> tuple[list[st
     """upstream-tests' option for FlashInfer's tests of an edit, how many processes run each file
     on each GPU at once (`--per-gpu`, fidev.upstream.runs: a part each; a long file is in a part
     per GPU already, fidev.upstream.runs.parts), and the environment of those processes: a process
-    per CASES_PER_PROCESS cases of the largest part, up to MAX_PROCESSES and half the cores shared
+    per CASES_PER_PROCESS cases of the largest part, up to GATED_PER_GPU and half the cores shared
     by the GPUs in use; one for a few cases. The cores are shared among their torch thread pools
     too (THREADS), unless the user set it: among all that start at once behind the gate
     (fidev.upstream.runs.at_once). Separate processes, not pytest-xdist's workers: those
@@ -70,7 +70,7 @@ def processes(cases_per_file: dict[str, int], file_times: Path) -> tuple[list[st
     at_once = max(1, min(sum(split.values()), gpus))
     cpus = os.cpu_count() or 1
     largest = max((math.ceil(n / split[f]) for f, n in cases_per_file.items()), default=0)
-    n = max(1, min(MAX_PROCESSES, cpus // (2 * at_once), math.ceil(largest / CASES_PER_PROCESS)))
+    n = max(1, min(upstream_runs.GATED_PER_GPU, cpus // (2 * at_once), math.ceil(largest / CASES_PER_PROCESS)))
     # behind the gate every process starts at once, as far as the GPUs and cores allow: their pools share the cores
     each = upstream_runs.at_once(sum(split.values()) * n, gpus, n, gated=True)
     # the user's own value kept; an empty one is unset (OpenMP reads it so: every core to each process)

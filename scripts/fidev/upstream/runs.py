@@ -335,7 +335,7 @@ class Stop:
         self.signal_live(signal.SIGKILL)
 
 
-GATED_PER_GPU = 8  # behind affected's gate, processes a GPU at once at most (as affected's --per-gpu bound)
+GATED_PER_GPU = 8  # behind affected's gate, processes a GPU at once at most (affected's --per-gpu too)
 
 
 def at_once(processes: int, gpus: int, per_gpu: int, gated: bool) -> int:
