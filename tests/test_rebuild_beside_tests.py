@@ -759,8 +759,9 @@ def test_each_modules_lock_is_let_go_in_the_thread_that_took_it(tmp_path, monkey
     `_drop_registry_entry`). A module's lock taken in one thread and let go in its build thread left
     that hold behind, and the first thread's next blocking take of the path by another instance,
     FlashInfer's `JitSpec.build_and_load` in the next test after a warmup, raised "Deadlock"
-    (`_raise_if_would_deadlock`): 1,260 of test_activation.py's cases on a GPU host. So each lock is let
-    go in the thread that took it, whichever builds the modules."""
+    (`_raise_if_would_deadlock`): every gelu case of test_activation.py on a GPU host (docs/measurements.md,
+    row "upstream-tests activation"). So each lock is let go in the thread that took it, whichever builds
+    the modules."""
     require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
     import filelock
 
