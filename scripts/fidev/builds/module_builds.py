@@ -204,7 +204,8 @@ def run_module_builds(
         each_in_this_thread(build, list(zip(specs, job_budgets(specs, first), strict=True)), on_done)
     finally:
         ended.set()
-    failures += raised(specs, done, on_failed)
+    for spec, failure in raised(specs, done):
+        failed(spec, failure)
     if failures:
         raise failures[0]
 
@@ -233,15 +234,14 @@ def ninja_error(proc: subprocess.Popen, spec, say: Callable[[str], None], printi
     return first_error(output) if proc.wait() != 0 else None
 
 
-def raised(specs, done: list[str], on_failed: Callable | None) -> list[Failure]:
-    """run_module_builds' failures of the modules whose build thread raised (not in `done`; threading's
-    hook said what), each handed to `on_failed`: their old library is no build of what the tree holds."""
-    failures = []
-    for spec in [spec for spec in specs if spec.name not in done]:
-        failures.append(Failure(f"the JIT build of {spec.name} raised before it ended (the error above)", BUG_FIX))
-        if on_failed is not None:
-            on_failed(spec, failures[-1])
-    return failures
+def raised(specs, done: list[str]) -> list[tuple]:
+    """(module, its failure) of each module whose build thread raised (not in `done`; threading's hook
+    said what): its old library is no build of what the tree holds."""
+    return [
+        (spec, Failure(f"the JIT build of {spec.name} raised before it ended (the error above)", BUG_FIX))
+        for spec in specs
+        if spec.name not in done
+    ]
 
 
 def prepare_folder(spec, say: Callable[[str], None], printing) -> Failure | None:
