@@ -152,6 +152,30 @@ def test_objects_named_relative_to_the_module_are_found_in_its_folder(tmp_path):
     assert ninja_inputs.edited(tmp_path) == {str(header): "edited"}
 
 
+def test_a_header_saved_while_its_build_ran_is_compiled_again_though_older_than_its_object(module):
+    """A header saved after the build began, once the compiler had read it, is older than the object it
+    went into: ninja 1.11 sees nothing newer, and a hash taken now is not what was compiled. The record
+    leaves its hash out, `affected` takes it as edited, and the next build compiles the object again, then
+    records it whole. One saved in the mark's own clock tick, before any compiler started, is known."""
+    assert build(module)
+    obj, header = module / "m.o", module / "k.h"
+    for saved_after_start_ns, known in ((0, True), (10**6, False)):
+        ninja_inputs.begin(module)
+        mark = (module / ninja_inputs.BUILDING).stat().st_mtime_ns
+        header.write_text(f"constexpr int K = {3 + known};  // saved as m.o compiled\n")
+        os.utime(header, ns=(mark + saved_after_start_ns,) * 2)
+        os.utime(obj, ns=(mark + 10**9,) * 2)  # the object written after the save
+        ninja_inputs.record(module, module / "build.ninja")
+        if known:
+            assert ninja_inputs.edited(module) == {} and ninja_inputs.stale(module) == {}
+            continue
+        assert ninja_inputs.edited(module) == {str(header): "edited"}
+        assert ninja_inputs.stale(module) == {str(obj): "k.h was saved while it compiled"}
+        assert build(module)  # compiled again, though no input is newer than the object
+        assert ninja_inputs.edited(module) == {} and ninja_inputs.stale(module) == {}
+        assert not build(module)
+
+
 def test_a_build_whose_inputs_ninja_cannot_list_is_left_without_a_record_and_finished(module, monkeypatch):
     """Where ninja cannot list the objects' inputs (not on the PATH a test in this process left), a
     finished build leaves no record, the first build of the module as a later one, and clears its mark."""

@@ -117,7 +117,7 @@ def file_fact(path: str | Path) -> list | None:
 
 def is_fact(value) -> bool:
     """Whether `value` has file_fact's shape, as a record read back holds it: None, or [mtime_ns,
-    size] with the sha256 or None after them (an input saved while its object compiled)."""
+    size] with the sha256 or None after them (an input saved while its build ran)."""
     return value is None or (
         isinstance(value, list)
         and len(value) in (2, 3)

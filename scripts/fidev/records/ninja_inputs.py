@@ -78,7 +78,9 @@ def _stat(path: str) -> list[int] | None:
 
 def record(build_dir: Path, ninja_file: Path) -> None:
     """After a successful build: [mtime, size, sha256] of every input of every object, written
-    atomically (an input many objects share is read once). Where ninja cannot list them (its deps
+    atomically (an input many objects share is read once); the hash left out (None) of an input saved
+    after the build began (`begin`'s mark; the object's own time where there is no mark), which the
+    next build compiles again (`stale`) and `affected` takes as edited. Where ninja cannot list them (its deps
     tool did not run: a PATH changed under it by tests in this process), the module is left with no
     record, which `affected` reads as built without one (its inputs from ninja's deps log then)."""
     seen: dict[str, list] = {}
@@ -89,11 +91,14 @@ def record(build_dir: Path, ninja_file: Path) -> None:
         return seen[path]
 
     def facts(obj: str, inputs: list[str]) -> dict[str, list | None]:
-        built = _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
-        # an input newer than its object was saved while it compiled: its hash is not what was built
+        built = started if started is not None else _stat(obj if os.path.isabs(obj) else str(build_dir / obj))
+        # an input newer than the build's start was saved while it ran, perhaps after the compiler read it:
+        # its hash is not known to be what was built
         return {
             path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]
         }
+
+    started = _stat(str(build_dir / BUILDING))  # the mark of this build's start (begin), where it left one
 
     found = deps(build_dir, ninja_file)
     if found is None:  # no record rather than an empty one, which would hide every later edit of its inputs
@@ -133,13 +138,28 @@ def unfinished(build_dir: Path) -> list[str]:
 
 def stale(build_dir: Path) -> dict[str, str]:
     """object -> why a build must compile it again though ninja sees nothing newer: an input restored
-    to an older copy (`restored`), or an unfinished build compiled it (`unfinished`)."""
+    to an older copy (`restored`), an unfinished build compiled it (`unfinished`), or an input was saved
+    while it compiled (`saved_while_built`)."""
     found = {
         obj: f"{Path(inputs[0]).name} changed but is not newer than it (a restored copy?)"
         for obj, inputs in restored(build_dir).items()
     }
     for obj in unfinished(build_dir):
         found.setdefault(obj, "compiled by a build that did not finish")
+    for obj, saved in saved_while_built(build_dir).items():
+        found.setdefault(obj, f"{Path(saved).name} was saved while it compiled")
+    return found
+
+
+def saved_while_built(build_dir: Path) -> dict[str, str]:
+    """object -> an input the record holds no hash of (saved while its build ran, `record`): what the
+    object was compiled from is not known."""
+    found = {}
+    for obj, inputs in (_recorded(build_dir) or {}).items():
+        path = obj if os.path.isabs(obj) else str(build_dir / obj)
+        unknown = [name for name, was in inputs.items() if was and len(was) >= 3 and was[2] is None]
+        if unknown:
+            found[path] = unknown[0]
     return found
 
 
