@@ -1,8 +1,9 @@
 """affected's gate opens module by module (fidev.upstream.gate): affected writes, whole each time, which
 of the rebuild's modules are built (GateWriter), and each of FlashInfer's test processes behind it runs a
 case as soon as the modules the record names for it are built, the others waiting; a case the record
-does not name waits for the whole rebuild; the first failing case, before the gate is open, ends the
-run, and affected stops what still builds. The tree is tests/support/upstream_standin.py's stand-in of
+does not name runs where none named is ready and the rebuild holds its locks, else waits for the whole
+rebuild; the first failing case, before the gate is open, ends the run, and affected stops what still
+builds. The tree is tests/support/upstream_standin.py's stand-in of
 FlashInfer's suite at v0.6.3."""
 
 import json
@@ -42,9 +43,12 @@ def test_the_gate_is_written_once_the_rebuild_began_with_what_came_before_and_ne
         "selection": ["tests/t.py::test_a"],
         "modules": ["fast", "slow"],
         "built": ["fast"],
+        "held": True,
         "open": False,
     }
-    assert upstream_gate.read_state(gate) == upstream_gate.State(["tests/t.py::test_a"], frozenset({"slow"}), False)
+    assert upstream_gate.read_state(gate) == upstream_gate.State(
+        ["tests/t.py::test_a"], frozenset({"slow"}), False, True
+    )
     assert not upstream_gate.opened(gate)
     writer.built("slow")
     assert upstream_gate.read_state(gate).waiting == frozenset() and not upstream_gate.opened(gate)
@@ -58,17 +62,23 @@ def test_the_gate_is_written_once_the_rebuild_began_with_what_came_before_and_ne
     opened_first = upstream_gate.GateWriter(gate)
     opened_first.open()
     opened_first.begin(["m"], None)
-    assert upstream_gate.read_state(gate) == upstream_gate.State(None, frozenset({"m"}), True)
+    assert upstream_gate.read_state(gate) == upstream_gate.State(None, frozenset({"m"}), True, True)
 
 
 def test_a_gate_file_of_another_schema_or_shape_is_none_of_ours(tmp_path):
     gate = tmp_path / "gate"
     assert upstream_gate.read_state(gate) is None and not upstream_gate.opened(gate), "no file: not begun"
-    for text in ("go\n", json.dumps({"schema": "fidev-affected-gate/0", "open": True}), "[]"):
+    first = {"schema": "fidev-affected-gate/1", "selection": None, "modules": [], "built": [], "open": True}
+    for text in ("go\n", json.dumps({"schema": "fidev-affected-gate/0", "open": True}), "[]", json.dumps(first)):
         gate.write_text(text)
-        with pytest.raises(ValueError, match="is not affected's gate of schema fidev-affected-gate/1"):
+        with pytest.raises(ValueError, match="is not affected's gate of schema fidev-affected-gate/2"):
             upstream_gate.read_state(gate)
         assert not upstream_gate.opened(gate)
+    for held in ("yes", None):
+        whole = {"schema": upstream_gate.SCHEMA, "selection": None, "modules": [], "built": [], "open": False}
+        gate.write_text(json.dumps({**whole, "held": held}))
+        with pytest.raises(ValueError):
+            upstream_gate.read_state(gate)
     gate.write_text(json.dumps({"schema": upstream_gate.SCHEMA, "selection": None, "modules": [], "built": []}))
     with pytest.raises(ValueError):
         upstream_gate.read_state(gate)
@@ -84,8 +94,10 @@ def test_before_the_gate_opens_a_case_runs_only_where_every_module_the_record_na
     tmp_path, monkeypatch
 ):
     """A case waits while a module the record names for it still rebuilds, or is built by nothing yet
-    (its compile would take the cores from the rebuild), and where the record names none of its
-    modules; once the gate is open, a case whose modules are built runs first, then the rest in order."""
+    (the builds ahead compile that once the gate is open, side by side); a case the record names none
+    of the modules of runs where no named case is ready, the rebuild holding its locks (a module of it
+    that case loads waits for its build there); once the gate is open, a case whose modules are built
+    runs first, then the rest in order."""
     monkeypatch.setattr(upstream_gate, "owner_alive", lambda owner: True)
     gate_file = tmp_path / "gate"
     built = {"fast", "slow", "page"}
@@ -94,17 +106,40 @@ def test_before_the_gate_opens_a_case_runs_only_where_every_module_the_record_na
     writer = upstream_gate.GateWriter(gate_file)
     writer.begin(["fast", "slow"], None)
     left = [case("t.py::unnamed"), case("t.py::slow"), case("t.py::never_built"), case("t.py::fast")]
-    assert gate.ready(left) is None, "each case waits: a module rebuilding, built by nothing, or not named"
+    assert gate.ready(left[1:]) is None, "each named case waits: a module rebuilding, or built by nothing"
+    assert gate.ready(left).nodeid == "t.py::unnamed", "none named is ready: the unnamed case"
     writer.built("fast")
-    assert gate.ready(left).nodeid == "t.py::fast"
+    assert gate.ready(left).nodeid == "t.py::fast", "a named case ready first, before an unnamed one"
     writer.built("slow")
     assert gate.ready(left).nodeid == "t.py::slow", "the first ready in pytest's order"
-    assert gate.ready(left[:1] + left[2:3]) is None, "the unnamed case and the one of a module nothing built wait"
+    assert gate.ready(left[2:3]) is None, "the case of a module nothing built waits"
+    assert gate.ready(left[:1] + left[2:3]).nodeid == "t.py::unnamed"
     writer.open()
     assert gate.ready(left).nodeid == "t.py::slow", "open: the cases whose modules are built first"
     assert gate.ready(left[:1] + left[2:3]).nodeid == "t.py::unnamed", "open: then every case, in order"
     gate_file.unlink()  # the run's folder went at its end: what the gate said last stands
     assert gate.ready(left[:1]).nodeid == "t.py::unnamed"
+
+
+def test_a_case_the_record_does_not_name_waits_for_the_whole_rebuild_where_its_locks_are_not_all_held_or_no_record(
+    tmp_path, monkeypatch
+):
+    """Where the rebuild could not take every module's lock (another process held one: built last, its lock
+    free meanwhile), an unnamed case could load that module before its rebuild: it waits for the gate to
+    open. A run with no record (--whole-family) has every case unnamed: they wait too, leaving the cores
+    to the rebuild."""
+    monkeypatch.setattr(upstream_gate, "owner_alive", lambda owner: True)
+    gate_file, left = tmp_path / "gate", [case("t.py::unnamed")]
+    writer = upstream_gate.GateWriter(gate_file)
+    writer.begin(["slow"], None, by_module=False)
+    assert state(gate_file)["held"] is False
+    assert upstream_gate.Gate(gate_file, "owner", {"t.py::named": ["slow"]}, lambda name: True).ready(left) is None
+    writer.begin(["slow"], None)
+    assert upstream_gate.Gate(gate_file, "owner", {}, lambda name: True).ready(left) is None
+    named = upstream_gate.Gate(gate_file, "owner", {"t.py::named": ["slow"], "t.py::unnamed": []}, lambda name: True)
+    assert named.ready(left).nodeid == "t.py::unnamed", "a record that names no module of it: unnamed"
+    writer.open()
+    assert upstream_gate.Gate(gate_file, "owner", {}, lambda name: True).ready(left).nodeid == "t.py::unnamed"
 
 
 def test_with_no_case_ready_the_early_stop_hands_the_loop_the_first_case_left(tmp_path, monkeypatch):
@@ -113,7 +148,8 @@ def test_with_no_case_ready_the_early_stop_hands_the_loop_the_first_case_left(tm
     monkeypatch.setattr(upstream_gate, "owner_alive", lambda owner: True)
     upstream_gate.GateWriter(tmp_path / "gate").begin(["slow"], None)
     stops = iter([False, False, True])
-    gate = upstream_gate.Gate(tmp_path / "gate", "owner", {"t.py::a": ["slow"]}, lambda name: True, lambda: next(stops))
+    needs = {"t.py::a": ["slow"], "t.py::b": ["slow"]}
+    gate = upstream_gate.Gate(tmp_path / "gate", "owner", needs, lambda name: True, lambda: next(stops))
     monkeypatch.setattr(upstream_gate, "WAIT_S", 0)
     gate.state()
     left = [case("t.py::a"), case("t.py::b")]
@@ -214,29 +250,28 @@ def ran(events: Path) -> list[str]:
 
 @needs_a_build
 @pytest.mark.parametrize("narrowed", [True, False], ids=["a subset of the file", "the whole file"])
-def test_a_gated_process_runs_each_case_once_the_modules_it_loads_are_built_and_an_unnamed_one_at_the_end(
+def test_a_gated_process_runs_each_case_once_the_modules_it_loads_are_built_and_an_unnamed_one_while_none_is_ready(
     ws, tmp_path, narrowed
 ):
     """While the rebuild holds the JIT dir's lock and gelu's: silu's case runs once silu is said built,
-    gelu's waits; gelu's runs once gelu is; the cases the record names no module of wait for the whole
-    rebuild. The warmup is set up once (the waits keep its module's fixtures) and compiles nothing
-    before the rebuild is done: narrowed (-k), no case to run needs gelu_tanh; whole, gelu_tanh builds
-    beside the cases once the gate is open, not in the fixture, which would wait there for the JIT
-    dir's lock."""
+    gelu's waits; with no named case ready, the cases the record names no module of run (the rebuild
+    holds its locks: one that loaded gelu would wait for it); gelu's runs once gelu is. The warmup is
+    set up once (the waits keep its module's fixtures) and compiles nothing before the rebuild is done:
+    narrowed (-k), no case to run needs gelu_tanh; whole, gelu_tanh builds beside the cases once the gate
+    is open, not in the fixture, which would wait there for the JIT dir's lock."""
     require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
     root, _, env = ws
     proc, writer, events = behind_the_gate(root, env, tmp_path, *(["-k", "not other"] if narrowed else []))
+    unnamed = ["unnamed", *([] if narrowed else ["other"])]
     held = rebuilding(env, "gelu_and_mul.lock")
     try:
-        writer.begin(REBUILT, None)
         writer.built("silu_and_mul")
-        wait_until(lambda: "waiting after silu_and_mul" in said(events), 120, "silu's case ran, then waited", proc)
-        assert ran(events) == ["silu_and_mul"], "gelu's case ran while gelu still rebuilt"
+        writer.begin(REBUILT, None)  # its first text: silu built
+        wait_until(lambda: f"waiting after {unnamed[-1]}" in said(events), 120, "the cases ran, then waited", proc)
+        assert ran(events) == ["silu_and_mul", *unnamed], "gelu's case ran while gelu still rebuilt"
+        assert compiles(env) == [], "the warmup, or a case, compiled beside the rebuild"
         held.pop().release()
         writer.built("gelu_and_mul")
-        wait_until(lambda: "waiting after gelu_and_mul" in said(events), 60, "gelu's case ran, then waited", proc)
-        assert ran(events) == ["silu_and_mul", "gelu_and_mul"], "a case no record names ran before the whole rebuild"
-        assert compiles(env) == [], "the warmup, or a case, compiled beside the rebuild"
         held.pop().release()
         writer.open()
         out, _ = proc.communicate(timeout=120)
@@ -245,7 +280,7 @@ def test_a_gated_process_runs_each_case_once_the_modules_it_loads_are_built_and_
             lock.release()
         proc.kill()
         proc.communicate()
-    cases = ["silu_and_mul", "gelu_and_mul", "unnamed", *([] if narrowed else ["other"])]
+    cases = ["silu_and_mul", *unnamed, "gelu_and_mul"]
     assert proc.returncode == 0 and f"upstream-tests: {len(cases)} passed" in out, out
     assert ran(events) == cases and said(events).count("warmup") == 1, said(events)
     assert {line.rsplit("/", 2)[-2] for line in compiles(env)} <= {"gelu_tanh"}
@@ -261,8 +296,8 @@ def test_a_failing_case_before_the_gate_opens_ends_the_run_and_the_waiting_cases
         root, env, tmp_path, "-k", "not other", "--stop-after", "1", fail="silu_and_mul"
     )
     try:
-        writer.begin(REBUILT, None)
         writer.built("silu_and_mul")
+        writer.begin(REBUILT, None)  # its first text: silu built (else the unnamed case could run first)
         out, _ = proc.communicate(timeout=120)
     finally:
         proc.kill()

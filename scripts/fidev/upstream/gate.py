@@ -3,21 +3,28 @@ their cases load, then run each case as soon as the modules it loads are built, 
 
 affected writes the gate file (GateWriter), whole each time (fidev.core.files.write_whole: a reader never
 sees half of it); each test process reads it (read_state). Its fields (SCHEMA, version 1):
-  schema      "fidev-affected-gate/1"
+  schema      "fidev-affected-gate/2"
   selection   the tests to run of those collected (node ids, or test functions for all their cases);
               null: all of them
   modules     the modules the rebuild builds
   built       those of them built, each named once affected kept its verdict `unfinished` (a test may
               load it from then on)
+  held        the rebuild holds the lock of each of its modules not built yet, from before the file's
+              first text (a case that loads one waits for its build: FlashInfer's `build_and_load` takes
+              the module's lock); false: `built` stays empty until open
   open        the whole rebuild is done: every case may run
 No file: the rebuild has not started (a Python edit's tests start before the regeneration): they wait.
 
-Before the gate is open a process runs a case only where the record (the sample spec's {node id:
-modules}) names the modules it loads, each of them built and none still rebuilding (`ready`): a case the
-record does not name, or one that would compile a module nothing built, waits for the whole rebuild, as
-every case did before. Among the cases ready, pytest's order; while none is ready, the process waits
-(run_in_turn). A gate whose owner (the process that writes it) is gone never opens: the waiting process
-ends instead; a gate file of another schema ends it too.
+Before the gate is open a process runs a case where the record (the sample spec's {node id: modules})
+names the modules it loads, each of them built and none still rebuilding (`ready`); where no such case is
+left, and the rebuild holds its locks (`held`), a case the record does not name (a case no run has run
+yet: the one that catches the edit may be among them), which compiles from the tree what nothing built
+and waits for the lock of what still rebuilds. A case that would compile a module the record names and
+nothing built waits for the whole rebuild (the builds ahead then compile those side by side), as does
+every case of a run with no record (`--whole-family`: all unnamed, they would take every core from the
+rebuild). Among the cases ready, pytest's order; while none is ready, the process waits (run_in_turn).
+A gate whose owner (the process that writes it) is gone never opens: the waiting process ends instead;
+a gate file of another schema ends it too.
 """
 
 from __future__ import annotations
@@ -36,9 +43,9 @@ from typing import NoReturn
 from fidev.core.files import fits, load_json, write_whole
 from fidev.smoke import run_loop
 
-SCHEMA = "fidev-affected-gate/1"
+SCHEMA = "fidev-affected-gate/2"
 # the gate file's fields, less its schema
-SHAPE = {"selection": list[str] | None, "modules": list[str], "built": list[str], "open": bool}
+SHAPE = {"selection": list[str] | None, "modules": list[str], "built": list[str], "held": bool, "open": bool}
 WAIT_S = 0.05  # how often a waiting process reads the gate file again
 
 
@@ -78,15 +85,16 @@ def owner_alive(owner: str) -> bool:
 
 @dataclass(frozen=True)
 class State:
-    """What the gate file says: the tests to run (None: all), the rebuild's modules not built yet, and
-    whether the whole rebuild is done."""
+    """What the gate file says: the tests to run (None: all), the rebuild's modules not built yet,
+    whether the whole rebuild is done, and whether the rebuild holds the lock of each module waiting."""
 
     selection: list[str] | None
     waiting: frozenset[str]
     open: bool
+    held: bool = False
 
 
-def state_text(selection: list[str] | None, modules, built, is_open: bool) -> str:
+def state_text(selection: list[str] | None, modules, built, is_open: bool, held: bool = False) -> str:
     """The gate file's text (SCHEMA)."""
     return json.dumps(
         {
@@ -94,6 +102,7 @@ def state_text(selection: list[str] | None, modules, built, is_open: bool) -> st
             "selection": selection,
             "modules": sorted(modules),
             "built": sorted(built),
+            "held": held,
             "open": is_open,
         }
     )
@@ -111,7 +120,7 @@ def read_state(path: Path) -> State | None:
         raise ValueError(f"{none_of_ours} ({e})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not fits(data, SHAPE):
         raise ValueError(none_of_ours)
-    return State(data["selection"], frozenset(data["modules"]) - set(data["built"]), data["open"])
+    return State(data["selection"], frozenset(data["modules"]) - set(data["built"]), data["open"], data["held"])
 
 
 def opened(path: Path) -> bool:
@@ -169,7 +178,7 @@ class GateWriter:
     def write(self) -> None:
         if self.begun and not self.closed:
             built = self.done & self.modules if self.by_module else set()
-            write_whole(self.path, state_text(self.selection, self.modules, built, self.is_open))
+            write_whole(self.path, state_text(self.selection, self.modules, built, self.is_open, self.by_module))
 
 
 def ended(message: str, xdist_worker: bool) -> NoReturn:
@@ -271,13 +280,18 @@ class Gate:
 
     def ready(self, left: list):
         """The first case of `left` to run now, else None: one whose modules the record names, each built
-        and none still rebuilding; once the gate is open, such a case first, else the first left."""
+        and none still rebuilding; else, once the gate is open, the first left, and before, where the
+        rebuild holds its locks and the run has a record, the first the record does not name."""
         state = self.state()
         for item in left:
             named = self.needs.get(item.nodeid)
             if named and not state.waiting.intersection(named) and all(self.built(m) for m in named):
                 return item
-        return left[0] if state.open and left else None
+        if state.open:
+            return left[0] if left else None
+        if state.held and self.needs:
+            return next((item for item in left if not self.needs.get(item.nodeid)), None)
+        return None
 
     def next_case(self, left: list):
         """The case to run next: the first ready, waited for; the first left where the early stop came."""
