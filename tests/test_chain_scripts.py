@@ -4,11 +4,13 @@ source mode, and how build shares the cores between module builds."""
 import os
 import subprocess
 import sys
+import threading
 from types import SimpleNamespace
 
 import pytest
 
-from fidev.builds.module_builds import job_budgets
+from fidev.builds import module_builds
+from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from script_runs import run, two_line_failure
 
@@ -45,34 +47,97 @@ def test_vendored_mode_hides_the_jit_cache(tmp_path, mode, visible):
 
 
 def specs(*sources):
-    return [SimpleNamespace(sources=[None] * n) for n in sources]
+    return [SimpleNamespace(name=f"m{i}", sources=[None] * n) for i, n in enumerate(sources)]
 
 
-def test_job_budgets_give_each_source_a_job_while_cores_last(monkeypatch):
+def test_a_module_builds_with_a_job_per_source_within_the_budget_of_twice_the_cores_or_max_jobs(monkeypatch):
     monkeypatch.delenv("MAX_JOBS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert job_budgets(specs(3, 2, 7)) == [3, 2, 7]
-    shared = job_budgets(specs(33, 7, 6, 3))  # 49 sources > 32
-    assert sum(shared) <= 32 and all(j >= 1 for j in shared) and shared[0] > shared[1] > shared[3]
+    assert module_builds.job_budget() == 32
+    for max_jobs, budget in (("4", 4), ("0", 32), ("many", 32)):
+        monkeypatch.setenv("MAX_JOBS", max_jobs)
+        assert module_builds.job_budget() == budget, max_jobs
+    assert [module_builds.module_jobs(spec, 8) for spec in specs(3, 8, 33, 0)] == [3, 8, 8, 8], "none known: all"
 
 
-def test_job_budgets_honour_max_jobs(monkeypatch):
-    monkeypatch.setenv("MAX_JOBS", "4")
-    assert sum(job_budgets(specs(6, 6))) <= 4
+def test_modules_start_in_order_each_once_its_jobs_fit_beside_those_running():
+    """All at once, each of 43 modules on 16 cores got about a job and every module ended near the end of
+    all: a test waits for the end of each module it loads. In order, the first modules keep a job per
+    source and end first; a module that alone outgrows the budget starts once nothing else runs, and
+    none starts past a module still waiting for its jobs (the order holds)."""
+    admission = module_builds.Admission(8)
+    assert admission.may_start(0, 4) and admission.enter(0, 4)
+    assert admission.may_start(1, 4) and admission.enter(1, 4)
+    assert not admission.may_start(2, 6), "6 jobs do not fit beside 8 running"
+    admission.leave(4)
+    assert not admission.may_start(2, 6), "4 free: still no fit"
+    assert not admission.may_start(3, 2), "m3's 2 jobs fit, but its turn comes after m2's"
+    admission.leave(4)
+    assert admission.may_start(2, 6) and admission.enter(2, 6)
+    assert admission.may_start(3, 2) and admission.enter(3, 2)
+    admission.leave(6)
+    assert not admission.may_start(4, 9), "outgrowing the budget: it waits until nothing runs"
+    admission.leave(2)
+    assert admission.may_start(4, 9) and admission.enter(4, 9)
 
 
-def test_job_budgets_keep_a_job_per_source_for_the_modules_built_first_and_the_others_share_the_rest(monkeypatch):
-    """affected's rebuild builds first the modules its first tests wait for (Rebuild's `first`): shared in
-    proportion, each of 46 attention modules would get a job of 32 on 16 cores, and compile its objects
-    one by one; they keep one per source, and the others share what is left, a job each at least."""
-    monkeypatch.delenv("MAX_JOBS", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    named = [SimpleNamespace(name=f"m{i}", sources=[None] * n) for i, n in enumerate((4, 4, 10, 10, 10, 10))]
-    jobs = job_budgets(named, frozenset({"m0", "m1"}))
-    assert jobs[:2] == [4, 4] and sum(jobs[2:]) <= 32 - 8 and all(j >= 1 for j in jobs[2:]), jobs
-    assert job_budgets(named) == [2, 2, 6, 6, 6, 6] == job_budgets(named, frozenset({"not", "there"}))
-    assert job_budgets(named, frozenset(f"m{i}" for i in range(6))) == [2, 2, 6, 6, 6, 6], "all first: none is"
-    assert job_budgets(named[:3], frozenset({"m2"})) == [4, 4, 10], "within the budget: a job per source each"
+def waiting(admission, turn: int, jobs: int) -> tuple[list[bool], threading.Thread]:
+    """A module waiting at `admission` in its own thread: what enter() returned, once it returned."""
+    said: list[bool] = []
+    thread = threading.Thread(target=lambda: said.append(admission.enter(turn, jobs)), daemon=True)
+    thread.start()
+    return said, thread
+
+
+def test_a_module_waiting_for_its_jobs_starts_as_the_module_before_it_leaves():
+    admission = module_builds.Admission(8)
+    assert admission.enter(0, 8)
+    said, thread = waiting(admission, 1, 8)
+    admission.leave(8)
+    thread.join(timeout=10)
+    assert said == [True]
+
+
+def test_once_the_builds_are_stopped_no_module_starts_and_each_not_started_is_a_failed_build(tmp_path):
+    """affected's first failure stops its rebuild: the modules still waiting for their turn never start a
+    ninja, and each ends as a build that failed (no test loads its old library as rebuilt)."""
+    stopped = threading.Event()
+    admission = module_builds.Admission(4, stopped)
+    assert admission.enter(0, 4)
+    said, thread = waiting(admission, 1, 2)
+    stopped.set()
+    thread.join(timeout=10)
+    assert said == [False]
+    folders = [SimpleNamespace(name=f"m{i}", sources=["s.cu"], build_dir=tmp_path / f"m{i}") for i in range(2)]
+    running, failed, done = [], [], []
+    with pytest.raises(Failure, match="the JIT build of m0 did not start: the builds were stopped"):
+        module_builds.run_module_builds(
+            folders,
+            lambda line: None,
+            running,
+            on_done=lambda spec: done.append(spec.name),
+            on_failed=lambda spec, failure: failed.append(spec.name),
+            stopped=stopped,
+        )
+    assert running == [] and sorted(failed) == sorted(done) == ["m0", "m1"]
+    assert not any(folder.build_dir.exists() for folder in folders), "nothing prepared for a build not started"
+
+
+def test_the_modules_the_first_tests_wait_for_start_first_then_the_rest_in_the_order_given(tmp_path, monkeypatch):
+    """Rebuild's `first` (smoke's modules, one case of each of FlashInfer's functions) come first, the
+    others after them in the order given, with MAX_JOBS 1 one module at a time."""
+    monkeypatch.setenv("MAX_JOBS", "1")
+    order = []
+
+    def prepared(spec, say, printing):
+        order.append(spec.name)
+        return Failure(f"{spec.name} prepared", "none")
+
+    monkeypatch.setattr(module_builds, "prepare_folder", prepared)
+    folders = [SimpleNamespace(name=name, sources=["s.cu"]) for name in ("a", "b", "c", "d")]
+    with pytest.raises(Failure):
+        module_builds.run_module_builds(folders, lambda line: None, first=frozenset({"c", "not built"}))
+    assert order == ["c", "a", "b", "d"]
 
 
 def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):

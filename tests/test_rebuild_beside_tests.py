@@ -342,28 +342,34 @@ def test_the_modules_smokes_selected_tests_load_are_named_from_builds_stamps():
 
 @needs_a_build
 def test_the_modules_smokes_tests_load_rebuild_first_and_the_others_yield_to_them(tmp_path, monkeypatch):
-    """The modules the first tests wait for build at the usual priority with a job per source; the others
-    yield (AHEAD_NICE) and share the jobs left (one core: two jobs, four sources)."""
+    """The modules the first tests wait for start first, at the usual priority, with a job per source; the
+    others yield (AHEAD_NICE) and start once their jobs fit (one core: two jobs, four sources: one module
+    at a time, the first tests' first)."""
     require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
-    niceness, given, original = {}, {}, module_builds.start_ninja
+    niceness, given, original, started = {}, {}, module_builds.start_ninja, []
 
     def start_ninja(spec, jobs, running, env=None, nice=0):
         niceness[spec.name], given[spec.name] = nice, jobs
-        return original(spec, jobs, running, env, nice)
+        assert all(proc.poll() is not None for _, proc in started), "started beside a module its jobs do not fit"
+        started.append((spec.name, original(spec, jobs, running, env, nice)))
+        return started[-1][1]
 
     monkeypatch.setattr(module_builds, "start_ninja", start_ninja)
     monkeypatch.delenv("MAX_JOBS", raising=False)
     monkeypatch.setattr(module_builds.os, "cpu_count", lambda: 1)
-    specs = [SleepSpec(tmp_path, "smokes", 0), SleepSpec(tmp_path, "theirs", 0)]
+    specs = [SleepSpec(tmp_path, "theirs", 0), SleepSpec(tmp_path, "smokes", 0)]
     for spec in specs:
         spec.sources = ["a.cu", "b.cu"]
     module_builds.Rebuild(specs, lambda rebuilt: None, lambda line: None, frozenset({"smokes"})).wait()
-    assert niceness == {"smokes": 0, "theirs": module_builds.AHEAD_NICE} and given == {"smokes": 2, "theirs": 1}
+    assert niceness == {"smokes": 0, "theirs": module_builds.AHEAD_NICE} and given == {"smokes": 2, "theirs": 2}
+    assert [name for name, _ in started] == ["smokes", "theirs"]
     for spec in specs:
         spec.jit_library_path.unlink()
+    started.clear()
     module_builds.Rebuild(specs, lambda rebuilt: None, lambda line: None).wait()
     assert niceness == {"smokes": 0, "theirs": 0}, "with no smoke module among them, none yields"
-    assert given == {"smokes": 1, "theirs": 1}
+    assert [name for name, _ in started] == ["theirs", "smokes"], "the order given"
+    assert given == {"smokes": 2, "theirs": 2}, "one at a time, each with a job per source"
 
 
 def test_a_module_smokes_tests_built_is_smokes_as_one_build_made_is(tmp_path, monkeypatch):

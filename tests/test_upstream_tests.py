@@ -108,10 +108,11 @@ def test_the_plan_reads_flashinfers_report_compiles_nothing_and_holds_the_budget
     assert compiles(env) == [], "the dry run compiled"
     done = upstream(root, env, "norm", "activation", "--budget", "0", "--yes")
     assert done.returncode == 0 and "upstream-tests: 3 passed" in done.stdout, done.stdout + done.stderr
-    # norm and silu_and_mul, which the tests load, build ahead of them, side by side; the warmup builds gelu_and_mul
+    # norm and silu_and_mul, which the tests load, build ahead of them, side by side, each the first case's
+    # of its file, the one of fewer sources first; the warmup builds gelu_and_mul
     assert (
-        "building the 2 module(s) its tests will load and nothing built, side by side, from now: norm, "
-        "silu_and_mul" in done.stdout
+        "building the 2 module(s) its tests will load and nothing built, side by side, from now: silu_and_mul, "
+        "norm" in done.stdout
     ), done.stdout
     assert ": compiling norm" not in done.stdout, "a test compiled a module built ahead of it"
     assert len(compiles(env)) == 5
@@ -253,6 +254,20 @@ def test_prefill_again():
     flashinfer.get_module("page", 1)
     flashinfer.get_module("prefill_a", 2)
 """
+
+
+def test_the_builds_ahead_start_with_the_modules_of_each_files_first_cases():
+    """With 43 modules ahead and every process waiting on one of them, each file's first case gets its
+    modules first, whatever their names; a warmup's asking counts for no case."""
+    entries = [
+        {"test_name": "tests/a.py::t[1]", "module_name": "z_decode"},
+        {"test_name": "tests/a.py::t[1]", "module_name": "cascade", "warmup": True},
+        {"test_name": "tests/a.py::t[2]", "module_name": "b_prefill"},
+        {"test_name": "tests/b.py::u", "module_name": "y_page"},
+        {"test_name": "tests/b.py::v", "module_name": "z_decode"},
+        {"test_name": "tests/a.py::t[3]", "module_name": "a_cascade"},
+    ]
+    assert upstream_plan.first_cases_first(entries) == {"z_decode": 0, "b_prefill": 1, "y_page": 0, "a_cascade": 2}
 
 
 @needs_a_build
@@ -433,9 +448,9 @@ def test_a_module_built_ahead_that_no_case_loads_is_removed_at_the_runs_end(ws):
     done = upstream(root, env, "utils/test_steered.py", "--yes")
     assert done.returncode == 0 and "upstream-tests: 1 passed, 1 skipped" in done.stdout, done.stdout + done.stderr
     assert (
-        "building the 3 module(s) its tests will load and nothing built, side by side, from now: prefill_ALIBI, "
-        "prefill_NONE, quantization" in done.stdout
-    ), done.stdout
+        "building the 3 module(s) its tests will load and nothing built, side by side, from now: prefill_NONE, "
+        "quantization, prefill_ALIBI" in done.stdout
+    ), done.stdout  # the first case's modules first: it asks for prefill_NONE and quantization
     removed = [line for line in done.stdout.splitlines() if "built ahead that no test loaded" in line]
     assert len(removed) == 1 and removed[0].startswith("upstream-tests: 1 module(s)"), done.stdout
     assert removed[0].endswith(": prefill_ALIBI"), removed

@@ -47,25 +47,52 @@ def first_error(lines: list[str]) -> str:
     )
 
 
-def job_budgets(specs, first: frozenset[str] = frozenset()) -> list[int]:
-    """ninja -j for each module's build, run side by side (each in its own folder: see above). A
-    module gets a job per source until the sources outnumber twice the cores (MAX_JOBS when set),
-    then shares in proportion; the modules named in `first` (those the first tests wait for, built at a
-    higher priority: Rebuild) keep a job per source where they alone fit, and the others share the rest,
-    a job each at least, so that a module the first tests wait for never compiles its objects one by one."""
+def job_budget() -> int:
+    """The jobs the modules' builds run at once, all of them together: MAX_JOBS where set, else twice the
+    cores (a CUDA compile waits on its files part of the time)."""
     max_jobs = os.environ.get("MAX_JOBS", "")
-    budget = int(max_jobs) if max_jobs.isdigit() else 2 * (os.cpu_count() or 1)
-    sources = [len(spec.sources) for spec in specs]
-    if sum(sources) <= budget:
-        return sources
-    ahead = sum(n for spec, n in zip(specs, sources, strict=True) if spec.name in first) if first else 0
-    if not ahead or ahead > budget:
-        return [max(1, budget * n // sum(sources)) for n in sources]
-    rest = sum(sources) - ahead
-    return [
-        n if spec.name in first else max(1, (budget - ahead) * n // rest)
-        for spec, n in zip(specs, sources, strict=True)
-    ]
+    return int(max_jobs) if max_jobs.isdigit() and int(max_jobs) > 0 else 2 * (os.cpu_count() or 1)
+
+
+def module_jobs(spec, budget: int) -> int:
+    """ninja -j for one module's build: a job per source, within the budget (the whole budget where its
+    sources are not known)."""
+    return min(len(spec.sources), budget) if spec.sources else budget
+
+
+class Admission:
+    """Modules start in the order given, each once its jobs (module_jobs) fit beside those of the modules
+    running, and a module alone always starts: the first modules build with a job per source and end
+    early, where all at once every module would end near the end of all, and a test waits for the end of
+    each module it loads. `stopped` set: no module starts any more."""
+
+    def __init__(self, budget: int, stopped: threading.Event | None = None):
+        self.budget, self.free, self.turn = budget, budget, 0
+        self.stopped = stopped
+        self.changed = threading.Condition()
+
+    def enter(self, turn: int, jobs: int) -> bool:
+        """Once it is the module's turn (its place in the order) and its jobs fit; False where the builds
+        were stopped first."""
+        with self.changed:
+            while not self.may_start(turn, jobs):
+                if self.stopped is not None and self.stopped.is_set():
+                    return False
+                self.changed.wait(timeout=0.1)
+            if self.stopped is not None and self.stopped.is_set():
+                return False
+            self.turn += 1
+            self.free -= jobs
+            self.changed.notify_all()
+            return True
+
+    def may_start(self, turn: int, jobs: int) -> bool:
+        return self.turn == turn and (jobs <= self.free or self.free == self.budget)
+
+    def leave(self, jobs: int) -> None:
+        with self.changed:
+            self.free += jobs
+            self.changed.notify_all()
 
 
 def record_build(build_dir: Path, ninja_file: Path, generators: dict | None = None, tree: Path | None = None) -> None:
@@ -168,46 +195,68 @@ def run_module_builds(
     nice: int | Callable = 0,
     on_failed: Callable | None = None,
     first: frozenset[str] = frozenset(),
+    stopped: threading.Event | None = None,
 ) -> None:
-    """One ninja per module, concurrently; one line per started object, with its module's
-    [done/total elapsed], handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out
-    of all; each ninja process appended to `running` (to be stopped); `on_done(spec)` as each module
-    ends, built or not, after `on_failed(spec, its failure)` where it failed (its first error, its folder
-    not writable, its ninja not started, or its thread raised: raised); `env`: ninja's environment
-    (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's; `first`: the
-    modules whose jobs come first (job_budgets). `on_done` runs in this thread (each_in_this_thread)."""
+    """One ninja per module, in the order given (those in `first` before the rest), each started once its
+    jobs fit the budget (Admission); one line per started object, with its module's [done/total elapsed],
+    handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out of all; each ninja process
+    appended to `running` (to be stopped); `on_done(spec)` as each module ends, built or not, after
+    `on_failed(spec, its failure)` where it failed (its first error, its folder not writable, its ninja not
+    started, not started because `stopped` was set, or its thread raised: raised); `env`: ninja's
+    environment (default: this process's); `nice`: start_ninja's, or nice(spec) for each module's.
+    `on_done` runs in this thread (each_in_this_thread)."""
     printing = threading.Lock()
     failures = []
     generators: dict = {}
     done: list = []
+    specs = sorted(specs, key=lambda spec: spec.name not in first)  # stable: the order given within each
+    budget = job_budget()
+    admission = Admission(budget, stopped)
+    # here, not in the threads: one that raised before its turn came would hold up every module after it
+    jobs_of = [module_jobs(spec, budget) for spec in specs]
 
     def failed(spec, failure: Failure) -> None:
         failures.append(failure)
         if on_failed is not None:
             on_failed(spec, failure)
 
-    def build(spec, jobs):
-        started = prepare_folder(spec, say, printing) or ninja_started(spec, jobs, running, env, nice)
-        if isinstance(started, Failure):
-            failed(spec, started)
-        elif (error := ninja_error(started, spec, say, printing)) is not None:
-            failed(spec, Failure(f"the JIT build failed: {spec.name}: {error[:300]}", BUILD_FAILED_FIX))
+    def build(spec, turn):
+        jobs = jobs_of[turn]
+        if not admission.enter(turn, jobs):
+            failure = Failure(f"the JIT build of {spec.name} did not start: the builds were stopped", BUG_FIX)
         else:
-            with printing:  # one read of the tree's Python files, shared
-                record_build(spec.build_dir, spec.ninja_path, generators)
+            try:
+                failure = build_one(spec, jobs, say, printing, (running, env, nice), generators)
+            finally:
+                admission.leave(jobs)
+        if failure is not None:
+            failed(spec, failure)
         done.append(spec.name)
 
     ended = threading.Event()
     ticker = threading.Thread(target=keep_saying_progress, args=(len(specs), done, ended, say, printing), daemon=True)
     ticker.start()
     try:
-        each_in_this_thread(build, list(zip(specs, job_budgets(specs, first), strict=True)), on_done)
+        each_in_this_thread(build, [(spec, turn) for turn, spec in enumerate(specs)], on_done)
     finally:
         ended.set()
     for spec, failure in raised(specs, done):
         failed(spec, failure)
     if failures:
         raise failures[0]
+
+
+def build_one(spec, jobs: int, say: Callable[[str], None], printing, ninja: tuple, generators: dict) -> Failure | None:
+    """One module's build, in its turn: its folder prepared, its ninja run (`ninja`: ninja_started's
+    running, env and nice), what it was built from recorded; its failure, else None."""
+    started = prepare_folder(spec, say, printing) or ninja_started(spec, jobs, *ninja)
+    if isinstance(started, Failure):
+        return started
+    if (error := ninja_error(started, spec, say, printing)) is not None:
+        return Failure(f"the JIT build failed: {spec.name}: {error[:300]}", BUILD_FAILED_FIX)
+    with printing:  # one read of the tree's Python files, shared
+        record_build(spec.build_dir, spec.ninja_path, generators)
+    return None
 
 
 def ninja_started(spec, jobs: int, running: list | None, env: dict | None, nice) -> subprocess.Popen | Failure:
@@ -267,7 +316,7 @@ def prepare_folder(spec, say: Callable[[str], None], printing) -> Failure | None
 
 
 def each_in_this_thread(build: Callable, jobs: list[tuple], on_done: Callable | None) -> None:
-    """build(spec, its job budget) for each pair, each in its own thread, and `on_done(spec)` in this thread
+    """build(spec, its turn) for each pair, each in its own thread, and `on_done(spec)` in this thread
     as each ends (not where its thread raised: threading's hook says that). on_done lets go the module's
     lock, and a lock is let go in the thread that took it: filelock 3.32.5 keeps each thread's holds and
     forgets one only in the thread that lets it go (filelock/_api.py, `_commit_acquire`,
@@ -276,10 +325,10 @@ def each_in_this_thread(build: Callable, jobs: list[tuple], on_done: Callable | 
     `JitSpec.build_and_load` in a test, after a warmup this thread built."""
     ended_ones: queue.SimpleQueue = queue.SimpleQueue()
 
-    def run(spec, budget) -> None:
+    def run(spec, turn) -> None:
         ended = None
         try:
-            build(spec, budget)
+            build(spec, turn)
             ended = spec
         finally:
             ended_ones.put(ended)
@@ -340,10 +389,18 @@ def take_locks(specs) -> dict:
     return held
 
 
-def build_held(held: dict, say: Callable[[str], None], running: list, env: dict | None = None, nice: int = 0) -> None:
+def build_held(
+    held: dict,
+    say: Callable[[str], None],
+    running: list,
+    env: dict | None = None,
+    nice: int = 0,
+    stopped: threading.Event | None = None,
+) -> None:
     """The modules take_locks holds, built side by side (run_module_builds), each lock let go as
     its module ends: a test waiting for one module waits for it alone. A failure is said, not
-    raised: the test that loads the module builds it again, and fails where it fails."""
+    raised: the test that loads the module builds it again, and fails where it fails. `stopped`: once
+    set, no module starts."""
     try:
         if held:
             run_module_builds(
@@ -353,6 +410,7 @@ def build_held(held: dict, say: Callable[[str], None], running: list, env: dict 
                 on_done=lambda spec: release(held, spec.name),
                 env=env,
                 nice=nice,
+                stopped=stopped,
             )
     except Failure as failure:
         say(f"the build beside the tests failed ({failure.problem}); the test that loads the module builds it again")
@@ -456,7 +514,7 @@ class Ahead:
                     return
             if not self.stopped.is_set():
                 quiet = lambda line: None if self.stopped.is_set() else say(line)  # noqa: E731
-                build_held(self.held, quiet, self.running, env=env, nice=nice)
+                build_held(self.held, quiet, self.running, env=env, nice=nice, stopped=self.stopped)
         finally:  # every way out, an error of after() included: no test waits on a lock nobody builds
             for name in list(self.held):
                 release(self.held, name)
@@ -585,6 +643,7 @@ def build_or_wait(
                     running,
                     on_done=lambda spec, held=held: release(held, spec.name),
                     env=env,
+                    stopped=stopped,
                 )
             finally:
                 for name in list(held):
@@ -682,8 +741,8 @@ class Rebuild:
         rebuilt: Callable[[str], None] = lambda name: None,
     ):
         """`first`: the modules the first tests wait for (smoke's, and those of a case of each of
-        FlashInfer's test functions); where it names any, the others build at AHEAD_NICE and share the
-        jobs those leave (job_budgets), so that those have the cores first. `rebuilt(name)`: as each
+        FlashInfer's test functions); they start first (run_module_builds), and where it names any, the
+        others build at AHEAD_NICE, so that those have the cores first. `rebuilt(name)`: as each
         module built, before its lock is let go (what a test that loads it may act on is kept first)."""
         from filelock import FileLock  # what FlashInfer itself locks with (build_specs says where it is missing)
 
@@ -750,6 +809,7 @@ class Rebuild:
                     env=self.env,
                     nice=lambda spec: AHEAD_NICE if self.first and spec.name not in self.first else 0,
                     first=self.first,
+                    stopped=self.stopped,
                 )
             finally:
                 for name in list(self.held):

@@ -195,9 +195,10 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | N
         # which test needs which module, for `affected`
         build_records.add_module_tests(jit_dir, [e for e in entries if not e.get(upstream_plugin.FORESEEN)])
     loaded = {e["module_name"] for e in entries if not e.get("warmup")}
+    turn = first_cases_first(entries)
     ahead = {
         name: sources
-        for name, sources in sorted(needed.items())
+        for name, sources in sorted(needed.items(), key=lambda item: (turn.get(item[0], 0), len(item[1]), item[0]))
         if name in loaded
         and not workspace.module_files(jit_dir / name)[1].exists()
         and workspace.module_files(jit_dir / name)[0].is_file()
@@ -207,10 +208,26 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | N
     )
 
 
+def first_cases_first(entries: list[dict]) -> dict[str, int]:
+    """{module: the earliest place, within its test file, of a case that loads it}: the builds ahead start
+    in that order (fidev.builds.module_builds.Admission), so that each file's process has its first cases'
+    modules early, whichever case catches an edit, where all at once every module ended near the end."""
+    cases: dict[str, dict[str, int]] = {}
+    turn: dict[str, int] = {}
+    for entry in entries:
+        if entry.get("warmup"):
+            continue
+        in_file = cases.setdefault(entry["test_name"].split("::")[0], {})
+        place = in_file.setdefault(entry["test_name"], len(in_file))
+        turn[entry["module_name"]] = min(place, turn.get(entry["module_name"], place))
+    return turn
+
+
 def build_ahead(planned: Planned, gate: Path | None = None) -> module_builds.Ahead | None:
-    """The modules the dry run's tests asked to load and that were never built (Planned.ahead),
-    built side by side while the run's processes start, each under FlashInfer's lock of it
-    (fidev.builds.module_builds.Ahead): a test that loads one waits for that one, not for the others;
+    """The modules the dry run's tests asked to load and that were never built (Planned.ahead), built
+    side by side, those of each file's first cases first (first_cases_first), while the run's processes
+    start, each under FlashInfer's lock of it (fidev.builds.module_builds.Ahead): a test that loads one
+    waits for that one, not for the others;
     said as they build. Behind affected's `gate`, they start as it opens: affected's rebuild, which
     its first failure waits on, is not slowed. Each is marked built ahead (mark=True): one that no case
     then loads and no record names is removed at the run's end (module_builds.drop_unrecorded_ahead),
