@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -304,9 +305,24 @@ def staged_release(tmp_path):
     return staged
 
 
-def test_fresh_refuses_a_work_folder_holding_what_the_tool_did_not_make(tmp_path):
-    """A user's file in WORK: refused in two lines, and nothing in WORK removed, the tool's own included."""
+def made_by_the_tool(tmp_path, staged) -> Path:
+    """A WORK a run made (it was absent): the run starts no step (--time-limit 1) and leaves only its mark."""
     work = tmp_path / "work"
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged), "--time-limit", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert made(work) == {".fidev-acceptance"}, made(work)
+    return work
+
+
+def test_fresh_refuses_a_work_folder_holding_what_the_tool_did_not_make(tmp_path):
+    """A user's file in a WORK the tool made: refused in two lines, and nothing in WORK removed, the tool's own
+    included."""
+    work = made_by_the_tool(tmp_path, staged_release(tmp_path))
     (work / "logs").mkdir(parents=True)
     (work / "results.json").write_text("{}")
     (work / "notes.txt").write_text("the user's")
@@ -317,7 +333,7 @@ def test_fresh_refuses_a_work_folder_holding_what_the_tool_did_not_make(tmp_path
             "--work",
             str(work),
             "--staged",
-            str(staged_release(tmp_path)),
+            str(tmp_path / "staged"),
             "--fresh",
             "--steps",
             "setup",
@@ -327,7 +343,26 @@ def test_fresh_refuses_a_work_folder_holding_what_the_tool_did_not_make(tmp_path
         timeout=120,
     )
     two_line_failure(done, "notes.txt")
-    assert made(work) == {"logs", "results.json", "notes.txt"} and (work / "notes.txt").read_text() == "the user's"
+    assert made(work) == {".fidev-acceptance", "logs", "results.json", "notes.txt"}
+    assert (work / "notes.txt").read_text() == "the user's"
+
+
+def test_fresh_refuses_a_work_folder_without_its_mark_though_its_names_are_the_tools(tmp_path):
+    """WORK/logs/my-notes.txt in a folder the tool did not make: the name `logs` is one the tool uses,
+    but without the mark the tool writes in a WORK it makes, --fresh refuses in two lines and removes
+    nothing; a run without --fresh that uses the folder does not mark it either."""
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    (work / "logs/my-notes.txt").write_text("the user's")
+    staged = staged_release(tmp_path)
+    part = [sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged), "--time-limit", "1"]
+    used = subprocess.run([*part, "--steps", "build-cold"], capture_output=True, text=True, timeout=120)
+    assert used.returncode == 3 and "Traceback" not in used.stderr, used.stdout + used.stderr
+    assert made(work) == {"logs"}, made(work)
+    done = subprocess.run([*part, "--fresh", "--steps", "setup"], capture_output=True, text=True, timeout=120)
+    two_line_failure(done, "logs")
+    assert "did not make" in done.stderr, done.stderr
+    assert made(work) == {"logs"} and (work / "logs/my-notes.txt").read_text() == "the user's"
 
 
 def test_fresh_removes_nothing_where_no_source_release_was_staged(tmp_path):
@@ -347,10 +382,11 @@ def test_fresh_removes_nothing_where_no_source_release_was_staged(tmp_path):
 
 
 def test_fresh_removes_what_the_tool_made_and_only_that(tmp_path):
-    """Every name the tool makes in WORK is one --fresh removes (MADE), and it leaves WORK itself."""
+    """Every name the tool makes in WORK is one --fresh removes (MADE), and it leaves WORK itself, with its mark."""
     made_names = ast.literal_eval(tool_constant("MADE"))
     assert set(re.findall(r'work / "([^"]+)"', TOOL.read_text())) <= set(made_names)
-    work = tmp_path / "work"
+    staged = staged_release(tmp_path)
+    work = made_by_the_tool(tmp_path, staged)
     for name in made_names:
         (work / name / "inside").mkdir(parents=True) if "." not in name else (work / name).write_text("made")
     (work / ".results.json.tmp-1-2").write_text("{")
@@ -361,7 +397,7 @@ def test_fresh_removes_what_the_tool_made_and_only_that(tmp_path):
             "--work",
             str(work),
             "--staged",
-            str(staged_release(tmp_path)),
+            str(staged),
             "--fresh",
             "--time-limit",
             "1",
@@ -373,7 +409,7 @@ def test_fresh_removes_what_the_tool_made_and_only_that(tmp_path):
         timeout=120,
     )
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
-    assert made(work) == set(), made(work)
+    assert made(work) == {".fidev-acceptance"}, made(work)
 
 
 @pytest.mark.parametrize(("failed", "status"), [(None, 0), ("setup", 1), ("restore-smoke", 1)])

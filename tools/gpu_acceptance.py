@@ -29,7 +29,8 @@ part starts no step that would not end in time (by the step's last time here, el
 names the steps it left for the next part; `--resume` leaves out the steps WORK has every row for, so
 every part after the first can be the same command, and a part fails where a step it left out failed. \
 `--fresh` removes what earlier runs made in WORK
-(MADE) once setup is known to have a source release, and refuses a WORK that holds anything else.
+(MADE) once setup is known to have a source release, and refuses a WORK that holds anything else, or
+that lacks the mark a run leaves in a WORK it made (MARK, written where WORK was absent or empty).
 `--list-steps` prints each step with the seconds it is expected to take, as JSON, and runs nothing.
 
 The replica compiles through the compile cache as the manifest's FLASHINFER_NVCC routes it: the staged
@@ -238,6 +239,10 @@ MADE = (
     "ccache",
 )
 MADE_TEMPORARY = ".results.json.tmp-"
+# The mark a run leaves in a WORK it made (one that was absent or empty as it began): --fresh removes MADE
+# only where WORK has it, for a folder of the user's may hold those names too (logs, results.json).
+MARK = ".fidev-acceptance"
+MARK_TEXT = "made by tools/gpu_acceptance.py: --fresh removes what it made here\n"
 
 
 # a row of results.json (Run.record): "pass" or "FAIL", its time, what it saw
@@ -393,10 +398,28 @@ def staged_release(tree: Path, staged: Path | None) -> Path | None:
     return archive
 
 
+def marked(work: Path) -> bool:
+    """Whether WORK holds the mark a run leaves in a WORK it made (MARK)."""
+    try:
+        return not (work / MARK).is_symlink() and (work / MARK).read_text() == MARK_TEXT
+    except (OSError, ValueError):
+        return False
+
+
+def mark(work: Path) -> None:
+    """WORK made, with the mark, where it is absent or empty: --fresh may empty it later. A folder that
+    holds anything is left unmarked (the user's, or a run's from before the mark)."""
+    if work.is_dir() and any(work.iterdir()):
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    write_whole(work / MARK, MARK_TEXT)
+
+
 def fresh(work: Path, staged: Path | None) -> None:
     """--fresh: WORK's earlier results and builds removed (MADE), once setup is known to have what it
-    needs (its workspace copy is this checkout's: its tree, else the staged release). A WORK that
-    holds anything this tool did not make is refused in two lines, and nothing in it is removed."""
+    needs (its workspace copy is this checkout's: its tree, else the staged release). A WORK without
+    the mark (this tool did not make it), or that holds anything this tool did not make, is refused in
+    two lines, and nothing in it is removed."""
     if not work.exists():
         return
     if not work.is_dir():
@@ -404,9 +427,19 @@ def fresh(work: Path, staged: Path | None) -> None:
             f"--work {work} is not a folder", "name a folder for the run's copy of the checkout, its builds and results"
         )
     staged_release(pins().source_dir, staged)
-    foreign = sorted(p.name for p in work.iterdir() if p.name not in MADE and not p.name.startswith(MADE_TEMPORARY))
+    ours = marked(work)
+    foreign = sorted(
+        p.name
+        for p in work.iterdir()
+        if not ours or (p.name not in (*MADE, MARK) and not p.name.startswith(MADE_TEMPORARY))
+    )
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        if not ours:
+            raise Failure(
+                f"--fresh would empty {work}, which this tool did not make (it has no {MARK}) and holds: {shown}",
+                f"name a folder of the acceptance run's own: --work DIR (one a run made before the mark: rm -r {work})",
+            )
         raise Failure(
             f"--fresh would empty {work}, which holds what this tool did not make: {shown}",
             "move them out of the folder, or name a folder of the acceptance run's own: --work DIR",
@@ -938,7 +971,7 @@ def main() -> int:
         raise Failure(f"--staged {ARGS.staged} {why}", "name the folder tools/stage_gpu_host.py staged into")
     if ARGS.fresh:
         fresh(ARGS.work, ARGS.staged)
-    ARGS.work.mkdir(parents=True, exist_ok=True)
+    mark(ARGS.work)
     # written after each step: a FIFO or a folder there is refused before the first
     replaceable(ARGS.work / "results.json")
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
