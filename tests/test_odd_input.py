@@ -10,6 +10,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins
-from script_runs import task_path, two_line_failure
+from script_runs import task_path, two_line_failure, wait_until
 
 NUMBERS = {
     "superscript two": "²",
@@ -436,6 +437,71 @@ def test_stage_gpu_host_takes_only_a_commit_of_the_checkout_for_bench_before(tmp
     two_lines(done, {2})
     assert "--bench-before" in done.stderr.strip().splitlines()[-2], done.stderr
     assert not (tmp_path / "out.tar").exists() and not (tmp_path / "stage").exists()
+
+
+# git's stand-in for stage_gpu_host: any revision is a commit, `archive` writes half an archive, marks that it
+# did (STANDIN_RUN.half), and writes the rest once a line comes on its stdin; anything else finds no checkout.
+STAGE_GIT = """\
+import os, sys
+args = sys.argv[sys.argv.index("-C") + 2 :] if "-C" in sys.argv else sys.argv[1:]
+if args[0] == "rev-parse":
+    print("0" * 40)
+elif args[0] == "archive":
+    run = os.environ["STANDIN_RUN"]
+    sys.stdout.buffer.write(f"the first half of {os.path.basename(run)}\\n".encode())
+    sys.stdout.buffer.flush()
+    open(run + ".half", "w").close()
+    sys.stdin.readline()
+    sys.stdout.buffer.write(b"the rest\\n")
+else:
+    sys.exit("fatal: not a git repository")
+"""
+
+
+def stage_midway(tmp_path, dest, name):
+    """stage_gpu_host DEST --bench-before HEAD, in a session of its own, once its git archive wrote half."""
+    git = tmp_path / "bin/git"
+    if not git.exists():
+        git.parent.mkdir()
+        git.write_text(f"#!{sys.executable}\n{STAGE_GIT}")
+        git.chmod(0o755)
+    proc = subprocess.Popen(
+        [sys.executable, str(task_path(ROOT, "stage_gpu_host.py")), str(dest), "--bench-before", "HEAD"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            "PATH": f"{git.parent}{os.pathsep}{os.environ['PATH']}",
+            "STANDIN_RUN": str(tmp_path / name),
+        },
+        start_new_session=True,
+    )
+    wait_until(lambda: (tmp_path / f"{name}.half").exists(), 60, f"{name}'s git archive writing", proc)
+    return proc
+
+
+def test_two_stage_runs_into_one_folder_each_write_their_archive_whole_and_a_killed_one_none(tmp_path):
+    """Two stage_gpu_host runs into one DEST, both in the middle of git archive at once: each writes a
+    temporary file of its own, so both go on (to the two lines of the FlashInfer checkout the stand-in
+    lacks), and the one that ends last leaves its archive whole, with no temporary file beside it. A run
+    killed midway leaves no bench-before.tar, only its temporary file. (The file's mode is the umask's.)"""
+    dest = tmp_path / "stage"
+    first, second = stage_midway(tmp_path, dest, "first"), stage_midway(tmp_path, dest, "second")
+    for proc in (second, first):
+        out, err = proc.communicate("go\n", timeout=60)
+        two_line_failure(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), "FlashInfer git checkout")
+    assert os.listdir(dest) == ["bench-before.tar"], os.listdir(dest)
+    assert (dest / "bench-before.tar").read_text() == "the first half of first\nthe rest\n"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE((dest / "bench-before.tar").stat().st_mode) == 0o666 & ~umask  # as any file written is
+    killed = stage_midway(tmp_path, tmp_path / "killed", "killed")
+    os.killpg(killed.pid, signal.SIGKILL)  # the run and its git
+    killed.communicate(timeout=60)
+    left = os.listdir(tmp_path / "killed")
+    assert len(left) == 1 and left[0].startswith(".bench-before.tar.tmp-"), left
 
 
 @pytest.mark.parametrize("commit", ["--output=x", "HEAD", "d0886ce", "D0886CE2B67761A5B4F9396B4C3741F7860791B0"])

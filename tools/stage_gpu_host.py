@@ -23,9 +23,11 @@ Wheels are downloaded with `pip download --only-binary=:all:`, which runs no cod
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
@@ -125,18 +127,28 @@ def stage_before(dest: Path, commit: str) -> None:
 
 
 def git_archive(git_dir: Path, args: list[str], target: Path, what: str, fix: str) -> None:
-    """`git archive ARGS` into `target`, through a temporary file: nothing half-written (a target
-    that is not a regular file is refused, never replaced)."""
+    """`git archive ARGS` into `target`, through a temporary file of this process's own beside it, renamed
+    into place whole: nothing half-written, a killed run included, and two runs into one DEST each write
+    their own (a target that is not a regular file is refused, never replaced)."""
     replaceable(target)
-    tmp = target.with_name(f"{target.name}.tmp")
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    tmp = Path(name)
     try:
-        with open(tmp, "wb") as out:
+        with os.fdopen(fd, "wb") as out:
             done = subprocess.run(["git", "-C", str(git_dir), "archive", *args], stdout=out)
         if done.returncode != 0:
             raise Failure(f"{what} failed (exit status {done.returncode})", fix)
-        tmp.replace(target)
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def umask() -> int:
+    """The process's umask (mkstemp makes its file 0600; the staged tar is read as any file written is)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def main() -> int:
