@@ -204,6 +204,26 @@ def test_a_reached_family_whose_every_case_skips_here_is_not_covered(ws, tmp_pat
 
 
 @needs_a_build
+def test_a_kept_not_covered_verdict_runs_its_tests_again_when_asked_again(ws, tmp_path):
+    """A module-only edit (norm's generated source) whose recorded test now loads the module and then
+    skips here: not covered (3), and that verdict is kept; asking again with nothing changed since runs
+    it again and is not covered again, never "nothing changed" on a verdict that was no pass."""
+    root, env, tree = rope_tree(ws, tmp_path, ROPE)
+    skipping = NORM.replace(
+        'assert flashinfer.load("norm", 3) == "jit"', 'flashinfer.load("norm", 3)\n    skip("here")'
+    )
+    assert skipping != NORM
+    (tree / "tests/utils/test_norm.py").write_text("from pytest import skip\n" + skipping)
+    (generated,) = Path(env["FLASHINFER_WORKSPACE_BASE"]).glob(".cache/flashinfer/*/*/generated/norm/s0.cpp")
+    generated.write_text("int f0() { return 7; }\n")
+    for attempt in ("the edit", "asked again", "asked once more"):
+        done, out = affected(root, env)
+        assert done.returncode == 3 and "nothing changed" not in out, f"{attempt}: {out}"
+        assert "tests/utils/test_norm.py::test_norm" in out, f"{attempt}: {out}"
+        assert (attempt == "the edit") != ("(the last run not covered at" in out), f"{attempt}: {out}"
+
+
+@needs_a_build
 def test_a_run_stopped_in_a_reached_familys_tests_runs_them_again(ws, tmp_path):
     """The family's tests built their module from the edited tree, which its build recorded: a run
     stopped in them (SIGTERM, as a closed terminal or a CI's timeout sends) leaves the edit kept as
