@@ -367,7 +367,19 @@ def test_the_norm_sizes_reach_each_case_of_the_kernels_loads():
     assert any(rounds > 1 for *_, rounds in launches)  # the loop past its first round
 
 
+def silu_launch(d):
+    """(whole 16-byte vectors, threads, passes of thread 0's vector loop, elements of the scalar remainder
+    loop) of silu_and_mul over a row of d halves, as gpu_checks' SILU_TAIL_SIZES comment reads
+    flashinfer/jit/activation.py and include/flashinfer/activation.cuh at v0.6.3."""
+    vec = 16 // 2
+    threads = min(1024, d // vec)
+    return d * 2 % 16 == 0, threads, math.ceil(d // vec / threads), d % (threads * vec)
+
+
 def test_the_silu_tail_sizes_are_whole_vectors_past_the_threads_first_pass():
-    for d in gpu_checks.SILU_TAIL_SIZES:
-        assert d * 2 % 16 == 0  # whole 16-byte vectors of halves: silu_and_mul refuses others
-        assert d // 8 > 1024  # more vectors than its 1024 threads: the vector loop's second pass
+    launches = [silu_launch(d) for d in gpu_checks.SILU_TAIL_SIZES]
+    assert launches, "no tail size: smoke's silu_and_mul would test the plain 3072 only"
+    for whole, threads, passes, _ in launches:
+        assert whole  # silu_and_mul refuses a row of partial vectors
+        assert threads == 1024 and passes > 1  # more vectors than its 1024 threads: the vector loop's second pass
+    assert any(remainder for *_, remainder in launches)  # the scalar remainder loop runs (the last 8 again)
