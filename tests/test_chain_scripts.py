@@ -54,9 +54,12 @@ def test_a_module_builds_with_a_job_per_source_within_the_budget_of_twice_the_co
     monkeypatch.delenv("MAX_JOBS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert module_builds.job_budget() == 32
-    for max_jobs, budget in (("4", 4), ("0", 32), ("many", 32)):
+    for max_jobs, budget in (("4", 4), ("1", 1), ("0", 32), ("many", 32)):
         monkeypatch.setenv("MAX_JOBS", max_jobs)
         assert module_builds.job_budget() == budget, max_jobs
+    monkeypatch.delenv("MAX_JOBS")
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert module_builds.job_budget() == 2, "cores not known: one"
     assert [module_builds.module_jobs(spec, 8) for spec in specs(3, 8, 33, 0)] == [3, 8, 8, 8], "none known: all"
 
 
