@@ -186,7 +186,10 @@ def judge(
         return verdict.no_module_changed(args.list, selection, changed, kept)
     dirs = {m.name: m.build_dir for m in found.modules}
     outcome = recorded_run(args, record, found, changed, selection, kept, dirs)
-    print(report.results(selection, outcome.failed, outcome.broken, outcome.stopped))
+    # a family is covered by its tests that ran to a result, not by those selected (every case may skip here)
+    ran = [t for t in selection.theirs if t.split("::")[0] in outcome.exercised_files]
+    covered = not any(verdict.coverage_of(selection, changed, ran))
+    print(report.results(selection, outcome.failed, outcome.broken, outcome.stopped, covered))
     print(report.compiled(record.compiled, record.compiled_twice))
     report.hints(selection)
     tested = verdict.of_tests(outcome.failed, outcome.broken)
@@ -199,8 +202,6 @@ def judge(
         time.perf_counter() - started,
         outcome.stopped,
     )
-    # a family is covered by its tests that ran to a result, not by those selected (every case may skip here)
-    ran = [t for t in selection.theirs if t.split("::")[0] in outcome.exercised_files]
     judged = verdict.covered_or_not(tested, selection, changed, kept, ran)
     results = coverage.module_results(
         selection, outcome.failed, outcome.broken, covered=judged is not Verdict.NOT_COVERED, stopped=outcome.stopped

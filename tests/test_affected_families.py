@@ -201,6 +201,8 @@ def test_a_reached_family_whose_every_case_skips_here_is_not_covered(ws, tmp_pat
     (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
     done, out = affected(root, env)
     assert done.returncode == 3 and "reaches rope, whose FlashInfer tests did not run here" in out, out
+    rows = [line for line in out.splitlines() if line.startswith(HEADER)]
+    assert rows and all(row.endswith("  not covered") for row in rows), f"a row read passed: {out}"
 
 
 @needs_a_build
@@ -220,6 +222,7 @@ def test_a_kept_not_covered_verdict_runs_its_tests_again_when_asked_again(ws, tm
         done, out = affected(root, env)
         assert done.returncode == 3 and "nothing changed" not in out, f"{attempt}: {out}"
         assert "tests/utils/test_norm.py::test_norm" in out, f"{attempt}: {out}"
+        assert not [line for line in out.splitlines() if line.endswith("  passed")], f"{attempt}: a row read passed"
         assert (attempt == "the edit") != ("(the last run not covered at" in out), f"{attempt}: {out}"
 
 

@@ -77,10 +77,12 @@ def build_failed(sel: Selection, result: str) -> str:
     return table([table_rows[0], *[(*r[:3], result) for r in table_rows[1:]]])
 
 
-def results(sel: Selection, failed: set[str], broken: list[str], stopped: bool = False) -> str:
+def results(sel: Selection, failed: set[str], broken: list[str], stopped: bool = False, covered: bool = True) -> str:
     """The table with each file's result: how many of its tests failed, or passed; where the first
     failure ended the run (`stopped`), a file none of whose tests failed is `unfinished`, not passed: some
-    of its tests may not have run (coverage.module_results keeps its modules so)."""
+    of its tests may not have run (coverage.module_results keeps its modules so); where the run is not
+    covered (a reached family's tests, or a changed module's, did not run to a result: every case skipped
+    here), `not covered`, as its verdict and its kept results say."""
     result = []
     for row, (f, names) in zip(rows(sel)[1:], sel.files(), strict=True):
         chosen = sel.file_tests(f, names)
@@ -90,7 +92,7 @@ def results(sel: Selection, failed: set[str], broken: list[str], stopped: bool =
                 *row[:3],
                 f"{len(mine)} failed"
                 if mine
-                else ("unfinished" if stopped else "passed")
+                else ("unfinished" if stopped else "passed" if covered else "not covered")
                 if chosen and not broken
                 else "-"
                 if not chosen

@@ -58,6 +58,16 @@ def reached_edits(selection: Selection, changed: changes.Changes) -> dict[str, l
     return {f: fams for f, fams in selection.reached.items() if f not in changed.reverted}
 
 
+def coverage_of(
+    selection: Selection, changed: changes.Changes, ran: list[str]
+) -> tuple[dict[str, list[str]], list[str]]:
+    """The edit's gaps ({changed file: the families it reaches whose tests did not run}, less an edit
+    reverted to what it was before its gap went untested) and the changed modules none of whose tests
+    ran to a result: where either is not empty, no row and no verdict of the run reads passed."""
+    gaps = {f: fams for f, fams in coverage.coverage_gaps(selection, ran).items() if f not in changed.reverted}
+    return gaps, coverage.modules_untested(selection, ran, changed.lost, changed.owners)
+
+
 def covered_or_not(
     tested: Verdict,
     selection: Selection,
@@ -71,8 +81,7 @@ def covered_or_not(
     passed or failed, not skipped alone) or a changed module none of whose tests did; else `passed`.
     The gaps are kept (written with the modules' verdicts), so that asking again says them again; an
     edit reverted to what it was before its gap went untested is none."""
-    gaps = {f: fams for f, fams in coverage.coverage_gaps(selection, ran).items() if f not in changed.reverted}
-    untested = coverage.modules_untested(selection, ran, changed.lost, changed.owners)
+    gaps, untested = coverage_of(selection, changed, ran)
     # a failed run's reached families built their modules from the edited tree, which their build
     # recorded: kept, or asking again would find nothing changed
     ran_and_failed = reached_edits(selection, changed) if tested is Verdict.FAILED else {}
