@@ -361,3 +361,20 @@ def test_the_checkout_guard_holds_the_cpu_suite_not_the_gpu_suites_alone():
     assert guards_checkout([]) and guards_checkout(["tests"]) and guards_checkout(["tests/test_layout.py::test_x"])
     assert guards_checkout([f"{ROOT}/tests/smoke/test_kernels.py", "tests/test_layout.py"])
     assert not guards_checkout([f"{ROOT}/tests/smoke/test_kernels.py::test_rmsnorm[fp16]", "tests/abi_smoke"])
+
+
+# FlashInfer's names of the workspace's folders and files, which fidev.core.workspace states once
+WORKSPACE_NAMES = {"cached_ops", "generated", "build.ninja", "flashinfer_jit.lock", "fidev-module-tests.json"}
+
+
+def test_the_workspace_names_its_folders_and_files_in_one_place():
+    """A path of the workspace's state built by hand beside fidev.core.workspace drifts from it: every
+    string that is one of those names, in scripts/ and tools/, is workspace.py's."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}"
+        for path in sorted([*SCRIPTS.rglob("*.py"), *TOOLS.glob("*.py")])
+        if path != FIDEV / "core" / "workspace.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in WORKSPACE_NAMES
+    ]
+    assert found == []

@@ -55,7 +55,7 @@ def main() -> int:
 
     build_dir = args.build_dir.resolve()
     jit_env.FLASHINFER_WORKSPACE_DIR = build_dir
-    jit_env.FLASHINFER_JIT_DIR = build_dir / "cached_ops"
+    jit_env.FLASHINFER_JIT_DIR = build_dir / workspace.JIT_DIR_NAME
     jit_env.FLASHINFER_GEN_SRC_DIR = build_dir / workspace.GENERATED_DIR_NAME
     jit_env.FLASHINFER_JIT_DIR.mkdir(parents=True, exist_ok=True)
     jit_env.FLASHINFER_GEN_SRC_DIR.mkdir(parents=True, exist_ok=True)

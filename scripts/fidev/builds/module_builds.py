@@ -674,9 +674,9 @@ def wait_for_lock(spec, stopped: threading.Event | None) -> bool:
 def jit_dir_lock(spec, file_lock):
     """FlashInfer's lock of the JIT dir `spec` builds in (`<jit dir>/tmp/flashinfer_jit.lock`,
     flashinfer/jit/core.py: get_tmpdir, build_jit_specs), a `file_lock` (filelock's FileLock)."""
-    lock_dir = spec.build_dir.parent / "tmp"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    return file_lock(lock_dir / "flashinfer_jit.lock", thread_local=False)
+    path = workspace.jit_dir_lock(spec.build_dir.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return file_lock(path, thread_local=False)
 
 
 def build_specs(

@@ -138,7 +138,13 @@ class ModuleFiles:
 def module_lock(build_dir: Path) -> Path:
     """The lock FlashInfer builds and loads a module under (JitSpec.lock_path, flashinfer/jit/core.py at
     v0.6.3: get_tmpdir() / f"{name}.lock", get_tmpdir being <JIT dir>/tmp)."""
-    return build_dir.parent / "tmp" / f"{build_dir.name}.lock"
+    return jit_dir_lock(build_dir.parent).parent / f"{build_dir.name}.lock"
+
+
+def jit_dir_lock(jit_dir: Path) -> Path:
+    """FlashInfer's lock of a whole JIT dir (flashinfer/jit/core.py at v0.6.3: build_jit_specs takes
+    get_tmpdir() / "flashinfer_jit.lock", get_tmpdir being <JIT dir>/tmp)."""
+    return jit_dir / "tmp" / "flashinfer_jit.lock"
 
 
 def generated_dir(jit_dir: Path) -> Path:

@@ -64,6 +64,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fidev.builds import module_builds
+from fidev.core import workspace
 from fidev.core.files import write_whole
 from fidev.jit import kernel_source, module_choice
 from fidev.records import build_records, ninja_inputs
@@ -119,7 +120,7 @@ def module_built(name: str) -> bool:
     if jit_env is None:
         return False
     return any(
-        (Path(folder) / name / f"{name}.so").exists()
+        workspace.module_files(Path(folder) / name)[1].exists()
         for folder in (jit_env.FLASHINFER_JIT_DIR, jit_env.FLASHINFER_AOT_DIR)
     )
 
