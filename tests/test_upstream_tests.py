@@ -267,7 +267,23 @@ def test_the_builds_ahead_start_with_the_modules_of_each_files_first_cases():
         {"test_name": "tests/b.py::v", "module_name": "z_decode"},
         {"test_name": "tests/a.py::t[3]", "module_name": "a_cascade"},
     ]
-    assert upstream_plan.first_cases_first(entries) == {"z_decode": 0, "b_prefill": 1, "y_page": 0, "a_cascade": 2}
+    assert upstream_plan.first_cases_first([entries]) == {"z_decode": 0, "b_prefill": 1, "y_page": 0, "a_cascade": 2}
+    # the dry run's processes each wrote a report: a file's cases split among them each start one
+    split = [entries[:2], entries[2:]]
+    assert upstream_plan.first_cases_first(split) == {"z_decode": 0, "b_prefill": 0, "y_page": 0, "a_cascade": 1}
+    # pytest's order, as the dry run collected it, decides where it names the case
+    order = ["tests/a.py::t[3]", "tests/a.py::t[2]", "tests/a.py::t[1]", "tests/b.py::v", "tests/b.py::u"]
+    ranked = {"z_decode": 0, "b_prefill": 1, "y_page": 1, "a_cascade": 0}
+    assert upstream_plan.first_cases_first(split, order) == ranked == upstream_plan.first_cases_first([entries], order)
+
+
+def test_the_plan_reads_the_order_a_dry_run_process_collected_and_none_of_another_shape(tmp_path):
+    assert upstream_plan.collected_order(tmp_path) == []
+    (tmp_path / "collected-1.json").write_text('{"tests/a.py::t": 1}')
+    (tmp_path / "collected-2.json").write_text("[1, 2")
+    assert upstream_plan.collected_order(tmp_path) == []
+    (tmp_path / "collected-3.json").write_text('["tests/a.py::t[2]", "tests/a.py::t[1]"]')
+    assert upstream_plan.collected_order(tmp_path) == ["tests/a.py::t[2]", "tests/a.py::t[1]"]
 
 
 @needs_a_build

@@ -22,7 +22,7 @@ from pathlib import Path
 from fidev.builds import module_builds
 from fidev.core import workspace
 from fidev.core.failure import Failure
-from fidev.core.files import MayLack, fits, parse_json
+from fidev.core.files import MayLack, fits, load_json, parse_json
 from fidev.records import build_records, ninja_inputs
 from fidev.upstream import gate as upstream_gate
 from fidev.upstream import plugin as upstream_plugin
@@ -189,13 +189,15 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | N
             said = out.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
             print(f"upstream-tests: the plan's dry run did not finish ({said[0][:200]}): going ahead without it")
             return None
-        entries = [entry for report in sorted(Path(scratch).glob("*.jsonl")) for entry in read_jit_report(report)]
+        reports = [read_jit_report(report) for report in sorted(Path(scratch).glob("*.jsonl"))]
+        entries = [entry for report in reports for entry in report]
+        order = collected_order(Path(scratch))
         needed = module_sources(entries)
         jit_dir = Path(jit_dir_file.read_text())
         # which test needs which module, for `affected`
         build_records.add_module_tests(jit_dir, [e for e in entries if not e.get(upstream_plugin.FORESEEN)])
     loaded = {e["module_name"] for e in entries if not e.get("warmup")}
-    turn = first_cases_first(entries)
+    turn = first_cases_first(reports, order)
     ahead = {
         name: sources
         for name, sources in sorted(needed.items(), key=lambda item: (turn.get(item[0], 0), len(item[1]), item[0]))
@@ -208,18 +210,39 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | N
     )
 
 
-def first_cases_first(entries: list[dict]) -> dict[str, int]:
-    """{module: the earliest place, within its test file, of a case that loads it}: the builds ahead start
-    in that order (fidev.builds.module_builds.Admission), so that each file's process has its first cases'
-    modules early, whichever case catches an edit, where all at once every module ended near the end."""
-    cases: dict[str, dict[str, int]] = {}
-    turn: dict[str, int] = {}
-    for entry in entries:
-        if entry.get("warmup"):
+def collected_order(scratch: Path) -> list[str]:
+    """The dry run's cases in pytest's order, as one of its processes collected them (each collects them
+    all: fidev.upstream.plugin.COLLECTED_PREFIX); none where no process wrote a readable list."""
+    for path in sorted(scratch.glob(f"{upstream_plugin.COLLECTED_PREFIX}*.json")):
+        try:
+            order = load_json(path)
+        except (OSError, ValueError):
             continue
-        in_file = cases.setdefault(entry["test_name"].split("::")[0], {})
-        place = in_file.setdefault(entry["test_name"], len(in_file))
-        turn[entry["module_name"]] = min(place, turn.get(entry["module_name"], place))
+        if fits(order, list[str]):
+            return order
+    return []
+
+
+def first_cases_first(reports: list[list[dict]], order: list[str] = ()) -> dict[str, int]:
+    """{module: the earliest place, within its test file, of a case that loads it}: the builds ahead start
+    in that order (fidev.builds.module_builds.Admission), so that each file's process, which runs its cases
+    in pytest's order, has its first cases' modules early, where all at once every module ended near the
+    end of all. A case's place is in pytest's `order` (the dry run's collection); where that does not name
+    it, in the order its JIT report (one per dry-run process) lists it."""
+    turn: dict[str, int] = {}
+    ranks: dict[str, dict[str, int]] = {}
+    for nodeid in order:
+        in_file = ranks.setdefault(nodeid.split("::")[0], {})
+        in_file.setdefault(nodeid, len(in_file))
+    for report in reports:
+        listed: dict[str, dict[str, int]] = {}
+        for entry in report:
+            if entry.get("warmup"):
+                continue
+            name, file = entry["test_name"], entry["test_name"].split("::")[0]
+            in_report = listed.setdefault(file, {})
+            place = ranks.get(file, {}).get(name, in_report.setdefault(name, len(in_report)))
+            turn[entry["module_name"]] = min(place, turn.get(entry["module_name"], place))
     return turn
 
 

@@ -74,6 +74,8 @@ from fidev.upstream.outcomes import COLLECTED, Outcomes, XdistTotal, early_stop
 from fidev.upstream.settings import Settings
 
 JIT_DIR_FILE = "jit-dir"  # the JIT dir the dry run's FlashInfer uses, for the plan's `ninja -n`
+# the dry run's cases in pytest's order, as each of its processes collected them (a JSON list of node ids)
+COLLECTED_PREFIX = "collected-"
 # beside a run's outcomes file: every module each case loaded (Builds.loaded), a JIT-report line each, with its JIT dir
 LOADED_SUFFIX, JIT_DIR_KEY = ".loaded.jsonl", "jit_dir"
 FORESEEN = "foreseen"  # a dry run's record of a module a test asked for after a stand-in's answers
@@ -272,6 +274,8 @@ class DryRunRecords:
         from flashinfer.jit import env as jit_env
 
         (self.dry_dir / JIT_DIR_FILE).write_text(str(jit_env.FLASHINFER_JIT_DIR))
+        collected = self.dry_dir / f"{COLLECTED_PREFIX}{os.getpid()}.json"
+        write_whole(collected, json.dumps([item.nodeid for item in session.items]))
         original = core.JitSpec.build
         original_load = core.JitSpec.build_and_load
 
