@@ -961,6 +961,32 @@ def test_gpu_suites_fail_when_nothing_ran(script, task):
     expect(run(script), "smoke-no-gpu", said_as=("smoke", task))
 
 
+@fault("smoke-torch-broken")
+@pytest.mark.parametrize("script, task", [("smoke.py", "smoke"), ("abi_smoke.py", "abi-smoke")])
+@pytest.mark.parametrize(
+    "raised, said",
+    [
+        ('ImportError("libtorch_cuda.so: cannot open")', "ImportError: libtorch_cuda.so: cannot open"),
+        ('RuntimeError("CUDA driver failed\\nsecond line")', "RuntimeError: CUDA driver failed"),
+        (  # one of torch's own imports
+            "ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')",
+            "ModuleNotFoundError: No module named 'numpy'",
+        ),
+    ],
+)
+def test_smoke_with_a_torch_that_raises_on_import(tmp_path, script, task, raised, said):
+    """A torch that is there and raises: two lines naming the exception's first line, not pytest's
+    collection errors (status 2, no fix) nor "torch is not installed"."""
+    stand_in = tmp_path / "torch"
+    stand_in.mkdir()
+    (stand_in / "__init__.py").write_text(f"raise {raised}\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    done = run(script, env={"PYTHONPATH": path})
+    expect(done, "smoke-torch-broken")
+    assert done.stderr.strip().splitlines()[-2] == f"error: {task} cannot run: import torch failed: {said}"
+    assert "collection" not in done.stdout + done.stderr, done.stdout
+
+
 # A pytest plugin that stands in for a GPU suite's run at one moment (FIDEV_TEST_MEET): it writes the
 # file FIDEV_TEST_MET (its pid), the test's sign to send Ctrl-C, and waits there for it, once.
 RENDEZVOUS = """import os, pathlib, time

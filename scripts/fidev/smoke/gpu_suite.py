@@ -14,6 +14,7 @@ import time
 from fidev.core.failure import INTERRUPTED, Failure, exit_now, interrupted, run_main
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import module_choice
+from fidev.jit.flashinfer_import import REINSTALL
 from fidev.smoke import pytest_usage
 
 NO_AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest reads it when a session starts
@@ -45,6 +46,7 @@ class Outcomes:
 def run(task: str, suite: str, pytest_args: list[str], mode: str) -> int:
     """One of this workspace's suites, under tests/. They use no third-party pytest plugin, so none
     is loaded: on a host with many installed, loading them costs the warm chain a second."""
+    torch_imports(task)
     autoload = os.environ.get(NO_AUTOLOAD)
     os.environ[NO_AUTOLOAD] = "1"
     try:
@@ -54,6 +56,24 @@ def run(task: str, suite: str, pytest_args: list[str], mode: str) -> int:
             os.environ.pop(NO_AUTOLOAD)
         else:
             os.environ[NO_AUTOLOAD] = autoload
+
+
+def torch_imports(task: str) -> None:
+    """torch imported ahead of pytest, whose collection would say a torch that raises as its own errors
+    (status 2, no fix): a Failure naming the exception. Where torch is not installed at all, the suite's
+    tests skip and say so, as before (and the task fails as nothing having passed)."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "torch":  # torch is there, one of its own imports is not
+            raise _broken_torch(task, e) from e
+    except Exception as e:  # an ImportError of its libraries, a RuntimeError of its start-up
+        raise _broken_torch(task, e) from e
+
+
+def _broken_torch(task: str, e: Exception) -> Failure:
+    first = str(e).splitlines()[0] if str(e) else ""
+    return Failure(f"{task} cannot run: import torch failed: {type(e).__name__}: {first}", REINSTALL)
 
 
 def run_paths(
