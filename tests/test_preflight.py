@@ -552,3 +552,22 @@ def test_a_ccache_too_old_or_missing_fails(host):
     expect(host, "compile-cache", "fail", "ccache 4.12.2", "outside the manifest's >=4.12.3", "pixi install")
     (host.bin / "ccache").unlink()
     expect(host, "compile-cache", "fail", "did not run", "pixi install -e flashinfer-dev")
+
+
+@pytest.mark.parametrize(
+    "depends_on, words",
+    [
+        ('["smoke"]', ["go round in a cycle (preflight -> smoke -> build -> preflight)", "make the chain end"]),
+        ("5", ["preflight is not a command, or a table of a cmd and its depends-on", "restore it"]),
+    ],
+)
+def test_a_manifest_whose_tasks_chain_goes_round_fails_and_the_rest_still_run(host, depends_on, words):
+    """pixi refuses a depends-on cycle, as bench_chain and the acceptance run do (manifest.task_chain):
+    preflight says it as the manifest-tasks check's FAIL, naming the cycle, and runs every other check."""
+    manifest = host.ws / "pyproject.toml"
+    text = manifest.read_text()
+    task = 'preflight = { cmd = "python scripts/preflight.py",'
+    assert task in text
+    manifest.write_text(text.replace(task, f"{task} depends-on = {depends_on},"))
+    checks = expect(host, "manifest-tasks", "fail", *words)
+    assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {"manifest-tasks": "fail"}

@@ -20,6 +20,7 @@ from fidev.preflight.packages import (
     check_tvm_ffi,
 )
 from fidev.preflight.results import Result, fail
+from fidev.preflight.tasks import check_tasks
 from fidev.preflight.toolkit import (
     check_compile_cache,
     check_cuda_headers,
@@ -63,6 +64,7 @@ CHECKS: list[tuple[str, Callable[[Context], Result]]] = [
     ("ninja", check_ninja),
     ("jit-dir", check_jit_dir),
     ("compile-cache", check_compile_cache),
+    ("manifest-tasks", check_tasks),
 ]
 
 
