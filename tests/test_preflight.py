@@ -355,6 +355,34 @@ def test_flashinfer_installed_from_a_wheel(host):
     expect(host, "flashinfer-install", "fail", "not an editable install")
 
 
+EDITABLE = {"url": "file:///src", "dir_info": {"editable": True}}
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        *[(json.dumps(v), f"it holds {json.dumps(v)}") for v in ([], [EDITABLE], "x", 7, 1.5, True, None)],
+        (json.dumps({"dir_info": {"editable": True}}), "it holds {\"dir_info\""),  # no url
+        (json.dumps({**EDITABLE, "url": 5}), '"url": 5'),
+        (json.dumps({**EDITABLE, "url": None}), '"url": null'),
+        (json.dumps({**EDITABLE, "dir_info": "editable"}), '"dir_info": "editable"'),
+        (json.dumps({**EDITABLE, "dir_info": [True]}), '"dir_info": [true]'),
+        (json.dumps({**EDITABLE, "dir_info": {"editable": "yes"}}), '"editable": "yes"'),
+        (json.dumps({**EDITABLE, "dir_info": {"editable": 1}}), '"editable": 1'),
+        ("{not json", "cannot be read as JSON"),
+        ("", "cannot be read as JSON"),
+    ],
+)
+def test_a_direct_url_json_of_another_shape_is_a_fail_naming_the_file(host, text, said):
+    """pip's direct_url.json of another JSON type, or lacking its url, is the check's FAIL naming the file
+    and what it holds, with the reinstall that writes it again: never "the check crashed"."""
+    host.dist("flashinfer-python", P.flashinfer, {"direct_url.json": text})
+    checks = expect(host, "flashinfer-install", "fail", said, "pixi reinstall -e flashinfer-dev flashinfer-python")
+    finding = checks["flashinfer-install"]["finding"]
+    assert finding.startswith(f"flashinfer-python's {host.site}/flashinfer_python-{P.flashinfer}.dist-info/"), finding
+    assert "crashed" not in finding and ("not of the shape pip writes" in finding or "JSON" in said), finding
+
+
 def test_flashinfer_editable_from_another_tree(host, tmp_path):
     host.dist(
         "flashinfer-python",

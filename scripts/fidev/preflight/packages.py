@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from fidev.core.failure import Failure
+from fidev.core.files import MayLack, fits, parse_json
 from fidev.core.manifest import cuda_tag
 from fidev.core.versions import in_range, major_minor
 from fidev.jit import kernel_source, module_choice
@@ -84,6 +85,28 @@ def check_source(ctx: Context) -> Result:
     )
 
 
+# pip's record of where a package was installed from (PEP 610's direct_url.json), as far as the check reads it
+DIRECT_URL = {"url": str, "dir_info": MayLack({"editable": MayLack(bool)})}
+
+
+def direct_url(dist) -> dict | str:
+    """The distribution's direct_url.json: {} where it has none (installed from an index), else the object,
+    or a str saying what is wrong with the file, named (not JSON, or not of the shape pip writes)."""
+    where = f"{dist.metadata['Name']}'s {getattr(dist, '_path', '.dist-info folder')}/direct_url.json"
+    try:
+        raw = dist.read_text("direct_url.json")
+        info = {} if raw is None else parse_json(raw)
+    except (OSError, ValueError) as e:  # unreadable; not UTF-8; not JSON
+        return f"{where} cannot be read as JSON: {e}"
+    if raw is not None and not fits(info, DIRECT_URL):
+        found = json.dumps(info)
+        return (
+            f"{where} is not of the shape pip writes (an object with a url string, a dir_info object, its editable "
+            f"true or false): it holds {found if len(found) <= 80 else found[:77] + '...'}"
+        )
+    return info
+
+
 def check_flashinfer_install(ctx: Context) -> Result:
     p = ctx.pins
     where = source_tree.shown(p.source_dir)
@@ -91,8 +114,9 @@ def check_flashinfer_install(ctx: Context) -> Result:
     fix = f"pixi install -e flashinfer-dev (the manifest installs it editable from {where})"
     if dist is None:
         return fail("flashinfer-python is not installed", fix)
-    raw = dist.read_text("direct_url.json")
-    info = json.loads(raw) if raw else {}
+    info = direct_url(dist)
+    if isinstance(info, str):
+        return fail(info, f"pixi reinstall -e flashinfer-dev flashinfer-python, and pip writes it again; or {fix}")
     url = info.get("url", "")
     editable_from = Path(unquote(urlparse(url).path)) if url.startswith("file://") else None
     if not info.get("dir_info", {}).get("editable") or editable_from is None:
