@@ -27,7 +27,16 @@ import pytest
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import source_tree
 from module_fixtures import JIT_CACHE_WHEEL, make_wheel
-from script_runs import BUILD_TOOLS, missing_tools, require, run, task_path, wait_until
+from script_runs import (
+    BUILD_TOOLS,
+    expect_unwritten,
+    final_write_fails,
+    missing_tools,
+    require,
+    run,
+    task_path,
+    wait_until,
+)
 
 P = pins()
 DOC = ROOT / "docs" / "faults.md"
@@ -944,6 +953,20 @@ def test_upstream_tests_stop_after_with_a_baseline():
     expect(
         run("upstream_tests.py", "norm", "--stop-after", "3", "--baseline"), "upstream-stop-after-baseline", status=2
     )
+
+
+@fault("output-write-fails")
+def test_a_summary_whose_final_write_fails_is_two_lines_naming_it_and_how_the_run_ended(tmp_path):
+    """affected --summary passes the check before the run, and its write at the run's end fails (the file
+    system read-only since): two lines that name the path, the OS error and the run's own end, with the
+    run's status; never a traceback (upstream-tests' --summary and planted_bugs' --record: in
+    test_upstream_runs.py and test_planted_bugs.py, which have their stand-ins)."""
+    (tmp_path / "out").mkdir()
+    summary = tmp_path / "out" / "affected.json"
+    env = final_write_fails(tmp_path, summary, {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")})
+    done = run("affected.py", "--summary", summary, env=env)
+    expect(done, "output-write-fails")
+    expect_unwritten(done, summary, ended="affected itself ended error, status 1: nothing is built yet")
 
 
 @fault("smoke-nothing-selected")

@@ -18,7 +18,7 @@ import pytest
 from fidev.core.manifest import ROOT, pins
 from fidev.core.workspace import TREE_LOCK
 from fidev.tree import families, release_reference, source_tree
-from script_runs import two_line_failure, wait_until
+from script_runs import expect_unwritten, final_write_fails, two_line_failure, wait_until
 
 TOOL = "tools/planted_bugs.py"
 OLD_NS = 1_000_000_000_000_000_000  # the tree's files' mtime: restored as it was, or the test sees it
@@ -211,6 +211,19 @@ def test_a_bug_affected_passes_is_a_survivor_and_the_tool_exits_1(tmp_path):
     assert "- rope-theta (rope, csrc/rope.cu): exit 0: no test of rope ran" in done.stdout
     assert "NOT CAUGHT" in next(line for line in done.stdout.splitlines() if line.startswith("| rope-theta "))
     assert json.loads((tmp_path / "record.json").read_text())["survivors"] == ["rope-theta"]
+
+
+def test_a_record_whose_final_write_fails_is_two_lines_after_the_report(tmp_path):
+    """--record checked before the run, its write at the end failing (the file system read-only since):
+    the report is said first, then two lines naming the record and the OS error; a run that passed ends 1,
+    no traceback, the tree restored."""
+    root, tree, env, _ = workspace(tmp_path)
+    before = state(tree)
+    (tmp_path / "out").mkdir()
+    rec = tmp_path / "out" / "record.json"
+    done = tool(root, final_write_fails(tmp_path, rec, env), "--bugs", "rope-theta", "--record", str(rec))
+    expect_unwritten(done, rec, ended="the run itself ended with status 0, as said above")
+    assert "SURVIVORS: 0 of 1" in done.stdout and state(tree) == before
 
 
 def test_a_bug_that_does_not_compile_is_no_catch(tmp_path):

@@ -21,7 +21,7 @@ from fidev.tree import families as upstream_suites
 from fidev.tree import release_reference
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import summary as upstream_summary
-from script_runs import require, two_line_failure, wait_until
+from script_runs import expect_unwritten, final_write_fails, require, two_line_failure, wait_until
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 TESTS = "extern/tracked/flashinfer/tests"
@@ -1040,6 +1040,18 @@ def test_a_run_without_failures_is_not_stopped_and_has_no_first_failure(ws, tmp_
     assert (record.stopped_early, record.not_run, record.not_counted, record.first_failure_s) == (False, 0, [], None), (
         record
     )
+
+
+def test_a_summary_whose_final_write_fails_is_two_lines_and_keeps_the_runs_status(ws, tmp_path):
+    """--summary FILE checked before the run, its write at the end failing (the file system read-only
+    since): two lines naming it and the OS error, the run's status (1: a case failed), no traceback."""
+    root, _, env = ws
+    write(root, "attention/test_rope.py", "def test_fine():\n    pass\n\ndef test_off():\n    assert False\n")
+    (tmp_path / "out").mkdir()
+    summary = tmp_path / "out" / "summary.json"
+    done = upstream(root, final_write_fails(tmp_path, summary, env), "rope", "--no-plan", "--summary", str(summary))
+    expect_unwritten(done, summary, ended="the run itself ended with status 1")
+    assert "1 failed" in done.stdout, done.stdout
 
 
 def test_a_long_run_says_its_progress_in_a_log(ws, tmp_path):

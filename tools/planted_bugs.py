@@ -48,7 +48,7 @@ from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import output_file, write_whole  # noqa: E402
+from fidev.core.files import output_file, write_output  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
 from fidev.records import build_records  # noqa: E402
@@ -580,8 +580,10 @@ def report(results: list[dict], left: list[str], limit: float | None) -> int:
     return 3 if left else 0
 
 
-def record(path: Path, results: list[dict], left: list[str], complete: bool) -> None:
-    write_whole(
+def record(path: Path, results: list[dict], left: list[str], complete: bool, status: int = 1) -> None:
+    """The run's record into `path`, whole or not at all; a failed write is two lines naming the path and the
+    OS error, keeping the run's status (fidev.core.files.write_output)."""
+    write_output(
         path,
         json.dumps(
             {
@@ -594,6 +596,9 @@ def record(path: Path, results: list[dict], left: list[str], complete: bool) -> 
             },
             indent=1,
         ),
+        "planted_bugs' record",
+        f"the run itself ended with status {status}, as said above" if complete else "",
+        status,
     )
 
 
@@ -656,10 +661,14 @@ def main() -> int:
                     results[-1]["planted"]["seconds"] + results[-1]["restored"]["seconds"],
                 )
         complete = True
-    finally:
+    except BaseException:  # Ctrl-C, a refusal: what ran is recorded all the same
         if args.record:
             record(args.record, results, left, complete)
-    return report(results, left, args.time_limit)
+        raise
+    status = report(results, left, args.time_limit)  # said before the record is written, which may fail
+    if args.record:
+        record(args.record, results, left, complete, status)
+    return status
 
 
 if __name__ == "__main__":

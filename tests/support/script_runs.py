@@ -30,6 +30,37 @@ def run(script, *args, flags=(), env=None, timeout=120):
     )
 
 
+UNWRITABLE = "FIDEV_TEST_UNWRITABLE"
+
+
+def final_write_fails(tmp, target, env=None) -> dict:
+    """`env` with a sitecustomize on PYTHONPATH that makes every rename onto `target` fail with EROFS, as on
+    a file system made read-only after a run checked it (files.output_file) and before its final write
+    (write_whole renames a temporary file into place): the run's other writes go on as ever."""
+    site = tmp / "unwritable-site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import errno, os\n"
+        "_replace = os.replace\n"
+        "def replace(src, dst, **kw):\n"
+        f"    if os.fspath(dst) == os.environ.get({UNWRITABLE!r}):\n"
+        "        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(dst))\n"
+        "    return _replace(src, dst, **kw)\n"
+        "os.replace = replace\n"
+    )
+    env = dict(env or {})
+    path = [str(site), *filter(None, [env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))])]
+    return {**env, "PYTHONPATH": os.pathsep.join(path), UNWRITABLE: os.path.realpath(target)}
+
+
+def expect_unwritten(done, target, status=1, ended=""):
+    """A run whose final write of `target` failed (final_write_fails): two lines naming the path, the OS
+    error (and how the run ended), the run's status, no traceback, no temporary file beside it."""
+    two_line_failure(done, f"{os.path.realpath(target)} could not be written: Read-only file system", status)
+    assert ended in done.stderr.strip().splitlines()[-2], done.stderr
+    assert not os.path.exists(target) and os.listdir(os.path.dirname(target)) == [], os.listdir(os.path.dirname(target))
+
+
 def two_line_failure(done, problem, status=1):
     """Exit status 1 (2 for bad usage; `status` may be a set of those allowed), and the last two
     lines of stderr: the problem, then the fix; no traceback."""

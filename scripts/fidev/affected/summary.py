@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fidev.affected.verdict import Verdict
 from fidev.core.failure import Failure
-from fidev.core.files import MayLack, fits, read_record, write_whole
+from fidev.core.files import MayLack, fits, read_record, write_output
 
 SCHEMA = "fidev-affected-summary/1"
 VERDICTS = tuple(v.value for v in Verdict)
@@ -63,8 +63,14 @@ class Summary:
 
 
 def write(summary: Summary, path: Path) -> None:
-    """The summary into `path`, whole or not at all."""
-    write_whole(path, json.dumps({"schema": SCHEMA, **asdict(summary)}, indent=1))
+    """The summary into `path`, whole or not at all; where the write fails, two lines that name the path, the
+    OS error and how the run ended, with its status (fidev.core.files.write_output)."""
+    verdict = getattr(summary.verdict, "value", summary.verdict)
+    ended = f"affected itself ended {verdict}, status {summary.status}" + (
+        f": {summary.problem}" if summary.problem else ""
+    )
+    text = json.dumps({"schema": SCHEMA, **asdict(summary)}, indent=1)
+    write_output(path, text, "affected's summary", ended, summary.status)
 
 
 def read(path: Path) -> Summary:

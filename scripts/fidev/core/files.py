@@ -309,6 +309,25 @@ def write_whole(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+OUTPUT_FIX = "name a path on a file system you can write, with room left on it (`df -h` of its folder)"
+
+
+def write_output(path: Path, text: str, what: str, ended: str = "", exit_status: int = 1) -> None:
+    """write_whole of a file the user named (--summary, --record) at a run's end, where the check made
+    before the run (output_file) can still be passed and the write fail (a file system that refuses
+    it, full, or read-only since): two lines naming the path and the OS error, never a traceback.
+    `ended`: how the run itself ended, said with it (its own failure would be lost otherwise), and
+    `exit_status` its status, which the failed write does not turn into 0."""
+    try:
+        write_whole(path, text)
+    except OSError as e:
+        raise Failure(
+            f"{what} {path} could not be written: {e.strerror or e}{f'; {ended}' if ended else ''}",
+            OUTPUT_FIX,
+            exit_status=exit_status or 1,
+        ) from e
+
+
 def read_record(path: Path, schema: str, what: str, fix: str) -> dict:
     """A JSON record our processes pass each other, without its "schema" field; two lines (`what`
     names the writer's record) where it is missing, cannot be read, or is of another schema."""

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import MayLack, fits, read_record, write_whole
+from fidev.core.files import MayLack, fits, read_record, write_output
 
 SCHEMA = "fidev-upstream-summary/1"
 NAME = "summary.json"
@@ -88,10 +88,13 @@ class Summary:
 
 
 def write(summary: Summary, *paths: Path) -> None:
-    """The summary into each path, whole or not at all."""
+    """The summary into each path, whole or not at all; where a write fails, two lines that name the path,
+    the OS error and the run's status, which it keeps (fidev.core.files.write_output)."""
     text = json.dumps({"schema": SCHEMA, **asdict(summary)}, indent=1)
     for path in paths:
-        write_whole(path, text)
+        write_output(
+            path, text, "upstream-tests' summary", f"the run itself ended with status {summary.status}", summary.status
+        )
 
 
 def read(path: Path) -> Summary:
