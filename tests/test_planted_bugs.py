@@ -23,7 +23,9 @@ from script_runs import expect_unwritten, final_write_fails, two_line_failure, w
 TOOL = "tools/planted_bugs.py"
 OLD_NS = 1_000_000_000_000_000_000  # the tree's files' mtime: restored as it was, or the test sees it
 # The stand-in of scripts/affected.py: what differs from the pristine copy is the edit; a file in
-# "blind" is not seen (the bug survives); "sleep" holds it while the bug is planted.
+# "blind" is not seen (the bug survives); "sleep" holds it while the bug is planted. "gives" {file: the
+# summary's fields} overrides what the planted run of that file writes (another verdict of
+# fidev.affected.verdict, its status, problem, failures), and its "exit" alone writes no summary.
 STANDIN = """\
 import json, os, sys, time
 from pathlib import Path
@@ -43,8 +45,6 @@ record.tests = [config["tests"][rel] for rel in seen]
 if changed:
     record.rebuilt, record.build_s = ["module_" + Path(rel).stem for rel in changed], 1.5
     record.past_build = {"ended_s": 2.0, "last_case_s": 1.9}
-    if seen and not any(rel in config.get("no_first_failure", []) for rel in changed):
-        record.past_build["first_failure_s"] = 0.7
 if any(rel in config.get("build_fails", []) for rel in changed):
     record.verdict, record.status, record.problem = "build failed", 1, "the build of module_x failed: nvcc exited 1"
 elif seen:
@@ -53,6 +53,13 @@ elif not changed and config.get("restored_unchanged"):
     record.verdict = "nothing changed"
 elif not changed and config.get("restored_fails"):
     record.verdict, record.status, record.failed = "failed", 1, ["tests/smoke/test_norm.py::test_rmsnorm"]
+for given in [config.get("gives", {})[rel] for rel in changed if rel in config.get("gives", {})]:
+    if "exit" in given:
+        sys.exit(given["exit"])
+    for name, value in given.items():
+        setattr(record, name, value)
+if record.past_build and record.failed and not any(rel in config.get("no_first_failure", []) for rel in changed):
+    record.past_build["first_failure_s"] = 0.7
 summary.write(record, out)
 sys.exit(record.status)
 """
@@ -224,6 +231,79 @@ def test_a_record_whose_final_write_fails_is_two_lines_after_the_report(tmp_path
     done = tool(root, final_write_fails(tmp_path, rec, env), "--bugs", "rope-theta", "--record", str(rec))
     expect_unwritten(done, rec, ended="the run itself ended with status 0, as said above")
     assert "SURVIVORS: 0 of 1" in done.stdout and state(tree) == before
+
+
+ROPE = "csrc/rope.cu"  # rope-theta's file: the planted run of it gives each verdict below
+BUSY = "another affected run is judging the builds in /ws/jit (pid 12): two at once would rebuild the same modules"
+STOPPED = "interrupted (the builds and tests it started were stopped)"
+UNREACHED = "the edit reached no built module and no kernel family's tests (run `build`)"
+# {case: (what affected's summary of the planted run gives, the reason planted_bugs must give for its survival)}
+SURVIVALS = {
+    "not covered": (
+        {"verdict": "not covered", "status": 3, "failed": []},
+        "exit 3, not covered: the edit reaches rope, whose FlashInfer tests did not run (are they in the tree?)",
+    ),
+    "no module changed": (
+        {"verdict": "no module changed", "status": 0, "changed": {ROPE: []}, "failed": [], "rebuilt": []},
+        f"exit 0, no module changed: {UNREACHED}",
+    ),
+    "nothing changed": (
+        {"verdict": "nothing changed", "status": 0, "changed": {}, "tests": [], "failed": [], "rebuilt": []},
+        f"exit 0, nothing changed: {UNREACHED}",
+    ),
+    "error": ({"verdict": "error", "status": 1, "failed": [], "problem": BUSY}, f"exit 1, error: {BUSY}"),
+    "failed with no failing test": (
+        {"verdict": "failed", "status": 1, "failed": []},
+        "exit 1, failed, but no test failed: what broke is in its output",
+    ),
+    "interrupted after a test failed": (
+        {"verdict": "interrupted", "status": 130, "problem": STOPPED},
+        f"exit 130, interrupted: {STOPPED}",
+    ),
+    "passed": (
+        {"verdict": "passed", "status": 0, "failed": []},
+        "exit 0: 1 test(s) of rope ran and passed: the bug is within their tolerance or outside their cases",
+    ),
+    "no summary": ({"exit": 1}, "exit 1, no summary: affected's summary is missing: "),
+}
+
+
+@pytest.mark.parametrize("case", SURVIVALS)
+def test_each_verdict_affected_can_give_but_a_failed_test_is_a_survival_with_its_own_reason(tmp_path, case):
+    """Only exit 1 with a failing test is a catch: every other verdict of affected's summary (fidev.affected.verdict)
+    leaves the bug a survivor, its reason the verdict's own, and the tool exits 1; the record keeps the verdict."""
+    gives, reason = SURVIVALS[case]
+    root, tree, env, _ = workspace(tmp_path, gives={ROPE: gives})
+    before = state(tree)
+    done = tool(root, env, "--bugs", "rope-theta", "--record", str(tmp_path / "record.json"))
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert state(tree) == before and "SURVIVORS: 1 of 1" in done.stdout, done.stdout
+    said = next(line for line in done.stdout.splitlines() if line.startswith("- rope-theta "))
+    assert said.startswith(f"- rope-theta (rope, {ROPE}): {reason}"), said
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| rope-theta "))
+    cells = [c.strip() for c in row.strip("| ").split(" | ")]
+    assert cells[5] == gives.get("verdict", "no summary") and cells[10:12] == ["NOT CAUGHT", "yes"], cells
+    rec = json.loads((tmp_path / "record.json").read_text())
+    assert rec["survivors"] == ["rope-theta"] and rec["restored_failures"] == [], rec
+    bug = rec["bugs"][0]
+    assert bug["caught"] is False and bug["survived_because"].startswith(reason), bug
+    assert bug["planted"]["verdict"] == gives.get("verdict", "no summary"), bug["planted"]
+    assert bug["planted"]["status"] == gives.get("status"), bug["planted"]
+    assert bug["planted"].get("failed", []) == gives.get("failed", [] if "exit" in gives else [failing_test_of(bug)])
+
+
+@pytest.mark.parametrize("case, passes", [("not covered", True), ("failed with no failing test", False)])
+def test_a_restore_that_affected_calls_no_change_passes_only_where_the_planted_run_did_not_fail(tmp_path, case, passes):
+    """A not-covered edit, reverted, is "nothing changed", a pass; after a run that failed, even with no
+    failing test named, the tests must run again on the restored file, and "nothing changed" is no pass."""
+    root, tree, env, _ = workspace(tmp_path, gives={ROPE: SURVIVALS[case][0]}, restored_unchanged=True)
+    done = tool(root, env, "--bugs", "rope-theta", "--record", str(tmp_path / "record.json"))
+    assert done.returncode == 1 and "SURVIVORS: 1 of 1" in done.stdout, done.stdout + done.stderr[-3000:]
+    rec = json.loads((tmp_path / "record.json").read_text())
+    restored = rec["bugs"][0]["restored"]
+    assert restored["verdict"] == "nothing changed" and restored["status"] == 0, restored
+    assert restored["passes"] is passes and rec["restored_failures"] == ([] if passes else ["rope-theta"]), rec
+    assert ("restored tree did not pass after rope-theta" in done.stdout) is not passes, done.stdout
 
 
 def test_a_bug_that_does_not_compile_is_no_catch(tmp_path):
