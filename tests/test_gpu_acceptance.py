@@ -436,3 +436,26 @@ def test_a_resumed_part_fails_where_a_step_it_left_out_failed(tmp_path, steps, f
     assert not (work / "ws").exists() and not (work / "logs").exists(), "a resumed part ran a step"
     if failed:
         assert done.stdout.strip().splitlines()[-1].endswith(f"WORK has a result for): {failed}"), done.stdout
+
+
+def test_results_that_cannot_be_written_end_the_run_in_two_lines(tmp_path, monkeypatch):
+    """results.json is written after each step: a file system that refuses it since the run began (read-only,
+    full) is a failure naming the file and the OS error (fidev.core.files.write_output), not a traceback."""
+    import errno
+    import importlib.util
+    from types import SimpleNamespace
+
+    from fidev.core.failure import Failure
+
+    spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+
+    def refused(src, dst, **kw):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(dst))
+
+    monkeypatch.setattr(os, "replace", refused)
+    run = SimpleNamespace(results_file=tmp_path / "results.json", results={"setup": {"result": "pass"}})
+    with pytest.raises(Failure, match="results.json could not be written: Read-only file system"):
+        tool.Run.save(run)
+    assert os.listdir(tmp_path) == [], "a temporary file left beside it"

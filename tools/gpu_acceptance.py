@@ -80,6 +80,7 @@ from fidev.core.files import (  # noqa: E402
     output_folder,
     replaceable,
     user_path,
+    write_output,
     write_whole,
 )
 from fidev.core.manifest import pins  # noqa: E402
@@ -324,7 +325,9 @@ class Run:
         self.save()
 
     def save(self) -> None:
-        write_whole(self.results_file, json.dumps(self.results, indent=1))
+        """results.json, written whole after each step; one that cannot be written (a full or read-only
+        file system since the run began) ends the run in two lines (write_output)."""
+        write_output(self.results_file, json.dumps(self.results, indent=1), "the run's results")
 
     def task(
         self, name: str, argv: list[str], expect_ok: bool = True, from_cache: bool = False, **env: str
