@@ -793,6 +793,7 @@ def module_build_records_read(tmp, name: str, data):
         build_records.changed_generators(build_dir, tree),
         build_records.generators_before(build_dir, tree),
         build_records.recorded_call(build_dir),
+        build_records.smoke_module(build_dir),
     )
 
 
@@ -808,10 +809,22 @@ def jit_dir_records_read(tmp, name: str, data):
         build_records.unreadable_tree(jit_dir),
         build_records.changed_tree_files(jit_dir, tree),
         build_records.module_tests(jit_dir),
+        build_records.tests_ran(jit_dir),
     )
     build_records.record_tree(jit_dir, tree)
     build_records.add_module_tests(jit_dir, [{"test_name": "tests/utils/test_norm.py::test_t", "module_name": "norm"}])
     return found
+
+
+def gate_read(tmp, data):
+    """affected's gate file, as a test process behind it reads it: one of another schema or shape is none of
+    affected's gates (ValueError: the process ends, saying so: fidev.upstream.gate.checked)."""
+    from fidev.upstream import gate
+
+    try:
+        return gate.read_state(written(tmp / "gate.json", data)), gate.opened(tmp / "gate.json")
+    except ValueError:
+        return None
 
 
 def release_record_read(tmp, data):
@@ -1176,6 +1189,22 @@ RECORDS = {
     "JIT dir's module tests": (
         {"norm": ["tests/utils/test_norm.py::test_norm"]},
         beside_jit_dir("fidev-module-tests.json"),
+    ),
+    "JIT dir's tests that ran": (
+        ["tests/utils/test_norm.py::test_norm"],
+        beside_jit_dir("fidev-module-tests-ran.json"),
+    ),
+    "module's smoke key": ("norm", in_build_dir(".fidev-smoke-module.json")),
+    "affected's gate": (
+        {
+            "schema": "fidev-affected-gate/2",
+            "selection": None,
+            "modules": ["norm"],
+            "built": [],
+            "held": True,
+            "open": False,
+        },
+        gate_read,
     ),
     "source release's files": ({"csrc/norm.cu": FACT, "csrc/gone.cu": FACT}, release_record_read),
     "kept verdicts": (kept_verdicts_valid, kept_verdicts_read),
