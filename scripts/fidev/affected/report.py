@@ -102,6 +102,15 @@ def results(sel: Selection, failed: set[str], broken: list[str], stopped: bool =
     return table([HEADER, *result])
 
 
+def also_untested(gaps: dict[str, list[str]]) -> None:
+    """The families a failed run's edit reaches whose tests did not run: said beside its failure."""
+    if gaps:
+        print(
+            f"affected: also untested: {', '.join(sorted({fam for fams in gaps.values() for fam in fams}))} "
+            "(the edit reaches them)"
+        )
+
+
 def not_covered(gaps: dict[str, list[str]], untested: list[str] = (), untold: list[str] = ()) -> None:
     """The lines that make an edit's gaps its own status, with the command that covers them."""
     families = sorted({fam for fams in gaps.values() for fam in fams})

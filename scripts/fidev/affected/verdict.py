@@ -91,11 +91,7 @@ def covered_or_not(
     if (gaps or untested) and tested is not Verdict.FAILED:
         report.not_covered(gaps, untested, selection.untold)
         return Verdict.NOT_COVERED
-    if gaps:
-        print(
-            f"affected: also untested: {', '.join(sorted({fam for fams in gaps.values() for fam in fams}))} "
-            "(the edit reaches them)"
-        )
+    report.also_untested(gaps)
     return tested if tested is Verdict.FAILED else passed
 
 
