@@ -75,12 +75,12 @@ class Admission:
         """Once it is the module's turn (its place in the order) and its jobs fit; False where the builds
         were stopped first."""
         with self.changed:
-            while not self.may_start(turn, jobs):
+            while True:
                 if self.stopped is not None and self.stopped.is_set():
                     return False
+                if self.may_start(turn, jobs):
+                    break
                 self.changed.wait(timeout=0.1)
-            if self.stopped is not None and self.stopped.is_set():
-                return False
             self.turn += 1
             self.free -= jobs
             self.changed.notify_all()

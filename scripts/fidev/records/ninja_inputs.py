@@ -84,6 +84,7 @@ def record(build_dir: Path, ninja_file: Path) -> None:
     tool did not run: a PATH changed under it by tests in this process), the module is left with no
     record, which `affected` reads as built without one (its inputs from ninja's deps log then)."""
     seen: dict[str, list] = {}
+    started = _stat(str(build_dir / BUILDING))  # the mark of this build's start (begin), where it left one
 
     def fact(path: str) -> list | None:
         if path not in seen:
@@ -97,8 +98,6 @@ def record(build_dir: Path, ninja_file: Path) -> None:
         return {
             path: (f[:2] + [None] if f and built and f[0] > built[0] else f) for path in inputs for f in [fact(path)]
         }
-
-    started = _stat(str(build_dir / BUILDING))  # the mark of this build's start (begin), where it left one
 
     found = deps(build_dir, ninja_file)
     if found is None:  # no record rather than an empty one, which would hide every later edit of its inputs

@@ -240,8 +240,10 @@ def first_cases_first(reports: list[list[dict]], order: list[str] = ()) -> dict[
             if entry.get("warmup"):
                 continue
             name, file = entry["test_name"], entry["test_name"].split("::")[0]
-            in_report = listed.setdefault(file, {})
-            place = ranks.get(file, {}).get(name, in_report.setdefault(name, len(in_report)))
+            place = ranks.get(file, {}).get(name)
+            if place is None:
+                in_report = listed.setdefault(file, {})
+                place = in_report.setdefault(name, len(in_report))
             turn[entry["module_name"]] = min(place, turn.get(entry["module_name"], place))
     return turn
 
