@@ -257,7 +257,7 @@ def test_prefill_again():
 
 
 def test_the_builds_ahead_start_with_the_modules_of_each_files_first_cases():
-    """With 43 modules ahead and every process waiting on one of them, each file's first case gets its
+    """With many modules ahead and every process waiting on one of them, each file's first case gets its
     modules first, whatever their names; a warmup's asking counts for no case."""
     entries = [
         {"test_name": "tests/a.py::t[1]", "module_name": "z_decode"},
