@@ -268,6 +268,7 @@ def build_and_test(
             args.keep_going,
             ours.smoke_loaded(changed.changed, found.tier, selection.ours),
             keep_rebuilt,
+            selection.first_files,
         )
     except (Failure, KeyboardInterrupt):
         keep_unfinished()

@@ -54,6 +54,9 @@ Options (the rest goes to pytest):
   --budget MINUTES   the compile time the plan may foresee before the run stops (default 10)
   --yes              run past the budget
   --no-plan          no dry run: each module's compile shows as the run reaches it
+  --first-files F[,F...]  the plan builds ahead the modules of these test files' cases first (tests/...;
+                     affected names those of the kernel family nearest its edit, whose tests are the
+                     likeliest to catch it), then each file's first cases' (default: each file's first cases')
   --gpus N           the host's first N GPUs (default: all it shows)
   --file-timeout S   seconds a test file's process may run (default 7200)
   --per-gpu N        each file in N parts a GPU, N processes on each GPU at once (default 1)
@@ -100,6 +103,7 @@ OURS = {
     "--yes": 0,
     "--budget": 1,
     "--no-plan": 0,
+    "--first-files": 1,
     "--baseline": 0,
     "--gpus": 1,
     "--file-timeout": 1,
@@ -236,12 +240,13 @@ def planned(
     yes: bool,
     sample: Path | None,
     gate: Path | None = None,
+    first: frozenset[str] = frozenset(),
 ) -> module_builds.Ahead | None:
     """The plan's dry run (of the sample `sample` specifies, where one does), what it says, and the
-    budget held; then the builds of what its tests will load, started, or behind affected's `gate`
-    to start as it opens (upstream_plan.build_ahead)."""
+    budget held; then the builds of what its tests will load (the cases' of the test files `first` first),
+    started, or behind affected's `gate` to start as it opens (upstream_plan.build_ahead)."""
     try:
-        found = upstream_plan.plan(nodes, pytest_args, tests, sample)
+        found = upstream_plan.plan(nodes, pytest_args, tests, sample, first)
     except KeyboardInterrupt:
         raise Failure(
             "interrupted during the plan's dry run (its processes were stopped)",
@@ -278,7 +283,8 @@ def main() -> int:
         try:
             seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
             if "--no-plan" not in ours:
-                ahead = planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec, inherited.gate)
+                first = frozenset(f for f in ours.get("--first-files", "").split(",") if f)
+                ahead = planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec, inherited.gate, first)
                 # the record now names the modules of the cases the dry run sampled: the run's sample takes them
                 if spec is not None:
                     seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)

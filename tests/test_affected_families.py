@@ -97,6 +97,8 @@ def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tm
         assert done.returncode == 1, f"{attempt}: {out}"
         assert "the edit reaches rope" in out and "tests/attention/test_rope.py::test_rope[" in out, out
         assert (attempt == "edit") != ("the tests of rope it reaches failed at" in out), out
+        # rope, the family nearest the edit, has its cases' modules built first (by its plan; built by the rerun)
+        assert (attempt == "edit") == ("those of tests/attention/test_rope.py's cases first: rope" in out), out
         ran = seen(env)
         assert 0 < len(ran) < 8, (attempt, ran)  # a sample, stopped at its first failures
     shutil.copy2(saved, tree / HEADER)  # cp -p: the old bytes and mtime
@@ -140,6 +142,41 @@ def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed
     assert sel.families == {} and coverage.coverage_gaps(sel, sel.theirs) == {
         "flashinfer/jit/activation.py": ["activation"]
     }
+
+
+def test_the_test_files_of_the_family_nearest_an_edit_are_the_first_whose_modules_build(tmp_path):
+    """An edit several families compile: cascade's own source includes attention/cascade.cuh (csrc/cascade.cu,
+    as at v0.6.3), batch prefill's through attention/prefill.cuh; cascade's test file is the first whose
+    cases' modules the plan builds ahead (upstream-tests --first-files). With a family's own source edited
+    too, both edits' nearest families' files are; a family whose tests do not run is passed over."""
+    tree = tmp_path / "flashinfer"
+    for rel, text in {
+        "include/flashinfer/attention/cascade.cuh": "",
+        "include/flashinfer/attention/prefill.cuh": '#include "cascade.cuh"\n',
+        "csrc/cascade.cu": '#include "flashinfer/attention/cascade.cuh"\n',
+        "csrc/batch_prefill.cu": '#include "flashinfer/attention/prefill.cuh"\n',
+        "csrc/rope.cu": "",
+        "tests/attention/test_shared_prefix_kernels.py": "",
+        "tests/attention/test_batch_prefill_kernels.py": "",
+        "tests/attention/test_non_contiguous_prefill.py": "",
+        "tests/attention/test_rope.py": "",
+    }.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    header = "include/flashinfer/attention/cascade.cuh"
+    sel = selection.selection({header: set()}, {}, {}, {}, tree, [])
+    assert sel.steps == {header: {"prefill": 2, "cascade": 1}}
+    assert set(sel.families) == {"prefill", "cascade"}
+    assert sel.first_files == ["tests/attention/test_shared_prefix_kernels.py"]
+    sel = selection.selection({header: set(), "csrc/rope.cu": set()}, {}, {}, {}, tree, [])
+    assert sel.first_files == ["tests/attention/test_rope.py", "tests/attention/test_shared_prefix_kernels.py"]
+    (tree / "tests/attention/test_shared_prefix_kernels.py").unlink()  # cascade's tests not in the tree: not run
+    sel = selection.selection({header: set()}, {}, {}, {}, tree, [])
+    assert set(sel.families) == {"prefill"}
+    assert sel.first_files == [
+        "tests/attention/test_batch_prefill_kernels.py",
+        "tests/attention/test_non_contiguous_prefill.py",
+    ]
 
 
 def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):

@@ -140,6 +140,7 @@ THEIRS, RECORDED, CHANGED = (
     {"norm": ["tests/utils/test_norm.py::test_norm[1]"]},
     {"norm": {}},
 )
+FIRST_FILES = ["tests/utils/test_norm.py"]  # the test files of the family nearest the edit
 TO_BUILD, VERSION_DIR, GATE_SELECTION = (
     [SimpleNamespace(name="norm")],
     Path("version-dir"),
@@ -216,9 +217,8 @@ def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE, 
         True,
         "auto",
     )
-    outcome = (
-        affected_tests.build_and_test(*args) if keep_going is None else affected_tests.build_and_test(*args, keep_going)
-    )
+    going = {} if keep_going is None else {"keep_going": keep_going}
+    outcome = affected_tests.build_and_test(*args, **going, first_files=FIRST_FILES)
     return outcome, run.said if run else [], given
 
 
@@ -242,7 +242,7 @@ def test_flashinfers_first_failure_stops_smokes_tests(monkeypatch):
 def test_keep_going_runs_every_test(monkeypatch):
     outcome, said, given = build_and_test(monkeypatch, FakeRun(), smoke_fails=True, keep_going=True)
     assert given["stop"] is None and "finish" in said and not outcome.stopped
-    assert given["their_run"][-1] == 0, "FlashInfer's tests run without --stop-after"
+    assert given["their_run"][6] == 0, "FlashInfer's tests run without --stop-after"
     assert given["rebuild's stop"] is None, "FlashInfer's failure stops no rebuild"
 
 
@@ -258,7 +258,8 @@ def test_a_run_stops_at_its_first_failure_by_default_and_hands_each_step_what_it
     rebuild gets the modules and the failed table; smoke's tests wait for the head-start import."""
     run = FakeRun()
     outcome, said, given = build_and_test(monkeypatch, run, smoke_fails=False, keep_going=None)
-    assert given["their_run"] == ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, their_tests.STOP_AFTER)
+    given_run = ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, their_tests.STOP_AFTER, FIRST_FILES)
+    assert given["their_run"] == given_run, "the files whose cases' modules build first too"
     assert given["rebuild"] == TO_BUILD and given["rebuild waited"]
     assert given["rebuild's stop"] == run.ended_failing, "FlashInfer's first failing case stops the rebuild"
     assert said == ["open", "begin", "finish", "stop"] and outcome.stopped is False

@@ -277,6 +277,38 @@ def test_the_builds_ahead_start_with_the_modules_of_each_files_first_cases():
     assert upstream_plan.first_cases_first(split, order) == ranked == upstream_plan.first_cases_first([entries], order)
 
 
+def test_the_builds_ahead_start_with_the_modules_of_the_first_files_cases():
+    """--first-files (affected: the test files of the family nearest its edit): the modules their cases load
+    start first, in their cases' order, whatever the other files' first cases load; then the rest as before."""
+    entries = [
+        {"test_name": "tests/a.py::t[1]", "module_name": "z_decode"},
+        {"test_name": "tests/a.py::t[2]", "module_name": "b_prefill"},
+        {"test_name": "tests/b.py::u", "module_name": "y_page"},
+        {"test_name": "tests/b.py::v", "module_name": "z_decode"},
+        {"test_name": "tests/b.py::w", "module_name": "a_cascade"},
+        {"test_name": "tests/c.py::x", "module_name": "c_rope"},
+    ]
+    needed = {"z_decode": ["1", "2"], "b_prefill": ["1"], "y_page": ["1"], "a_cascade": ["1"], "c_rope": ["1"]}
+    assert upstream_plan.ahead_order([entries], [], needed) == [
+        "c_rope",
+        "y_page",
+        "z_decode",
+        "b_prefill",
+        "a_cascade",
+    ]
+    first = frozenset({"tests/b.py"})
+    assert upstream_plan.ahead_order([entries], [], needed, first) == [
+        "y_page",
+        "z_decode",
+        "a_cascade",
+        "c_rope",
+        "b_prefill",
+    ]
+    # a first file whose cases load nothing to build, or a file not run: the order as without
+    nothing = frozenset({"tests/d.py"})
+    assert upstream_plan.ahead_order([entries], [], needed, nothing) == upstream_plan.ahead_order([entries], [], needed)
+
+
 def test_the_plan_reads_the_order_a_dry_run_process_collected_and_none_of_another_shape(tmp_path):
     assert upstream_plan.collected_order(tmp_path) == []
     (tmp_path / "collected-1.json").write_text('{"tests/a.py::t": 1}')
@@ -320,6 +352,31 @@ def test_the_plan_builds_every_module_its_tests_load_ahead_and_maps_only_the_fir
         sorted(line.rsplit("/", 2)[-2] for line in compiles(env)) == ["page"] + ["prefill_a"] * 2 + ["prefill_b"] * 2
     ), compiles(env)
     assert json.loads(record.read_text())["prefill_b"] == ["tests/utils/test_two.py::test_prefill[b]"]
+
+
+ONE_MODULE = """\
+import flashinfer
+def test_rope():
+    flashinfer.get_module("rope", 3)
+"""
+
+
+@needs_a_build
+def test_the_plan_builds_the_modules_of_the_first_files_cases_first(ws):
+    """upstream-tests --first-files FILE: the builds ahead start with the modules FILE's cases load (a module
+    of three sources, which would otherwise start after the other file's first case's), then the rest."""
+    require(
+        "filelock",
+        why="the run builds modules under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)",
+    )
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/utils/test_two.py").write_text(TWO_MODULES)
+    (root / "extern/tracked/flashinfer/tests/utils/test_one.py").write_text(ONE_MODULE)
+    files = ("utils/test_two.py", "utils/test_one.py")
+    done = upstream(root, env, *files, "--yes", "--first-files", "tests/utils/test_one.py")
+    assert done.returncode == 0 and "upstream-tests: 4 passed" in done.stdout, done.stdout + done.stderr
+    said = "building the 4 module(s) its tests will load and nothing built, side by side, from now, those of "
+    assert said + "tests/utils/test_one.py's cases first: rope, page, prefill_a, prefill_b" in done.stdout, done.stdout
 
 
 INNER_CACHE = """\

@@ -37,6 +37,8 @@ class Selection:
     reach: dict[str, list[str]] = field(
         default_factory=dict
     )  # {edited file of the tree: every kernel family it reaches}
+    # {edited file of the tree: {each family it reaches: the fewest #include lines from its sources to the file}}
+    steps: dict[str, dict[str, int]] = field(default_factory=dict)
     generators: list[str] = field(default_factory=list)  # the edited Python files of the tree, relative to it
     sampled: bool = True  # FlashInfer's tests run as a sample (else --whole-family: every case)
 
@@ -82,6 +84,17 @@ class Selection:
         return sorted({*self.recorded_tests, *(f"tests/{node}" for nodes in self.families.values() for node in nodes)})
 
     @property
+    def first_files(self) -> list[str]:
+        """The test files to run (tests/...) of the kernel families nearest an edited file among those whose
+        tests run (fidev.tree.families.nearest): upstream-tests' plan builds the modules of their cases ahead first."""
+        run = {t.split("::")[0] for t in self.theirs}
+        files = {
+            fam.name: {f"tests/{node}".split("::")[0] for node in fam.nodes} & run for fam in upstream_suites.FAMILIES
+        }
+        steps = {f: {fam: n for fam, n in fams.items() if files[fam]} for f, fams in self.steps.items()}
+        return sorted({f for fam in upstream_suites.nearest(steps) for f in files[fam]})
+
+    @property
     def unmapped(self) -> list[str]:
         return sorted(name for name in self.changed if name not in self.tier and not self.recorded.get(name))
 
@@ -116,7 +129,8 @@ def selection(
     sel = Selection(by_file, changed, tier, recorded, generators=[under(tree, g) for g in generators], sampled=sampled)
     unbuilt = [f for f, names in by_file.items() if not names and not f.startswith(("/", "("))]
     # one walk of the tree's #include lines for every edited file (it reads the families' sources and headers)
-    sel.reach = upstream_suites.families_compiling(tree, sorted({*sel.tree_edits(), *unbuilt}))
+    sel.steps = upstream_suites.family_steps(tree, sorted({*sel.tree_edits(), *unbuilt}))
+    sel.reach = {f: list(fams) for f, fams in sel.steps.items()}
     sel.reaching = {f: sel.reach[f] for f in unbuilt}
     sel.families = families_to_run(sel, tree)
     sel.reached = {
@@ -140,7 +154,7 @@ def under(tree: Path, path: str) -> str:
 
 def families_to_run(sel: Selection, tree: Path) -> dict[str, tuple[str, ...]]:
     """{family: its test nodes} for each kernel family whose sources compile an edited file of the
-    tree (sel.reach: fidev.tree.families.families_compiling) and whose tests no recorded test of a
+    tree (sel.reach: fidev.tree.families.family_steps) and whose tests no recorded test of a
     changed module is, where its test files are in the tree (the source fetch's tree has none: such
     a family stays a gap, said)."""
     wanted = {fam for fams in sel.reach.values() for fam in fams}

@@ -236,6 +236,7 @@ def build_and_test(
     keep_going: bool = False,
     first: frozenset[str] = frozenset(),
     rebuilt: Callable[[str], None] = lambda name: None,
+    first_files: list[str] = (),
 ) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, and run smoke's tests
     here meanwhile, each once the modules it loads are rebuilt (the rebuild holds each module's lock
@@ -245,9 +246,12 @@ def build_and_test(
     the gate opens whole (affected keeps its `unfinished` verdicts), or once a rebuild the first failure
     stopped has ended. Unless `keep_going`, the first failing test ends the run: smoke's stops the
     rebuild and FlashInfer's tests, and FlashInfer's first failing case ends theirs, smoke's and the
-    rebuild. Each is stopped however the run ends."""
+    rebuild. Each is stopped however the run ends. `first_files`: FlashInfer's test files whose cases'
+    modules their plan builds ahead first (fidev.affected.theirs.their_run)."""
     stop_after = 0 if keep_going else their_tests.STOP_AFTER
-    run, selection = their_tests.their_run(early, theirs, recorded, changed, file_times, sampled, stop_after)
+    run, selection = their_tests.their_run(
+        early, theirs, recorded, changed, file_times, sampled, stop_after, first_files
+    )
     importing, their_status, their_failed, stopped_theirs, rebuilding, say = None, 0, set(), False, None, None
     outcome = Outcome("", 0.0, sorted(m.name for m in to_build))
     try:
@@ -270,17 +274,22 @@ def build_and_test(
             their_status, their_failed = run.finish()
             outcome.stopped |= run.stopped_early
     finally:
-        if rebuilding:
-            rebuilding.stop()
-        if run:
-            run.stop()
-        if say is not None and hasattr(say, "close"):
-            say.close()
-        if importing:  # not left importing torch while the interpreter exits (a failed build)
-            importing.join(timeout=60)
+        stop_all(rebuilding, run, say, importing)
     if theirs and not stopped_theirs:
         their_outcome(run, their_status, their_failed, changed, outcome)
     return outcome
+
+
+def stop_all(rebuilding, run: their_tests.FlashInferTests | None, say, importing) -> None:
+    """What build_and_test started, stopped however it ended (each where it started)."""
+    if rebuilding:
+        rebuilding.stop()
+    if run:
+        run.stop()
+    if say is not None and hasattr(say, "close"):
+        say.close()
+    if importing:  # not left importing torch while the interpreter exits (a failed build)
+        importing.join(timeout=60)
 
 
 def their_outcome(run: their_tests.FlashInferTests, status: int, failed: set[str], changed, outcome: Outcome) -> None:

@@ -115,14 +115,16 @@ class FlashInferTests:
         sample: list[str] | None = None,
         stop_after: int = STOP_AFTER,
         plan: bool = False,
+        first_files: list[str] = (),
     ):
         """`sample`: the modules the sample of their cases must exercise (upstream-tests --sample
         --sample-modules, fidev.upstream.sample); None: every case of the tests (--whole-family).
         `stop_after`: the failing cases that end their run (0: every case runs, --keep-going).
         `plan`: upstream-tests' plan first (its dry run, while the modules compile), so that the
         record names the modules of the sample's cases and their warmups build only those
-        (fidev.upstream.plugin); else --no-plan."""
-        self.tests, self.plan = tests, plan
+        (fidev.upstream.plugin); else --no-plan. `first_files`: the test files whose cases' modules its plan
+        builds ahead first (upstream-tests --first-files: those of the family nearest the edit)."""
+        self.tests, self.plan, self.first_files = tests, plan, list(first_files)
         # their run stopped at its first failures, or was stopped by smoke's: cases left unrun
         self.stopped_early = False
         self.missed: list[str] = []  # modules the sample had no recorded case of, once finished
@@ -155,9 +157,10 @@ class FlashInferTests:
         )
         # no progress lines: its output is held until finish()
         stopping = ["--stop-after", str(stop_after)] if stop_after else []
-        planning = (
-            ["--yes"] if self.plan else ["--no-plan"]
-        )  # --yes: the plan says what it will compile, and asks nothing
+        # --yes: the plan says what it will compile, and asks nothing
+        planning = ["--yes"] if self.plan else ["--no-plan"]
+        if self.plan and self.first_files:
+            planning += ["--first-files", ",".join(self.first_files)]
         return [
             sys.executable,
             str(ROOT / "scripts/upstream_tests.py"),
@@ -310,13 +313,15 @@ def their_run(
     file_times: Path,
     sampled: bool = True,
     stop_after: int = STOP_AFTER,
+    first_files: list[str] = (),
 ) -> tuple:
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
     regeneration where it has them all (the gate names these), else one that starts now, and
     imports and collects while the modules compile; a sample of their cases that exercises each
     changed module (unless `sampled` is off: --whole-family); with upstream-tests' plan first where
     the record names no case of a changed module in one of their files (unrecorded: a reached
-    family's file, whose sampled cases the record may not name)."""
+    family's file, whose sampled cases the record may not name), which builds the modules of the cases of
+    `first_files` ahead first."""
     if early and theirs and set(theirs) <= set(early.tests):
         return early, theirs
     if early:
@@ -329,6 +334,7 @@ def their_run(
             sample=sample_of(changed, recorded, sampled),
             stop_after=stop_after,
             plan=sampled and bool(unrecorded(theirs, {m: recorded.get(m, []) for m in changed})),
+            first_files=first_files,
         )
         if theirs
         else None

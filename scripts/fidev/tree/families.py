@@ -191,31 +191,56 @@ def _includes(path: Path, tree: Path, dirs: tuple[Path, ...] = ()) -> list[Path]
     return _INCLUDED[key]
 
 
-def closure(paths: list[Path], tree: Path, dirs: list[Path] = ()) -> set[Path]:
-    """`paths` (resolved) and every file they include, directly or through others, searching the
-    tree's include/ and csrc/ and `dirs` (a module's extra include dirs, such as csrc/nv_internal)."""
+def include_steps(paths: list[Path], tree: Path, dirs: list[Path] = ()) -> dict[Path, int]:
+    """{`paths` (resolved) and every file they include, directly or through others: the fewest #include
+    lines from one of `paths` to it (0: one of them)}, searching the tree's include/ and csrc/ and `dirs` (a
+    module's extra include dirs, such as csrc/nv_internal)."""
     tree, dirs = tree.resolve(), tuple(d.resolve() for d in dirs)
-    seen, todo = set(), [p.resolve() for p in paths]
-    while todo:
-        path = todo.pop()
-        if path not in seen:
-            seen.add(path)
-            todo += _includes(path, tree, dirs)
-    return seen
+    steps = {p.resolve(): 0 for p in paths}
+    front = list(steps)
+    while front:
+        found = []
+        for path in front:
+            for included in _includes(path, tree, dirs):
+                if included not in steps:
+                    steps[included] = steps[path] + 1
+                    found.append(included)
+        front = found
+    return steps
+
+
+def closure(paths: list[Path], tree: Path, dirs: list[Path] = ()) -> set[Path]:
+    """`paths` (resolved) and every file they include, directly or through others (include_steps)."""
+    return set(include_steps(paths, tree, dirs))
+
+
+def family_steps(tree: Path, changed: list[str]) -> dict[str, dict[str, int]]:
+    """{changed file (relative to the tree): {each family whose sources are it or include it, directly or
+    through other files of the tree: the fewest #include lines from its sources to it (0: one of them); or
+    whose API it holds (`Family.api`): 0}}, the families in FAMILIES' order."""
+    tree = tree.resolve()
+    wanted = {(tree / rel).resolve(): rel for rel in changed}
+    reach: dict[str, dict[str, int]] = {rel: {} for rel in changed}
+    for family in FAMILIES:
+        steps = include_steps([p for pattern in family.sources for p in tree.glob(pattern) if p.is_file()], tree)
+        for path, rel in wanted.items():
+            if rel in family.api or path in steps:
+                reach[rel][family.name] = 0 if rel in family.api else steps[path]
+    return reach
 
 
 def families_compiling(tree: Path, changed: list[str]) -> dict[str, list[str]]:
     """{changed file (relative to the tree): the families whose sources are it or include it,
     directly or through other files of the tree, or whose API it holds (`Family.api`)}."""
-    tree = tree.resolve()
-    wanted = {(tree / rel).resolve(): rel for rel in changed}
-    reach: dict[str, list[str]] = {rel: [] for rel in changed}
-    for family in FAMILIES:
-        reach.update((rel, [*reach[rel], family.name]) for rel in changed if rel in family.api)
-        seen = closure([p for pattern in family.sources for p in tree.glob(pattern) if p.is_file()], tree)
-        for path in seen & wanted.keys():
-            reach[wanted[path]].append(family.name)
-    return reach
+    return {rel: list(steps) for rel, steps in family_steps(tree, changed).items()}
+
+
+def nearest(steps: dict[str, dict[str, int]]) -> list[str]:
+    """Of family_steps' families, those nearest an edited file: the fewest #include lines from their
+    sources to it (a family whose source or API it is: 0), for each file; in FAMILIES' order. Where an edit
+    reaches several families, the tests of the family nearest it are the likeliest to catch it."""
+    near = {fam for fams in steps.values() for fam, n in fams.items() if n == min(fams.values())}
+    return [f.name for f in FAMILIES if f.name in near]
 
 
 def owners(tree: Path, inputs: dict[str, set[str]]) -> dict[str, list[str]]:

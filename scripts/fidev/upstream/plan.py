@@ -163,17 +163,26 @@ def dry_run(
 class Planned:
     """What the plan found: {module the selection needs: objects to compile}, the dry run's time,
     its JIT dir, and the modules its tests ask to load that were never built, with their sources
-    (`ahead`: what the run's tests will wait for, to build from now: build_ahead)."""
+    (`ahead`: what the run's tests will wait for, to build from now: build_ahead), in the order they start,
+    and the test files whose cases' modules start first (`first`, where they load one)."""
 
     needed: dict[str, int]
     seconds: float
     jit_dir: Path
     ahead: dict[str, list[str]] = field(default_factory=dict)
+    first: list[str] = field(default_factory=list)  # the test files whose cases' modules of `ahead` start first
 
 
-def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | None = None) -> Planned | None:
+def plan(
+    nodes: list[str],
+    pytest_args: list[str],
+    tests: Path,
+    sample: Path | None = None,
+    first: frozenset[str] = frozenset(),
+) -> Planned | None:
     """What the selection needs (Planned); None when the dry run took longer than PLAN_LIMIT_S (or
-    did not finish), so that the run goes ahead without.
+    did not finish), so that the run goes ahead without. The modules to build ahead are in the order they
+    are to start: those of the cases of the test files `first` (tests/...) first, then by ahead_order.
 
     The dry run is the selection under FLASHINFER_DISABLE_JIT=1: nothing is built or loaded, and
     fidev.upstream.plugin records what was asked for; under --sample, of the sample (`sample`: its
@@ -197,16 +206,20 @@ def plan(nodes: list[str], pytest_args: list[str], tests: Path, sample: Path | N
         # which test needs which module, for `affected`
         build_records.add_module_tests(jit_dir, [e for e in entries if not e.get(upstream_plugin.FORESEEN)])
     loaded = {e["module_name"] for e in entries if not e.get("warmup")}
-    turn = first_cases_first(reports, order)
     ahead = {
-        name: sources
-        for name, sources in sorted(needed.items(), key=lambda item: (turn.get(item[0], 0), len(item[1]), item[0]))
+        name: needed[name]
+        for name in ahead_order(reports, order, needed, first)
         if name in loaded
         and not workspace.module_files(jit_dir / name)[1].exists()
         and workspace.module_files(jit_dir / name)[0].is_file()
     }
+    first_loads = {e["module_name"] for e in entries if e["test_name"].split("::")[0] in first and not e.get("warmup")}
     return Planned(
-        {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()}, seconds, jit_dir, ahead
+        {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()},
+        seconds,
+        jit_dir,
+        ahead,
+        sorted(first) if first_loads & ahead.keys() else [],
     )
 
 
@@ -248,6 +261,20 @@ def first_cases_first(reports: list[list[dict]], order: list[str] = ()) -> dict[
     return turn
 
 
+def ahead_order(
+    reports: list[list[dict]], order: list[str], needed: dict[str, list[str]], first: frozenset[str] = frozenset()
+) -> list[str]:
+    """The modules of `needed` ({module: its sources}) in the order their builds ahead start: those a case
+    of a test file of `first` loads before the rest, each part by first_cases_first (among `first`'s cases
+    alone for the first part), then the fewer sources, then the name."""
+    near = first_cases_first([[e for e in r if e["test_name"].split("::")[0] in first] for r in reports], order)
+    turn = first_cases_first(reports, order)
+    return sorted(
+        needed,
+        key=lambda name: ((0, near[name]) if name in near else (1, turn.get(name, 0)), len(needed[name]), name),
+    )
+
+
 def build_ahead(planned: Planned, gate: Path | None = None) -> module_builds.Ahead | None:
     """The modules the dry run's tests asked to load and that were never built (Planned.ahead), built
     side by side, those of each file's first cases first (first_cases_first), while the run's processes
@@ -260,9 +287,10 @@ def build_ahead(planned: Planned, gate: Path | None = None) -> module_builds.Ahe
     if not planned.ahead:
         return None
     when = "from now" if gate is None else "once affected's rebuild is done"
+    first = f", those of {', '.join(planned.first)}'s cases first" if planned.first else ""
     print(
         f"upstream-tests: building the {len(planned.ahead)} module(s) its tests will load and nothing built, "
-        f"side by side, {when}: " + ", ".join(planned.ahead),
+        f"side by side, {when}{first}: " + ", ".join(planned.ahead),
         flush=True,
     )
     folders = [module_builds.Folder(name, planned.jit_dir / name, tuple(s)) for name, s in planned.ahead.items()]
