@@ -304,6 +304,19 @@ def test_the_builds_ahead_start_with_the_modules_of_the_first_files_cases():
         "c_rope",
         "b_prefill",
     ]
+    # what a first file's warmup asks for comes next (its cases may load it past where the dry run's stand-ins
+    # stopped them), before the other files' cases' modules
+    needed["d_single"] = ["1", "2", "3"]
+    warmup = {"test_name": "tests/b.py::u", "module_name": "d_single", "warmup": True}
+    assert upstream_plan.ahead_order([entries + [warmup]], [], needed, first) == [
+        "y_page",
+        "z_decode",
+        "a_cascade",
+        "d_single",
+        "c_rope",
+        "b_prefill",
+    ]
+    del needed["d_single"]
     # a first file whose cases load nothing to build, or a file not run: the order as without
     nothing = frozenset({"tests/d.py"})
     assert upstream_plan.ahead_order([entries], [], needed, nothing) == upstream_plan.ahead_order([entries], [], needed)

@@ -264,15 +264,20 @@ def first_cases_first(reports: list[list[dict]], order: list[str] = ()) -> dict[
 def ahead_order(
     reports: list[list[dict]], order: list[str], needed: dict[str, list[str]], first: frozenset[str] = frozenset()
 ) -> list[str]:
-    """The modules of `needed` ({module: its sources}) in the order their builds ahead start: those a case
-    of a test file of `first` loads before the rest, each part by first_cases_first (among `first`'s cases
-    alone for the first part), then the fewer sources, then the name."""
+    """The modules of `needed` ({module: its sources}) in the order their builds ahead start: first those a
+    case of a test file of `first` loads (by first_cases_first among their cases), then those the warmup of
+    such a file asks for (a case the dry run's stand-ins stopped before it asked for them may load them:
+    FlashInfer's shared-prefix decode case loads single prefill's module after the batch ones, for the
+    shared part), then the rest by first_cases_first; within each, the fewer sources, then the name."""
     near = first_cases_first([[e for e in r if e["test_name"].split("::")[0] in first] for r in reports], order)
+    warm = {e["module_name"] for r in reports for e in r if e.get("warmup") and e["test_name"].split("::")[0] in first}
     turn = first_cases_first(reports, order)
-    return sorted(
-        needed,
-        key=lambda name: ((0, near[name]) if name in near else (1, turn.get(name, 0)), len(needed[name]), name),
-    )
+
+    def key(name: str) -> tuple:
+        rank = (0, near[name]) if name in near else (1, 0) if name in warm else (2, turn.get(name, 0))
+        return rank, len(needed[name]), name
+
+    return sorted(needed, key=key)
 
 
 def build_ahead(planned: Planned, gate: Path | None = None) -> module_builds.Ahead | None:
