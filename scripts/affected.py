@@ -186,10 +186,8 @@ def judge(
         return verdict.no_module_changed(args.list, selection, changed, kept)
     dirs = {m.name: m.build_dir for m in found.modules}
     outcome = recorded_run(args, record, found, changed, selection, kept, dirs)
-    # a family is covered by its tests that ran to a result, not by those selected (every case may skip here)
-    ran = [t for t in selection.theirs if t.split("::")[0] in outcome.exercised_files]
-    covered = not any(verdict.coverage_of(selection, changed, ran))
-    print(report.results(selection, outcome.failed, outcome.broken, outcome.stopped, covered))
+    found = verdict.coverage_of(selection, changed, verdict.ran_to_a_result(selection, outcome.exercised_files))
+    print(report.results(selection, outcome.failed, outcome.broken, outcome.stopped, not any(found)))
     print(report.compiled(record.compiled, record.compiled_twice))
     report.hints(selection)
     tested = verdict.of_tests(outcome.failed, outcome.broken)
@@ -202,7 +200,7 @@ def judge(
         time.perf_counter() - started,
         outcome.stopped,
     )
-    judged = verdict.covered_or_not(tested, selection, changed, kept, ran)
+    judged = verdict.verdict_of(tested, selection, changed, kept, found)
     results = coverage.module_results(
         selection, outcome.failed, outcome.broken, covered=judged is not Verdict.NOT_COVERED, stopped=outcome.stopped
     )

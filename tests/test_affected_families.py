@@ -542,6 +542,18 @@ def judged(tmp_path, reach=None, changed_modules=None, reverted=(), reached=None
     return sel, changed, verdicts.Kept(tmp_path / "verdicts.json")
 
 
+def test_a_family_is_covered_by_its_tests_of_a_file_where_a_case_passed_or_failed():
+    """verdict.ran_to_a_result: of the selected tests, those of a file where a case ran to a result (a
+    file whose every case skipped, or that did not run, is no test of its family that ran)."""
+    from fidev.affected.verdict import ran_to_a_result
+
+    sel = selection.Selection({}, {"norm": {}}, {}, {"norm": ["tests/utils/test_norm.py::test_norm[1]"]})
+    sel.families = {"rope": ("attention/test_rope.py::test_rope",)}
+    assert sel.theirs == ["tests/attention/test_rope.py::test_rope", "tests/utils/test_norm.py::test_norm"]
+    assert ran_to_a_result(sel, {"tests/utils/test_norm.py"}) == ["tests/utils/test_norm.py::test_norm"]
+    assert ran_to_a_result(sel, set()) == []
+
+
 def test_the_verdict_is_the_tests_unless_a_reached_family_or_a_changed_module_went_untested(tmp_path, capsys):
     """fidev.affected.verdict.covered_or_not: a pass with a reached family whose tests did not run to a
     result, or a changed module none of whose tests did, is not covered (3), the gap kept; a failure

@@ -58,6 +58,12 @@ def reached_edits(selection: Selection, changed: changes.Changes) -> dict[str, l
     return {f: fams for f, fams in selection.reached.items() if f not in changed.reverted}
 
 
+def ran_to_a_result(selection: Selection, exercised_files: set[str]) -> list[str]:
+    """FlashInfer's selected tests of the files where a case passed or failed (`exercised_files`): a family
+    is covered by its tests that ran to a result, not by those selected (every case may skip here)."""
+    return [t for t in selection.theirs if t.split("::")[0] in exercised_files]
+
+
 def coverage_of(
     selection: Selection, changed: changes.Changes, ran: list[str]
 ) -> tuple[dict[str, list[str]], list[str]]:
@@ -81,7 +87,19 @@ def covered_or_not(
     passed or failed, not skipped alone) or a changed module none of whose tests did; else `passed`.
     The gaps are kept (written with the modules' verdicts), so that asking again says them again; an
     edit reverted to what it was before its gap went untested is none."""
-    gaps, untested = coverage_of(selection, changed, ran)
+    return verdict_of(tested, selection, changed, kept, coverage_of(selection, changed, ran), passed)
+
+
+def verdict_of(
+    tested: Verdict,
+    selection: Selection,
+    changed: changes.Changes,
+    kept: verdicts.Kept,
+    found: tuple[dict[str, list[str]], list[str]],
+    passed: Verdict = Verdict.PASSED,
+) -> Verdict:
+    """covered_or_not, of the coverage found (coverage_of's gaps and untested modules) once for the run."""
+    gaps, untested = found
     # a failed run's reached families built their modules from the edited tree, which their build
     # recorded: kept, or asking again would find nothing changed
     ran_and_failed = reached_edits(selection, changed) if tested is Verdict.FAILED else {}
