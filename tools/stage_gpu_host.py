@@ -178,9 +178,22 @@ def main() -> int:
     sdist = args.dest / pins().sdist_name
     if not sdist.is_file():
         source_release.download(pins(), args.dest)
-    size = sum(f.stat().st_size for f in args.dest.iterdir()) / 2**20
-    print(f"staged {len(list(args.dest.iterdir()))} files, {size:.1f} MiB, into {args.dest}")
+    files, size = staged_size(args.dest)
+    print(f"staged {files} files, {size / 2**20:.1f} MiB, into {args.dest}")
     return 0
+
+
+def staged_size(dest: Path) -> tuple[int, int]:
+    """(how many files DEST holds, their bytes), from one listing: a file gone between the listing and its
+    size (another staging's temporary file, renamed in place) is not counted."""
+    files, size = 0, 0
+    for path in dest.iterdir():
+        try:
+            size += path.stat().st_size
+        except FileNotFoundError:
+            continue
+        files += 1
+    return files, size
 
 
 if __name__ == "__main__":
