@@ -164,7 +164,7 @@ class Planned:
     """What the plan found: {module the selection needs: objects to compile}, the dry run's time,
     its JIT dir, and the modules its tests ask to load that were never built, with their sources
     (`ahead`: what the run's tests will wait for, to build from now: build_ahead), in the order they start,
-    and the test files whose cases' modules start first (`first`, where they load one)."""
+    and the test files whose cases' modules start first (`first`, where they or their warmups load one)."""
 
     needed: dict[str, int]
     seconds: float
@@ -213,7 +213,7 @@ def plan(
         and not workspace.module_files(jit_dir / name)[1].exists()
         and workspace.module_files(jit_dir / name)[0].is_file()
     }
-    first_loads = {e["module_name"] for e in entries if e["test_name"].split("::")[0] in first and not e.get("warmup")}
+    first_loads = {e["module_name"] for e in entries if e["test_name"].split("::")[0] in first}
     return Planned(
         {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()},
         seconds,
@@ -267,8 +267,9 @@ def ahead_order(
     """The modules of `needed` ({module: its sources}) in the order their builds ahead start: first those a
     case of a test file of `first` loads (by first_cases_first among their cases), then those the warmup of
     such a file asks for (a case the dry run's stand-ins stopped before it asked for them may load them:
-    FlashInfer's shared-prefix decode case loads single prefill's module after the batch ones, for the
-    shared part), then the rest by first_cases_first; within each, the fewer sources, then the name."""
+    FlashInfer's shared-prefix decode case, after its batch modules, loads single prefill's for the shared
+    part, `BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward` in flashinfer/cascade.py at v0.6.3), then
+    the rest by first_cases_first; within each, the fewer sources, then the name."""
     near = first_cases_first([[e for e in r if e["test_name"].split("::")[0] in first] for r in reports], order)
     warm = {e["module_name"] for r in reports for e in r if e.get("warmup") and e["test_name"].split("::")[0] in first}
     turn = first_cases_first(reports, order)
