@@ -65,11 +65,12 @@ FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
 FLASHINFER_AOT_DIR = pathlib.Path(os.environ["FAKE_AOT_DIR"])
 """
 FAKE_JIT_CORE = """\
-import contextlib, json, os, subprocess
+import json, os, subprocess
+from contextlib import nullcontext
 try:
     from filelock import FileLock
 except ImportError:  # the default environment's replica has no filelock: one process takes no lock
-    FileLock = lambda path: contextlib.nullcontext()
+    FileLock = lambda path, thread_local=True: nullcontext()
 from flashinfer.jit import env as jit_env
 class MissingJITCacheError(RuntimeError):
     def __init__(self, message, spec=None):
@@ -113,7 +114,7 @@ default {self.jit_library_path}\\n"
     def build(self, verbose, need_lock=True):
         if os.environ.get("FLASHINFER_DISABLE_JIT"):
             raise MissingJITCacheError("JIT compilation is disabled", spec=self)
-        with FileLock(self.lock_path) if need_lock else contextlib.nullcontext():
+        with FileLock(self.lock_path, thread_local=False) if need_lock else nullcontext():
             if not self.ninja_path.exists():
                 self.write_ninja()
             done = subprocess.run(["ninja", "-C", str(self.build_dir), "-f", str(self.ninja_path)], \
@@ -125,7 +126,7 @@ if done.stdout + done.stderr else ""))
     def build_and_load(self):
         if self.is_aot:
             return "aot"
-        with FileLock(self.lock_path):
+        with FileLock(self.lock_path, thread_local=False):
             self.build(False, need_lock=False)
         return "jit"
 class JitSpecRegistry:  # core.py's JitSpecRegistry: gen_jit_spec registers every spec it makes
