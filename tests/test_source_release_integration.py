@@ -3,6 +3,9 @@
 Needs the network (the package index) and, in the running interpreter, what the editable
 install builds and imports with: setuptools>=77, packaging, apache-tvm-ffi and a (CPU) torch.
 .ci/run's flashinfer-dev venv provides them; elsewhere the test skips and says what is missing, but never there.
+Two checks of citations need no release: FlashInfer's tests, which the source release leaves out, are read in a
+checkout of the pinned commit (skipped without one), and tests/support/upstream_standin.py's copies of cited text
+in the stand-in itself.
 """
 
 import hashlib
@@ -14,6 +17,7 @@ import sys
 import sysconfig
 import venv
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -481,6 +485,14 @@ CITED = [
     ("flashinfer/jit/core.py", "JitSpec.aot_path", "FLASHINFER_AOT_DIR"),
     ("flashinfer/jit/core.py", "JitSpec.build_and_load", "self.load(self.aot_path)"),
     ("flashinfer/jit/core.py", "JitSpec.lock_path", ".lock"),  # tests/support/upstream_standin.py
+    # the stand-in's copies (STANDIN_COPIES): the lock need_lock=True takes, a failed build's error
+    (
+        "flashinfer/jit/core.py",
+        "JitSpec.build",
+        "FileLock(self.lock_path, thread_local=False) if need_lock else nullcontext()",
+    ),
+    ("flashinfer/jit/cpp_ext.py", "run_ninja", '"Ninja build failed."'),
+    ("flashinfer/jit/cpp_ext.py", "run_ninja", '" Ninja output:\\n"'),
     ("flashinfer/jit/core.py", "JitSpec", "extra_include_dirs"),
     ("flashinfer/jit/core.py", "JitSpecRegistry.register", "self._specs[spec.name] = spec"),
     ("flashinfer/jit/core.py", "gen_jit_spec", "jit_spec_registry.register(spec)"),
@@ -526,14 +538,28 @@ CITED = [
 ]
 
 
-def cited_source(root, rel: str, symbol: str) -> str | None:
-    """The source of `symbol` in the file `rel` under `root` (a Python file's function, class,
-    Class.method or assigned name), the whole file where it is not Python; None where it is not there."""
+# FlashInfer's tests, cited as CITED is: the source release has no tests/ (test_artifacts.py alone), so these are
+# checked on a checkout of the pinned commit, the tag v0.6.3.
+CITED_TESTS = [
+    # tests/support/upstream_standin.py's tests/utils/test_activation.py (STANDIN_COPIES)
+    ("tests/utils/test_activation.py", "warmup_jit", "autouse=not has_flashinfer_jit_cache()"),
+    ("tests/utils/test_activation.py", "warmup_jit", 'scope="module"'),
+]
+# Where tests/support/upstream_standin.py copies a cited symbol: {(file, symbol): (the stand-in's text, as a name
+# of that module, and its symbol there)}. The text each CITED or CITED_TESTS entry of (file, symbol) cites must be in
+# the stand-in's symbol too, so that the stand-in cannot drift from what is checked to be FlashInfer's.
+STANDIN_COPIES = {
+    ("flashinfer/jit/core.py", "JitSpec.build"): ("FAKE_JIT_CORE", "JitSpec.build"),
+    ("flashinfer/jit/cpp_ext.py", "run_ninja"): ("FAKE_JIT_CORE", "JitSpec.build"),
+    ("tests/utils/test_activation.py", "warmup_jit"): ("TEST_ACTIVATION", "warmup_jit"),
+}
+
+
+def symbol_source(text: str, symbol: str) -> str | None:
+    """The source of `symbol` in the Python source `text` (a function with its decorators, a class,
+    Class.method or an assigned name); None where it is not there."""
     import ast
 
-    text = (root / rel).read_text()
-    if not rel.endswith(".py"):
-        return text if symbol in text else None
     nodes = ast.parse(text).body
     for part in symbol.split("."):
         found = [
@@ -545,7 +571,17 @@ def cited_source(root, rel: str, symbol: str) -> str | None:
         if not found:
             return None
         nodes = getattr(found[0], "body", [found[0]])
-    return ast.get_source_segment(text, found[0])
+    decorators = "".join(f"@{ast.get_source_segment(text, d)}\n" for d in getattr(found[0], "decorator_list", []))
+    return decorators + ast.get_source_segment(text, found[0])
+
+
+def cited_source(root, rel: str, symbol: str) -> str | None:
+    """The source of `symbol` in the file `rel` under `root` (symbol_source's, for a Python file),
+    the whole file where it is not Python; None where it is not there."""
+    text = (root / rel).read_text()
+    if not rel.endswith(".py"):
+        return text if symbol in text else None
+    return symbol_source(text, symbol)
 
 
 def test_the_cited_symbols_are_in_the_release(installed):
@@ -555,6 +591,45 @@ def test_the_cited_symbols_are_in_the_release(installed):
         f"{rel} {symbol}" for rel, symbol, holds in CITED if holds not in (cited_source(tree, rel, symbol) or "")
     ]
     assert missing == [], f"cited, but not in FlashInfer {pins().flashinfer} as cited: {missing}"
+
+
+def pinned_checkout():
+    """A git checkout of FlashInfer at the pinned commit, which has the tests/ the source release leaves
+    out: the vendored submodule, or the checkout FIDEV_FLASHINFER_CHECKOUT names; a skip where there is none."""
+    p = pins()
+    for candidate in (p.source_dir, os.environ.get("FIDEV_FLASHINFER_CHECKOUT")):
+        found = source_tree.inspect(Path(candidate), p) if candidate else None
+        if found and found.kind == "submodule" and found.pinned:
+            return found.path
+    pytest.skip(
+        f"no checkout of FlashInfer at the pinned commit {p.source_commit[:12]} here (the source release has no "
+        "tests/): git submodule update --init, or set FIDEV_FLASHINFER_CHECKOUT to one"
+    )
+
+
+def test_the_cited_tests_are_at_the_pinned_commit():
+    """Each symbol of FlashInfer's tests the workspace cites is at the pinned commit, holding what it says."""
+    tree = pinned_checkout()
+    missing = [
+        f"{rel} {symbol}" for rel, symbol, holds in CITED_TESTS if holds not in (cited_source(tree, rel, symbol) or "")
+    ]
+    assert missing == [], f"cited, but not at FlashInfer's {pins().source_commit[:12]} as cited: {missing}"
+
+
+def test_the_standin_holds_what_it_copies_as_cited():
+    """tests/support/upstream_standin.py holds, in the symbol of its own that copies a cited one, the text
+    cited of FlashInfer's (which the two tests above check is FlashInfer's): a stand-in that drifts fails here."""
+    import upstream_standin
+
+    cited = [(rel, symbol, holds) for rel, symbol, holds in CITED + CITED_TESTS if (rel, symbol) in STANDIN_COPIES]
+    assert {(rel, symbol) for rel, symbol, _ in cited} == set(STANDIN_COPIES), "a copy whose symbol is not cited"
+    drifted = [
+        f"{name} {where} lacks {holds!r} ({rel} {symbol})"
+        for rel, symbol, holds in cited
+        for name, where in [STANDIN_COPIES[(rel, symbol)]]
+        if holds not in (symbol_source(getattr(upstream_standin, name), where) or "")
+    ]
+    assert drifted == [], f"the stand-in no longer copies FlashInfer {pins().flashinfer} as cited: {drifted}"
 
 
 def literal_constants(path) -> dict:

@@ -21,6 +21,8 @@ test_upstream_runs), written after FlashInfer's files at v0.6.3:
   when `aot_path` exists and otherwise builds under the module's lock, `<jit dir>/tmp/<name>.lock`,
   with need_lock=False (`JitSpec.build_and_load` and `JitSpec.lock_path`), and its combined `build_jit_specs`
   only records that it was called. Every object compiled is logged, to count recompiles.
+What it copies of FlashInfer's text is cited in tests/test_source_release_integration.py (STANDIN_COPIES),
+which checks that the text is FlashInfer's at the pinned release and still the stand-in's.
 """
 
 import os
