@@ -186,8 +186,10 @@ def judge(
         return verdict.no_module_changed(args.list, selection, changed, kept)
     dirs = {m.name: m.build_dir for m in found.modules}
     outcome = recorded_run(args, record, found, changed, selection, kept, dirs)
-    found = verdict.coverage_of(selection, changed, verdict.ran_to_a_result(selection, outcome.exercised_files))
-    print(report.results(selection, outcome.failed, outcome.broken, outcome.stopped, not any(found)))
+    coverage_found = verdict.coverage_of(
+        selection, changed, verdict.ran_to_a_result(selection, outcome.exercised_files)
+    )
+    print(report.results(selection, outcome.failed, outcome.broken, outcome.stopped, not any(coverage_found)))
     print(report.compiled(record.compiled, record.compiled_twice))
     report.hints(selection)
     tested = verdict.of_tests(outcome.failed, outcome.broken)
@@ -200,7 +202,7 @@ def judge(
         time.perf_counter() - started,
         outcome.stopped,
     )
-    judged = verdict.verdict_of(tested, selection, changed, kept, found)
+    judged = verdict.verdict_of(tested, selection, changed, kept, coverage_found)
     results = coverage.module_results(
         selection, outcome.failed, outcome.broken, covered=judged is not Verdict.NOT_COVERED, stopped=outcome.stopped
     )

@@ -54,9 +54,10 @@ Options (the rest goes to pytest):
   --budget MINUTES   the compile time the plan may foresee before the run stops (default 10)
   --yes              run past the budget
   --no-plan          no dry run: each module's compile shows as the run reaches it
-  --first-files F[,F...]  the plan builds ahead the modules of these test files' cases first (tests/...;
-                     affected names those of the kernel family nearest its edit, whose tests are the
-                     likeliest to catch it), then each file's first cases' (default: each file's first cases')
+  --first-files F[,F...]  the plan builds ahead the modules of these test files' cases first, then what
+                     their warmups ask for, then each file's first cases' (default: each file's first
+                     cases' first); files of the selection, as its paths are given (tests/attention/x.py);
+                     affected names those of the kernel family nearest its edit, the likeliest to catch it
   --gpus N           the host's first N GPUs (default: all it shows)
   --file-timeout S   seconds a test file's process may run (default 7200)
   --per-gpu N        each file in N parts a GPU, N processes on each GPU at once (default 1)
@@ -124,7 +125,7 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
     while i < len(argv):
         arg = argv[i]
         if arg in OURS:
-            if OURS[arg] and i + 1 >= len(argv):
+            if OURS[arg] and (i + 1 >= len(argv) or argv[i + 1] in OURS):  # `--summary --yes`: no value given
                 raise Failure(f"{arg} needs a value", "see `upstream_tests.py --help`")
             ours[arg] = argv[i + 1] if OURS[arg] else True
             i += 1 + OURS[arg]
@@ -216,6 +217,32 @@ def named(selection: list[str], tests) -> list[str]:
     return suite.resolve(selection, tests)
 
 
+def first_files(ours: dict, nodes: list[str], tests: Path) -> frozenset[str]:
+    """--first-files' test files as the plan's records name them (tests/..., from the tree), each given as a
+    path relative to the current folder, tests/ or the tree (as the selection's paths are) and one the
+    selection runs; else two lines, and with --no-plan (only the plan builds ahead)."""
+    given = [f.strip() for f in ours.get("--first-files", "").split(",") if f.strip()]
+    if given and "--no-plan" in ours:
+        raise Failure(
+            "--first-files with --no-plan: only the plan builds modules ahead of the tests",
+            "leave out one of them",
+            exit_status=USAGE,
+        )
+    root = tests.parent.resolve()
+    selected = [str(Path(node.split("::")[0]).resolve().relative_to(root)) for node in nodes]
+    found = set()
+    for item in given:
+        file = str(Path(suite.path_node(item, tests)).resolve().relative_to(root))
+        if "::" in item or not any(file == s or file.startswith(s.rstrip("/") + "/") for s in selected):
+            raise Failure(
+                f"--first-files {item}: not a test file this run selects",
+                "name test files of the selection, comma-separated (tests/attention/test_cascade.py)",
+                exit_status=USAGE,
+            )
+        found.add(file)
+    return frozenset(found)
+
+
 def apply_kernel_source() -> str:
     """The kernel source mode, applied before anything imports flashinfer, and said."""
     mode = module_choice.apply(
@@ -275,6 +302,7 @@ def main() -> int:
     suite.refuse_outside(selection, pins().source_dir / "tests")
     tests = suite.tests_dir()
     nodes = named(selection, tests)
+    first = first_files(ours, nodes, tests)
     mode = apply_kernel_source()
     stop_as_ctrl_c()
     inherited = inherited_gate()  # affected's, where it started this run: read once, here, and passed down
@@ -283,7 +311,6 @@ def main() -> int:
         try:
             seed, spec = sample_spec(ours, nodes, tests, Path(folder), ws)
             if "--no-plan" not in ours:
-                first = frozenset(f for f in ours.get("--first-files", "").split(",") if f)
                 ahead = planned(nodes, pytest_args, tests, budget_s, "--yes" in ours, spec, inherited.gate, first)
                 # the record now names the modules of the cases the dry run sampled: the run's sample takes them
                 if spec is not None:

@@ -176,7 +176,7 @@ def build_and_test(monkeypatch, run, smoke_fails, keep_going=False, ours=SMOKE, 
         all_held = all_held_
 
         def __init__(self, to_build, then, say=None, first=frozenset(), rebuilt=None):
-            given["rebuild"] = to_build
+            given["rebuild"], given["rebuilding"] = to_build, self
             self.stopped = threading.Event()
             then(self)
 
@@ -261,6 +261,7 @@ def test_a_run_stops_at_its_first_failure_by_default_and_hands_each_step_what_it
     given_run = ("early", THEIRS, RECORDED, CHANGED, VERSION_DIR, True, their_tests.STOP_AFTER, FIRST_FILES)
     assert given["their_run"] == given_run, "the files whose cases' modules build first too"
     assert given["rebuild"] == TO_BUILD and given["rebuild waited"]
+    assert given["rebuilding"].stopped.is_set(), "the rebuild is stopped however the run ends"
     assert given["rebuild's stop"] == run.ended_failing, "FlashInfer's first failing case stops the rebuild"
     assert said == ["open", "begin", "finish", "stop"] and outcome.stopped is False
     assert given["run_ours"] == (SMOKE, [], "auto") and given["imported_first"] == ["started", "joined"]

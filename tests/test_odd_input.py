@@ -505,20 +505,17 @@ def test_two_stage_runs_into_one_folder_each_write_their_archive_whole_and_a_kil
 
 
 def test_the_staged_size_counts_what_stayed_and_not_a_file_gone_since_the_listing(tmp_path, monkeypatch):
-    """stage_gpu_host's last line: another staging's temporary file, renamed between the listing and its
-    size, is not counted, and no traceback."""
-    import importlib.util
+    """stage_gpu_host's last line (fidev.core.files.folder_size): another staging's temporary file, renamed
+    between the listing and its size, is not counted, and no traceback."""
+    from fidev.core.files import folder_size
 
-    spec = importlib.util.spec_from_file_location("stage_gpu_host_tool", task_path(ROOT, "stage_gpu_host.py"))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
     (tmp_path / "a.whl").write_bytes(b"x" * 10)
     gone = tmp_path / ".bench-before.tar.tmp-1"
     gone.write_bytes(b"y" * 5)
     listing = list(tmp_path.iterdir())
     gone.unlink()  # renamed by the other staging after the listing
     monkeypatch.setattr(type(tmp_path), "iterdir", lambda self: iter(listing))
-    assert tool.staged_size(tmp_path) == (1, 10)
+    assert folder_size(tmp_path) == (1, 10)
 
 
 @pytest.mark.parametrize("commit", ["--output=x", "HEAD", "d0886ce", "D0886CE2B67761A5B4F9396B4C3741F7860791B0"])

@@ -279,7 +279,8 @@ def test_the_builds_ahead_start_with_the_modules_of_each_files_first_cases():
 
 def test_the_builds_ahead_start_with_the_modules_of_the_first_files_cases():
     """--first-files (affected: the test files of the family nearest its edit): the modules their cases load
-    start first, in their cases' order, whatever the other files' first cases load; then the rest as before."""
+    start first, in their cases' order, whatever the other files' first cases load; then those their warmups
+    ask for; then the rest as before."""
     entries = [
         {"test_name": "tests/a.py::t[1]", "module_name": "z_decode"},
         {"test_name": "tests/a.py::t[2]", "module_name": "b_prefill"},
@@ -287,28 +288,28 @@ def test_the_builds_ahead_start_with_the_modules_of_the_first_files_cases():
         {"test_name": "tests/b.py::v", "module_name": "z_decode"},
         {"test_name": "tests/b.py::w", "module_name": "a_cascade"},
         {"test_name": "tests/c.py::x", "module_name": "c_rope"},
+        {"test_name": "tests/c.py::y", "module_name": "d_single"},
     ]
     needed = {"z_decode": ["1", "2"], "b_prefill": ["1"], "y_page": ["1"], "a_cascade": ["1"], "c_rope": ["1"]}
+    needed["d_single"] = ["1", "2", "3"]
     assert upstream_plan.ahead_order([entries], [], needed) == [
         "c_rope",
         "y_page",
         "z_decode",
         "b_prefill",
+        "d_single",
         "a_cascade",
     ]
     first = frozenset({"tests/b.py"})
-    assert upstream_plan.ahead_order([entries], [], needed, first) == [
-        "y_page",
-        "z_decode",
-        "a_cascade",
-        "c_rope",
-        "b_prefill",
-    ]
+    near_first = ["y_page", "z_decode", "a_cascade", "c_rope", "b_prefill", "d_single"]
+    assert upstream_plan.ahead_order([entries], [], needed, first) == near_first
     # what a first file's warmup asks for comes next (its cases may load it past where the dry run's stand-ins
-    # stopped them), before the other files' cases' modules
-    needed["d_single"] = ["1", "2", "3"]
-    warmup = {"test_name": "tests/b.py::u", "module_name": "d_single", "warmup": True}
-    assert upstream_plan.ahead_order([entries + [warmup]], [], needed, first) == [
+    # stopped them), before the other files' cases' modules; another file's warmup moves nothing
+    warmups = [
+        {"test_name": "tests/b.py::u", "module_name": "d_single", "warmup": True},
+        {"test_name": "tests/a.py::t[1]", "module_name": "b_prefill", "warmup": True},
+    ]
+    assert upstream_plan.ahead_order([entries + warmups], [], needed, first) == [
         "y_page",
         "z_decode",
         "a_cascade",
@@ -316,7 +317,16 @@ def test_the_builds_ahead_start_with_the_modules_of_the_first_files_cases():
         "c_rope",
         "b_prefill",
     ]
-    del needed["d_single"]
+    # pytest's order (the dry run's collection) decides the place of a case, among the first files' and the rest
+    order = ["tests/a.py::t[2]", "tests/a.py::t[1]", "tests/b.py::w", "tests/b.py::v", "tests/b.py::u"]
+    assert upstream_plan.ahead_order([entries], order, needed, first) == [
+        "a_cascade",
+        "z_decode",
+        "y_page",
+        "b_prefill",
+        "c_rope",
+        "d_single",
+    ]
     # a first file whose cases load nothing to build, or a file not run: the order as without
     nothing = frozenset({"tests/d.py"})
     assert upstream_plan.ahead_order([entries], [], needed, nothing) == upstream_plan.ahead_order([entries], [], needed)
@@ -390,6 +400,34 @@ def test_the_plan_builds_the_modules_of_the_first_files_cases_first(ws):
     assert done.returncode == 0 and "upstream-tests: 4 passed" in done.stdout, done.stdout + done.stderr
     said = "building the 4 module(s) its tests will load and nothing built, side by side, from now, those of "
     assert said + "tests/utils/test_one.py's cases first: rope, page, prefill_a, prefill_b" in done.stdout, done.stdout
+    # a first file with nothing left to build ahead is not named; a file given as the selection's paths are
+    (root / "extern/tracked/flashinfer/tests/utils/test_three.py").write_text(ONE_MODULE.replace("rope", "topk"))
+    three = "utils/test_three.py"
+    done = upstream(root, env, *files, three, "--yes", "--first-files", "utils/test_one.py, tests/" + three)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = "building the 1 module(s) its tests will load and nothing built, side by side, from now, those of "
+    assert said + "tests/utils/test_three.py's cases first: topk" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (
+            ["utils/test_norm.py", "--no-plan", "--first-files", "tests/utils/test_norm.py"],
+            "--first-files with --no-plan",
+        ),
+        (["utils/test_norm.py", "--first-files", "tests/utils/test_activation.py"], "not a test file this run selects"),
+        (["utils/test_norm.py", "--first-files", "tests/utils/test_norm.py::test_norm"], "not a test file this run"),
+        (["utils/test_norm.py", "--first-files", "utils/test_none.py"], "is neither a kernel family nor a path"),
+        (["utils/test_norm.py", "--first-files", "--yes"], "--first-files needs a value"),
+    ],
+)
+def test_first_files_that_are_no_file_of_the_selection_or_without_a_plan_are_two_lines(ws, args, problem):
+    """--first-files takes the selection's test files, given as its paths are; anything else is bad usage,
+    refused before anything runs: with --no-plan (nothing builds ahead), a file the run does not select, a
+    node id, a path to nothing, an option where its value goes."""
+    root, _, env = ws
+    two_line_failure(upstream(root, env, *args), problem, status=2)
 
 
 INNER_CACHE = """\

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import output_folder, replaceable, user_path  # noqa: E402
+from fidev.core.files import folder_size, output_folder, replaceable, user_path  # noqa: E402
 from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 from fidev.tree import source_release  # noqa: E402
 
@@ -178,22 +178,9 @@ def main() -> int:
     sdist = args.dest / pins().sdist_name
     if not sdist.is_file():
         source_release.download(pins(), args.dest)
-    files, size = staged_size(args.dest)
+    files, size = folder_size(args.dest)  # another staging's temporary file may go meanwhile
     print(f"staged {files} files, {size / 2**20:.1f} MiB, into {args.dest}")
     return 0
-
-
-def staged_size(dest: Path) -> tuple[int, int]:
-    """(how many files DEST holds, their bytes), from one listing: a file gone between the listing and its
-    size (another staging's temporary file, renamed in place) is not counted."""
-    files, size = 0, 0
-    for path in dest.iterdir():
-        try:
-            size += path.stat().st_size
-        except FileNotFoundError:
-            continue
-        files += 1
-    return files, size
 
 
 if __name__ == "__main__":

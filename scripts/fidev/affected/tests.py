@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,7 +236,7 @@ def build_and_test(
     keep_going: bool = False,
     first: frozenset[str] = frozenset(),
     rebuilt: Callable[[str], None] = lambda name: None,
-    first_files: list[str] = (),
+    first_files: Sequence[str] = (),
 ) -> Outcome:
     """Rebuild the changed modules while FlashInfer's tests import and collect, and run smoke's tests
     here meanwhile, each once the modules it loads are rebuilt (the rebuild holds each module's lock

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from fidev.core import workspace
@@ -115,7 +116,7 @@ class FlashInferTests:
         sample: list[str] | None = None,
         stop_after: int = STOP_AFTER,
         plan: bool = False,
-        first_files: list[str] = (),
+        first_files: Sequence[str] = (),
     ):
         """`sample`: the modules the sample of their cases must exercise (upstream-tests --sample
         --sample-modules, fidev.upstream.sample); None: every case of the tests (--whole-family).
@@ -313,7 +314,7 @@ def their_run(
     file_times: Path,
     sampled: bool = True,
     stop_after: int = STOP_AFTER,
-    first_files: list[str] = (),
+    first_files: Sequence[str] = (),
 ) -> tuple:
     """FlashInfer's tests' run, and the tests its gate lets run: the one started before the
     regeneration where it has them all (the gate names these), else one that starts now, and

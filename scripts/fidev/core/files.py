@@ -378,3 +378,16 @@ def exclusive(lock_path: Path, who: str, busy: Failure, unwritable: Callable[[OS
         finally:
             lock_path.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def folder_size(folder: Path) -> tuple[int, int]:
+    """(how many entries `folder` holds, their bytes), from one listing: an entry gone between the listing
+    and its size (another process's temporary file, renamed in place) is not counted."""
+    files, size = 0, 0
+    for path in folder.iterdir():
+        try:
+            size += path.stat().st_size
+        except FileNotFoundError:
+            continue
+        files += 1
+    return files, size

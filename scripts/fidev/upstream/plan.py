@@ -182,7 +182,7 @@ def plan(
 ) -> Planned | None:
     """What the selection needs (Planned); None when the dry run took longer than PLAN_LIMIT_S (or
     did not finish), so that the run goes ahead without. The modules to build ahead are in the order they
-    are to start: those of the cases of the test files `first` (tests/...) first, then by ahead_order.
+    are to start (ahead_order: those of the test files `first`, tests/..., first).
 
     The dry run is the selection under FLASHINFER_DISABLE_JIT=1: nothing is built or loaded, and
     fidev.upstream.plugin records what was asked for; under --sample, of the sample (`sample`: its
@@ -208,19 +208,22 @@ def plan(
     loaded = {e["module_name"] for e in entries if not e.get("warmup")}
     ahead = {
         name: needed[name]
-        for name in ahead_order(reports, order, needed, first)
-        if name in loaded
-        and not workspace.module_files(jit_dir / name)[1].exists()
+        for name in ahead_order(reports, order, {n: s for n, s in needed.items() if n in loaded}, first)
+        if not workspace.module_files(jit_dir / name)[1].exists()
         and workspace.module_files(jit_dir / name)[0].is_file()
     }
-    first_loads = {e["module_name"] for e in entries if e["test_name"].split("::")[0] in first}
     return Planned(
         {name: objects_to_compile(jit_dir / name, sources) for name, sources in needed.items()},
         seconds,
         jit_dir,
         ahead,
-        sorted(first) if first_loads & ahead.keys() else [],
+        sorted({file_of(e) for e in entries if file_of(e) in first and e["module_name"] in ahead}),
     )
+
+
+def file_of(entry: dict) -> str:
+    """The test file of a JIT report's entry (tests/..., from the tree)."""
+    return entry["test_name"].split("::")[0]
 
 
 def collected_order(scratch: Path) -> list[str]:
@@ -264,18 +267,21 @@ def first_cases_first(reports: list[list[dict]], order: list[str] = ()) -> dict[
 def ahead_order(
     reports: list[list[dict]], order: list[str], needed: dict[str, list[str]], first: frozenset[str] = frozenset()
 ) -> list[str]:
-    """The modules of `needed` ({module: its sources}) in the order their builds ahead start: first those a
-    case of a test file of `first` loads (by first_cases_first among their cases), then those the warmup of
-    such a file asks for (a case the dry run's stand-ins stopped before it asked for them may load them:
-    FlashInfer's shared-prefix decode case, after its batch modules, loads single prefill's for the shared
-    part, `BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward` in flashinfer/cascade.py at v0.6.3), then
-    the rest by first_cases_first; within each, the fewer sources, then the name."""
-    near = first_cases_first([[e for e in r if e["test_name"].split("::")[0] in first] for r in reports], order)
-    warm = {e["module_name"] for r in reports for e in r if e.get("warmup") and e["test_name"].split("::")[0] in first}
+    """The modules of `needed` ({module a case of the reports loads: its sources}) in the order their builds
+    ahead start: first those a case of a test file of `first` loads (by
+    first_cases_first among their cases); then those the warmup of such a file asks for (a case the dry run's
+    stand-ins stopped before it asked for them may load them: FlashInfer's shared-prefix decode case, after
+    its batch modules, loads single prefill's for the shared part,
+    `BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward` in flashinfer/cascade.py at v0.6.3), where a case
+    of another file loads them (only a module a case of the dry run asked for has its ninja file written:
+    fidev.upstream.plugin.ready_to_build); then the rest by first_cases_first; within each, the fewer
+    sources, then the name."""
+    near = first_cases_first([[e for e in r if file_of(e) in first] for r in reports], order)
+    warm = {e["module_name"] for r in reports for e in r if e.get("warmup") and file_of(e) in first}
     turn = first_cases_first(reports, order)
 
     def key(name: str) -> tuple:
-        rank = (0, near[name]) if name in near else (1, 0) if name in warm else (2, turn.get(name, 0))
+        rank = (0, near[name]) if name in near else (1, 0) if name in warm else (2, turn[name])
         return rank, len(needed[name]), name
 
     return sorted(needed, key=key)
@@ -283,7 +289,7 @@ def ahead_order(
 
 def build_ahead(planned: Planned, gate: Path | None = None) -> module_builds.Ahead | None:
     """The modules the dry run's tests asked to load and that were never built (Planned.ahead), built
-    side by side, those of each file's first cases first (first_cases_first), while the run's processes
+    side by side, starting in Planned.ahead's order (ahead_order), while the run's processes
     start, each under FlashInfer's lock of it (fidev.builds.module_builds.Ahead): a test that loads one
     waits for that one, not for the others;
     said as they build. Behind affected's `gate`, they start as it opens: affected's rebuild, which
