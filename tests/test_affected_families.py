@@ -97,8 +97,12 @@ def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tm
         assert done.returncode == 1, f"{attempt}: {out}"
         assert "the edit reaches rope" in out and "tests/attention/test_rope.py::test_rope[" in out, out
         assert (attempt == "edit") != ("the tests of rope it reaches failed at" in out), out
-        # rope, the family nearest the edit, has its cases' modules built first (by its plan; built by the rerun)
-        assert (attempt == "edit") == ("those of tests/attention/test_rope.py's cases first: rope" in out), out
+        # rope, the family nearest the edit, has its cases' modules built first by its plan (a plan past its time
+        # limit on a loaded host is dropped: nothing builds ahead); the rerun finds rope built
+        planned = "the plan's dry run took over" not in out
+        assert (attempt == "edit" and planned) == (
+            "those of tests/attention/test_rope.py's cases first: rope" in out
+        ), out
         ran = seen(env)
         assert 0 < len(ran) < 8, (attempt, ran)  # a sample, stopped at its first failures
     shutil.copy2(saved, tree / HEADER)  # cp -p: the old bytes and mtime
