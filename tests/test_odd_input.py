@@ -7,6 +7,8 @@ or tool added to scripts/ or tools/ must appear in COVERED (test_every_script_an
 
 import copy
 import datetime
+import functools
+import importlib.util
 import json
 import os
 import shutil
@@ -1126,6 +1128,38 @@ def planted_bugs_read(tmp, data):
     return [f"{len(caught)} of {len(done['bugs'])}", *done["survivors"], *done["restored_failures"], *done["left"]]
 
 
+PREFLIGHT_RECORD = {
+    "cuda_target": "12.8",
+    "pinned": False,
+    "checks": [
+        {"id": "host", "status": "pass", "finding": "Linux x86_64", "fix": ""},
+        {"id": "cubin", "status": "fail", "finding": "flashinfer-cubin is not installed", "fix": "pixi install"},
+        {"id": "cuda-libs", "status": "fail", "finding": "no libcudart.so", "fix": "CUDA_HOME=$CONDA_PREFIX/targets"},
+    ],
+    "summary": {"pass": 1, "warn": 0, "fail": 2},
+    "seconds": 0.5,
+}
+
+
+@functools.cache
+def acceptance_tool():
+    """tools/gpu_acceptance.py as a module, for its readers (no step runs)."""
+    spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", task_path(ROOT, "gpu_acceptance.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def preflight_record_read(tmp, data):
+    """preflight --json's record, as the acceptance run's preflight step reads it from the output (a warning
+    printed before it included): a step that fails, its note naming the record where it cannot be read,
+    and a check that failed (cuda-libs) never read as a pass."""
+    out = "a warning printed first\n" + json.dumps(data, indent=1) + "\n"
+    passed, note = acceptance_tool().preflight_verdict(out, tmp / "logs/preflight.log")
+    assert not passed, f"a failed check read as a pass: {note}"
+    return [note]
+
+
 PYPI_PAGE = {
     "meta": {"api-version": "1.1"},
     "name": "flashinfer-python",
@@ -1259,6 +1293,7 @@ RECORDS = {
     "upstream-tests' summary": (upstream_summary_valid, upstream_summary_read),
     "affected's summary": (affected_summary_valid, affected_summary_read),
     "planted bugs' record": (planted_bugs_valid, planted_bugs_read),
+    "preflight's record": (PREFLIGHT_RECORD, preflight_record_read),
     "index page": (PYPI_PAGE, index_page_read),
 }
 
@@ -1314,6 +1349,53 @@ def test_the_acceptance_runs_results_of_the_wrong_json_type_fail_in_two_lines(tm
     assert done.returncode == 1 and last.endswith("has a result for): smoke"), done.stdout + done.stderr
     for _, results in wrong_typed(ACCEPTANCE_RESULTS, kind):
         two_line_failure(resumed(results), "results.json is not of the shape this tool writes")
+
+
+# what the preflight step reads of a check (its fix, the summary and the times are not read): each field of it
+# of another JSON type leaves nothing the step could pass on
+PREFLIGHT_READ = {
+    "checks": [
+        {"id": "host", "status": "pass", "finding": "Linux x86_64"},
+        {"id": "cubin", "status": "fail", "finding": "flashinfer-cubin is not installed"},
+    ]
+}
+PREFLIGHT_UNREADABLE = "preflight --json's record of its checks is unreadable"
+
+
+@pytest.mark.parametrize("kind", list(WRONG_TYPES))
+def test_the_acceptance_runs_preflight_record_of_the_wrong_json_type_fails_the_step_naming_it(tmp_path, kind):
+    """The acceptance run's preflight step on a record whose checks pass (but one of HOST_LACKS not
+    installed), whole and each of the fields it reads of each JSON type it is not: the step fails, its note
+    naming the unreadable record and its log, never a traceback and never a pass."""
+    log = tmp_path / "logs/preflight.log"
+    verdict = acceptance_tool().preflight_verdict
+    assert verdict(json.dumps(PREFLIGHT_READ), log) == (
+        True,
+        "1 of 2 pass or warn; no other FAIL; the host lacks flashinfer-cubin",
+    )
+    for where, data in wrong_typed(PREFLIGHT_READ, kind):
+        passed, note = verdict(json.dumps(data), log)
+        assert not passed and note.startswith(PREFLIGHT_UNREADABLE) and note.endswith(f"see {log}"), (where, note)
+
+
+@pytest.mark.parametrize(
+    ("out", "said"),
+    [
+        ("", "not JSON: substring not found"),
+        ("Traceback (most recent call last):\n  ...\nImportError: no torch\n", "not JSON"),
+        ('{"checks": [{"id": "host", "status": "pass"', "not JSON"),
+        ('{"a": ' * 100_000, "not JSON: it is nested too deeply"),
+        ('{"error": "pixi.toml is missing", "fix": "run from the checkout"}', "it says 'pixi.toml is missing'"),
+        ('{"checks": []}', "not of the shape preflight writes"),
+        ('{"checks": [{"id": "host", "status": "passed", "finding": "Linux"}]}', "not of the shape"),
+    ],
+)
+def test_an_acceptance_preflight_output_without_its_record_fails_the_step_naming_it(tmp_path, out, said):
+    """No JSON object in preflight's output (it crashed), one cut short or nested past the parser,
+    preflight's own two lines, a record with no check or a status preflight never writes: the step fails,
+    its note saying why, never a traceback and never a pass on nothing."""
+    passed, note = acceptance_tool().preflight_verdict(out, tmp_path / "preflight.log")
+    assert not passed and note.startswith(f"{PREFLIGHT_UNREADABLE} ({said}"), note
 
 
 TOML_VALUES = {

@@ -78,6 +78,7 @@ from fidev.core.files import (  # noqa: E402
     not_a_file,
     not_a_folder,
     output_folder,
+    parse_json,
     replaceable,
     user_path,
     write_output,
@@ -85,6 +86,7 @@ from fidev.core.files import (  # noqa: E402
 )
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import compile_cache, kernel_source  # noqa: E402
+from fidev.preflight import checks as preflight_checks  # noqa: E402
 from fidev.tree import edits  # noqa: E402
 from fidev.upstream import bench as upstream_bench  # noqa: E402
 from fidev.upstream import runs as upstream_runs  # noqa: E402
@@ -535,7 +537,28 @@ def preflight(run: Run) -> None:
     status, out, seconds = run.sh(
         "preflight", [sys.executable, "scripts/preflight.py", "--json", "--cuda", host_cuda()]
     )
-    checks = json.loads(out[out.index("{") :])["checks"]
+    run.record("preflight", *preflight_verdict(out, run.logs / "preflight.log"), seconds)
+
+
+# a check of preflight --json's record (fidev.preflight.checks.Check), as the preflight step reads it; a record
+# with no check, or a status it does not know, is as unreadable as one of another shape: it would pass on nothing
+PREFLIGHT_CHECK = {"id": str, "status": lambda status: status in preflight_checks.STATUSES, "finding": str}
+PREFLIGHT_RECORD = {"checks": lambda checks: fits(checks, list[PREFLIGHT_CHECK]) and len(checks) > 0}
+
+
+def preflight_verdict(out: str, log: Path) -> tuple[bool, str]:
+    """(passed, note) of preflight --json's output: its record is the JSON object from its first "{" (what
+    preflight prints before it, a warning, is left out). An output that holds none, or a record of another
+    shape (PREFLIGHT_RECORD; preflight's own two lines, {"error", "fix"}), fails, its note naming it."""
+    try:
+        data = parse_json(out[out.index("{") :])
+    except ValueError as e:  # no "{" at all (str.index), or no JSON after it
+        data, why = None, f"not JSON: {e}"
+    else:
+        why = f"it says {data['error']!r}" if fits(data, {"error": str}) else "not of the shape preflight writes"
+    if not fits(data, PREFLIGHT_RECORD):
+        return False, f"preflight --json's record of its checks is unreadable ({why}): see {log}"
+    checks = data["checks"]
     failed = {c["id"]: c["finding"] for c in checks if c["status"] == "fail"}
     excused = {i: f for i, f in failed.items() if i in HOST_LACKS and "is not installed" in f}
     others = {i: f for i, f in failed.items() if i not in excused}
@@ -544,7 +567,7 @@ def preflight(run: Run) -> None:
     )
     if excused:
         note += f"; the host lacks {', '.join(HOST_LACKS[i] for i in excused)}"
-    run.record("preflight", not others, seconds, note)
+    return not others, note
 
 
 def host_cuda() -> str:
