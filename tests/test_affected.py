@@ -124,6 +124,18 @@ def test_nothing_changed_is_said_without_importing_flashinfer(ws, tmp_path):
     assert (record.verdict, record.status, record.changed, record.past_build) == ("nothing changed", 0, {}, None)
 
 
+def test_a_summary_whose_name_is_near_the_file_systems_limit_is_written_whole(ws, tmp_path):
+    """--summary of a 250-byte name (NAME_MAX is 255): checked before the run and written at its end, whole,
+    nothing else left beside it (its temporary file's name is cut to fit: fidev.core.files.temporary_beside)."""
+    _, root, _, env = ws
+    out = tmp_path / "out"
+    out.mkdir()
+    summary = out / ("s" * 245 + ".json")
+    done = affected(root, env, "--summary", str(summary))
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert affected_summary.read(summary).verdict == "nothing changed" and os.listdir(out) == [summary.name]
+
+
 def test_a_touched_header_with_the_same_content_is_no_edit(ws):
     tree, root, _, env = ws
     header = tree / "include/flashinfer/norm.cuh"

@@ -16,6 +16,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -428,6 +429,44 @@ def test_a_file_is_written_whole_only_where_it_is_a_regular_file_or_nothing(tmp_
     (tmp_path / "link").symlink_to(tmp_path / "target")
     write_whole(tmp_path / "link", "new")
     assert (tmp_path / "link").is_symlink() and (tmp_path / "target").read_text() == "new"
+
+
+# final names near NAME_MAX (255 bytes, the most user_path takes), whose temporary name would pass it with the
+# 30-odd bytes a write adds: 250 bytes of ASCII, the whole 255, and 245 to 250 of two-, three- and four-byte characters
+LONG_NAMES = {
+    "250 bytes": "s" * 245 + ".json",
+    "255 bytes": "s" * 250 + ".json",
+    "two-byte characters": "é" * 120 + ".json",
+    "three-byte characters": "名" * 81 + ".json",
+    "four-byte characters": "🙂" * 61 + ".json",
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_NAMES.values()), ids=list(LONG_NAMES))
+def test_an_output_whose_name_is_near_the_file_systems_limit_is_written_whole(tmp_path, monkeypatch, name):
+    """A --summary or --record of a name up to NAME_MAX bytes passes the check before the run (output_file), and its
+    write at the run's end (write_output) succeeds, through a temporary file beside it whose name fits, cut by
+    whole characters (temporary_beside); nothing else is left beside it, and one that is a FIFO is still refused."""
+    from fidev.core import files
+    from fidev.core.failure import Failure
+
+    assert len(os.fsencode(name)) > files.NAME_MAX - 30, name
+    renamed = []
+    replace = os.replace
+    monkeypatch.setattr(files.os, "replace", lambda src, dst: renamed.append(Path(src)) or replace(src, dst))
+    path = files.output_file(str(tmp_path / name))
+    files.write_output(path, '{"verdict": "passed"}', "the summary")
+    assert path.read_text() == '{"verdict": "passed"}' and os.listdir(tmp_path) == [name]
+    (tmp,) = renamed
+    assert tmp.parent == tmp_path and tmp.name.startswith(".") and len(os.fsencode(tmp.name)) <= files.NAME_MAX, tmp
+    assert os.fsencode(tmp.name).decode() == tmp.name and tmp.name.endswith(
+        f".tmp-{os.getpid()}-{threading.get_ident()}"
+    )
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(Failure, match="is a named pipe"):
+        files.write_output(path, "x", "the summary")
+    assert stat.S_ISFIFO(os.lstat(path).st_mode) and os.listdir(tmp_path) == [name]
 
 
 @pytest.mark.parametrize("value", ["--output={tmp}/out.tar", "-o{tmp}/out.tar", "no-such-revision", " "])

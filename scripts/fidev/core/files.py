@@ -293,15 +293,28 @@ def user_path(text: str) -> Path:
     return Path(text)
 
 
+def temporary_beside(path: Path, tag: str) -> Path:
+    """The temporary file a write of `path` goes through before its rename into place: `.<name>.tmp-<tag>` in
+    its folder. A name that user_path takes (up to NAME_MAX bytes) would pass NAME_MAX with those 30-odd bytes
+    added, and the write fail only at the run's end: there the name in it is cut short, by whole characters,
+    so that it fits; the tag (the writer's own: its pid and thread) keeps it apart from another writer's."""
+    suffix = f".tmp-{tag}"
+    room = NAME_MAX - len(os.fsencode(f".{suffix}"))
+    name = path.name
+    while len(os.fsencode(name)) > room:
+        name = name[:-1]
+    return path.with_name(f".{name}{suffix}")
+
+
 def write_whole(path: Path, text: str) -> None:
-    """`text` into `path`, whole or not at all: a temporary file beside it, renamed into place (one
-    per process and thread, so that writers of one path in threads of one process do not share it).
+    """`text` into `path`, whole or not at all: a temporary file beside it (temporary_beside), renamed into
+    place (one per process and thread, so that writers of one path in threads of one process do not share it).
     A path through a link is written where the link leads (the link stays); one that exists and is
     not a regular file is refused in two lines, never replaced (replaceable)."""
     path = Path(os.path.realpath(path))
     replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    tmp = temporary_beside(path, f"{os.getpid()}-{threading.get_ident()}")
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
