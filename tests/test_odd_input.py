@@ -469,6 +469,26 @@ def test_an_output_whose_name_is_near_the_file_systems_limit_is_written_whole(tm
     assert stat.S_ISFIFO(os.lstat(path).st_mode) and os.listdir(tmp_path) == [name]
 
 
+def test_an_output_whose_temporary_file_would_pass_the_path_limit_is_refused_before_the_work(tmp_path):
+    """A --summary whose whole path is within PATH_MAX (4096 bytes) but the temporary file's beside it, 30-odd bytes
+    longer, is not: two lines from the check before the run (output_file), not a write that fails at the run's end;
+    one 40 bytes shorter is written whole."""
+    from fidev.core import files
+    from fidev.core.failure import Failure
+
+    folder = tmp_path
+    while len(os.fsencode(folder)) < files.PATH_MAX - 200:
+        folder = folder / ("d" * 100)
+    folder.mkdir(parents=True)
+    near = folder / ("x" * (files.PATH_MAX - 11 - len(os.fsencode(folder))))  # 4084 bytes in all
+    with pytest.raises(Failure, match=f"would be [0-9]+ bytes long, past the system's limit of {files.PATH_MAX}") as e:
+        files.output_file(str(near))
+    assert e.value.fix == "name a shorter path, or one in a folder nearer /" and os.listdir(folder) == []
+    shorter = folder / ("x" * (files.PATH_MAX - 41 - len(os.fsencode(folder))))
+    files.write_output(files.output_file(str(shorter)), "{}", "the summary")
+    assert shorter.read_text() == "{}" and os.listdir(folder) == [shorter.name]
+
+
 @pytest.mark.parametrize("value", ["--output={tmp}/out.tar", "-o{tmp}/out.tar", "no-such-revision", " "])
 def test_stage_gpu_host_takes_only_a_commit_of_the_checkout_for_bench_before(tmp_path, value):
     """What --bench-before names goes to git archive only as the commit git resolved it to: a value

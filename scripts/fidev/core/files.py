@@ -219,10 +219,17 @@ def writable_folder(folder: Path, what: str) -> None:
 def output_file(text: str) -> Path:
     """A file a tool is named to write (--summary, --record), checked before the work that fills it:
     user_path's checks, then two lines where it exists and is not a regular file, or its folder is
-    none or read-only."""
+    none or read-only, or the temporary file its write goes through (write_whole) would be past PATH_MAX."""
     path = user_path(text)
     replaceable(path)
     writable_folder(path.parent, f"{path} cannot be written")
+    tmp = temporary_beside(Path(os.path.realpath(path)), LONGEST_TAG)
+    if len(os.fsencode(tmp)) >= PATH_MAX:
+        raise Failure(
+            f"{path} cannot be written: the temporary file its write goes through, beside it, would be "
+            f"{len(os.fsencode(tmp))} bytes long, past the system's limit of {PATH_MAX}",
+            "name a shorter path, or one in a folder nearer /",
+        )
     return path
 
 
@@ -262,6 +269,7 @@ def write_verified(target: Path, chunks: Iterable[bytes], sha256: str, mismatch:
 
 
 NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on a path's part and on the whole path, in bytes
+LONGEST_TAG = f"{'9' * 7}-{'9' * 20}"  # write_whole's tag at its longest: a pid (pid_max 2**22), a thread id
 
 
 def user_path(text: str) -> Path:
