@@ -183,6 +183,32 @@ def test_the_test_files_of_the_family_nearest_an_edit_are_the_first_whose_module
     ]
 
 
+def test_a_wrapper_is_its_familys_nearest_file_and_a_modules_own_include_dirs_count_a_step(tmp_path):
+    """family_steps: a Python file that holds a family's API is 0 steps from it (its tests call it), as a
+    family's own source is; include_steps follows a module's extra include dirs (csrc/nv_internal's
+    headers, found only there), a step each."""
+    from fidev.tree import families
+
+    tree = tmp_path / "flashinfer"
+    for rel, text in {
+        "flashinfer/cascade.py": "",
+        "csrc/cascade.cu": '#include "flashinfer/attention/cascade.cuh"\n',
+        "include/flashinfer/attention/cascade.cuh": '#include "own.h"\n',
+        "csrc/nv_internal/own.h": "",
+    }.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    steps = families.family_steps(tree, ["flashinfer/cascade.py", "include/flashinfer/attention/cascade.cuh"])
+    assert steps == {
+        "flashinfer/cascade.py": {"cascade": 0},
+        "include/flashinfer/attention/cascade.cuh": {"cascade": 1},
+    }
+    assert families.nearest(steps) == ["cascade"]
+    found = families.include_steps([tree / "csrc/cascade.cu"], tree, [tree / "csrc/nv_internal"])
+    assert found[(tree / "csrc/nv_internal/own.h").resolve()] == 2
+    assert (tree / "csrc/nv_internal/own.h").resolve() not in families.include_steps([tree / "csrc/cascade.cu"], tree)
+
+
 def test_a_reached_family_runs_smokes_tests_of_it_too(tmp_path):
     """FlashInfer's page test appends and checks nothing (tests/attention/test_page.py at v0.6.3):
     an edit of csrc/page.cu runs smoke's exact check of append_paged_kv_cache (wide tier) too,
