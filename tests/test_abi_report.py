@@ -3,6 +3,7 @@ arguments, Optional<>, macros, an export under #if, the generated attention tail
 two trees, and the TVMFFITypeIndex values of fixture tvm-ffi headers and wheels."""
 
 import json
+import os
 import tarfile
 import zipfile
 
@@ -298,6 +299,54 @@ def test_type_index_diff_from_a_wheel_and_an_installed_folder(tmp_path):
     assert "kTVMFFIStr: 65 -> 66" in done.stdout and "kTVMFFIFloat = 3 added" in done.stdout
     same = run("abi.py", "--tvm-ffi", old, old)
     assert same.returncode == 0 and "(no change)" in same.stdout
+
+
+SHIFTED = "typedef enum TVMFFITypeIndex {{\n  kTVMFFINone = 0,\n  kTVMFFIA = {},\n}} TVMFFITypeIndex;\n"
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [("1 << 4", 16), ("0x10 * 2", 32), ("(64 | 3) & ~1", 66), ("-7 / 2", -3), ("-7 % 2", -1), ("010 + 1U", 9)],
+)
+def test_an_enumerator_is_evaluated_as_c_does_it(tmp_path, value, expected):
+    (tmp_path / "c_api.h").write_text(SHIFTED.format(value))
+    assert abi.type_indices(tmp_path / "c_api.h") == {"kTVMFFINone": 0, "kTVMFFIA": expected}
+
+
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("(" * 300 + "1" + ")" * 300, "nests more than"),
+        ("1 / 0", "divides by zero"),
+        ("1 << 99", "shifts by 99"),
+        ("sizeof(int)", "sizeof is no earlier enumerator"),
+        ("__import__('os')", "is no earlier enumerator"),
+    ],
+    ids=["300 parentheses", "by zero", "a wide shift", "sizeof", "python"],
+)
+def test_an_enumerator_it_cannot_evaluate_is_refused_naming_the_header_and_the_enumerator(tmp_path, value, problem):
+    header = tmp_path / "c_api.h"
+    header.write_text(SHIFTED.format(value))
+    done = run("abi.py", "--tvm-ffi", header, header)
+    two_line_failure(done, problem)
+    assert f"{header}'s TVMFFITypeIndex kTVMFFIA" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "device"])
+def test_a_fifo_or_a_device_given_for_a_header_is_said_for_what_it_is(tmp_path, kind):
+    """Said for what it is, never read (a FIFO would wait for a writer)."""
+    named = tmp_path / "fifo" if kind == "FIFO" else "/dev/zero"
+    if kind == "FIFO":
+        os.mkfifo(named)
+    said = "a named pipe (FIFO)" if kind == "FIFO" else "a character device"
+    two_line_failure(run("abi.py", "--tvm-ffi", named, named), f"{named} is {said}, not a regular file")
+
+
+def test_a_fifo_where_an_installed_folder_keeps_its_header_is_said_not_read(tmp_path):
+    header = tmp_path / "tvm_ffi" / "include" / "tvm" / "ffi"
+    header.mkdir(parents=True)
+    os.mkfifo(header / "c_api.h")
+    two_line_failure(run("abi.py", "--tvm-ffi", tmp_path / "tvm_ffi", tmp_path / "tvm_ffi"), "is a named pipe (FIFO)")
 
 
 @pytest.mark.parametrize(

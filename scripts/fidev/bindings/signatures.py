@@ -587,6 +587,9 @@ def tvm_ffi_type(cpp: str) -> str:
 def _tvm_ffi_header(location: Path) -> bytes:
     """c_api.h of apache-tvm-ffi, from a wheel, an installed package folder or the header itself."""
     member = "tvm_ffi/include/tvm/ffi/c_api.h"
+    reason = None if location.is_dir() else not_a_file(location)
+    if reason and reason != "does not exist":  # a FIFO, a device, a socket: said, never read
+        raise Failure(f"{location} {reason}", "pass an apache-tvm-ffi wheel, its installed tvm_ffi folder, or c_api.h")
     if location.is_file() and location.suffix == ".whl":
         try:
             with zipfile.ZipFile(location) as whl:
@@ -597,8 +600,14 @@ def _tvm_ffi_header(location: Path) -> bytes:
                 "pass an apache-tvm-ffi wheel or its installed tvm_ffi folder",
             ) from e
     for candidate in (location, location / "include/tvm/ffi/c_api.h", location / member):
-        if candidate.is_file():
-            return candidate.read_bytes()
+        reason = not_a_file(candidate)
+        if reason is None:  # a regular file: nothing else is read
+            try:
+                return candidate.read_bytes()
+            except OSError as e:
+                raise Failure(f"cannot read {candidate}: {e.strerror or e}", "make it readable") from e
+        if candidate != location and reason not in ("does not exist", "is a folder"):
+            raise Failure(f"{candidate} {reason}", "put the header's regular file there, or pass the wheel")
     raise Failure(f"no c_api.h in {location}", "pass an apache-tvm-ffi wheel, its installed tvm_ffi folder, or c_api.h")
 
 
@@ -624,21 +633,128 @@ def type_indices(location: Path) -> dict[str, int]:
         if node.type == "enumerator":
             name = _text(enum, node.child_by_field_name("name"))
             value = node.child_by_field_name("value")
-            following = _evaluate(_text(enum, value), values) if value is not None else following + 1
+            where = f"{location}'s TVMFFITypeIndex {name}"
+            following = _evaluate(_text(enum, value), values, where) if value is not None else following + 1
             values[name] = following
     return values
 
 
-def _evaluate(expression: str, known: dict[str, int]) -> int:
-    """An enumerator's value: integer literals, earlier enumerators, + and -, parentheses."""
-    tokens = re.findall(r"0x[0-9a-fA-F]+|\d+|\w+|[-+()]", expression)
-    python = " ".join(str(known[t]) if t in known else str(int(t, 0)) if t[0].isdigit() else t for t in tokens)
-    if not re.fullmatch(r"[\d\s+\-()]+", python):
+class _Unreadable(Exception):
+    """An enumerator's value this reader does not evaluate, and why."""
+
+
+_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+)[uUlL]*(?![\w.])|([A-Za-z_]\w*)|(<<|>>|[-+*/%|&^~()]))")
+_LEVELS = (("|",), ("^",), ("&",), ("<<", ">>"), ("+", "-"), ("*", "/", "%"))  # C's, loosest first
+MAX_NESTING = 32  # parentheses and unary operators, one inside another
+MAX_MAGNITUDE = 2**64
+
+
+def _c_integer(digits: str) -> int:
+    """A C integer literal: 0x hexadecimal, a leading 0 octal, else decimal."""
+    if len(digits) > 1 and digits[0] == "0" and digits[1] not in "xX":
+        if not set(digits) <= set("01234567"):
+            raise _Unreadable(f"{digits} is no octal number")
+        return int(digits, 8)
+    return int(digits, 0)
+
+
+def _tokens(expression: str, known: dict[str, int]) -> list:
+    """Numbers (ints, earlier enumerators resolved) and operators (strs)."""
+    tokens, at = [], 0
+    while expression[at:].strip():
+        found = _TOKEN.match(expression, at)
+        if not found:
+            raise _Unreadable(f"{expression[at:].strip()[:20]!r} is no integer, enumerator or operator it knows")
+        number, name, operator = found.groups()
+        if name is not None and name not in known:
+            raise _Unreadable(f"{name} is no earlier enumerator")
+        tokens.append(_c_integer(number) if number else known[name] if name else operator)
+        at = found.end()
+    return tokens
+
+
+def _apply(operator: str, left: int, right: int) -> int:
+    if operator in ("/", "%") and right == 0:
+        raise _Unreadable("it divides by zero")
+    if operator in ("<<", ">>") and not 0 <= right < 64:
+        raise _Unreadable(f"it shifts by {right}")
+    quotient = abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1) if operator in ("/", "%") else 0
+    value = {
+        "|": lambda: left | right,
+        "^": lambda: left ^ right,
+        "&": lambda: left & right,
+        "<<": lambda: left << right,
+        ">>": lambda: left >> right,
+        "+": lambda: left + right,
+        "-": lambda: left - right,
+        "*": lambda: left * right,
+        "/": lambda: quotient,  # C truncates toward zero
+        "%": lambda: left - quotient * right,
+    }[operator]()
+    if abs(value) >= MAX_MAGNITUDE:
+        raise _Unreadable("its value is past 64 bits")
+    return value
+
+
+class _Reader:
+    """Recursive descent over C's integer operators, nesting bounded by MAX_NESTING."""
+
+    def __init__(self, tokens: list):
+        self.tokens, self.at, self.depth = tokens, 0, 0
+
+    def peek(self):
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def take(self):
+        token = self.peek()
+        if token is None:
+            raise _Unreadable("it ends early")
+        self.at += 1
+        return token
+
+    def binary(self, level: int = 0) -> int:
+        if level == len(_LEVELS):
+            return self.unary()
+        value = self.binary(level + 1)
+        while isinstance(self.peek(), str) and self.peek() in _LEVELS[level]:
+            operator = self.take()
+            value = _apply(operator, value, self.binary(level + 1))
+        return value
+
+    def unary(self) -> int:
+        token = self.take()
+        if isinstance(token, int):
+            return token
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise _Unreadable(f"it nests more than {MAX_NESTING} deep")
+        if token == "(":
+            value = self.binary()
+            if self.take() != ")":
+                raise _Unreadable("a parenthesis is not closed")
+        elif token in ("-", "+", "~"):
+            operand = self.unary()
+            value = -operand if token == "-" else ~operand if token == "~" else operand
+        else:
+            raise _Unreadable(f"{token!r} stands where a number should")
+        self.depth -= 1
+        return value
+
+
+def _evaluate(expression: str, known: dict[str, int], where: str = "the header") -> int:
+    """An enumerator's value, as C computes it: integer literals (decimal, 0x, octal, u/l suffixes),
+    earlier enumerators, parentheses and + - * / % << >> | & ^ ~; never eval."""
+    try:
+        reader = _Reader(_tokens(expression, known))
+        value = reader.binary()
+        if reader.peek() is not None:
+            raise _Unreadable(f"{reader.peek()!r} follows a whole expression")
+    except _Unreadable as e:
         raise Failure(
-            f"cannot evaluate TVMFFITypeIndex value {expression!r}",
+            f"cannot evaluate {where} = {expression[:80]!r}: {e}",
             "report it: the header uses an expression this reader does not know",
-        )
-    return int(eval(python, {"__builtins__": {}}))  # noqa: S307 (digits, +, -, parentheses only)
+        ) from None
+    return value
 
 
 def index_diff(old: dict[str, int], new: dict[str, int]) -> list[str]:
