@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from fidev.bindings import jit_modules
@@ -28,10 +29,11 @@ def dtype(text: str) -> str:
 
 
 def head_dim(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise Failure(f"{text!r} is not a whole number", ACCEPTED) from None
+    # the digits 0-9 (a minus is read, to say a negative is no positive multiple of 16): int() takes '١٢٨',
+    # '+128', '1_28' and ' 128', and refuses 5000 digits with a ValueError of its own
+    if not re.fullmatch(r"-?[0-9]{1,9}", text):
+        raise Failure(f"{text!r} is not a whole number", "give one in the digits 0-9, e.g. 128")
+    value = int(text)
     try:
         return uris.head_dim(value)
     except ValueError as e:

@@ -54,8 +54,8 @@ NUMBER_OPTIONS = [
     ("gpu_acceptance.py", ["--work", "{tmp}/work"], "--time-limit", []),
     ("planted_bugs.py", [], "--time-limit", []),
     ("smoke_noise.py", [], "--runs", []),
-    ("module_uri.py", ["decode"], "--head-dim", []),
-    ("module_uri.py", ["prefill"], "--head-dim-qk", []),
+    ("module_uri.py", ["single_decode"], "--head-dim", []),
+    ("module_uri.py", ["single_prefill"], "--head-dim-qk", []),
 ]
 # values a number may take: a positive whole number or a positive number of seconds or minutes
 ACCEPTS = {"--budget": {"0"}, "--sample-seed": {"0"}, "--stop-after": {"0"}, "--progress": {"0"}}
@@ -183,6 +183,16 @@ def test_odd_numbers_are_bad_usage(tmp_path, script, before, option, after, valu
     ):
         pytest.skip(f"{option} takes {value!r}")
     two_lines(run(script, argv_for(before, option, value, after), tmp_path), {2})
+
+
+@pytest.mark.parametrize("value", ["١٢٨", "+128", "1_28", " 128", "128 ", "9" * 5000])
+@pytest.mark.parametrize("option", ["--head-dim", "--head-dim-qk"])
+def test_a_head_dim_that_int_takes_but_is_not_in_the_digits_0_9_is_bad_usage(tmp_path, option, value):
+    """int() takes other scripts' digits, a sign, underscores and spaces: the rule is the digits 0-9."""
+    done = run("module_uri.py", ["single_prefill", option, value], tmp_path)
+    two_lines(done, {2})
+    assert "is not a whole number" in done.stderr and "digits 0-9" in done.stderr, done.stderr
+    assert done.stdout == "", done.stdout
 
 
 @pytest.mark.parametrize("make", list(PATHS.values()), ids=list(PATHS))
