@@ -1467,6 +1467,42 @@ def test_an_acceptance_preflight_output_without_its_record_fails_the_step_naming
     assert not passed and note.startswith(f"{PREFLIGHT_UNREADABLE} ({said}"), note
 
 
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("result", "MAYBE", "has result 'MAYBE', not pass or FAIL"),
+        ("result", "PASS", "has result 'PASS', not pass or FAIL"),
+        ("seconds", -5, "took -5 seconds"),
+        ("seconds", float("nan"), "took nan seconds"),
+        ("seconds", float("inf"), "took inf seconds"),
+    ],
+    ids=["MAYBE", "PASS", "negative", "NaN", "1e999"],
+)
+def test_an_acceptance_result_no_run_writes_fails_in_two_lines(tmp_path, field, value, problem):
+    """A row of the right shape whose result is none the tool writes, or whose time is below 0 or not
+    finite: two lines naming results.json and the row, never printed as `-5.0 s` or `nan s`."""
+    work = tmp_path / "work"
+    row = {**ACCEPTANCE_RESULTS["smoke"], field: value}
+    work.mkdir()
+    text = json.dumps({"smoke": row}).replace("Infinity", "1e999")
+    (work / "results.json").write_text(text)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(task_path(ROOT, "gpu_acceptance.py")),
+            "--work",
+            str(work),
+            "--resume",
+            "--steps",
+            "smoke",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    two_line_failure(done, f"results.json's smoke {problem}")
+
+
 TOML_VALUES = {
     "string": "x",
     "integer": 5,

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -250,6 +251,7 @@ MARK_TEXT = "made by tools/gpu_acceptance.py: --fresh removes what it made here\
 
 # a row of results.json (Run.record): "pass" or "FAIL", its time, what it saw
 RESULT = {"result": str, "seconds": float, "note": str}
+PASSED, FAILED = "pass", "FAIL"  # the results Run.record writes, and none other
 
 
 def read_results(path: Path) -> dict[str, dict]:
@@ -264,6 +266,11 @@ def read_results(path: Path) -> dict[str, dict]:
         raise Failure(f"{path} cannot be read ({e})", fix) from None
     if not fits(data, dict[str, RESULT]):
         raise Failure(f"{path} is not of the shape this tool writes ({{row: {{result, seconds, note}}}})", fix)
+    for row, result in data.items():  # a value no run writes: "PASS", "MAYBE", a time below 0, NaN or infinite
+        if result["result"] not in (PASSED, FAILED):
+            raise Failure(f"{path}'s {row} has result {result['result']!r}, not {PASSED} or {FAILED}", fix)
+        if not 0 <= result["seconds"] < math.inf:
+            raise Failure(f"{path}'s {row} took {result['seconds']} seconds, not a finite time from 0", fix)
     return data
 
 
@@ -318,7 +325,7 @@ class Run:
         return {str(p): p.stat().st_mtime_ns for p in self.base.rglob("*.o")} if self.base.exists() else {}
 
     def record(self, name: str, ok: bool, seconds: float, note: str) -> None:
-        self.results[name] = {"result": "pass" if ok else "FAIL", "seconds": round(seconds, 1), "note": note}
+        self.results[name] = {"result": PASSED if ok else FAILED, "seconds": round(seconds, 1), "note": note}
         self.save()
 
     def forget(self, names: list[str]) -> None:
