@@ -270,7 +270,7 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
             "--steps",
             "planted-bugs",
             "--planted-bugs",
-            "a,b",
+            "rope-theta,softmax-scale",  # ids of the real table: they are checked before setup
             "--time-limit",
             "300",
         ],
@@ -280,7 +280,10 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
         env={**os.environ, "RECORD_CASE": case},
     )
     given = json.loads(argv.read_text())
-    assert given[given.index("--bugs") + 1] == "a,b" and 0 < float(given[given.index("--time-limit") + 1]) <= 300, given
+    assert (
+        given[given.index("--bugs") + 1] == "rope-theta,softmax-scale"
+        and 0 < float(given[given.index("--time-limit") + 1]) <= 300
+    ), given
     results = json.loads((work / "results.json").read_text()) if (work / "results.json").is_file() else {}
     assert results.get("planted-bugs", {}).get("result") == result, done.stdout + done.stderr
     assert done.returncode == {"pass": 0, "FAIL": 1, None: 3}[result] and "Traceback" not in done.stderr, (
@@ -290,6 +293,40 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
         assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 300 s: --steps planted-bugs", (
             done.stdout
         )
+
+
+@pytest.mark.parametrize(
+    "argv, problem",
+    [
+        (["--steps", "planted-bugs", "--planted-bugs", "nosuch"], "--planted-bugs names no bug nosuch"),
+        (["--steps", "planted-bugs", "--planted-bugs", ","], "--planted-bugs names no bug (empty)"),
+        (["--steps", "smoke", "--planted-bugs", "rope-theta"], "which this part does not run (--steps names smoke)"),
+        (["--planted-bugs", "rope-theta"], "which this part does not run (runs only when --steps names it)"),
+        (["--steps="], "unknown step(s) ['']"),
+    ],
+    ids=["unknown bug", "no bug", "another step", "the default steps", "empty steps"],
+)
+def test_planted_bugs_and_steps_are_checked_before_anything_runs(tmp_path, argv, problem):
+    """An unknown bug id, --planted-bugs without the planted-bugs step, and an empty --steps: usage
+    errors, before setup makes WORK (not a step failed after setup and the builds, or silently ignored)."""
+    work = tmp_path / "work"
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), *argv], capture_output=True, text=True, timeout=60
+    )
+    two_line_failure(done, problem, status=2)
+    assert not work.exists(), done.stdout + done.stderr
+
+
+def test_the_bug_ids_it_checks_are_the_planted_bugs_tables():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "tools/planted_bugs.py"), "--list"], capture_output=True, text=True, timeout=60
+    )
+    assert tool.planted_bug_ids() == [bug["id"] for bug in json.loads(listed.stdout)], listed.stderr
 
 
 def made(work) -> set[str]:

@@ -52,6 +52,7 @@ GPU host that limits each command to 10 minutes.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -963,7 +964,7 @@ def make_parser() -> ArgumentParser:
 
 def chosen_steps(parser: ArgumentParser) -> list[str]:
     """The steps --steps names (default STEPS); an unknown one is a usage error that names the step a row is of."""
-    chosen = ARGS.steps.split(",") if ARGS.steps else STEPS
+    chosen = ARGS.steps.split(",") if ARGS.steps is not None else STEPS  # `--steps=` names none: refused
     unknown = [s for s in chosen if s not in STEPS + NAMED_ONLY]
     if unknown:
         within = [f"{s} is a row of {step}" for s in unknown for step, names in ROWS.items() if s in names]
@@ -972,6 +973,37 @@ def chosen_steps(parser: ArgumentParser) -> list[str]:
             f"name them from: {', '.join(STEPS + NAMED_ONLY)}"
         )
     return chosen
+
+
+def planted_bug_ids() -> list[str]:
+    """tools/planted_bugs.py's bug ids, read from its BUGS table's source: the tool is not imported (it
+    is a script of its own, run as the planted-bugs step's command)."""
+    source = ROOT / "tools" / "planted_bugs.py"
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["BUGS"]:
+            return [call.args[0].value for call in node.value.elts]
+    raise Failure(f"{source} has no BUGS table", "restore tools/planted_bugs.py from the checkout")
+
+
+def check_planted_bugs(parser: ArgumentParser, named: list[str]) -> None:
+    """--planted-bugs, before anything runs: only with the planted-bugs step among those named, and
+    only the ids of tools/planted_bugs.py's table (else a usage error, not a failed step after setup)."""
+    if ARGS.planted_bugs is None:
+        return
+    if "planted-bugs" not in named:
+        steps = f"--steps names {','.join(named)}" if ARGS.steps is not None else "runs only when --steps names it"
+        parser.error(
+            f"--planted-bugs is for the planted-bugs step, which this part does not run ({steps})\n"
+            "add planted-bugs to --steps, or drop --planted-bugs"
+        )
+    known = planted_bug_ids()
+    ids = [i.strip() for i in ARGS.planted_bugs.split(",") if i.strip()]
+    unknown = [i for i in ids if i not in known]
+    if unknown or not ids:
+        parser.error(
+            f"--planted-bugs names no bug {', '.join(unknown) or '(empty)'}\n"
+            f"name them from: {', '.join(known)} (tools/planted_bugs.py --list shows each)"
+        )
 
 
 def run_steps(run: Run, chosen: list[str]) -> list[str]:
@@ -1000,6 +1032,7 @@ def main() -> int:
         print(list_steps())
         return 0
     chosen = chosen_steps(parser)
+    check_planted_bugs(parser, chosen)
     if ARGS.staged and (why := not_a_folder(ARGS.staged)):
         raise Failure(f"--staged {ARGS.staged} {why}", "name the folder tools/stage_gpu_host.py staged into")
     if ARGS.fresh:
