@@ -433,3 +433,24 @@ def test_sigterm_mid_run_restores_the_tree_and_stops_affected(tmp_path):
         os.kill(pid, 0)
     rec = json.loads((tmp_path / "record.json").read_text())
     assert rec["complete"] is False and rec["bugs"] == []
+
+
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        (["--record", "{tmp}/record.json"], "--record"),
+        (["--bugs", "nosuch"], "--bugs"),
+        (["--bugs", "rope-theta"], "--bugs"),
+        (["--time-limit", "60"], "--time-limit"),
+    ],
+    ids=["record", "an unknown bug", "a bug", "time limit"],
+)
+def test_list_refuses_the_options_of_a_run_it_does_not_make(tmp_path, extra, named):
+    """--list runs nothing: a --record it would not write, --bugs it would not run (known or not) and a
+    --time-limit are usage errors in two lines, not silently dropped with status 0."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / TOOL), "--list", *argv], capture_output=True, text=True, timeout=60
+    )
+    two_line_failure(done, f"--list runs no bug: it takes no {named}", status=2)
+    assert done.stdout == "" and not (tmp_path / "record.json").exists(), done.stdout

@@ -24,7 +24,8 @@ passed; then the SURVIVORS, the bugs affected did not fail, each with the reason
 every restored tree passed; 1: a bug survived or a restored tree did not pass; 3: nothing failed, but
 --time-limit left bugs unstarted (named at the end, as the --bugs of the next part).
 
---list prints the bug table as JSON and runs nothing (no GPU, no tree needed). The sizes are stated
+--list prints the bug table as JSON and runs nothing (no GPU, no tree needed; it takes no --bugs,
+--record or --time-limit). The sizes are stated
 against fp16's half-ulp, 2^-11 (about 4.9e-4) of a value, and FlashInfer's test tolerance for fp16,
 rtol = atol = 1e-3 (tests/utils/test_norm.py and tests/attention/'s test files at v0.6.3, among others). How to run it:
 docs/testing.md, "Planted bugs"; its tables go to docs/measurements-log.md, its counts to docs/measurements.md's
@@ -638,6 +639,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.list:
+        options = {"--bugs": args.bugs, "--record": args.record, "--time-limit": args.time_limit}
+        given = [name for name, value in options.items() if value is not None]
+        if given:  # --list runs nothing: what these would do is never done
+            parser.error(f"--list runs no bug: it takes no {', '.join(given)}\ndrop {', '.join(given)}, or --list")
         print(listing())
         return 0
     chosen = chosen_bugs(args.bugs)
