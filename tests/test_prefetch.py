@@ -176,3 +176,69 @@ def test_waits_for_the_lock_another_process_holds(crate):
 def test_bad_pins_fail_in_two_lines(tmp_path, text, problem):
     (tmp_path / "Cargo.toml").write_text(text)
     two_line_failure(prefetch(tmp_path / "Cargo.toml", tmp_path / "cache", "--cuda", "cu131"), problem)
+
+
+def one_pin(tmp_path, url, sha="2" * 64):
+    pins_file = tmp_path / "pins.toml"
+    pins_file.write_text(entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, url, sha))
+    return pins_file
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_file_url_of_no_regular_file_fails_in_two_lines_without_reading_it(tmp_path, kind):
+    """A FIFO would wait for a writer past --timeout, /dev/zero would fill the disk: both are refused unread."""
+    source = {"fifo": tmp_path / "fifo", "device": "/dev/zero", "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(source)
+    cache = tmp_path / "cache"
+    done = run(
+        "prefetch.py",
+        one_pin(tmp_path, f"file://{source}"),
+        "--arch",
+        "x86_64",
+        "--timeout",
+        "3",
+        env={"FLASHINFER_RS_CACHE_DIR": str(cache)},
+        timeout=30,
+    )
+    two_line_failure(
+        done, f"{source} is {({'fifo': 'a named pipe', 'device': 'a character device'}).get(kind, 'a folder')}"
+    )
+    assert not cache.exists()
+
+
+def test_a_file_url_of_a_regular_file_is_copied(tmp_path):
+    body = os.urandom(1 << 12)
+    (tmp_path / TVM_WHEEL).write_bytes(body)
+    cache = tmp_path / "cache"
+    pins_file = one_pin(tmp_path, f"file://{tmp_path / TVM_WHEEL}", hashlib.sha256(body).hexdigest())
+    done = prefetch(pins_file, cache)
+    assert done.returncode == 0, done.stderr
+    assert cached(cache, {TVM_WHEEL: hashlib.sha256(body).hexdigest()}, TVM_WHEEL).read_bytes() == body
+
+
+def test_a_body_that_never_ends_is_cut_at_the_limit(monkeypatch):
+    """No Content-Length, and data on and on (what file:///dev/zero would send through a link)."""
+    from fidev.core import package_index
+    from fidev.core.failure import Failure
+
+    class Endless:
+        headers = {}
+
+        def read(self, n):
+            return b"\0" * n
+
+        def close(self):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.close()
+
+    taken = 0
+    with pytest.raises(Failure, match="more than 4194304 bytes came"):
+        for chunk in package_index.read_chunks(Endless(), "http://x/y.whl", 5, limit=4 << 20):
+            taken += len(chunk)
+    assert taken <= 4 << 20

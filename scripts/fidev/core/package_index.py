@@ -5,23 +5,27 @@ cut short) instead of a traceback. Standard library only."""
 from __future__ import annotations
 
 import ast
+import email.utils
 import http.client
+import mimetypes
 import os
 import re
 import ssl
+import stat
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import urllib.response
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import CHUNK, MayLack, fits, parse_json
+from fidev.core.files import CHUNK, KINDS, MayLack, fits, not_a_file, parse_json
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PIP_CONFIG_TIMEOUT_S = 30
@@ -130,7 +134,10 @@ def open_url(
     accept: str | None = None,
     fix: str = "check the network (or proxy)",
 ):
-    """The response, or a Failure naming what went wrong: an HTTP status, or the connection."""
+    """The response, or a Failure naming what went wrong: an HTTP status, or the connection. A file://
+    URL opens a regular file only (open_local)."""
+    if urllib.parse.urlparse(url).scheme == "file":
+        return open_local(url, fix)
     try:
         request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
         return _opener(settings).open(request, timeout=timeout)
@@ -145,14 +152,48 @@ def open_url(
         raise Failure(f"cannot reach {url}: {getattr(e, 'reason', e)}", fix) from e
 
 
+def open_local(url: str, fix: str):
+    """A file:// URL's response, as urllib's own gives it, but of a regular file only: a named pipe would wait
+    for a writer, a device such as /dev/zero never ends, a folder is no file; each fails in two lines, before
+    a byte is read. The check is of the file opened (without waiting), so nothing can swap it in between."""
+    parts = urllib.parse.urlparse(url)
+    if parts.netloc not in ("", "localhost"):
+        raise Failure(f"{url} names a file on another host", fix)
+    path = urllib.request.url2pathname(parts.path)
+    if why := not_a_file(path):  # said for what it is, before it is opened
+        raise Failure(f"{url}: {path} {why}", fix)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise Failure(f"cannot reach {url}: {e.strerror or e}", fix) from e
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise Failure(f"{url}: {path} is {KINDS.get(stat.S_IFMT(st.st_mode), 'no regular file')}", fix)
+    os.set_blocking(fd, True)
+    headers = email.message_from_string(
+        f"Content-type: {mimetypes.guess_type(path)[0] or 'text/plain'}\nContent-length: {st.st_size}\n"
+        f"Last-modified: {email.utils.formatdate(st.st_mtime, usegmt=True)}\n"
+    )
+    return urllib.response.addinfourl(os.fdopen(fd, "rb"), headers, url)
+
+
 def read_chunks(
-    response, url: str, stall_s: float, progress: Callable[[int, int | None], None] = lambda done, total: None
+    response,
+    url: str,
+    stall_s: float,
+    progress: Callable[[int, int | None], None] = lambda done, total: None,
+    limit: int | None = None,
 ) -> Iterator[bytes]:
     """The body in chunks. A read that waits `stall_s` (the timeout the response was opened
     with) is a stall, and a body shorter than its Content-Length is cut short: both fail in two
-    lines, as does a connection that breaks."""
+    lines, as does a connection that breaks. A body of more than `limit` bytes fails too: at once
+    where its Content-Length says so, else as soon as that much has come."""
     total = response.headers.get("Content-Length")
     total = int(total) if total and total.isdigit() else None
+    if limit is not None and total is not None and total > limit:
+        response.close()
+        raise _too_large(url, f"it is {total} bytes", limit)
     done, last = 0, time.monotonic()
     read = getattr(response, "read1", response.read)  # what has arrived, rather than waiting for a full chunk
     with response:
@@ -172,6 +213,8 @@ def read_chunks(
             if not chunk:
                 break
             done += len(chunk)
+            if limit is not None and done > limit:
+                raise _too_large(url, f"more than {limit} bytes came", limit)
             if time.monotonic() - last >= PROGRESS_EVERY_S:
                 progress(done, total)
                 last = time.monotonic()
@@ -181,6 +224,13 @@ def read_chunks(
             f"the download of {url} was cut short: {done} of {total} bytes",
             "retry; if it happens again, check the network (or proxy)",
         )
+
+
+def _too_large(url: str, said: str, limit: int) -> Failure:
+    return Failure(
+        f"the download of {url} is larger than the {limit >> 20} MiB it may be: {said}",
+        "check the url: it must name the file itself (a pin's url: regenerate the pin with the `pin` task)",
+    )
 
 
 class _Links(HTMLParser):
