@@ -217,6 +217,18 @@ def test_a_file_url_of_a_regular_file_is_copied(tmp_path):
     assert cached(cache, {TVM_WHEEL: hashlib.sha256(body).hexdigest()}, TVM_WHEEL).read_bytes() == body
 
 
+def test_a_download_larger_than_any_wheel_fails_in_two_lines_and_leaves_nothing(tmp_path, index_server, monkeypatch):
+    from fidev.bindings import cargo_pins, wheel_cache
+    from fidev.core.failure import Failure
+
+    monkeypatch.setattr(wheel_cache, "MAX_WHEEL_BYTES", 1 << 20)
+    index_server.serve("/big.whl", b"\0" * (2 << 20))
+    pin = cargo_pins.Pin("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, f"{index_server.url}/big.whl", "2" * 64)
+    with pytest.raises(Failure, match="is larger than the 1 MiB it may be: it is 2097152 bytes"):
+        wheel_cache.ensure(pin, tmp_path / "cache")
+    assert [p.name for p in (tmp_path / "cache" / "wheels").iterdir() if not p.name.endswith(".lock")] == []
+
+
 def test_a_body_that_never_ends_is_cut_at_the_limit(monkeypatch):
     """No Content-Length, and data on and on (what file:///dev/zero would send through a link)."""
     from fidev.core import package_index
@@ -242,3 +254,23 @@ def test_a_body_that_never_ends_is_cut_at_the_limit(monkeypatch):
         for chunk in package_index.read_chunks(Endless(), "http://x/y.whl", 5, limit=4 << 20):
             taken += len(chunk)
     assert taken <= 4 << 20
+
+
+@pytest.mark.parametrize(
+    "entry_name, make, said",
+    [
+        ("{stem}.whl", os.mkdir, "the cached wheel {path} is a folder"),
+        ("{stem}.whl.tmp-123", os.mkdir, "the temporary file {path} is a folder"),
+        ("{stem}.lock", os.mkdir, "the lock file {path} is a folder"),
+        ("{stem}.lock", os.mkfifo, "the lock file {path} is a named pipe (FIFO)"),
+    ],
+    ids=["wheel-folder", "tmp-folder", "lock-folder", "lock-fifo"],
+)
+def test_a_cache_entry_that_is_no_regular_file_is_named_in_two_lines(crate, entry_name, make, said):
+    manifest, cache, _, sha = crate
+    path = cache / "wheels" / entry_name.format(stem=f"{sha[JIT_WHEEL]}-{JIT_WHEEL[:-4]}")
+    path.parent.mkdir(parents=True)
+    make(path)
+    done = prefetch(manifest, cache, "--cuda", "cu129")
+    two_line_failure(done, said.format(path=path))
+    assert str(path) in done.stderr.splitlines()[-1]  # the fix names it too

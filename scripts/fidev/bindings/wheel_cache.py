@@ -8,6 +8,8 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shlex
+import stat
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -17,11 +19,14 @@ from pathlib import Path
 from fidev.bindings.cargo_pins import Pin
 from fidev.core import package_index
 from fidev.core.failure import Failure
-from fidev.core.files import not_a_file, read_chunks, sha256_file, write_verified
+from fidev.core.files import KINDS, not_a_file, read_chunks, sha256_file, write_verified
 
 ENV = "FLASHINFER_RS_CACHE_DIR"
 CACHE_FIX = f"set {ENV} to a folder you can write (default ~/.cache/flashinfer-rs)"
 _CACHED_NAME = re.compile(r"([0-9a-f]{64})-(.+)")
+# The most a download may bring: the pins record no size, and the largest wheel pinned (a jit-cache wheel) is far
+# smaller; a URL that sends on and on (a wrong link, file:///dev/zero through a link) fails here, not the disk.
+MAX_WHEEL_BYTES = 8 << 30
 
 
 def cache_dir() -> Path:
@@ -39,15 +44,38 @@ def split_cached_name(name: str) -> tuple[str | None, str]:
     return (match.group(1), match.group(2)) if match else (None, name)
 
 
+def _in_the_way(path: Path, what: str, mode: int) -> Failure:
+    """Two lines for a cache entry that is no regular file where the cache keeps one."""
+    kind = KINDS.get(stat.S_IFMT(mode), "no regular file")
+    remove = "rm -r" if stat.S_ISDIR(mode) else "rm"
+    return Failure(
+        f"{what} {path} is {kind}, not a regular file",
+        f"remove it ({remove} {shlex.quote(str(path))}), then run prefetch again",
+    )
+
+
+def _open_lock(lock_path: Path) -> int:
+    """The lock file's descriptor, made where missing (as the crate makes it); two lines naming it where it is
+    a folder, a named pipe or a device (opened without waiting, and checked as opened)."""
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except IsADirectoryError:
+        raise _in_the_way(lock_path, "the lock file", stat.S_IFDIR) from None
+    except OSError as e:
+        raise Failure(f"cannot write the wheel cache {lock_path.parent}: {e.strerror or e}", CACHE_FIX) from e
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _in_the_way(lock_path, "the lock file", mode)
+    return fd
+
+
 @contextmanager
 def locked(path: Path, waiting: Callable[[], None]):
     """Hold the crate-compatible lock of one cached wheel; call `waiting` if someone else has it."""
+    lock = _open_lock(path.with_suffix(".lock"))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(path.with_suffix(".lock"), "a+")
-    except OSError as e:
-        raise Failure(f"cannot write the wheel cache {path.parent}: {e.strerror or e}", CACHE_FIX) from e
-    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -57,6 +85,36 @@ def locked(path: Path, waiting: Callable[[], None]):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    finally:
+        os.close(lock)
+
+
+def _check_entries(target: Path) -> None:
+    """Two lines, before anything is fetched, where the wheel's own cache entry or its lock file is a folder (which
+    no unlink removes) or, for the lock, anything but a regular file."""
+    for path, what in ((target, "the cached wheel"), (target.with_suffix(".lock"), "the lock file")):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:  # missing (made later), or a way there that is no folder: the writes say which
+            continue
+        if stat.S_ISDIR(mode) or (what == "the lock file" and not stat.S_ISREG(mode)):
+            raise _in_the_way(path, what, mode)
+
+
+def _remove(path: Path, what: str) -> None:
+    """Remove a cache entry the cache no longer wants (a damaged wheel, a killed run's temporary file)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise Failure(f"cannot remove {what} {path}: {e.strerror or e}", CACHE_FIX) from e
+    if stat.S_ISDIR(mode):
+        raise _in_the_way(path, what, mode)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:
+        raise Failure(f"cannot remove {what} {path}: {e.strerror or e}", CACHE_FIX) from e
 
 
 @dataclass(frozen=True)
@@ -90,7 +148,8 @@ def _opened(pin: Pin, seed_dir: Path | None, timeout: float, progress: Callable[
             fix="check the pin's url (regenerate it with the `pin` task), the network or proxy; "
             "on an offline host copy the wheels over and run prefetch --from DIR",
         )
-        chunks, state, what = package_index.read_chunks(response, pin.url, timeout, progress), "downloaded", pin.url
+        chunks = package_index.read_chunks(response, pin.url, timeout, progress, limit=MAX_WHEEL_BYTES)
+        state, what = "downloaded", pin.url
     return response, chunks, state, what
 
 
@@ -110,18 +169,19 @@ def ensure(
     started = time.monotonic()
     if root.exists() and not root.is_dir():
         raise Failure(f"the wheel cache {root} is a file, not a folder", CACHE_FIX)
+    _check_entries(target)
     if _verified(pin, target):
         return Outcome("cached", target.stat().st_size, time.monotonic() - started)
     response, chunks, state, what = _opened(pin, seed_dir, timeout, progress)
     with locked(target, waiting):
         for stale in target.parent.glob(f"{target.name}.tmp-*"):  # left by a killed run; we hold the lock
-            stale.unlink(missing_ok=True)
+            _remove(stale, "the temporary file")
         if target.exists():
             if _verified(pin, target):  # another process finished it while we waited
                 if response is not None:
                     response.close()
                 return Outcome("cached", target.stat().st_size, time.monotonic() - started)
-            target.unlink()
+            _remove(target, "the cached wheel")
             state = "rewritten (the cached file's sha256 did not match)"
         try:
             size = write_verified(
