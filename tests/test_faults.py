@@ -731,7 +731,7 @@ def test_a_wheel_from_the_crate_cache(tmp_path, norm_so):
     cached = tmp_path / f"{sha}-{JIT_CACHE_WHEEL}"
     shutil.copy(wheel, cached)
     done = run(
-        "pin.py", cached, "--url", "https://example.invalid/x.whl", "--cuda", P.cuda
+        "pin.py", cached, "--url", f"https://example.invalid/{JIT_CACHE_WHEEL}", "--cuda", P.cuda
     )  # 12.9, the spelling preflight takes
     assert done.returncode == 0, done.stderr
     assert (
@@ -740,7 +740,7 @@ def test_a_wheel_from_the_crate_cache(tmp_path, norm_so):
     )
     damaged = tmp_path / f"{'0' * 64}-{JIT_CACHE_WHEEL}"
     shutil.copy(wheel, damaged)
-    expect(run("pin.py", damaged, "--url", "https://example.invalid/x.whl"), "pin-cached-name")
+    expect(run("pin.py", damaged, "--url", f"https://example.invalid/{JIT_CACHE_WHEEL}"), "pin-cached-name")
 
 
 @fault("pin-index-sha")
@@ -1178,7 +1178,9 @@ def test_a_wheel_with_a_damaged_member(tmp_path):
 
 
 @fault("pin-unreadable")
-@pytest.mark.parametrize("url", [[], ["--url", "https://example.invalid/w.whl"]], ids=["looked up", "--url"])
+@pytest.mark.parametrize(
+    "url", [[], ["--url", f"https://example.invalid/{JIT_CACHE_WHEEL}"]], ids=["looked up", "--url"]
+)
 def test_a_truncated_wheel_is_not_pinned(tmp_path, url):
     wheel = tmp_path / JIT_CACHE_WHEEL
     wheel.write_bytes(b"PK\x03\x04" + os.urandom(512))  # a zip's first bytes, and no directory: a download cut short

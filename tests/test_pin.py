@@ -2,6 +2,7 @@
 a package index on 127.0.0.1."""
 
 import hashlib
+import os
 import zipfile
 
 import pytest
@@ -37,17 +38,19 @@ def test_pin_of_a_pure_wheel_serves_every_arch_under_the_manifest_cuda(tmp_path)
     wheel = tmp_path / "apache_tvm_ffi-0.1.7-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as whl:  # pin opens it: a file cut short is refused (fault pin-unreadable)
         whl.writestr("tvm_ffi/__init__.py", "")
-    table = pinned(run("pin.py", wheel, "--url", "https://example.invalid/x.whl"))
+    table = pinned(run("pin.py", wheel, "--url", f"https://example.invalid/{wheel.name}"))
     assert set(table["apache_tvm_ffi"][pins().cuda_tag]) == {"x86_64", "aarch64"}
     assert set(
-        pinned(run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA))["apache_tvm_ffi"]
+        pinned(run("pin.py", wheel, "--url", f"https://example.invalid/{wheel.name}", "--cuda", OTHER_CUDA))[
+            "apache_tvm_ffi"
+        ]
     ) == {OTHER_CUDA}
 
 
 def test_pin_refuses_a_cuda_key_the_wheel_is_not_built_for(tmp_path, norm_so):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
     two_line_failure(
-        run("pin.py", wheel, "--url", "https://example.invalid/u.whl", "--cuda", OTHER_CUDA),
+        run("pin.py", wheel, "--url", f"https://example.invalid/{wheel.name}", "--cuda", OTHER_CUDA),
         f"is built for {pins().cuda_tag}, not {OTHER_CUDA}",
     )
 
@@ -126,3 +129,38 @@ def test_pin_refuses_two_wheels_for_one_table(tmp_path, norm_so, index_server):
         done, f"{JIT_CACHE_WHEEL} and {older} both pin flashinfer_jit_cache for {pins().cuda_tag} on x86_64"
     )
     assert "[package." not in done.stdout
+
+
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("https://", "'https://' names no host"),
+        ("https:///x/{name}", "names no host"),
+        ("https://example.invalid/a b/{name}", "holds a space or a control character"),
+        ("https://example.invalid/a\nb/{name}", "holds a space or a control character"),
+        ("https://example.invalid/\udcff/{name}", "holds characters that are not ASCII"),
+        ("file://elsewhere/tmp/{name}", "names a file on another host"),
+        ("https://example.invalid/x.whl", "ends in 'x.whl', not the wheel's file name {name}"),
+        ("https://example.invalid/{name}/", "ends in '', not the wheel's file name"),
+        ("file:///dev/zero", "ends in 'zero', not the wheel's file name"),
+    ],
+)
+def test_pin_refuses_a_url_that_cannot_download_the_wheel(tmp_path, url, problem):
+    """Each in two lines, and no TOML on stdout (a lone surrogate from a non-UTF-8 argument would be no TOML)."""
+    wheel = tmp_path / "apache_tvm_ffi-0.1.7-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as whl:
+        whl.writestr("tvm_ffi/__init__.py", "")
+    done = run("pin.py", wheel, "--url", url.format(name=wheel.name))
+    two_line_failure(done, problem.format(name=wheel.name), status={1, 2})
+    assert done.stdout == ""
+
+
+def test_pin_refuses_a_file_url_of_a_fifo_and_takes_one_of_a_file_on_another_host(tmp_path):
+    wheel = tmp_path / "apache_tvm_ffi-0.1.7-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as whl:
+        whl.writestr("tvm_ffi/__init__.py", "")
+    (tmp_path / "served").mkdir()
+    os.mkfifo(tmp_path / "served" / wheel.name)
+    two_line_failure(run("pin.py", wheel, "--url", f"file://{tmp_path}/served/{wheel.name}"), "is a named pipe (FIFO)")
+    url = f"file:///on/the/gpu/host/{wheel.name}"  # missing here: it may be where prefetch runs
+    assert pinned(run("pin.py", wheel, "--url", url))["apache_tvm_ffi"][pins().cuda_tag]["x86_64"]["url"] == url

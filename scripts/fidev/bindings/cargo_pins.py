@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from fidev.core import package_index
 from fidev.core.failure import Failure
-from fidev.core.files import sha256_file
+from fidev.core.files import not_a_file, sha256_file
 
 METADATA_PATH = ("package", "metadata", "flashinfer_rs", "pinned_wheels")
 ARCHES = ("x86_64", "aarch64")  # the crate's arch keys
@@ -178,11 +180,31 @@ def readable(path: Path) -> None:
         raise Failure(f"{path.name} is not a readable wheel (zip): {e}", "download it again, then pin it") from None
 
 
+def given_url(url: str, filename: str) -> None:
+    """Two lines where a URL given for `filename` (pin --url, already a URL by package_index.url) cannot
+    download it: its last path part is not the file name (percent-encoded or not), or, a file:// URL, it
+    names something that is there and is no regular file (a FIFO, a device, a folder)."""
+    parts = urllib.parse.urlparse(url)
+    last = urllib.parse.unquote(parts.path.rsplit("/", 1)[-1])
+    if last != filename:
+        raise Failure(
+            f"--url {url} ends in {last!r}, not the wheel's file name {filename}",
+            f"give the URL the wheel is published at, ending in /{filename}",
+        )
+    if parts.scheme == "file":
+        path = urllib.request.url2pathname(parts.path)
+        why = not_a_file(path)
+        if why and why != "does not exist":  # a file:// URL may name the file on the host that will fetch it
+            raise Failure(f"--url {url}: {path} {why}", "name the wheel file itself: file:///path/to/" + filename)
+
+
 def pins_for(path: Path, filename: str, cuda: str, index: str | None = None, url: str | None = None) -> list[Pin]:
     """The pins of one local wheel file, named `filename` where it was published: one per crate
     arch it serves. `cuda` is the key (cu129) for a wheel whose version names none. The URL is
     `url`, or looked up on `index`, whose published sha256 must then equal the file's."""
     wheel = parse_wheel_filename(filename)
+    if url is not None:
+        given_url(url, filename)
     readable(path)
     sha = sha256_file(path)
     if url is None:

@@ -33,9 +33,25 @@ PROGRESS_EVERY_S = 10
 
 
 def url(text: str) -> str:
-    """A URL as the scripts' options take it (an argparse type, through fidev.core.failure.option)."""
-    if urllib.parse.urlparse(text).scheme not in ("http", "https", "file"):
+    """A URL as the scripts' options take it (an argparse type, through fidev.core.failure.option): http(s)
+    with a host, or file on this host; ASCII without spaces or control characters, as a URL is written."""
+    if not text.isascii():
+        raise Failure(
+            f"{text!r} is not a URL: it holds characters that are not ASCII",
+            "percent-encode them as UTF-8 (é is %C3%A9), as a URL writes them",
+        )
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise Failure(
+            f"{text!r} is not a URL: it holds a space or a control character",
+            "percent-encode it (a space is %20), or give the URL without it",
+        )
+    parts = urllib.parse.urlparse(text)
+    if parts.scheme not in ("http", "https", "file"):
         raise Failure(f"{text!r} is not an http(s) or file URL", "write it with its scheme: https://...")
+    if parts.scheme != "file" and not parts.hostname:
+        raise Failure(f"{text!r} names no host", "write the whole URL: https://host/path")
+    if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+        raise Failure(f"{text!r} names a file on another host", "write a file on this host: file:///path")
     return text
 
 
