@@ -274,3 +274,32 @@ def test_a_cache_entry_that_is_no_regular_file_is_named_in_two_lines(crate, entr
     done = prefetch(manifest, cache, "--cuda", "cu129")
     two_line_failure(done, said.format(path=path))
     assert str(path) in done.stderr.splitlines()[-1]  # the fix names it too
+
+
+@pytest.mark.parametrize("make", [os.mkdir, os.mkfifo], ids=["folder", "fifo"])
+def test_a_lock_file_gone_odd_after_the_first_look_is_named_and_the_download_closed(
+    tmp_path, index_server, monkeypatch, make
+):
+    """The lock file turns into a folder or a FIFO between prefetch's first look and its lock (another process):
+    opening it neither waits nor throws a traceback, and the download already opened is closed, not leaked."""
+    from fidev.bindings import cargo_pins, wheel_cache
+    from fidev.core import package_index
+    from fidev.core.failure import Failure
+
+    index_server.serve(f"/files/{TVM_WHEEL}", b"wheel")
+    pin = cargo_pins.Pin(
+        "apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, f"{index_server.url}/files/{TVM_WHEEL}", "2" * 64
+    )
+    lock = wheel_cache.cached_path(pin, tmp_path).with_suffix(".lock")
+    opened, open_url = [], package_index.open_url
+
+    def open_then_odd(*args, **kwargs):
+        opened.append(open_url(*args, **kwargs))
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        make(lock)
+        return opened[-1]
+
+    monkeypatch.setattr(package_index, "open_url", open_then_odd)
+    with pytest.raises(Failure, match=f"the lock file {lock} is a (folder|named pipe)"):
+        wheel_cache.ensure(pin, tmp_path)
+    assert opened and opened[0].closed

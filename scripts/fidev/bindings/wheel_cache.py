@@ -173,13 +173,21 @@ def ensure(
     if _verified(pin, target):
         return Outcome("cached", target.stat().st_size, time.monotonic() - started)
     response, chunks, state, what = _opened(pin, seed_dir, timeout, progress)
+    try:
+        return _fill(pin, target, started, chunks, state, what, waiting)
+    finally:
+        if response is not None:  # read to its end, or not at all (another process filled it, the lock failed)
+            response.close()
+
+
+def _fill(pin: Pin, target: Path, started: float, chunks, state: str, what: str, waiting) -> Outcome:
+    """ensure's part under the wheel's lock: the killed runs' temporary files go, then the wheel is kept
+    (another process verified it meanwhile) or written whole from `chunks`."""
     with locked(target, waiting):
         for stale in target.parent.glob(f"{target.name}.tmp-*"):  # left by a killed run; we hold the lock
             _remove(stale, "the temporary file")
         if target.exists():
             if _verified(pin, target):  # another process finished it while we waited
-                if response is not None:
-                    response.close()
                 return Outcome("cached", target.stat().st_size, time.monotonic() - started)
             _remove(target, "the cached wheel")
             state = "rewritten (the cached file's sha256 did not match)"
