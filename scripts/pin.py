@@ -30,7 +30,7 @@ def main() -> int:
     parser.add_argument(
         "--url",
         type=option(package_index.url),
-        help="the wheel's download URL (one wheel only; default: looked up on its package index)",
+        help="the wheel's download URL, ending in its file name (one wheel only; default: looked up on its index)",
     )
     parser.add_argument(
         "--index",

@@ -218,9 +218,9 @@ class LocalServer:
                 kind, body, behaviour = server.routes[self.path]
                 self.send_response(200)
                 self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(1 << 40 if behaviour == "oversize" else len(body)))
                 self.end_headers()
-                if behaviour == "whole":
+                if behaviour in ("whole", "oversize"):
                     self.wfile.write(body)
                     return
                 self.wfile.write(body[: len(body) // 2])  # half, then...
@@ -237,7 +237,8 @@ class LocalServer:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def serve(self, path, body, kind="application/octet-stream", behaviour="whole"):
-        """`behaviour`: "whole", or half the body then "stall" (until the test ends) or "short" (close)."""
+        """`behaviour`: "whole", "oversize" (the body, under a Content-Length of 1 TiB), or half the body then
+        "stall" (until the test ends) or "short" (close)."""
         self.routes[path] = (kind, body, behaviour)
 
     def publish(self, project, files, style):

@@ -708,6 +708,43 @@ def test_a_carried_folder_that_is_a_fifo_is_said_for_what_it_is(tmp_path, index_
     assert not cache.exists()
 
 
+@fault("download-file-url-odd")
+@pytest.mark.parametrize("named", ["fifo", "/dev/zero"])
+def test_a_file_url_of_a_fifo_or_a_device_is_refused_unread(tmp_path, index_server, named):
+    if named == "fifo":
+        named = tmp_path / "fifo"
+        os.mkfifo(named)
+    cargo = crate(tmp_path, index_server)
+    cargo.write_text(cargo.read_text().replace(f"{index_server.url}/files/{JIT_CACHE_WHEEL}", f"file://{named}"))
+    cache = tmp_path / "cache"
+    expect(prefetch(cargo, cache, "--timeout", "3"), "download-file-url-odd")
+    assert not cache.exists()
+
+
+@fault("download-too-large")
+def test_a_download_larger_than_any_wheel(tmp_path, index_server):
+    cache = tmp_path / "cache"
+    done = prefetch(crate(tmp_path, index_server, "oversize"), cache)
+    expect(done, "download-too-large")
+    assert "it is 1099511627776 bytes" in done.stderr
+    assert leftovers(cache) == []
+
+
+@fault("cache-entry-odd")
+@pytest.mark.parametrize("suffix", [".whl", ".whl.tmp-123", ".lock"])
+def test_a_folder_in_the_cache_where_a_file_goes_is_named(tmp_path, index_server, suffix):
+    body = os.urandom(1 << 10)
+    cargo = crate(tmp_path, index_server, body=body)
+    cache = tmp_path / "cache"
+    entry = cache / "wheels" / f"{hashlib.sha256(body).hexdigest()}-{JIT_CACHE_WHEEL[:-4]}{suffix}"
+    entry.mkdir(parents=True)
+    done = prefetch(cargo, cache)
+    expect(done, "cache-entry-odd")
+    assert str(entry) in done.stderr
+    # the wheel's own entry and its lock are looked at before the download opens; the temporary files under the lock
+    assert index_server.hits.get(f"/files/{JIT_CACHE_WHEEL}", 0) == (1 if suffix == ".whl.tmp-123" else 0)
+
+
 @fault("url-no-scheme")
 def test_a_url_without_its_scheme(tmp_path, index_server, norm_so):
     expect(
@@ -722,6 +759,14 @@ def test_a_url_without_its_scheme(tmp_path, index_server, norm_so):
 
 
 # ---------------------------------------------------------------- pin and artifacts
+
+
+@fault("pin-url-unusable")
+def test_a_pin_url_that_cannot_download_the_wheel(tmp_path, norm_so):
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
+    done = run("pin.py", wheel, "--url", "https://example.invalid/x.whl")
+    expect(done, "pin-url-unusable")
+    assert done.stdout == ""
 
 
 @fault("pin-cached-name")
