@@ -404,6 +404,22 @@ def test_a_fifo_or_a_device_is_said_for_what_it_is(tmp_path, script, before, opt
     assert f"{named} is {kind}, not a " in problem and "does not exist" not in problem, problem
 
 
+@pytest.mark.parametrize("kind", ["FIFO", "folder", "missing"])
+def test_a_workspace_whose_manifest_is_no_regular_file_is_said_for_what_it_is(tmp_path, kind):
+    """bench_chain --workspace DIR whose pyproject.toml is a FIFO or a folder: said so, not "holds no
+    pyproject.toml"; one that lacks it: said missing."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    manifest = workspace / "pyproject.toml"
+    said = {"FIFO": "is a named pipe (FIFO), not a regular file", "folder": "is a folder", "missing": "does not exist"}
+    if kind == "FIFO":
+        os.mkfifo(manifest)
+    elif kind == "folder":
+        manifest.mkdir()
+    done = run("bench_chain.py", ["--workspace", str(workspace)], tmp_path)
+    two_line_failure(done, f"{manifest} {said[kind]}")
+
+
 def test_a_fifo_among_the_carried_wheels_or_the_staged_files_is_said_for_what_it_is(tmp_path):
     """prefetch --from DIR whose wheel is a FIFO; the acceptance run's --staged DIR whose source release is one."""
     from fidev.bindings import cargo_pins

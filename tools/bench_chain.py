@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import USAGE, ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import not_a_folder, user_path  # noqa: E402
+from fidev.core.files import not_a_file, not_a_folder, user_path  # noqa: E402
 from fidev.core.manifest import FEATURE, MANIFEST, ROOT, pins, task_chain, task_names  # noqa: E402
 from fidev.tree import edits  # noqa: E402
 
@@ -152,8 +152,8 @@ def main() -> int:
     WORKSPACE = args.workspace.resolve()
     if why := not_a_folder(WORKSPACE):
         raise Failure(f"--workspace {args.workspace} {why}", "point --workspace at a checkout of this workspace")
-    if not (WORKSPACE / MANIFEST.name).is_file():
-        raise Failure(f"{args.workspace} holds no {MANIFEST.name}", "point --workspace at a checkout of this workspace")
+    if why := not_a_file(WORKSPACE / MANIFEST.name):  # a FIFO or a folder of that name is said for what it is
+        raise Failure(f"{WORKSPACE / MANIFEST.name} {why}", "point --workspace at a checkout of this workspace")
     if args.task not in (names := task_names(WORKSPACE / MANIFEST.name)):
         raise Failure(
             f"--task {args.task!r} is not a task of {FEATURE}", f"name one of {', '.join(names)}", exit_status=USAGE
