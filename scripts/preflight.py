@@ -29,8 +29,19 @@ def print_lines(checks, said: dict[str, int], target: str, p, elapsed: float) ->
     print(f"preflight: {said['pass']} passed, {warnings}, {said['fail']} failed in {elapsed:.2f} s")
 
 
+class Parser(ArgumentParser):
+    """A bad command line with --json on it: its two lines, and one JSON object on stdout for the machine
+    reading --json, as every other failure gives it."""
+
+    def error(self, message: str):
+        if "--json" in sys.argv[1:]:
+            problem, _, fix = message.partition("\n")
+            print(json.dumps({"error": problem, "fix": fix or f"see `{self.prog} --help`"}))
+        super().error(message)
+
+
 def main() -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     parser.add_argument(
         "--cuda",

@@ -276,6 +276,23 @@ def test_preflight_json_still_prints_json(tmp_path):
     }
 
 
+@pytest.mark.parametrize("args", [["--json", "--cuda", "bad"], ["--cuda", "13", "--json"], ["--json", "--bogus"]])
+def test_preflight_json_with_a_bad_command_line_still_prints_json(tmp_path, args):
+    """A machine reading --json gets one JSON object for a bad command line too, beside the two lines."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/preflight.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert json.loads(done.stdout) == {
+        "error": lines[-2][len("error: ") :],
+        "fix": lines[-1].split("fix: ", 1)[1],
+    }
+
+
 @fault("ci-unknown-package")
 @pytest.mark.parametrize(
     "table, package",
