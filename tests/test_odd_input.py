@@ -649,6 +649,8 @@ def odd_input(tmp_path, kind: str) -> Path:
     path = tmp_path / f"input-{kind}"
     if kind == "deep JSON":
         path.write_text(DEEP_JSON)
+    elif kind == "not UTF-8":
+        path.write_bytes(b"\xff\xfe{}")  # UTF-16's BOM: what a writer of ours never writes
     elif kind == "FIFO":
         os.mkfifo(path)
     elif kind == "folder":
@@ -658,7 +660,7 @@ def odd_input(tmp_path, kind: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["deep JSON", "FIFO", "/dev/zero", "folder"])
+@pytest.mark.parametrize("kind", ["deep JSON", "not UTF-8", "FIFO", "/dev/zero", "folder"])
 def test_every_json_reader_refuses_an_odd_record_and_never_hangs(tmp_path, kind):
     """Each record reader of the library (the build stamp, the build records, the kept verdicts and
     other read_record readers, the file times, the baseline, the suite map, the sample's records, the
@@ -671,7 +673,7 @@ def test_every_json_reader_refuses_an_odd_record_and_never_hangs(tmp_path, kind)
     from fidev.upstream import runs, suite
 
     path = odd_input(tmp_path, kind)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not UTF-8 text" if kind == "not UTF-8" else ""):
         load_json(path)
     with pytest.raises(Failure):
         read_record(path, "fidev-affected-verdicts/1", "affected's kept verdicts", "run it again")

@@ -42,7 +42,13 @@ def read_input(path: str | Path, limit: int = MAX_INPUT_BYTES) -> bytes:
 
 
 def parse_json(text: str | bytes):
-    """json.loads, where nesting too deep for the parser (RecursionError) is a ValueError like any other bad JSON."""
+    """json.loads, where nesting too deep for the parser (RecursionError) is a ValueError like any other bad JSON,
+    and bytes that are not UTF-8 (what every writer of ours and FlashInfer's JIT report write) are said so."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")  # a BOM, as json.loads takes bytes
+        except UnicodeDecodeError as e:
+            raise ValueError(f"it is not UTF-8 text (byte {e.start})") from None
     try:
         return json.loads(text)
     except RecursionError:
