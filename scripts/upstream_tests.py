@@ -49,7 +49,7 @@ Every run that ran test files writes its result to summary.json in its run folde
 ids, each process's file, GPU and time, when the first failing case and the last case ended,
 and whether it stopped early. Other tools read that file, not this output.
 
-Options (the rest goes to pytest):
+Options (the rest goes to pytest; one that takes a value takes it as `--budget 30` or `--budget=30`):
   --list             the families, their files and test cases
   --budget MINUTES   the compile time the plan may foresee before the run stops (default 10)
   --yes              run past the budget
@@ -120,12 +120,19 @@ OURS = {
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
-    """(our options, the selection, pytest's arguments)."""
+    """(our options, the selection, pytest's arguments). An option of ours that takes a value takes it as
+    `--opt value` or `--opt=value`; a flag given `=value` is bad usage."""
     ours, selection, rest, i = {}, [], [], 0
     while i < len(argv):
         arg = argv[i]
-        if arg in OURS:
-            if OURS[arg] and (i + 1 >= len(argv) or argv[i + 1] in OURS):  # `--summary --yes`: no value given
+        name, equals, value = arg.partition("=")
+        if arg.startswith("--") and equals and name in OURS:
+            if not OURS[name]:
+                raise Failure(f"{name} takes no value (given {arg!r})", f"give it alone: {name}")
+            ours[name] = value
+            i += 1
+        elif arg in OURS:
+            if OURS[arg] and (i + 1 >= len(argv) or ours_option(argv[i + 1])):  # `--summary --yes`: no value
                 raise Failure(f"{arg} needs a value", "see `upstream_tests.py --help`")
             ours[arg] = argv[i + 1] if OURS[arg] else True
             i += 1 + OURS[arg]
@@ -136,6 +143,11 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str], list[str]]:
             selection.append(arg)
             i += 1
     return ours, selection, rest
+
+
+def ours_option(arg: str) -> bool:
+    """Whether `arg` is one of our options, as `--opt` or `--opt=value`."""
+    return arg in OURS or (arg.startswith("--") and arg.partition("=")[0] in OURS)
 
 
 # each option's reader (fidev.core.numbers): the digits 0-9, within a bound

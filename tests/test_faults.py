@@ -1000,9 +1000,11 @@ def test_bench_preflight_reports_a_failed_command_not_its_time(tmp_path):
 
 @fault("upstream-budget")
 @pytest.mark.parametrize("budget", ["abc", "-1", "inf"])
-def test_upstream_tests_budget_that_is_not_minutes(budget):
-    # Checked before the tree or the dry run: the same two lines whatever the host holds.
-    expect(run("upstream_tests.py", "norm", "--budget", budget), "upstream-budget", status=2)
+@pytest.mark.parametrize("joined", [False, True], ids=["--budget VALUE", "--budget=VALUE"])
+def test_upstream_tests_budget_that_is_not_minutes(budget, joined):
+    # Checked before the tree or the dry run: the same two lines whatever the host holds, in either form.
+    args = [f"--budget={budget}"] if joined else ["--budget", budget]
+    expect(run("upstream_tests.py", "norm", *args), "upstream-budget", status=2)
 
 
 @fault("upstream-option-value")
@@ -1011,10 +1013,9 @@ def test_upstream_tests_option_without_its_value():
 
 
 @fault("upstream-stop-after-baseline")
-def test_upstream_tests_stop_after_with_a_baseline():
-    expect(
-        run("upstream_tests.py", "norm", "--stop-after", "3", "--baseline"), "upstream-stop-after-baseline", status=2
-    )
+@pytest.mark.parametrize("stop_after", [["--stop-after", "3"], ["--stop-after=3"]], ids=" ".join)
+def test_upstream_tests_stop_after_with_a_baseline(stop_after):
+    expect(run("upstream_tests.py", "norm", *stop_after, "--baseline"), "upstream-stop-after-baseline", status=2)
 
 
 @fault("output-write-fails")

@@ -430,6 +430,57 @@ def test_first_files_that_are_no_file_of_the_selection_or_without_a_plan_are_two
     two_line_failure(upstream(root, env, *args), problem, status=2)
 
 
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["--gpus=abc"], "--gpus "),
+        (["--budget=0x"], "--budget "),
+        (["--per-gpu="], "--per-gpu "),
+        (["--stop-after=3", "--baseline"], "--stop-after with --baseline"),
+        (["--yes=1"], "--yes takes no value"),
+        (["--no-plan=", "--list"], "--no-plan takes no value"),
+        (["--summary", "--yes=no"], "--summary needs a value"),
+    ],
+)
+def test_our_options_given_as_opt_equals_value_are_read_and_checked_before_anything_runs(args, problem):
+    """`--opt=value` is `--opt value` for every option of ours that takes a value, checked as it is before
+    the tree is looked for (never handed to pytest after a dry run); a flag given a value is bad usage."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "norm", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    two_line_failure(done, problem, status=2)
+    assert "dry run" not in done.stdout, done.stdout
+
+
+def test_a_summary_given_as_opt_equals_value_is_checked_before_the_run(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "norm", f"--summary={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    two_line_failure(done, "--summary", status=2)
+    assert str(tmp_path) in done.stderr.splitlines()[-2]
+
+
+def test_split_argv_reads_opt_equals_value_as_ours_and_leaves_pytests_to_it():
+    ours, selection, rest = upstream_tests_script().split_argv(
+        ["norm", "--budget=3", "-k", "gemma", "--summary=/tmp/s.json", "--junitxml=x.xml", "--stop-after=0"]
+    )
+    assert ours == {"--budget": "3", "--summary": "/tmp/s.json", "--stop-after": "0"}
+    assert selection == ["norm"] and rest == ["-k", "gemma", "--junitxml=x.xml"]
+
+
+def upstream_tests_script():
+    spec = importlib.util.spec_from_file_location("upstream_tests_script", ROOT / "scripts/upstream_tests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 INNER_CACHE = """\
 import flashinfer
 def test_a():
