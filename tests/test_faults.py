@@ -1018,6 +1018,51 @@ def test_upstream_tests_stop_after_with_a_baseline(stop_after):
     expect(run("upstream_tests.py", "norm", *stop_after, "--baseline"), "upstream-stop-after-baseline", status=2)
 
 
+def _fifo(tmp):
+    os.mkfifo(tmp / "fifo")
+    return tmp / "fifo"
+
+
+def _looping_link(tmp):
+    (tmp / "loop").symlink_to(tmp / "loop")
+    return tmp / "loop"
+
+
+def _regular_file(tmp):
+    (tmp / "file").write_text("")
+    return tmp / "file"
+
+
+def _cache_a_file(tmp):
+    (tmp / "base").mkdir()
+    (tmp / "base" / ".cache").write_text("")
+    return tmp / "base"
+
+
+BAD_BASES = {
+    "a file": (_regular_file, "is a file, not a folder"),
+    "a FIFO": (_fifo, "is a named pipe (FIFO), not a folder"),
+    "a symlink loop": (_looping_link, "is a symlink loop"),
+    "under a file": (lambda tmp: _regular_file(tmp) / "base", "which is a file, not a folder"),
+    "its cache a file": (_cache_a_file, "is under"),
+}
+
+
+@fault("workspace-base-unusable")
+@pytest.mark.parametrize("script", [["upstream_tests.py", "norm"], ["affected.py"]], ids=lambda s: s[0])
+@pytest.mark.parametrize("bad", list(BAD_BASES), ids=list(BAD_BASES))
+def test_a_workspace_base_that_holds_no_folder_is_two_lines_before_any_work(tmp_path, script, bad):
+    """A FLASHINFER_WORKSPACE_BASE FlashInfer could make no folder in is refused where the task reads its
+    workspace, naming the variable and what the path is: never a dry run and then an OS error's traceback
+    (upstream-tests), nor "nothing is built yet" (affected)."""
+    make, said = BAD_BASES[bad]
+    base = make(tmp_path)
+    done = run(*script, env={"FLASHINFER_WORKSPACE_BASE": str(base)})
+    expect(done, "workspace-base-unusable")
+    assert f"FLASHINFER_WORKSPACE_BASE={base}" in done.stderr and said in done.stderr, done.stderr
+    assert "dry run" not in done.stdout and "nothing is built yet" not in done.stderr, done.stdout + done.stderr
+
+
 @fault("output-write-fails")
 def test_a_summary_whose_final_write_fails_is_two_lines_naming_it_and_how_the_run_ended(tmp_path):
     """affected --summary passes the check before the run, and its write at the run's end fails (the file

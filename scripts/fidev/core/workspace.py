@@ -9,17 +9,24 @@ FlashInfer 0.6.3 (flashinfer/jit/env.py, `FLASHINFER_BASE_DIR`, `FLASHINFER_CACH
 `os.getenv` with a default: an empty FLASHINFER_WORKSPACE_BASE is the empty path, the current
 folder, not the home folder. `read` does the same, so that FlashInfer and the tasks agree.
 
-A task reads its Workspace once, at its start (`read`), and passes it down.
+A task reads its Workspace once, at its start (`read`), and passes it down; `read` refuses, in two
+lines that name the variable, a base FlashInfer could make no folder in (a file, a FIFO, a symlink
+loop, a path under a file), before any work that would end in an OS error there.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from fidev.core import files
+from fidev.core.failure import Failure
 
 BASE_VARIABLE = "FLASHINFER_WORKSPACE_BASE"
 JIT_DIR_NAME = "cached_ops"  # FLASHINFER_JIT_DIR = FLASHINFER_WORKSPACE_DIR / "cached_ops"
@@ -162,6 +169,37 @@ def cache_of(base_dir: Path) -> Path:
     return base_dir / ".cache" / "flashinfer"
 
 
-def read(version: str, env: Mapping[str, str] = os.environ) -> Workspace:
-    """The workspace of FlashInfer `version`, as the environment names it now."""
-    return Workspace(base(env), version)
+def read(version: str, env: Mapping[str, str] = os.environ, check: bool = True) -> Workspace:
+    """The workspace of FlashInfer `version`, as the environment names it now; with `check`, two lines where
+    its base, or a folder between it and the version's, is no folder FlashInfer could make its own in
+    (preflight reads it unchecked: its JIT-dir check reports that among the others)."""
+    ws = Workspace(base(env), version)
+    if check:
+        named = f"{BASE_VARIABLE}={env[BASE_VARIABLE]}" if BASE_VARIABLE in env else f"{BASE_VARIABLE} (unset)"
+        for path in (ws.base, ws.version_dir):
+            why = unusable(path)
+            if why:
+                where = "the base " if path == ws.base else ""
+                raise Failure(
+                    f"{named}: {where}{path} {why}: FlashInfer keeps its JIT builds there",
+                    f"set {BASE_VARIABLE} to a folder or a path where nothing is yet, or move what is in the way",
+                )
+    return ws
+
+
+def unusable(path: Path) -> str | None:
+    """Why FlashInfer could not make its folders at `path` (mkdir with parents), as said after its name:
+    it, or a path above it, is a file, a FIFO, a dangling link, a symlink loop...; None where it can: a
+    folder, or nothing yet below folders."""
+    path = Path(os.path.abspath(path))
+    for step in (*reversed(path.parents), path):  # from the root down: the first that is no folder
+        said = "is" if step == path else f"is under {step}, which is"
+        try:
+            mode = os.stat(step).st_mode
+        except FileNotFoundError:
+            return f"{said} a dangling symlink" if os.path.islink(step) else None
+        except OSError as e:
+            return f"{said} a symlink loop" if e.errno == errno.ELOOP else f"{said} unreachable ({e.strerror or e})"
+        if not stat.S_ISDIR(mode):
+            return f"{said} {files.KINDS.get(stat.S_IFMT(mode), 'a file')}, not a folder"
+    return None

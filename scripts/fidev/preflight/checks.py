@@ -86,7 +86,7 @@ def run_checks(ctx: Context) -> list[Check]:
 
 def run_all(target: str, p: Pins) -> list[Check]:
     """Every check against the CUDA release `target`, with the workspace and the kernel source mode read first."""
-    return run_checks(Context(target, p, workspace.read(p.flashinfer), read_mode()))
+    return run_checks(Context(target, p, workspace.read(p.flashinfer, check=False), read_mode()))
 
 
 def counts(checks: list[Check]) -> dict[str, int]:
