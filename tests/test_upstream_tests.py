@@ -214,6 +214,34 @@ def test_the_dry_run_takes_a_worker_per_case_asked_for_and_a_worker_per_core_for
     ]
 
 
+@pytest.mark.parametrize("stop", ["Ctrl-C", "the time limit"])
+def test_a_dry_run_that_ended_just_as_it_was_stopped_is_no_traceback(monkeypatch, tmp_path, stop):
+    """Ctrl-C (or the plan's time limit) just as the dry run ends: its process, reaped, has left no process
+    group to kill, which is no error (never ProcessLookupError): Ctrl-C stays Ctrl-C, the limit drops the plan."""
+    real_popen = subprocess.Popen
+
+    class EndsAsStopped(real_popen):
+        def __init__(self, cmd, **kwargs):
+            super().__init__([sys.executable, "-c", "pass"], **kwargs)
+            self.calls = 0
+
+        def communicate(self, timeout=None):
+            self.calls += 1
+            if self.calls > 1:
+                return "", None
+            super().communicate()  # it ended and is reaped: its process group is gone
+            if stop == "Ctrl-C":
+                raise KeyboardInterrupt
+            raise subprocess.TimeoutExpired(self.args, timeout)
+
+    monkeypatch.setattr(subprocess, "Popen", EndsAsStopped)
+    if stop == "Ctrl-C":
+        with pytest.raises(KeyboardInterrupt):
+            upstream_plan.dry_run(["tests/utils/test_norm.py"], [], tmp_path / "tests", str(tmp_path))
+    else:
+        assert upstream_plan.dry_run(["tests/utils/test_norm.py"], [], tmp_path / "tests", str(tmp_path)) is None
+
+
 def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(ws):
     """tests/utils/test_activation.py's `warmup_jit` fixture (module scope, at v0.6.3) builds
     every activation module inside whichever test comes first; `affected` must map silu_and_mul to

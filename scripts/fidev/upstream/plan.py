@@ -146,7 +146,7 @@ def dry_run(
     try:
         out, _ = proc.communicate(timeout=PLAN_LIMIT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the xdist workers too
+        kill_group(proc)  # the xdist workers too
         proc.communicate()
         print(
             f"upstream-tests: the plan's dry run took over {PLAN_LIMIT_S} s: going ahead without it; each "
@@ -154,9 +154,18 @@ def dry_run(
         )
         return None
     except BaseException:  # Ctrl-C, SIGTERM: its own session would outlive us
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         raise
     return proc, out, time.perf_counter() - started
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the dry run's process group (its xdist workers too); none left is no error: the dry run
+    may have ended, and been reaped, just as the signal or the time limit came."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass(frozen=True)
