@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,23 @@ from script_runs import expect_unwritten, final_write_fails, require, two_line_f
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 TESTS = "extern/tracked/flashinfer/tests"
+
+
+def test_a_stop_while_the_workers_start_stops_those_started_and_joins_no_other():
+    """Ctrl-C, SIGTERM or SIGHUP while run_workers starts its threads: those started are stopped and waited
+    for, those not started are left (never `cannot join thread before it is started`), and the stop stays
+    Ctrl-C's KeyboardInterrupt."""
+    stop = upstream_runs.Stop()
+    ran = []
+
+    class InterruptedAtStart(threading.Thread):
+        def start(self):
+            raise KeyboardInterrupt  # the signal arrives as the second worker starts
+
+    first = threading.Thread(target=lambda: ran.append(stop.flag.wait(5)))
+    with pytest.raises(KeyboardInterrupt):
+        upstream_runs.run_workers([first, InterruptedAtStart(target=ran.append), threading.Thread()], stop)
+    assert stop.flag.is_set() and not first.is_alive() and ran == [True]
 
 
 def write(root, rel, text):

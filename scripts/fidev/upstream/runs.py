@@ -630,11 +630,22 @@ def run_workers(threads: list[threading.Thread], stop: Stop) -> None:
     except KeyboardInterrupt:
         stop.kill_all()
         for t in threads:
-            t.join(timeout=10)
+            join_started(t, 10)
         raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def join_started(thread: threading.Thread, timeout_s: float) -> None:
+    """Wait for a worker, where it started: Ctrl-C or SIGTERM may come while the workers start, and one not
+    started yet never will (the stop is set, and a worker that starts sees it)."""
+    if thread.ident is None:
+        return
+    try:
+        thread.join(timeout=timeout_s)
+    except RuntimeError:  # started, and not yet marked so: it sees the stop as it runs
+        pass
 
 
 def stopped_early(results: list[FileResult]) -> list[FileResult]:
