@@ -60,7 +60,7 @@ Options (the rest goes to pytest; one that takes a value takes it as `--budget 3
                      affected names those of the kernel family nearest its edit, the likeliest to catch it
   --gpus N           the host's first N GPUs (default: all it shows)
   --file-timeout S   seconds a test file's process may run (default 7200)
-  --per-gpu N        each file in N parts a GPU, N processes on each GPU at once (default 1)
+  --per-gpu N        each file in N parts a GPU, N processes on each GPU at once (default 1; at most 64)
   --baseline         record each test's outcome for the selection, instead of comparing with it
   --stop-after N     stop once the run has N failing cases, over all its processes (default 0: run everything;
                      refused with --baseline)
@@ -154,7 +154,7 @@ def ours_option(arg: str) -> bool:
 NUMBERS = {
     "--budget": numbers.decimal_number(zero=True, most=7 * 24 * 60, unit="minutes", example="--budget 30"),
     "--gpus": numbers.whole_number(example="--gpus 2"),
-    "--per-gpu": numbers.whole_number(example="--per-gpu 2"),
+    "--per-gpu": numbers.whole_number(most=upstream_runs.MOST_PER_GPU, example="--per-gpu 2"),
     "--file-timeout": numbers.whole_number(most=int(numbers.MOST_SECONDS), example="--file-timeout 3600"),
     "--sample-seed": numbers.whole_number(least=0, example="--sample-seed 7"),
     "--stop-after": numbers.whole_number(least=0, example="--stop-after 5"),

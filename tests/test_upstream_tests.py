@@ -502,6 +502,21 @@ def test_split_argv_reads_opt_equals_value_as_ours_and_leaves_pytests_to_it():
     assert selection == ["norm"] and rest == ["-k", "gemma", "--junitxml=x.xml"]
 
 
+@pytest.mark.parametrize("args", [["--per-gpu", "10000"], ["--per-gpu=65"]], ids=" ".join)
+def test_more_processes_a_gpu_than_the_most_are_refused_before_anything_runs(args):
+    """--per-gpu N starts N pytest processes a GPU at once: past upstream_runs.MOST_PER_GPU (64) it is bad
+    usage, two lines before the plan, never thousands of processes started."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/upstream_tests.py"), "norm", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    two_line_failure(done, "--per-gpu ", status=2)
+    assert "from 1 to 64" in done.stderr.splitlines()[-2]
+    assert upstream_tests_script().parse(["norm", "--per-gpu", "64"])[0]["--per-gpu"] == 64
+
+
 def upstream_tests_script():
     spec = importlib.util.spec_from_file_location("upstream_tests_script", ROOT / "scripts/upstream_tests.py")
     module = importlib.util.module_from_spec(spec)

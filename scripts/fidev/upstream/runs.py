@@ -335,6 +335,9 @@ class Stop:
         self.signal_live(signal.SIGKILL)
 
 
+# --per-gpu's most: processes a GPU at once, each a pytest that imports torch and FlashInfer (a GPU's memory
+# and the host's cores run out far below; affected asks for GATED_PER_GPU at most)
+MOST_PER_GPU = 64
 GATED_PER_GPU = 8  # behind affected's gate, processes a GPU at once at most (affected's --per-gpu too)
 
 
