@@ -45,6 +45,46 @@ def test_a_stop_while_the_workers_start_stops_those_started_and_joins_no_other()
     assert stop.flag.is_set() and not first.is_alive() and ran == [True]
 
 
+@pytest.mark.parametrize(
+    "visible, seen",
+    [
+        ("", []),
+        ("-1", []),
+        ("abc", []),
+        (" , ", []),
+        ("0,-1,1", ["0"]),
+        ("1,abc,0", ["1"]),
+        ("3, 5", ["3", "5"]),
+        ("GPU-8e3c1b2a,MIG-1f2e", ["GPU-8e3c1b2a", "MIG-1f2e"]),
+        ("0,,1", ["0"]),
+        ("١", []),
+    ],
+)
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(monkeypatch, visible, seen):
+    """CUDA's list ends at its first entry that is no GPU index or UUID: -1 (or a word) hides every GPU,
+    never one GPU named "-1" to pin a worker to."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert upstream_runs.host_gpus() == seen
+
+
+@pytest.mark.parametrize("visible", [" , ", "-1", "abc"])
+def test_gpus_asked_for_where_cuda_visible_devices_shows_none_is_said_so(ws, visible):
+    """--gpus 2 where CUDA_VISIBLE_DEVICES hides every GPU: two lines that say it shows none, as CUDA reads
+    it, and how to set it, never "ask for at most 0"."""
+    root, _, env = ws
+    done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": visible}, "norm", "--no-plan", "--gpus", "2")
+    two_line_failure(done, f"CUDA_VISIBLE_DEVICES={visible!r} shows no GPU, as CUDA reads it", status=2)
+    assert "at most 0" not in done.stderr and "set CUDA_VISIBLE_DEVICES" in done.stderr.splitlines()[-1]
+
+
+def test_a_run_where_cuda_visible_devices_hides_every_gpu_says_so(ws):
+    root, _, env = ws
+    write(root, "utils/test_quantization.py", "def test_fine():\n    pass\n")
+    done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "-1"}, "utils/test_quantization.py", "--no-plan")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "on no GPU(s)" in done.stdout and "CUDA_VISIBLE_DEVICES='-1' shows no GPU, as CUDA reads it" in done.stdout
+
+
 def write(root, rel, text):
     path = root / TESTS / rel
     path.parent.mkdir(parents=True, exist_ok=True)

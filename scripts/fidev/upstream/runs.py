@@ -86,12 +86,12 @@ FAILING = {
 
 
 def host_gpus() -> list[str]:
-    """The GPUs to pin workers to: CUDA_VISIBLE_DEVICES's entries when set (none when it is empty:
-    the GPUs are hidden), else one per GPU the driver lists (/proc, no CUDA context), else
-    nvidia-smi's; [] when none can be seen."""
+    """The GPUs to pin workers to: CUDA_VISIBLE_DEVICES's entries when set, as CUDA reads them
+    (cuda_visible: none when it is empty, or -1: the GPUs are hidden), else one per GPU the driver
+    lists (/proc, no CUDA context), else nvidia-smi's; [] when none can be seen."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip()]
+        return cuda_visible(visible)
     if GPUS.is_dir():
         return [str(i) for i in range(len(list(GPUS.iterdir())))]
     try:
@@ -99,6 +99,32 @@ def host_gpus() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [str(i) for i in range(sum(1 for line in out.splitlines() if line.startswith("GPU ")))]
+
+
+def cuda_visible(text: str) -> list[str]:
+    """CUDA_VISIBLE_DEVICES's GPUs as CUDA reads the list: each entry an index (the digits 0-9) or a UUID
+    (GPU-..., MIG-...), up to the first entry that is neither (-1, a word, an empty one), which ends it, so
+    that `-1` or `abc` hides every GPU, and `0,-1,1` shows GPU 0 alone."""
+    seen = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not ((entry.isascii() and entry.isdigit()) or (entry.startswith(("GPU-", "MIG-")) and len(entry) > 4)):
+            break
+        seen.append(entry)
+    return seen
+
+
+def gpus_seen(gpus: list[str]) -> str:
+    """How many GPUs the host shows, said with CUDA_VISIBLE_DEVICES where it is set (and read as CUDA
+    does: cuda_visible), for a message: "this host shows 2 GPU(s)"."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = f"{len(gpus)} GPU(s)" if gpus else "no GPU"
+    if visible is None:
+        return f"this host shows {count}"
+    return (
+        f"CUDA_VISIBLE_DEVICES={visible!r} shows {count}, as CUDA reads it (the list ends at its first entry "
+        "that is no GPU index or UUID: -1, a word, an empty one)"
+    )
 
 
 def gpu_name(gpus: list[str]) -> str:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,9 +163,14 @@ def prepare(record: Run) -> None:
     host = upstream_runs.host_gpus()
     wanted = record.options.gpus
     if wanted and wanted > max(len(host), 1):
+        unset = "CUDA_VISIBLE_DEVICES" not in os.environ
         raise Failure(
-            f"--gpus {wanted}: this host shows {len(host)} GPU(s) (CUDA_VISIBLE_DEVICES included)",
-            f"ask for at most {len(host)}, or leave --gpus out to use them all",
+            f"--gpus {wanted}: {upstream_runs.gpus_seen(host)}",
+            f"ask for at most {len(host)}, or leave --gpus out to use them all"
+            if host
+            else "run it where GPUs are, or leave --gpus out"
+            if unset
+            else "set CUDA_VISIBLE_DEVICES to the GPUs to use (0,1), or unset it to use them all",
             exit_status=USAGE,
         )
     record.gpus = host[:wanted] if wanted else host
@@ -211,6 +217,8 @@ def say_header(record: Run) -> None:
         f"upstream-tests: {len(record.groups)} file(s), {each}, on {len(record.gpus) or 'no'} GPU(s) ({record.gpu}), "
         f"{record.options.file_timeout:.0f} s per process at most; JUnit XML and logs in {record.run_dir}"
     )
+    if not record.gpus and "CUDA_VISIBLE_DEVICES" in os.environ:  # said, where it hides them: -1, a word
+        print(f"upstream-tests: {upstream_runs.gpus_seen([])}: FlashInfer's tests run with no GPU")
 
 
 def record_loaded(run_dir: Path) -> None:
