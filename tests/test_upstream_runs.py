@@ -339,6 +339,19 @@ def test_arguments_pytest_refuses_are_one_usage_error(ws):
     two_line_failure(upstream(root, env, "rope", "--no-plan", "-k", "nomatch"), "no upstream-tests test was selected")
 
 
+@pytest.mark.parametrize(
+    "node, plan", [("nosuch", "--no-plan"), ("test_norm[nosuch]", "--no-plan"), ("Nosuch::test_x", "--yes")]
+)
+def test_a_node_id_its_file_lacks_is_said_so_not_a_refusal_of_pytests_options(ws, node, plan):
+    """A node id whose file has no test of that name (pytest's `ERROR: not found:`, status 4) is bad usage
+    that names the node id and its file, and how to list the file's tests: not "pytest refused the
+    arguments" with a fix about pytest's options. A parametrized id is named whole (pytest drops its [...])."""
+    root, _, env = ws
+    done = upstream(root, env, f"utils/test_norm.py::{node}", plan)
+    two_line_failure(done, f"no such test: tests/utils/test_norm.py::{node}: its file has no test", status=2)
+    assert "pytest refused" not in done.stderr and "--collect-only" in done.stderr.splitlines()[-1]
+
+
 def test_a_compare_run_counts_an_out_of_memory_skip_as_newly_failing(ws):
     root, _, env = ws
     write(

@@ -145,7 +145,7 @@ def run_selection(record: Run) -> int:
     say_header(record)
     run_all(record)
     results = record.results
-    verdict.refused(results, record.pytest_args)
+    verdict.refused(results, record.pytest_args, record.nodes)
     keep_times(record)
     verdict.name_failing(results, record.run_dir)
     verdict.say_counts(results, record.mode, len(record.groups), len(record.gpus), time.perf_counter() - record.clock)

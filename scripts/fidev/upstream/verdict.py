@@ -20,9 +20,40 @@ COMPARED_SHOWN, COMPARED_LIST = (
 )  # a compare run's ids of each kind named; the run folder's file has all
 
 
-def refused(results: list, pytest_args: list[str]) -> None:
-    """Every file's pytest refused its arguments (status 4) or selected nothing (5): one usage
-    error, in pytest's own words, instead of a count of nothing."""
+NOT_FOUND = "ERROR: not found: "  # pytest's line for a node id its file has no test of (status 4)
+
+
+def not_found(results: list, nodes: list[str]) -> list[str]:
+    """The node ids of the selection (`nodes`) that name no test of their file, as the tree's paths name them
+    (tests/utils/test_norm.py::nosuch): pytest's NOT_FOUND lines in the logs of the files it refused (status
+    4), which drop a parametrized id's [...] part (`test_norm[nosuch]` is said `test_norm`)."""
+    missing = []
+    for r in results:
+        if r.ended != "exit 4" or not r.log.is_file():
+            continue
+        lines = r.log.read_text(errors="replace").splitlines()
+        said = {line.strip().removeprefix(NOT_FOUND).partition("::")[2] for line in lines if line.startswith(NOT_FOUND)}
+        asked = [
+            n.partition("::")[2]
+            for n in nodes
+            if "::" in n and Path(n.partition("::")[0]).resolve().as_posix().endswith("/" + r.file)
+        ]
+        named = [rest for rest in asked if rest.partition("[")[0] in said] or sorted(said - {""})
+        missing += [f"{r.file}::{rest}" for rest in named]
+    return missing
+
+
+def refused(results: list, pytest_args: list[str], nodes: list[str] = ()) -> None:
+    """A node id that names no test of its file, or every file's pytest refused its arguments (status 4)
+    or selected nothing (5): one usage error, in pytest's own words, instead of a count of nothing."""
+    missing = not_found(results, list(nodes))
+    if missing:
+        more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+        raise Failure(
+            f"no such test: {', '.join(missing[:3])}{more}: its file has no test of that name",
+            f"name a test the file has: `upstream-tests {missing[0].split('::')[0]} --collect-only -q` lists them",
+            exit_status=USAGE,
+        )
     if results and all(r.ended == "exit 4" for r in results):
         log = results[0].log.read_text(errors="replace")
         if (
