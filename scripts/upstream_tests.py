@@ -28,7 +28,9 @@ the host's GPUs (`--gpus N`: the first N) one worker per GPU, longest first, eac
 runs each file in N parts a GPU, N processes on each GPU at once (`affected` asks for it: its
 tests' processes all start at once, where pytest-xdist's start after its controller's imports); behind
 affected's gate every process starts at once, up to 8 a GPU (fidev.upstream.runs.at_once). JUnit XML and
-logs go to a run folder beside FlashInfer's JIT dirs. Skips are counted by reason; out-of-memory
+logs go to a run folder beside FlashInfer's JIT dirs; the state it keeps there (each file's time, the
+baselines, which tests need each module) is checked before the plan: a file of it that is a folder, a FIFO
+or a loop is refused, named, to be removed. Skips are counted by reason; out-of-memory
 skips and missing-JIT-module skips (FlashInfer's conftest turns both failures into skips) fail the
 run, as errors (collection, setup, teardown, a file that did not finish) do.
 
@@ -315,6 +317,8 @@ def main() -> int:
     tests = suite.tests_dir()
     nodes = named(selection, tests)
     first = first_files(ours, nodes, tests)
+    # before the plan: the files' times, the records and the baselines' folder, kept at the run's end
+    upstream_selection.refuse_odd_state(ws, recording="--baseline" in ours)
     mode = apply_kernel_source()
     stop_as_ctrl_c()
     inherited = inherited_gate()  # affected's, where it started this run: read once, here, and passed down

@@ -352,6 +352,62 @@ def test_a_node_id_its_file_lacks_is_said_so_not_a_refusal_of_pytests_options(ws
     assert "pytest refused" not in done.stderr and "--collect-only" in done.stderr.splitlines()[-1]
 
 
+def odd_state(path, kind):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "a folder" and not path.suffix:  # a folder of its own: a file in its place
+        path.write_text("")
+    elif kind == "a folder":
+        path.mkdir()
+    elif kind == "a FIFO":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(path)
+
+
+@pytest.mark.parametrize("kind", ["a folder", "a FIFO", "a symlink loop"])
+@pytest.mark.parametrize(
+    "state, args",
+    [
+        ("fidev-upstream-runs/file-times.json", []),
+        ("90/fidev-module-tests.json", []),
+        ("90/fidev-module-tests-ran.json", ["--no-plan"]),
+        ("fidev-upstream-baselines", ["--baseline"]),
+        ("fidev-upstream-runs", ["--no-plan"]),
+    ],
+)
+def test_a_state_file_of_its_own_that_is_no_regular_file_is_refused_before_the_run(ws, kind, state, args):
+    """A state file upstream-tests keeps (each file's last time, the record of which tests need each module,
+    the baselines and run folders) made a folder, a FIFO or a symlink loop: two lines before the plan or the
+    run, naming it and that removing it clears it; never a run that passes every test and then fails with
+    a fix about a file the user never named."""
+    root, _, env = ws
+    write(root, "utils/test_quantization.py", "def test_fine():\n    pass\n")
+    version = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer
+    (version / "90/cached_ops").mkdir(parents=True)  # a JIT dir, its records beside it
+    odd_state(version / state, kind)
+    done = upstream(root, env, "utils/test_quantization.py", *args)
+    two_line_failure(done, str(version / state))
+    error, fix = done.stderr.strip().splitlines()[-2:]
+    assert "upstream-tests' state" in error and "regular file" not in fix.replace("make it a regular file", "")
+    assert "remove" in fix and str(version / state) in fix, fix
+    assert "passed" not in done.stdout and "the selection needs" not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("args", [["--no-plan"], ["--no-plan", "--baseline"]], ids=["compare", "record"])
+def test_a_baseline_that_is_a_folder_is_refused_before_the_run_naming_it(ws, args):
+    """The selection's baseline file made a folder: whether the run would compare with it or record it, two
+    lines before the run that name it and that removing it clears it (never "record it again", which then
+    fails at the run's end)."""
+    root, _, env = ws
+    write(root, "utils/test_quantization.py", "def test_fine():\n    pass\n")
+    ws_ = workspace.read(pins().flashinfer, {"FLASHINFER_WORKSPACE_BASE": env["FLASHINFER_WORKSPACE_BASE"]})
+    baseline = ws_.baseline(["utils/test_quantization.py"])
+    baseline.mkdir(parents=True)
+    done = upstream(root, env, "utils/test_quantization.py", *args)
+    two_line_failure(done, f"upstream-tests' state file {baseline} is a folder")
+    assert f"remove it (rm -r '{baseline}')" in done.stderr and "passed" not in done.stdout, done.stdout
+
+
 def test_a_compare_run_counts_an_out_of_memory_skip_as_newly_failing(ws):
     root, _, env = ws
     write(

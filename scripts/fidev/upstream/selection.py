@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fidev.core import workspace
 from fidev.core.failure import INTERRUPTED, USAGE, Failure
+from fidev.core.files import not_a_file
 from fidev.core.manifest import pins
 from fidev.records import build_records
 from fidev.tree import source_tree
@@ -174,14 +175,40 @@ def prepare(record: Run) -> None:
             exit_status=USAGE,
         )
     record.gpus = host[:wanted] if wanted else host
-    record.run_dir = upstream_runs.run_folder(record.ws.runs)
     # a sample's baseline is its own: another selection than every case
     record.key = [*record.selection, *record.pytest_args, *sample_key(record.options.sample)]
     record.baseline_file = record.ws.baseline(record.key)
+    refuse_odd_state(record.ws, record.baseline_file, record.options.baseline)
+    record.run_dir = upstream_runs.run_folder(record.ws.runs)
     record.baseline = None if record.options.baseline else upstream_runs.load_baseline(record.baseline_file)
     record.gpu = upstream_runs.gpu_name(record.gpus)
     record.times_file = record.ws.file_times
     record.times = upstream_runs.load_times(record.times_file)
+
+
+def refuse_odd_state(ws: workspace.Workspace, baseline: Path | None = None, recording: bool = False) -> None:
+    """Two lines, before the run, where a state file it keeps beside FlashInfer's JIT dirs (fidev.core.workspace)
+    exists and is no regular file (a folder, a FIFO, a symlink loop), or a folder of them is none: the run
+    would pass every test, then fail to keep it. They name the file, and that removing it clears it."""
+    folders = [ws.runs, *([ws.baselines] if recording else [])]
+    for folder in folders:
+        why = workspace.unusable(folder)
+        if why:
+            raise Failure(
+                f"upstream-tests' state folder {folder} {why}",
+                f"remove what is at {folder}: upstream-tests makes the folder anew",
+            )
+    kept = {ws.file_times: "each test file's last time", **({baseline: "the selection's baseline"} if baseline else {})}
+    for jit_dir in ws.jit_dirs():
+        kept[jit_dir.parent / workspace.MODULE_TESTS] = "which tests need each module"
+        kept[jit_dir.parent / workspace.MODULE_TESTS_RAN] = "the tests a run recorded"
+    for path, what in kept.items():
+        why = not_a_file(path)
+        if why and why != "does not exist":
+            raise Failure(
+                f"upstream-tests' state file {path} {why}: it keeps {what} there",
+                f"remove it (rm -r '{path}') or make it a regular file: upstream-tests writes it anew",
+            )
 
 
 def sample_key(seed: int | None) -> list[str]:
