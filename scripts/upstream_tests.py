@@ -88,7 +88,7 @@ from pathlib import Path
 
 from fidev.builds import module_builds
 from fidev.core import numbers, workspace
-from fidev.core.failure import INTERRUPTED, USAGE, Failure, report, run_main
+from fidev.core.failure import USAGE, Failure, report, run_main
 from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
@@ -286,14 +286,7 @@ def planned(
     """The plan's dry run (of the sample `sample` specifies, where one does), what it says, and the
     budget held; then the builds of what its tests will load (the cases' of the test files `first` first),
     started, or behind affected's `gate` to start as it opens (upstream_plan.build_ahead)."""
-    try:
-        found = upstream_plan.plan(nodes, pytest_args, tests, sample, first)
-    except KeyboardInterrupt:
-        raise Failure(
-            "interrupted during the plan's dry run (its processes were stopped)",
-            "run it again, or skip the plan: --no-plan",
-            exit_status=INTERRUPTED,
-        ) from None
+    found = upstream_plan.plan(nodes, pytest_args, tests, sample, first)  # Ctrl-C: its processes are stopped
     if found is None:
         return None
     upstream_plan.hold_budget(found, budget_s, yes)

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from fidev.tree import source_tree
 from fidev.upstream import plan as upstream_plan
 from fidev.upstream import suite
 from fidev.upstream import summary as upstream_summary
-from script_runs import require, two_line_failure
+from script_runs import require, two_line_failure, wait_until
 from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 
@@ -240,6 +241,34 @@ def test_a_dry_run_that_ended_just_as_it_was_stopped_is_no_traceback(monkeypatch
             upstream_plan.dry_run(["tests/utils/test_norm.py"], [], tmp_path / "tests", str(tmp_path))
     else:
         assert upstream_plan.dry_run(["tests/utils/test_norm.py"], [], tmp_path / "tests", str(tmp_path)) is None
+
+
+SLOW_DRY_RUN = """\
+import os, pathlib, time
+def test_slow():
+    pathlib.Path(os.environ["DRY_RUN_MARK"]).touch()
+    time.sleep(120)
+"""
+
+
+def test_ctrl_c_during_the_plans_dry_run_is_one_line_and_status_130(ws, tmp_path):
+    """Ctrl-C while the plan's dry run runs: its processes are stopped, and upstream-tests ends as every
+    script does on Ctrl-C, one line and status 130."""
+    root, _, env = ws
+    (root / "extern/tracked/flashinfer/tests/utils/test_slow.py").write_text(SLOW_DRY_RUN)
+    mark = tmp_path / "dry-run-started"
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "scripts/upstream_tests.py"), "utils/test_slow.py", "--yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env, "DRY_RUN_MARK": str(mark)},
+    )
+    wait_until(mark.exists, 120, "the dry run's test", proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert err.strip().splitlines() == ["error: interrupted; nothing was left half-written"], err
 
 
 def test_the_record_names_the_tests_that_ask_for_a_module_not_the_warmups_first(ws):
