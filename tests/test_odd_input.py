@@ -361,6 +361,25 @@ def test_an_output_file_that_cannot_be_written_whole_is_refused_before_the_work(
     assert (os.lstat(value).st_mode if os.path.lexists(value) else None) == mode
 
 
+@pytest.mark.parametrize("script, before, option, after", OUTPUT_FILES, ids=[f"{c[0]} {c[2]}" for c in OUTPUT_FILES])
+def test_a_dash_for_an_output_file_is_refused_not_a_file_named_dash(tmp_path, script, before, option, after):
+    """`-` names standard output to a user; a file named `-` written in the current folder is refused, with ./-
+    for one who means that file."""
+    done = run(script, argv_for(before, option, "-", after), tmp_path)
+    two_lines(done, {2})
+    problem = done.stderr.strip().splitlines()[-2]
+    assert option in problem and "- names standard output" in problem, done.stderr
+    assert not (tmp_path / "-").exists()
+
+
+def test_an_empty_command_after_the_double_dash_is_bad_usage_before_the_prefix_is_laid_out(tmp_path):
+    """tools/conda_layout.py PREFIX -- '': said as an empty command, not as a program it could not run."""
+    done = run("conda_layout.py", [str(tmp_path / "prefix"), "--", ""], tmp_path)
+    two_lines(done, {2})
+    assert "the command after -- is empty" in done.stderr.strip().splitlines()[-2], done.stderr
+    assert not (tmp_path / "prefix").exists()
+
+
 @pytest.mark.parametrize(
     "make", [fifo, device_link, under_a_file, in_a_read_only_folder], ids=lambda make: make.__name__
 )

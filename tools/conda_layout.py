@@ -64,6 +64,8 @@ def main() -> int:
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
+    if command and not command[0].strip():  # before the prefix is laid out
+        parser.error("the command after -- is empty\nname a program on the PATH, or a path to an executable file")
     prefix = lay_out(args.prefix, args.toolkit)
     env = environment(prefix, dict(os.environ), args.cuda_home_only)
     if args.print_env or not command:

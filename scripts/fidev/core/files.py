@@ -226,6 +226,8 @@ def output_file(text: str) -> Path:
     """A file a tool is named to write (--summary, --record), checked before the work that fills it:
     user_path's checks, then two lines where it exists and is not a regular file, or its folder is
     none or read-only, or the temporary file its write goes through (write_whole) would be past PATH_MAX."""
+    if text == "-":
+        raise Failure("- names standard output, and this writes a file", "name a file (./- for a file named -)")
     path = user_path(text)
     replaceable(path)
     writable_folder(path.parent, f"{path} cannot be written")
