@@ -148,25 +148,33 @@ def test_a_generator_edit_reaches_its_family_and_a_family_recorded_for_a_changed
     }
 
 
+def written(tree: Path, files: dict[str, str]) -> Path:
+    """`tree` with each of `files` ({path relative to it: its text}) written."""
+    for rel, text in files.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    return tree
+
+
 def test_the_test_files_of_the_family_nearest_an_edit_are_the_first_whose_modules_build(tmp_path):
     """An edit several families compile: cascade's own source includes attention/cascade.cuh (csrc/cascade.cu,
     as at v0.6.3), batch prefill's through attention/prefill.cuh; cascade's test file is the first whose
     cases' modules the plan builds ahead (upstream-tests --first-files). With a family's own source edited
     too, both edits' nearest families' files are; a family whose tests do not run is passed over."""
-    tree = tmp_path / "flashinfer"
-    for rel, text in {
-        "include/flashinfer/attention/cascade.cuh": "",
-        "include/flashinfer/attention/prefill.cuh": '#include "cascade.cuh"\n',
-        "csrc/cascade.cu": '#include "flashinfer/attention/cascade.cuh"\n',
-        "csrc/batch_prefill.cu": '#include "flashinfer/attention/prefill.cuh"\n',
-        "csrc/rope.cu": "",
-        "tests/attention/test_shared_prefix_kernels.py": "",
-        "tests/attention/test_batch_prefill_kernels.py": "",
-        "tests/attention/test_non_contiguous_prefill.py": "",
-        "tests/attention/test_rope.py": "",
-    }.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
+    tree = written(
+        tmp_path / "flashinfer",
+        {
+            "include/flashinfer/attention/cascade.cuh": "",
+            "include/flashinfer/attention/prefill.cuh": '#include "cascade.cuh"\n',
+            "csrc/cascade.cu": '#include "flashinfer/attention/cascade.cuh"\n',
+            "csrc/batch_prefill.cu": '#include "flashinfer/attention/prefill.cuh"\n',
+            "csrc/rope.cu": "",
+            "tests/attention/test_shared_prefix_kernels.py": "",
+            "tests/attention/test_batch_prefill_kernels.py": "",
+            "tests/attention/test_non_contiguous_prefill.py": "",
+            "tests/attention/test_rope.py": "",
+        },
+    )
     header = "include/flashinfer/attention/cascade.cuh"
     sel = selection.selection({header: set()}, {}, {}, {}, tree, [])
     assert sel.steps == {header: {"prefill": 2, "cascade": 1}}
@@ -189,15 +197,15 @@ def test_a_wrapper_is_its_familys_nearest_file_and_a_modules_own_include_dirs_co
     headers, found only there), a step each."""
     from fidev.tree import families
 
-    tree = tmp_path / "flashinfer"
-    for rel, text in {
-        "flashinfer/cascade.py": "",
-        "csrc/cascade.cu": '#include "flashinfer/attention/cascade.cuh"\n',
-        "include/flashinfer/attention/cascade.cuh": '#include "own.h"\n',
-        "csrc/nv_internal/own.h": "",
-    }.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
+    tree = written(
+        tmp_path / "flashinfer",
+        {
+            "flashinfer/cascade.py": "",
+            "csrc/cascade.cu": '#include "flashinfer/attention/cascade.cuh"\n',
+            "include/flashinfer/attention/cascade.cuh": '#include "own.h"\n',
+            "csrc/nv_internal/own.h": "",
+        },
+    )
     steps = families.family_steps(tree, ["flashinfer/cascade.py", "include/flashinfer/attention/cascade.cuh"])
     assert steps == {
         "flashinfer/cascade.py": {"cascade": 0},
