@@ -264,7 +264,7 @@ def first_cases_first(reports: list[list[dict]], order: list[str] = ()) -> dict[
         for entry in report:
             if entry.get("warmup"):
                 continue
-            name, file = entry["test_name"], entry["test_name"].split("::")[0]
+            name, file = entry["test_name"], file_of(entry)
             place = ranks.get(file, {}).get(name)
             if place is None:
                 in_report = listed.setdefault(file, {})
