@@ -1484,6 +1484,20 @@ def test_the_acceptance_runs_preflight_record_of_the_wrong_json_type_fails_the_s
         assert not passed and note.startswith(PREFLIGHT_UNREADABLE) and note.endswith(f"see {log}"), (where, note)
 
 
+def test_the_acceptance_runs_preflight_step_records_its_verdict_and_seconds_in_the_results_file(tmp_path, monkeypatch):
+    """The preflight step itself, its command's output given: results.json gets a row of the shape every
+    step writes (result, seconds a number, note), as --resume and the table read it; once on the record
+    that passes, once on one that cannot be read."""
+    tool = acceptance_tool()
+    run = tool.Run(tmp_path / "work", None, tmp_path / "cuda")
+    monkeypatch.setattr(tool, "host_cuda", lambda: "13.0")
+    for out, result in ((json.dumps(PREFLIGHT_READ), tool.PASSED), ("Traceback ...", tool.FAILED)):
+        monkeypatch.setattr(run, "sh", lambda name, argv, env=None, out=out: (0, out, 0.25))
+        tool.preflight(run)
+        row = json.loads((tmp_path / "work/results.json").read_text())["preflight"]
+        assert row["result"] == result and row["seconds"] == 0.2 and isinstance(row["note"], str), row
+
+
 @pytest.mark.parametrize(
     ("out", "said"),
     [

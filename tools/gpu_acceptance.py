@@ -545,7 +545,8 @@ def preflight(run: Run) -> None:
     status, out, seconds = run.sh(
         "preflight", [sys.executable, "scripts/preflight.py", "--json", "--cuda", host_cuda()]
     )
-    run.record("preflight", *preflight_verdict(out, run.logs / "preflight.log"), seconds)
+    passed, note = preflight_verdict(out, run.logs / "preflight.log")
+    run.record("preflight", passed, seconds, note)
 
 
 # a check of preflight --json's record (fidev.preflight.checks.Check), as the preflight step reads it; a record
