@@ -128,8 +128,8 @@ def test_once_the_builds_are_stopped_no_module_starts_and_each_not_started_is_a_
 
 
 def test_the_modules_the_first_tests_wait_for_start_first_then_the_rest_in_the_order_given(tmp_path, monkeypatch):
-    """Rebuild's `first` (smoke's modules, one case of each of FlashInfer's functions) come first, the
-    others after them in the order given, with MAX_JOBS 1 one module at a time."""
+    """Rebuild's `first` (smoke's modules, one case of each of FlashInfer's functions) come first in its
+    order, the others after them in the order given, with MAX_JOBS 1 one module at a time."""
     monkeypatch.setenv("MAX_JOBS", "1")
     order = []
 
@@ -140,8 +140,8 @@ def test_the_modules_the_first_tests_wait_for_start_first_then_the_rest_in_the_o
     monkeypatch.setattr(module_builds, "prepare_folder", prepared)
     folders = [SimpleNamespace(name=name, sources=["s.cu"]) for name in ("a", "b", "c", "d")]
     with pytest.raises(Failure):
-        module_builds.run_module_builds(folders, lambda line: None, first=frozenset({"c", "not built"}))
-    assert order == ["c", "a", "b", "d"]
+        module_builds.run_module_builds(folders, lambda line: None, first=("c", "not built", "b"))
+    assert order == ["c", "b", "a", "d"]
 
 
 def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):

@@ -349,10 +349,10 @@ def test_flashinfers_first_modules_are_those_of_one_recorded_case_of_each_test_f
     }
     rebuilt = ["prefill_128", "prefill_256", "cascade", "decode"]
     theirs = ["tests/a.py", "tests/b.py::test_z", "tests/b.py::test_merge"]
-    assert their_tests.their_first(recorded, rebuilt, theirs) == {"prefill_128", "cascade"}
-    assert their_tests.their_first(recorded, ["decode"], theirs) == frozenset(), "none of theirs waits for it"
-    assert their_tests.their_first(recorded, rebuilt, ["tests/b.py::test_z[2]"]) == {"prefill_256"}
-    assert their_tests.their_first({}, rebuilt, theirs) == frozenset()
+    assert their_tests.their_first(recorded, rebuilt, theirs) == ("prefill_128", "cascade"), "in the order chosen"
+    assert their_tests.their_first(recorded, ["decode"], theirs) == (), "none of theirs waits for it"
+    assert their_tests.their_first(recorded, rebuilt, ["tests/b.py::test_z[2]"]) == ("prefill_256",)
+    assert their_tests.their_first({}, rebuilt, theirs) == ()
 
 
 def test_the_rebuild_builds_first_what_smokes_tests_and_a_case_of_each_of_flashinfers_functions_wait_for(monkeypatch):
@@ -365,9 +365,10 @@ def test_the_rebuild_builds_first_what_smokes_tests_and_a_case_of_each_of_flashi
     monkeypatch.setattr(affected_tests, "start_rebuild", start_rebuild)
     monkeypatch.setattr(their_tests, "their_run", lambda *args: (FakeRun(), None))
     recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]"], "other": ["tests/utils/test_x.py::test_x[1]"]}
-    args = ([SimpleNamespace(name="norm"), SimpleNamespace(name="other")], None, [], THEIRS, recorded, CHANGED)
+    to_build = [SimpleNamespace(name=name) for name in ("norm", "other", "smokes")]
+    args = (to_build, None, [], THEIRS, recorded, CHANGED)
     affected_tests.build_and_test(*args, VERSION_DIR, failed_table, lambda: None, True, "auto", False, {"smokes"})
-    assert given["first"] == {"smokes", "norm"}
+    assert given["first"] == ("smokes", "norm"), "smoke's first, then a case of each of FlashInfer's functions'"
 
 
 def test_flashinfers_gate_begins_once_the_rebuild_holds_its_locks_and_names_each_module_once_it_is_kept(monkeypatch):

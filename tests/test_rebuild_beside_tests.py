@@ -372,6 +372,46 @@ def test_the_modules_smokes_tests_load_rebuild_first_and_the_others_yield_to_the
     assert given == {"smokes": 2, "theirs": 2}, "one at a time, each with a job per source"
 
 
+def test_the_head_of_first_that_fits_the_cores_leads_and_every_other_module_yields(monkeypatch):
+    """module_builds.leading: of `first` in its order, the modules whose jobs fit the cores together (the
+    head always, even one larger than all the cores) build at the usual priority; a module of `first`
+    past them, and any module not in it, yields; with no `first`, none leads and none yields."""
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(module_builds.os, "cpu_count", lambda: 4)  # a job budget of 8
+    spec = lambda name, n: SimpleNamespace(name=name, sources=[f"{i}.cu" for i in range(n)])  # noqa: E731
+    specs = [spec("other", 1), spec("b", 2), spec("a", 2), spec("c", 1)]
+    assert module_builds.leading(specs, ("a", "b", "c")) == {"a", "b"}, "2 + 2 jobs fit 4 cores; c's fifth does not"
+    assert module_builds.leading(specs, ("c", "a")) == {"c", "a"}
+    assert module_builds.leading([spec("big", 12), *specs], ("big", "a")) == {"big"}, "the head alone, 8 jobs"
+    assert module_builds.leading(specs, ("not built", "b")) == {"b"}
+    assert module_builds.leading(specs, ()) == frozenset()
+    assert [s.name for s in module_builds.in_order(specs, ("c", "a"))] == ["c", "a", "other", "b"]
+
+
+@needs_a_build
+def test_the_first_tests_module_builds_at_the_usual_priority_and_those_of_later_tests_yield(tmp_path, monkeypatch):
+    """A rebuild of three modules, each of the first tests': the first two fit the two cores and build at the
+    usual priority, the third yields to them (AHEAD_NICE), as every module not in `first` does."""
+    require("filelock", why="modules build under FlashInfer's locks (filelock comes with torch in flashinfer-dev)")
+    niceness, original = {}, module_builds.start_ninja
+
+    def start_ninja(spec, jobs, running, env=None, nice=0):
+        niceness[spec.name] = nice
+        return original(spec, jobs, running, env, nice)
+
+    monkeypatch.setattr(module_builds, "start_ninja", start_ninja)
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(module_builds.os, "cpu_count", lambda: 2)
+    specs = [SleepSpec(tmp_path, name, 0) for name in ("later", "second", "head", "not_first")]
+    module_builds.Rebuild(specs, lambda rebuilt: None, lambda line: None, ("head", "second", "later")).wait()
+    assert niceness == {
+        "head": 0,
+        "second": 0,
+        "later": module_builds.AHEAD_NICE,
+        "not_first": module_builds.AHEAD_NICE,
+    }
+
+
 def test_a_module_smokes_tests_built_is_smokes_as_one_build_made_is(tmp_path, monkeypatch):
     """affected tells smoke's modules from build's stamps and from the mark smoke's tests leave on a
     module they built (the wide tier's batch prefill, which `build` leaves out): its smoke tests are its
@@ -478,7 +518,7 @@ def test_a_passing_run_waits_for_the_whole_rebuild_and_hands_each_step_its_part(
     keep = []
     outcome = norm_run(ours, lambda: None, False, frozenset({"norm"}), keep.append)
     assert not given["rebuild"].stopped_before_wait
-    assert given["say"] == lines.append and given["first"] == {"norm"}
+    assert given["say"] == lines.append and given["first"] == ("norm",)
     loaded, pending = given["order"]
     assert loaded == [(tuple(ours), "norm")] and pending() == {"norm"}, "the rebuild's modules still building"
     assert outcome.built == "1 module(s) rebuilt in 2.5 s (slowest object 1.5 s)"

@@ -76,14 +76,15 @@ def start_rebuild(
     to_build: list,
     then: Callable,
     say: Callable[[str], None],
-    first: frozenset[str],
+    first: Sequence[str],
     rebuilt: Callable[[str], None] = lambda name: None,
 ) -> module_builds.Rebuild:
     """The changed modules' rebuild, started (fidev.builds.module_builds.Rebuild: each under its lock,
     held from now); `then(rebuild)` once all are built; `first`: the modules smoke's tests load
-    (ours.smoke_loaded) and those of a case of each of FlashInfer's test functions (theirs.their_first), which
-    build first; `rebuilt(name)` as each is built, before its lock is let go (affected keeps it `unfinished`
-    with the inputs its rebuild recorded)."""
+    (ours.smoke_loaded), then those of a case of each of FlashInfer's test functions (theirs.their_first),
+    which build first, in that order, the head of it with the cores first (module_builds.leading);
+    `rebuilt(name)` as each is built, before its lock is let go (affected keeps it `unfinished` with the
+    inputs its rebuild recorded)."""
     return module_builds.Rebuild(to_build, then, say, first, rebuilt)
 
 
@@ -258,7 +259,8 @@ def build_and_test(
         importing, say = our_tests.import_meanwhile() if ours else None, screen()
         then = when_rebuilt(outcome, built, run, say)
         theirs_first = their_tests.their_first(recorded, outcome.rebuilt, theirs)
-        rebuilding = start_rebuild(to_build, then, say, first | theirs_first, said_rebuilt(rebuilt, run))
+        ranked = tuple(m.name for m in to_build if m.name in first) + tuple(m for m in theirs_first if m not in first)
+        rebuilding = start_rebuild(to_build, then, say, ranked, said_rebuilt(rebuilt, run))
         if run:  # the rebuild holds its modules' locks: FlashInfer's cases may start, each once its modules are built
             run.begin(outcome.rebuilt, selection, rebuilding.all_held)
         if ours:

@@ -348,13 +348,14 @@ def unrecorded(tests: list[str], recorded: dict[str, list[str]]) -> list[str]:
     return sorted({t.split("::")[0] for t in tests} - named)
 
 
-def their_first(recorded: dict[str, list[str]], rebuilt, theirs: list[str]) -> frozenset[str]:
+def their_first(recorded: dict[str, list[str]], rebuilt, theirs: list[str]) -> tuple[str, ...]:
     """Of the modules `rebuilt`, those of one recorded case of each of FlashInfer's selected test
     functions (`theirs`: files, functions or cases), chosen greedily so that they are few: each step takes
     the function whose cheapest case needs the fewest modules not chosen yet (a module not rebuilt costs
     nothing: it is built). They rebuild first, as smoke's tests' modules do (tests.start_rebuild), so that each
     function has cases ready early behind the gate, whichever function catches the edit; the sample's
-    cases (fidev.upstream.sample) come from the same record, and prefer cases whose modules are shared."""
+    cases (fidev.upstream.sample) come from the same record, and prefer cases whose modules are shared.
+    In the order chosen: the rebuild starts them in it."""
     rebuilt = set(rebuilt)
     needs: dict[str, set[str]] = {}
     for module, cases in recorded.items():
@@ -364,9 +365,11 @@ def their_first(recorded: dict[str, list[str]], rebuilt, theirs: list[str]) -> f
     options: dict[str, set[frozenset[str]]] = {}
     for case, modules in needs.items():
         options.setdefault(case.split("[")[0], set()).add(frozenset(modules & rebuilt))
-    chosen: set[str] = set()
+    chosen: dict[str, None] = {}  # in the order chosen
     while options:
-        _, function, modules = min((len(m - chosen), f, sorted(m)) for f, found in options.items() for m in found)
-        chosen.update(modules)
+        _, function, modules = min(
+            (len(m - chosen.keys()), f, sorted(m)) for f, found in options.items() for m in found
+        )
+        chosen.update(dict.fromkeys(modules))
         del options[function]
-    return frozenset(chosen)
+    return tuple(chosen)

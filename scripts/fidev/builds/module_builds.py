@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +52,27 @@ def job_budget() -> int:
     cores (a CUDA compile waits on its files part of the time)."""
     max_jobs = os.environ.get("MAX_JOBS", "")
     return int(max_jobs) if max_jobs.isdigit() and int(max_jobs) > 0 else 2 * (os.cpu_count() or 1)
+
+
+def in_order(specs, first: Sequence[str]) -> list:
+    """The modules in the order they start: those of `first` in its order, then the others in the order
+    given."""
+    rank = {name: place for place, name in enumerate(first)}
+    return sorted(specs, key=lambda spec: rank.get(spec.name, len(rank)))
+
+
+def leading(specs, first: Sequence[str]) -> frozenset[str]:
+    """Of `first`'s modules in their order, those at its head whose jobs (module_jobs) fit the host's
+    cores together, the head always: they build at the usual priority and the rest at AHEAD_NICE beside
+    them, so that the module the first test waits for ends about as soon as it would alone, not as late
+    as every module side by side. None where `first` names none: no test waits on one before another."""
+    budget, cores, ahead, taken = job_budget(), os.cpu_count() or 1, set(), 0
+    for spec in in_order([spec for spec in specs if spec.name in first], first):
+        taken += module_jobs(spec, budget)
+        if ahead and taken > cores:
+            break
+        ahead.add(spec.name)
+    return frozenset(ahead)
 
 
 def module_jobs(spec, budget: int) -> int:
@@ -194,10 +215,11 @@ def run_module_builds(
     env: dict | None = None,
     nice: int | Callable = 0,
     on_failed: Callable | None = None,
-    first: frozenset[str] = frozenset(),
+    first: Sequence[str] = (),
     stopped: threading.Event | None = None,
 ) -> None:
-    """One ninja per module, in the order given (those in `first` before the rest), each started once its
+    """One ninja per module, those of `first` in its order before the rest in the order given (in_order),
+    each started once its
     jobs fit the budget (Admission); one line per started object, with its module's [done/total elapsed],
     handed to `say`, and past PROGRESS_EVERY_S a line of the modules done out of all; each ninja process
     appended to `running` (to be stopped); `on_done(spec)` as each module ends, built or not, after
@@ -209,7 +231,7 @@ def run_module_builds(
     failures = []
     generators: dict = {}
     done: list = []
-    specs = sorted(specs, key=lambda spec: spec.name not in first)  # stable: the order given within each
+    specs = in_order(specs, first)
     budget = job_budget()
     admission = Admission(budget, stopped)
     # here, not in the threads: one that raised before its turn came would hold up every module after it
@@ -737,12 +759,13 @@ class Rebuild:
         specs,
         then: Callable,
         say: Callable[[str], None] = lambda line: print(line, flush=True),
-        first: frozenset[str] = frozenset(),
+        first: Sequence[str] = (),
         rebuilt: Callable[[str], None] = lambda name: None,
     ):
-        """`first`: the modules the first tests wait for (smoke's, and those of a case of each of
-        FlashInfer's test functions); they start first (run_module_builds), and where it names any, the
-        others build at AHEAD_NICE, so that those have the cores first. `rebuilt(name)`: as each
+        """`first`: the modules the first tests wait for (smoke's, then those of a case of each of
+        FlashInfer's test functions), in the order they start (run_module_builds); where it names any,
+        those at its head that fit the cores build at the usual priority and the others at AHEAD_NICE
+        (leading), so that those have the cores first. `rebuilt(name)`: as each
         module built, before its lock is let go (what a test that loads it may act on is kept first)."""
         from filelock import FileLock  # what FlashInfer itself locks with (build_specs says where it is missing)
 
@@ -799,6 +822,7 @@ class Rebuild:
     def build(self, then: Callable, say: Callable[[str], None]) -> None:
         try:
             ours = set(self.held)
+            ahead = leading(self.specs, self.first)
             try:
                 run_module_builds(
                     [spec for spec, _ in self.held.values()],
@@ -807,7 +831,7 @@ class Rebuild:
                     on_done=self.done_one,
                     on_failed=self.failed_one,
                     env=self.env,
-                    nice=lambda spec: AHEAD_NICE if self.first and spec.name not in self.first else 0,
+                    nice=lambda spec: AHEAD_NICE if ahead and spec.name not in ahead else 0,
                     first=self.first,
                     stopped=self.stopped,
                 )
