@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import differs, file_fact, fits, is_fact, load_json
+from fidev.core.files import differs, file_fact, fits, is_fact, load_json, write_whole
 from fidev.core.manifest import Pins
 from fidev.core.workspace import RELEASE_FILES
 from fidev.tree import source_tree
@@ -48,9 +48,7 @@ def _files(tree: Path) -> list[Path]:
 def record_release(tree: Path) -> None:
     """Right after the hash-checked archive is unpacked: each file's mtime, size and sha256."""
     facts = {str(path.relative_to(tree)): file_fact(path) for path in _files(tree)}
-    tmp = tree / f"{RELEASE_FILES}.tmp"
-    tmp.write_text(json.dumps(facts))
-    os.replace(tmp, tree / RELEASE_FILES)
+    write_whole(tree / RELEASE_FILES, json.dumps(facts))
 
 
 def edited_files(tree: Path, pins: Pins) -> list[str]:
