@@ -251,7 +251,8 @@ sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "broke": 
     [("caught", "pass"), ("survivor", "FAIL"), ("none started", None), ("partly", None), ("broke", "FAIL")],
 )
 def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp_path, case, result):
-    """Within what is left of the part's --time-limit, on --planted-bugs; a part that ran out of
+    """Within what is left of the part's --time-limit, on --planted-bugs, each bug from the state the step
+    found (--each-from-start); a part that ran out of
     time with no failure keeps no result and names the bugs left for the next part; one whose tool
     broke before any bug ran fails."""
     from fidev.tree import edits
@@ -283,6 +284,7 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
     assert (
         given[given.index("--bugs") + 1] == "rope-theta,softmax-scale"
         and 0 < float(given[given.index("--time-limit") + 1]) <= 300
+        and "--each-from-start" in given  # every bug from the state the step found (after build-cold: build's alone)
     ), given
     results = json.loads((work / "results.json").read_text()) if (work / "results.json").is_file() else {}
     assert results.get("planted-bugs", {}).get("result") == result, done.stdout + done.stderr

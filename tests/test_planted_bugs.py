@@ -36,6 +36,13 @@ tree, pristine = Path(config["tree"]), Path(config["pristine"])
 with open(config["pids"], "a") as pids:
     pids.write(f"{os.getpid()}\\n")
 changed = [rel for rel in config["tests"] if (tree / rel).read_bytes() != (pristine / rel).read_bytes()]
+if config.get("state"):  # what it finds in the workspace (a line per earlier run that left one), then its own line
+    state = Path(config["state"])
+    with open(config["state_log"], "a") as log:
+        log.write(f"{len(state.read_text().splitlines()) if state.exists() else 0}\\n")
+    state.parent.mkdir(parents=True, exist_ok=True)
+    with open(state, "a") as kept:
+        kept.write("run\\n")
 if changed:
     time.sleep(config.get("sleep", 0))
 seen = [rel for rel in changed if rel not in config.get("blind", [])]
@@ -206,6 +213,35 @@ def test_every_bug_is_planted_judged_from_the_summary_and_restored(tmp_path):
     } <= set(one)
     assert {"verdict", "status", "first_failure_s", "build_s", "seconds", "failed", "caught_by"} <= set(one["planted"])
     assert one["planted"]["build_s"] == 1.5 and one["restored"]["passes"] and one["restored"]["status"] == 0
+
+
+@pytest.mark.parametrize("each_from_start", [False, True])
+def test_each_from_start_puts_the_workspace_back_before_each_later_bug_and_at_the_end(tmp_path, each_from_start):
+    """--each-from-start: each bug's planted run finds the workspace's state (the version's folder under
+    FLASHINFER_WORKSPACE_BASE) as the run found it, not what the earlier bugs' runs left, its restore
+    run what its planted run left; at the end the folder is as it was. Without it, each run finds every
+    earlier run's state."""
+    from fidev.core import workspace as fidev_workspace
+
+    base = tmp_path / "base"
+    version_dir = fidev_workspace.Workspace(base, pins().flashinfer).version_dir
+    root, tree, env, _ = workspace(
+        tmp_path, state=str(version_dir / "state.txt"), state_log=str(tmp_path / "state.log")
+    )
+    version_dir.mkdir(parents=True)
+    (version_dir / "state.txt").write_text("found\n")
+    env = {**env, "FLASHINFER_WORKSPACE_BASE": str(base)}
+    args = ["--bugs", "rope-theta,norm-fused-add-offset", *(["--each-from-start"] if each_from_start else [])]
+    done = tool(root, env, *args)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    found = (tmp_path / "state.log").read_text().split()
+    if each_from_start:
+        assert found == ["1", "2", "1", "2"], found
+        assert (version_dir / "state.txt").read_text() == "found\n", "the workspace as the run found it"
+        assert sorted(p.name for p in version_dir.parent.iterdir()) == [version_dir.name], "no copy left beside it"
+    else:
+        assert found == ["1", "2", "3", "4"], found
+        assert len((version_dir / "state.txt").read_text().splitlines()) == 5
 
 
 def test_a_bug_affected_passes_is_a_survivor_and_the_tool_exits_1(tmp_path):
@@ -442,8 +478,9 @@ def test_sigterm_mid_run_restores_the_tree_and_stops_affected(tmp_path):
         (["--bugs", "nosuch"], "--bugs"),
         (["--bugs", "rope-theta"], "--bugs"),
         (["--time-limit", "60"], "--time-limit"),
+        (["--each-from-start"], "--each-from-start"),
     ],
-    ids=["record", "an unknown bug", "a bug", "time limit"],
+    ids=["record", "an unknown bug", "a bug", "time limit", "each from start"],
 )
 def test_list_refuses_the_options_of_a_run_it_does_not_make(tmp_path, extra, named):
     """--list runs nothing: a --record it would not write, --bugs it would not run (known or not) and a

@@ -796,6 +796,7 @@ def planted_bugs(run: Run) -> None:
     record = run.logs / f"planted-bugs-{time.strftime('%H%M%S')}.json"
     argv = [
         "tools/planted_bugs.py",
+        "--each-from-start",
         "--record",
         str(record),
         *(["--bugs", ARGS.planted_bugs] if ARGS.planted_bugs else []),

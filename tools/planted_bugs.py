@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.affected.verdict import Verdict  # noqa: E402
-from fidev.core import numbers  # noqa: E402
+from fidev.core import numbers, workspace  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import output_file, write_output  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
@@ -603,6 +605,58 @@ def record(path: Path, results: list[dict], left: list[str], complete: bool, sta
     )
 
 
+class StartState:
+    """With --each-from-start: the workspace's state as the run found it (the version's folder, FlashInfer's
+    JIT dirs and every record of the tasks in it: fidev.core.workspace.Workspace.version_dir), copied aside
+    before the first bug and put back before each later bug and at the end. So every bug starts where the
+    first did (the attention verdict's targets start from a JIT dir `build` alone filled), not from what
+    the earlier bugs' runs built, and the run leaves the workspace as it found it. The compile cache is
+    not in that folder: a restore may still hit what an earlier bug's restore compiled."""
+
+    def __init__(self, version_dir: Path, scratch: Path):
+        self.version_dir, self.kept = version_dir, scratch / "start"
+        self.existed = version_dir.exists()
+        if self.existed:
+            shutil.copytree(version_dir, self.kept, symlinks=True)
+
+    def put_back(self) -> None:
+        """The folder as it was, swapped in whole: a copy beside it, renamed into place."""
+        parent = self.version_dir.parent
+        old = parent / f".{self.version_dir.name}.planted-old-{os.getpid()}"
+        if self.existed:
+            fresh = Path(tempfile.mkdtemp(prefix=f".{self.version_dir.name}.planted-", dir=parent))
+            shutil.copytree(self.kept, fresh / "start", symlinks=True)
+        if self.version_dir.exists():
+            os.replace(self.version_dir, old)
+        if self.existed:
+            os.replace(fresh / "start", self.version_dir)
+            fresh.rmdir()
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def run_bugs(tree: Path, chosen: list[Bug], limit: float | None, start: Path | None, results: list, left: list) -> None:
+    """Each bug in turn (run_bug) into `results`, within `limit` (the ones it leaves go in `left`); with
+    `start` (the version's folder: --each-from-start), each from the state the run found (StartState)."""
+    started, longest = time.perf_counter(), BUG_S
+    with tempfile.TemporaryDirectory(prefix="fidev-planted-") as scratch:
+        state = StartState(start, Path(scratch)) if start is not None else None
+        try:
+            for i, bug in enumerate(chosen):
+                if limit is not None and time.perf_counter() - started + longest > limit:
+                    left += [b.id for b in chosen[i:]]
+                    break
+                if state is not None and i:
+                    state.put_back()
+                results.append(run_bug(tree, bug, Path(scratch)))
+                longest = max(
+                    longest if results[1:] else 0.0,
+                    results[-1]["planted"]["seconds"] + results[-1]["restored"]["seconds"],
+                )
+        finally:
+            if state is not None:
+                state.put_back()
+
+
 def chosen_bugs(text: str | None) -> list[Bug]:
     if text is None:
         return list(BUGS)
@@ -637,9 +691,16 @@ def main() -> int:
         metavar="FILE",
         help=f"also write the results to FILE as JSON ({RECORD_SCHEMA}); checked before any bug is planted",
     )
+    parser.add_argument(
+        "--each-from-start",
+        action="store_true",
+        help="start each bug from the workspace's state as the run found it (its JIT dirs and records, put back "
+        "before each later bug and at the end), not from what the earlier bugs built",
+    )
     args = parser.parse_args()
     if args.list:
         options = {"--bugs": args.bugs, "--record": args.record, "--time-limit": args.time_limit}
+        options["--each-from-start"] = True if args.each_from_start else None
         given = [name for name, value in options.items() if value is not None]
         if given:  # --list runs nothing: what these would do is never done
             parser.error(f"--list runs no bug: it takes no {', '.join(given)}\ndrop {', '.join(given)}, or --list")
@@ -653,18 +714,10 @@ def main() -> int:
         check_unedited(tree)
     results: list[dict] = []
     left: list[str] = []
-    started, longest, complete = time.perf_counter(), BUG_S, False
+    complete = False
+    start = workspace.read(pins().flashinfer).version_dir if args.each_from_start else None
     try:
-        with tempfile.TemporaryDirectory(prefix="fidev-planted-") as scratch:
-            for i, bug in enumerate(chosen):
-                if args.time_limit is not None and time.perf_counter() - started + longest > args.time_limit:
-                    left = [b.id for b in chosen[i:]]
-                    break
-                results.append(run_bug(tree, bug, Path(scratch)))
-                longest = max(
-                    longest if results[1:] else 0.0,
-                    results[-1]["planted"]["seconds"] + results[-1]["restored"]["seconds"],
-                )
+        run_bugs(tree, chosen, args.time_limit, start, results, left)
         complete = True
     except BaseException:  # Ctrl-C, a refusal: what ran is recorded all the same
         if args.record:
