@@ -6,6 +6,8 @@ the scripts they start (build, smoke, upstream-tests, affected) in the acceptanc
 copy (WORK/ws, which the run takes as set up)."""
 
 import ast
+import functools
+import importlib.util
 import json
 import os
 import re
@@ -43,7 +45,7 @@ sys.exit(int({smoke} and {bug!r} in open({header!r}).read()))
 
 
 def tool_constant(name: str):
-    """A constant of the tool, read from its source (no test imports a tool)."""
+    """A constant of the tool, read from its source."""
     module = ast.parse(TOOL.read_text())
     return next(
         node.value
@@ -68,6 +70,28 @@ def generator_edit() -> tuple[str, str]:
 def tree(work):
     """The FlashInfer tree of the acceptance run's workspace copy."""
     return work / "ws" / pins().source_dir.relative_to(ROOT)
+
+
+@functools.cache
+def the_tool():
+    """tools/gpu_acceptance.py as a module, for its tables and checkout_digest (no step runs)."""
+    spec = importlib.util.spec_from_file_location("gpu_acceptance_tables", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+@functools.cache
+def this_checkout() -> str:
+    """The tool's checkout_digest of this checkout: a WORK made here holds it (checkout.sha256)."""
+    return the_tool().checkout_digest(ROOT)
+
+
+def made_everything(work):
+    """WORK as a run that made every step's state leaves it: each step another needs (NEEDS) marked made."""
+    (work / "made").mkdir(parents=True, exist_ok=True)
+    for step in {needed for needs in the_tool().NEEDS.values() for needed in needs}:
+        (work / "made" / step).touch()
 
 
 def acceptance_work(tmp_path):
@@ -98,6 +122,8 @@ def acceptance_work(tmp_path):
             )
         )
     gate.write_text("")
+    (work / "checkout.sha256").write_text(this_checkout())  # as setup's copy of this checkout writes it
+    made_everything(work)
     return work, header, pids, gate
 
 
@@ -215,6 +241,7 @@ def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
     work.mkdir()
     row = {"result": "pass", "seconds": 1.0, "note": "exit 0"}
     (work / "results.json").write_text(json.dumps({"edit-build": row, "edit-smoke": row, "smoke": row}))
+    (work / "checkout.sha256").write_text(this_checkout())
     done = subprocess.run(
         [sys.executable, str(TOOL), "--work", str(work), "--time-limit", "5", "--resume", "--steps", "smoke,edit-loop"],
         capture_output=True,
@@ -224,6 +251,47 @@ def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 5 s: --steps edit-loop", done.stdout
     assert "edit-smoke  pass" in done.stdout, done.stdout
+
+
+def test_a_part_on_a_fresh_host_makes_again_the_state_its_steps_need_before_them(tmp_path):
+    """Results carried from an earlier part into a WORK that has not made their state (a fresh host: no
+    `made` marks): --resume leaves out the steps recorded, but runs again first the steps whose state the
+    next one needs (build-noop needs build-cold's builds), recording their results anew; then marks them made."""
+    work, _, pids, _ = acceptance_work(tmp_path)
+    shutil.rmtree(work / "made")
+    carried = {"result": "pass", "seconds": 1.0, "note": "an earlier part's"}
+    (work / "results.json").write_text(json.dumps({"setup": carried, "build-cold": carried}))
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--resume", "--steps", "setup,build-cold,build-noop"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    results = json.loads((work / "results.json").read_text())
+    assert results["build-cold"]["note"] != "an earlier part's" and results["build-noop"]["result"] == "pass"
+    assert results["setup"]["note"] == "an earlier part's", "setup's copy was there: not run again"
+    assert len(pids.read_text().split()) == 2, "build.py twice: build-cold again, then build-noop"
+    assert sorted(p.name for p in (work / "made").iterdir()) == ["build-cold", "build-noop"]
+
+
+@pytest.mark.parametrize("digest", ["0" * 64, None], ids=["another checkout's", "none"])
+def test_a_work_of_another_checkout_is_refused_before_any_step(tmp_path, digest):
+    """WORK's copy and results of another checkout (its files changed since setup copied them), or of none
+    the tool named: two lines before any step runs, since the steps would run that copy and the results
+    would be said of this tree."""
+    work, _, pids, _ = acceptance_work(tmp_path)
+    (work / "results.json").write_text("{}")
+    if digest is None:
+        (work / "checkout.sha256").unlink()
+    else:
+        (work / "checkout.sha256").write_text(digest)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--steps", "smoke"], capture_output=True, text=True, timeout=60
+    )
+    why = "another checkout's" if digest else "of no checkout this tool named (no checkout.sha256)"
+    two_line_failure(done, f"its ws and results.json are {why}")
+    assert not pids.exists(), "a step ran"
 
 
 # tools/planted_bugs.py's stand-in: it notes its arguments and writes the record RECORD_CASE names
@@ -468,6 +536,7 @@ def test_a_resumed_part_fails_where_a_step_it_left_out_failed(tmp_path, steps, f
         for row in every
     }
     (work / "results.json").write_text(json.dumps(results))
+    (work / "checkout.sha256").write_text(this_checkout())
     done = subprocess.run(
         [sys.executable, str(TOOL), "--work", str(work), "--resume", *steps], capture_output=True, text=True, timeout=60
     )

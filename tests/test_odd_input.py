@@ -1256,6 +1256,12 @@ def acceptance_tool():
     return tool
 
 
+@functools.cache
+def this_checkout() -> str:
+    """The acceptance run's checkout_digest of this checkout, which a WORK made here holds."""
+    return acceptance_tool().checkout_digest(ROOT)
+
+
 def preflight_record_read(tmp, data):
     """preflight --json's record, as the acceptance run's preflight step reads it from the output (a warning
     printed before it included): a step that fails, its note naming the record where it cannot be read,
@@ -1442,6 +1448,7 @@ def test_the_acceptance_runs_results_of_the_wrong_json_type_fail_in_two_lines(tm
     def resumed(results) -> subprocess.CompletedProcess:
         work = tmp_path / f"work-{len(list(tmp_path.iterdir()))}"
         written(work / "results.json", results)
+        (work / "checkout.sha256").write_text(this_checkout())  # of this checkout: its results are read
         tool = task_path(ROOT, "gpu_acceptance.py")
         return subprocess.run(
             [sys.executable, str(tool), "--work", str(work), "--resume", "--steps", "smoke"],

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import math
 import os
@@ -242,6 +243,8 @@ MADE = (
     "auto-base",
     "prebuilt-build",
     "ccache",
+    "made",
+    "checkout.sha256",
 )
 MADE_TEMPORARY = ".results.json.tmp-"
 # The mark a run leaves in a WORK it made (one that was absent or empty as it began): --fresh removes MADE
@@ -466,13 +469,48 @@ def fresh(work: Path, staged: Path | None) -> None:
             ) from None
 
 
+NOT_COPIED = (".git", ".stage", "__pycache__", ".pixi", ".ci")  # what setup leaves out of its copy of the checkout
+# In WORK: checkout_digest of the checkout setup copied, which every build and result in WORK is of.
+DIGEST = "checkout.sha256"
+
+
+def checkout_digest(root: Path) -> str:
+    """sha256 over the checkout's own files as setup copies them (NOT_COPIED left out, and extern/, whose
+    tree setup materializes from the release): each path relative to it, and its bytes, in order."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "extern" or any(part in NOT_COPIED for part in rel.parts) or not path.is_file():
+            continue
+        digest.update(f"{rel}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def same_checkout(work: Path) -> None:
+    """Two lines where WORK holds a copy, builds or results of another checkout than this one (its files
+    changed since setup copied them, or WORK's from before this check): a step would run that copy, and
+    a result kept there would be said of a tree it never ran. Results carried to a fresh host go with
+    their DIGEST; the copy and the builds are then made again (setup, needed_first)."""
+    held = [name for name in ("ws", "results.json") if (work / name).exists()]
+    if not held:
+        return
+    digest = work / DIGEST
+    was = digest.read_text().strip() if digest.is_file() else None
+    if was != checkout_digest(ROOT):
+        why = "another checkout's (its files changed since)" if was else f"of no checkout this tool named (no {DIGEST})"
+        raise Failure(
+            f"--work {work}: its {' and '.join(held)} are {why}: this checkout's steps would not be what ran",
+            "start afresh: --fresh (or run from the checkout that made them)",
+        )
+
+
 def setup(run: Run) -> None:
     started = time.perf_counter()
     notes = []
     if not run.ws.exists():
-        shutil.copytree(
-            ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(".git", ".stage", "__pycache__", ".pixi", ".ci")
-        )
+        shutil.copytree(ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(*NOT_COPIED))
+        write_whole(run.work / DIGEST, checkout_digest(ROOT))
         notes.append("workspace copied")
     if archive := staged_release(run.tree, run.staged):
         checked([sys.executable, "scripts/fetch_flashinfer_source.py", "--archive", str(archive)], cwd=run.ws)
@@ -829,6 +867,25 @@ def planted_bugs(run: Run) -> None:
     )
 
 
+# The steps whose state (builds, records, a baseline) a step needs: where this WORK has not made it (a part on
+# a fresh host, WORK's results carried from an earlier part's), they run again first (needed_first).
+AFTER_BUILD = ("build-cold",)
+NEEDS = {
+    **{name: AFTER_BUILD for name in ("build-noop", "import-check", "smoke", "smoke-noise", "edit-loop")},
+    **{name: AFTER_BUILD for name in ("upstream-norm", "upstream-activation", "upstream-quantization")},
+    **{name: AFTER_BUILD for name in ("upstream-baseline", "affected-noop", *AFFECTED_EDITS)},
+    "abi-smoke": ("build-abi",),
+    "smoke-wide": (*AFTER_BUILD, "build-wide"),
+    "smoke-noise-wide": (*AFTER_BUILD, "build-wide"),
+    "build-after-upstream": (*AFTER_BUILD, "upstream-norm", "upstream-activation"),
+    "upstream-compare-bug": (*AFTER_BUILD, "upstream-baseline"),
+    "upstream-compare-clean": (*AFTER_BUILD, "upstream-baseline"),
+    "affected-upstream": (*AFTER_BUILD, "upstream-quantization"),
+    # the auto rounds go on from one another's tree and JIT dir
+    **{name: ("prebuilt-set", *list(AUTO_ROUNDS)[:i]) for i, name in enumerate(AUTO_ROUNDS)},
+}
+
+
 def steps(run: Run) -> dict:
     return {
         "setup": lambda: setup(run),
@@ -1014,16 +1071,33 @@ def run_steps(run: Run, chosen: list[str]) -> list[str]:
     started, left = time.perf_counter(), []
     run.deadline = started + ARGS.time_limit if ARGS.time_limit is not None else None
     for i, name in enumerate(chosen):
-        expected = expected_s(run, name)
+        expected = sum(expected_s(run, step) for step in [*needed_first(run, name), name])
         if ARGS.time_limit is not None and time.perf_counter() - started + expected > ARGS.time_limit:
             left = chosen[i:]
             break
         if name != "setup" and not run.ws.exists():
             setup(run)
-        if name in ROWS:  # its rows are one result: a part stopped midway leaves none of them, not a mix of two runs'
-            run.forget(ROWS[name])
-        todo[name]()
+        for needed in needed_first(run, name):
+            run_one(run, todo, needed)
+        run_one(run, todo, name)
     return left
+
+
+def needed_first(run: Run, step: str) -> list[str]:
+    """The steps whose state `step` needs (NEEDS) and this WORK has not made: a part on a fresh host whose
+    results were carried from an earlier part's runs them again, recording their results anew."""
+    return [name for name in NEEDS.get(step, ()) if not (run.work / "made" / name).is_file()]
+
+
+def run_one(run: Run, todo: dict, name: str) -> None:
+    """One step; where each of its rows passed, the mark that this WORK holds its state (needed_first)."""
+    if name in ROWS:  # its rows are one result: a part stopped midway leaves none of them, not a mix of two runs'
+        run.forget(ROWS[name])
+    (run.work / "made" / name).unlink(missing_ok=True)
+    todo[name]()
+    if all(run.results.get(row, {}).get("result") == PASSED for row in rows(name)):
+        (run.work / "made").mkdir(exist_ok=True)
+        (run.work / "made" / name).touch()
 
 
 def main() -> int:
@@ -1043,6 +1117,7 @@ def main() -> int:
     # written after each step: a FIFO or a folder there is refused before the first
     replaceable(ARGS.work / "results.json")
     run = Run(ARGS.work.resolve(), ARGS.staged.resolve() if ARGS.staged else None, ARGS.toolkit)
+    same_checkout(run.work)  # after results.json is read: one that cannot be read is said as such first
     named = chosen
     if ARGS.resume:
         chosen = [name for name in chosen if not recorded(run, name)]
