@@ -1678,3 +1678,21 @@ def test_a_fifo_named_as_a_release_or_a_wheel_is_said_for_what_it_is(tmp_path, a
         timeout=60,
     )
     two_line_failure(done, f"{fifo} is a named pipe (FIFO), not a regular file")
+
+
+@pytest.mark.parametrize("script", ["affected.py", "upstream_tests.py"])
+def test_a_path_with_a_line_break_keeps_the_problem_and_its_fix_two_lines(tmp_path, script):
+    """A --summary path that holds a line break, and is a FIFO: the problem quotes it with `\\n`, so stderr
+    is exactly the problem's line and the fix's, as a reader of the two lines takes them."""
+    fifo = tmp_path / "out\nput.json"
+    os.mkfifo(fifo)
+    argv = ["--list"] if script == "affected.py" else ["norm"]
+    done = subprocess.run(
+        [sys.executable, str(task_path(ROOT, script)), *argv, "--summary", str(fifo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")},
+    )
+    two_line_failure(done, f"{tmp_path}/out\\nput.json exists and is a named pipe", status=2)
+    assert len(done.stderr.strip().splitlines()) == 2, done.stderr

@@ -25,9 +25,15 @@ class Failure(Exception):
         )
 
 
+def one_line(text: str) -> str:
+    """`text` as one line: a line break in it (a path named with one) written as `\\n` (`\\r`), so that
+    the problem and its fix stay two lines whatever they quote."""
+    return text.replace("\n", "\\n").replace("\r", "\\r")
+
+
 def report(failure: Failure) -> None:
-    print(f"error: {failure.problem}", file=sys.stderr)
-    print(f"  fix: {failure.fix}", file=sys.stderr)
+    print(f"error: {one_line(failure.problem)}", file=sys.stderr)
+    print(f"  fix: {one_line(failure.fix)}", file=sys.stderr)
 
 
 def exit_now(status: int):
@@ -105,7 +111,7 @@ def option(parse):
         try:
             return parse(text)
         except Failure as failure:
-            raise argparse.ArgumentTypeError(f"{failure.problem}\n{failure.fix}") from failure
+            raise argparse.ArgumentTypeError(f"{one_line(failure.problem)}\n{one_line(failure.fix)}") from failure
 
     convert.__name__ = getattr(parse, "__name__", "value")
     return convert
