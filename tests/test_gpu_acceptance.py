@@ -567,3 +567,17 @@ def test_results_that_cannot_be_written_end_the_run_in_two_lines(tmp_path, monke
     with pytest.raises(Failure, match="results.json could not be written: Read-only file system"):
         tool.Run.save(run)
     assert os.listdir(tmp_path) == [], "a temporary file left beside it"
+
+
+def test_a_staged_folder_holding_nothing_staged_is_refused_before_setup(tmp_path):
+    """--staged naming an empty folder (a wrong path, a stage not run): two lines before anything runs, so
+    that setup installs nothing into this Python's environment from a stage that is not there."""
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(tmp_path / "work"), "--staged", str(tmp_path / "empty")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    two_line_failure(done, "holds nothing tools/stage_gpu_host.py stages")
+    assert not (tmp_path / "work").exists(), "WORK made for a run that never starts"

@@ -505,9 +505,28 @@ def same_checkout(work: Path) -> None:
         )
 
 
+def staged_folder(staged: Path) -> None:
+    """Two lines where --staged is no folder, or holds nothing tools/stage_gpu_host.py stages (the
+    source release, TESTS_ARCHIVE, a wheel): setup would install nothing staged into this Python's
+    environment and the steps would run without FlashInfer's tests. What it holds is each one's own check."""
+    if why := not_a_folder(staged):
+        raise Failure(f"--staged {staged} {why}", "name the folder tools/stage_gpu_host.py staged into")
+    names = (pins().sdist_name, TESTS_ARCHIVE)
+    if not any(os.path.lexists(staged / name) for name in names) and not any(staged.glob("*.whl")):
+        raise Failure(
+            f"--staged {staged} holds nothing tools/stage_gpu_host.py stages (no {', no '.join(names)}, no wheel)",
+            f"stage into it first, where PyPI is reachable: python3 tools/stage_gpu_host.py {staged}",
+        )
+
+
 def setup(run: Run) -> None:
     started = time.perf_counter()
     notes = []
+    print(
+        f"setup: the staged wheels and FlashInfer (editable) go into {sys.prefix}, the environment of the Python "
+        "running this tool",
+        flush=True,
+    )
     if not run.ws.exists():
         shutil.copytree(ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(*NOT_COPIED))
         write_whole(run.work / DIGEST, checkout_digest(ROOT))
@@ -1109,8 +1128,8 @@ def main() -> int:
         return 0
     chosen = chosen_steps(parser)
     check_planted_bugs(parser, chosen)
-    if ARGS.staged and (why := not_a_folder(ARGS.staged)):
-        raise Failure(f"--staged {ARGS.staged} {why}", "name the folder tools/stage_gpu_host.py staged into")
+    if ARGS.staged:
+        staged_folder(ARGS.staged)
     if ARGS.fresh:
         fresh(ARGS.work, ARGS.staged)
     mark(ARGS.work)
