@@ -1696,3 +1696,23 @@ def test_a_path_with_a_line_break_keeps_the_problem_and_its_fix_two_lines(tmp_pa
     )
     two_line_failure(done, f"{tmp_path}/out\\nput.json exists and is a named pipe", status=2)
     assert len(done.stderr.strip().splitlines()) == 2, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "problem"),
+    [
+        (
+            "fetch_flashinfer_source.py",
+            ["--archive", "{tmp}/" + pins().sdist_name, "--dest", "{tmp}/typo/deeper/flashinfer"],
+            "the manifest pins",
+        ),
+        ("stage_gpu_host.py", ["{tmp}/typo/deeper", "--flashinfer-git", "{tmp}/no-checkout"], "is not a FlashInfer"),
+    ],
+    ids=["fetch: the hash check fails", "stage: no checkout"],
+)
+def test_a_run_that_fails_leaves_no_folder_it_made(tmp_path, script, argv, problem):
+    """A destination whose folders do not exist yet, then a failure (the archive is not the release; no
+    FlashInfer checkout to stage tests from): the two lines, and none of the folders made for it is left."""
+    done = run(script, argv, tmp_path)
+    two_line_failure(done, problem)
+    assert not (tmp_path / "typo").exists(), sorted(p.name for p in (tmp_path / "typo").rglob("*"))

@@ -32,7 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
-from fidev.core.files import folder_size, output_folder, replaceable, user_path  # noqa: E402
+from fidev.core.files import (  # noqa: E402
+    folder_size,
+    missing_folders,
+    output_folder,
+    remove_empty,
+    replaceable,
+    user_path,
+)
 from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 from fidev.tree import source_release  # noqa: E402
 
@@ -151,6 +158,16 @@ def umask() -> int:
     return mask
 
 
+def stage(args) -> None:
+    """Into args.dest: the workspace at --bench-before, FlashInfer's tests, the wheels, the source release."""
+    if args.bench_before:
+        stage_before(args.dest, args.bench_before)
+    stage_tests(args.dest, args.flashinfer_git)
+    stage_wheels(args.dest)
+    if not (args.dest / pins().sdist_name).is_file():
+        source_release.download(pins(), args.dest)
+
+
 def main() -> int:
     parser = ArgumentParser(
         description=__doc__.split("\n\n", 1)[0],
@@ -170,14 +187,13 @@ def main() -> int:
         help="also stage this workspace at REV, a commit of this checkout, to time its chain (bench-before.tar)",
     )
     args = parser.parse_args()
+    made = missing_folders(args.dest)
     args.dest.mkdir(parents=True, exist_ok=True)
-    if args.bench_before:
-        stage_before(args.dest, args.bench_before)
-    stage_tests(args.dest, args.flashinfer_git)
-    stage_wheels(args.dest)
-    sdist = args.dest / pins().sdist_name
-    if not sdist.is_file():
-        source_release.download(pins(), args.dest)
+    try:
+        stage(args)
+    except BaseException:  # raised again: a stage that failed leaves no folder it made for nothing
+        remove_empty(made)
+        raise
     files, size = folder_size(args.dest)  # another staging's temporary file may go meanwhile
     print(f"staged {files} files, {size / 2**20:.1f} MiB, into {args.dest}")
     return 0

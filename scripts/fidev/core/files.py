@@ -420,3 +420,23 @@ def folder_size(folder: Path) -> tuple[int, int]:
             continue
         files += 1
     return files, size
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and the folders above it that do not exist yet, deepest first: what a `mkdir -p` of it
+    would make, for remove_empty to take back where the run then fails."""
+    missing, at = [], Path(os.path.abspath(folder))
+    while not os.path.lexists(at) and at != at.parent:
+        missing.append(at)
+        at = at.parent
+    return missing
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """The folders (deepest first: missing_folders') removed where still empty: a run that ends in its two
+    lines leaves no folder it made for nothing. One that holds something now stops it, left as it is."""
+    for made in folders:
+        try:
+            made.rmdir()
+        except OSError:
+            return

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from fidev.core import package_index
 from fidev.core.failure import Failure
-from fidev.core.files import not_a_file, not_a_folder, sha256_file, write_verified
+from fidev.core.files import missing_folders, not_a_file, not_a_folder, remove_empty, sha256_file, write_verified
 from fidev.core.manifest import ROOT, Pins
 from fidev.tree import edits, release_reference, source_tree
 
@@ -134,16 +134,20 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         raise Failure(
             f"{where} holds {what}", f"run it with --replace, which keeps the old tree as {where}.replaced-<time>"
         )
+    made = missing_folders(dest.parent)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise Failure(
             f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write"
         ) from e
-    with edits.tree_lock(
-        dest, "fetch_flashinfer_source"
-    ):  # a second fetch into it is refused: it would remove this one's scratch
-        return _write(dest, p, archive, tree.kind, where)
+    try:
+        # a second fetch into it is refused: it would remove this one's scratch
+        with edits.tree_lock(dest, "fetch_flashinfer_source"):
+            return _write(dest, p, archive, tree.kind, where)
+    except BaseException:  # raised again: the folders made for it go (a failed hash check leaves none)
+        remove_empty(made)
+        raise
 
 
 def _write(dest: Path, p: Pins, archive: Path | None, kind: str, where: str) -> str:
