@@ -10,6 +10,7 @@ import sys
 import time
 
 from fidev.core.manifest import ROOT, pins, task_chain
+from script_runs import two_line_failure
 
 STEP = "import sys, time; time.sleep(0.05); sys.exit({code})\n"
 
@@ -139,3 +140,14 @@ def test_a_timed_run_that_fails_is_no_figure_unless_keep_going(tmp_path):
     assert done.returncode == 0 and any(
         line.startswith("smoke") and line.split()[4] == "1" for line in done.stdout.splitlines()
     ), done.stdout
+
+
+def test_a_manifest_without_the_smoke_task_is_said_for_what_it_is_when_no_task_was_named(tmp_path):
+    """No --task given and the manifest lacks smoke (the default last task): two lines naming the manifest and
+    the missing task, not a --task the user never gave; a --task named that the manifest lacks is a usage error."""
+    root = workspace(tmp_path)
+    manifest = root / "pyproject.toml"
+    lines = manifest.read_text().splitlines(keepends=True)
+    manifest.write_text("".join(line for line in lines if not line.startswith("smoke = { cmd")))
+    two_line_failure(bench(root, "--runs", "1"), f"{manifest} has no task smoke, the chain's last task unless --task")
+    two_line_failure(bench(root, "--runs", "1", "--task", "smoke"), "--task 'smoke' is not a task of", status=2)

@@ -599,3 +599,15 @@ def test_a_manifest_whose_tasks_chain_goes_round_fails_and_the_rest_still_run(ho
     manifest.write_text(text.replace(task, f"{task} depends-on = {depends_on},"))
     checks = expect(host, "manifest-tasks", "fail", *words)
     assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {"manifest-tasks": "fail"}
+
+
+def test_a_manifest_without_a_task_of_the_first_chain_fails_and_the_rest_still_run(host):
+    """The smoke task deleted from the manifest: `pixi run -e flashinfer-dev smoke` has nothing to run, so
+    preflight's manifest-tasks check fails naming it and the chain, and every other check still runs."""
+    manifest = host.ws / "pyproject.toml"
+    lines = manifest.read_text().splitlines(keepends=True)
+    manifest.write_text("".join(line for line in lines if not line.startswith("smoke = { cmd")))
+    checks = expect(
+        host, "manifest-tasks", "fail", "no task smoke, of the chain preflight -> build -> import-check -> smoke"
+    )
+    assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {"manifest-tasks": "fail"}

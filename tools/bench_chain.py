@@ -139,7 +139,7 @@ def main() -> int:
         default=5,
         help="warm chains to time (default 5)",
     )
-    parser.add_argument("--task", default="smoke", help="the chain's last task (default smoke)")
+    parser.add_argument("--task", help="the chain's last task (default smoke)")
     parser.add_argument("--keep-going", action="store_true", help="time every step even after one fails")
     parser.add_argument(
         "--edit-loop", action="store_true", help="also time one edit of include/flashinfer/norm.cuh and its restore"
@@ -154,7 +154,14 @@ def main() -> int:
         raise Failure(f"--workspace {args.workspace} {why}", "point --workspace at a checkout of this workspace")
     if why := not_a_file(WORKSPACE / MANIFEST.name):  # a FIFO or a folder of that name is said for what it is
         raise Failure(f"{WORKSPACE / MANIFEST.name} {why}", "point --workspace at a checkout of this workspace")
-    if args.task not in (names := task_names(WORKSPACE / MANIFEST.name)):
+    names = task_names(WORKSPACE / MANIFEST.name)
+    if args.task is None and "smoke" not in names:
+        raise Failure(
+            f"{WORKSPACE / MANIFEST.name} has no task smoke, the chain's last task unless --task names one",
+            "restore the task from the checkout (git checkout pyproject.toml), or name another with --task",
+        )
+    args.task = args.task or "smoke"
+    if args.task not in names:
         raise Failure(
             f"--task {args.task!r} is not a task of {FEATURE}", f"name one of {', '.join(names)}", exit_status=USAGE
         )
