@@ -1716,3 +1716,14 @@ def test_a_run_that_fails_leaves_no_folder_it_made(tmp_path, script, argv, probl
     done = run(script, argv, tmp_path)
     two_line_failure(done, problem)
     assert not (tmp_path / "typo").exists(), sorted(p.name for p in (tmp_path / "typo").rglob("*"))
+
+
+def test_conda_layout_into_a_folder_of_the_users_names_what_it_holds_and_changes_nothing(tmp_path):
+    """A prefix that holds a file of the user's and no replica: two lines saying that it lays a replica out
+    only into an empty or new folder, not a write error with an unrelated fix; the file stays as it was."""
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    (prefix / "notes.txt").write_text("mine")
+    done = run("conda_layout.py", [str(prefix), "--print-env"], tmp_path)
+    two_line_failure(done, f"{prefix} holds files and is no replica this tool laid out")
+    assert sorted(p.name for p in prefix.iterdir()) == ["notes.txt"] and (prefix / "notes.txt").read_text() == "mine"

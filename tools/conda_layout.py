@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # fidev
 sys.path.insert(0, str(ROOT / "tests" / "support"))  # conda_prefix
-from conda_prefix import TOOLKIT_FIX, build, environment, toolkit_problem  # noqa: E402
+from conda_prefix import MARKER, TOOLKIT_FIX, build, environment, toolkit_problem  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import not_a_folder, user_path  # noqa: E402
 from fidev.jit import activation  # noqa: E402
@@ -34,6 +34,12 @@ def lay_out(prefix: Path, toolkit: Path | None) -> Path:
         )
     if prefix.exists() and (why := not_a_folder(prefix)):
         raise Failure(f"{prefix} {why}", "name a folder (made where missing)")
+    if prefix.is_dir() and not (prefix / MARKER).is_file() and any(prefix.iterdir()):
+        raise Failure(
+            f"{prefix} holds files and is no replica this tool laid out (no {MARKER}): it lays one out only into "
+            "an empty folder or a new path, and changes nothing there",
+            "name an empty folder or a path where nothing is yet",
+        )
     if toolkit is not None and (why := toolkit_problem(toolkit)):  # before the prefix is made: the toolkit is at fault
         raise Failure(f"--toolkit {toolkit} {why}", TOOLKIT_FIX)
     try:
