@@ -804,6 +804,7 @@ def test_a_toolkit_that_is_none_is_named_not_the_prefix(tmp_path, make):
     two_line_failure(done, f"--toolkit {toolkit} ")
     assert "prefix" not in done.stderr.strip().splitlines()[-2] and not (tmp_path / "prefix").exists(), done.stderr
     (tmp_path / "work" / "ws").mkdir(parents=True)  # the run's copy of the checkout, taken as set up
+    (tmp_path / "work" / "checkout.sha256").write_text(this_checkout())
     done = run("gpu_acceptance.py", ["--work", "{tmp}/work", "--steps", "preflight", "--toolkit", toolkit], tmp_path)
     two_line_failure(done, f"--toolkit {toolkit} ")
 
@@ -1727,3 +1728,13 @@ def test_conda_layout_into_a_folder_of_the_users_names_what_it_holds_and_changes
     done = run("conda_layout.py", [str(prefix), "--print-env"], tmp_path)
     two_line_failure(done, f"{prefix} holds files and is no replica this tool laid out")
     assert sorted(p.name for p in prefix.iterdir()) == ["notes.txt"] and (prefix / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("script", ["affected.py", "upstream_tests.py"])
+def test_an_option_value_that_reads_as_an_option_is_refused_and_no_file_is_written(tmp_path, script):
+    """`--summary=--x` (the = form hands argparse any value): refused in two lines as `--summary --x` is, and
+    no file named --x is written where it runs; ./--x names such a file."""
+    argv = ["--list"] if script == "affected.py" else ["norm"]
+    done = run(script, [*argv, "--summary=--x"], tmp_path)
+    two_line_failure(done, "the path --x starts with -, as an option does", status=2)
+    assert not (tmp_path / "--x").exists()

@@ -283,9 +283,12 @@ LONGEST_TAG = f"{'9' * 7}-{'9' * 20}"  # write_whole's tag at its longest: a pid
 def user_path(text: str) -> Path:
     """A path named on a command line, refused where no file system could take it: empty, longer
     than PATH_MAX, a part longer than NAME_MAX, or through a symbolic link that loops. Whether it
-    exists, and is what its option wants, is each option's own check. Spaces and any Unicode are fine."""
+    exists, and is what its option wants, is each option's own check. Spaces and any Unicode are fine; a
+    path that starts with - is refused (./-x names that file)."""
     if not text.strip():
         raise Failure("the path is empty", "name a file or folder")
+    if text.startswith("-"):  # `--summary=--x`: an option where a path was meant, as `--summary --x` is refused
+        raise Failure(f"the path {text} starts with -, as an option does", f"a file of that name: ./{text}")
     if len(os.fsencode(text)) >= PATH_MAX:
         raise Failure(
             f"the path is {len(os.fsencode(text))} bytes long, past the system's limit of {PATH_MAX}",
