@@ -485,7 +485,17 @@ CITED = [
     ("flashinfer/jit/core.py", "JitSpec.aot_path", "FLASHINFER_AOT_DIR"),
     ("flashinfer/jit/core.py", "JitSpec.build_and_load", "self.load(self.aot_path)"),
     ("flashinfer/jit/core.py", "JitSpec.lock_path", ".lock"),  # tests/support/upstream_standin.py
-    # the stand-in's copies (STANDIN_COPIES): the lock need_lock=True takes, a failed build's error
+    # the stand-in's copies (STANDIN_COPIES): build_and_load builds and loads under the module's lock, with
+    # need_lock=False; the lock need_lock=True takes; a failed build's error
+    (
+        "flashinfer/jit/core.py",
+        "JitSpec.build_and_load",
+        "with FileLock(self.lock_path, thread_local=False):\n"
+        "            so_path = self.jit_library_path\n"
+        '            verbose = os.environ.get("FLASHINFER_JIT_VERBOSE", "0") == "1"\n'
+        "            self.build(verbose, need_lock=False)\n"
+        "            result = self.load(so_path)\n",
+    ),
     (
         "flashinfer/jit/core.py",
         "JitSpec.build",
@@ -549,6 +559,7 @@ CITED_TESTS = [
 # of that module, and its symbol there)}. The text each CITED or CITED_TESTS entry of (file, symbol) cites must be in
 # the stand-in's symbol too, so that the stand-in cannot drift from what is checked to be FlashInfer's.
 STANDIN_COPIES = {
+    ("flashinfer/jit/core.py", "JitSpec.build_and_load"): ("FAKE_JIT_CORE", "JitSpec.build_and_load"),
     ("flashinfer/jit/core.py", "JitSpec.build"): ("FAKE_JIT_CORE", "JitSpec.build"),
     ("flashinfer/jit/cpp_ext.py", "run_ninja"): ("FAKE_JIT_CORE", "JitSpec.build"),
     ("tests/utils/test_activation.py", "warmup_jit"): ("TEST_ACTIVATION", "warmup_jit"),

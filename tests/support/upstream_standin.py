@@ -18,8 +18,9 @@ test_upstream_runs), written after FlashInfer's files at v0.6.3:
   with need_lock=True it takes the module's FileLock; the ninja file is written when missing, then
   `ninja -C <jit dir>/<name>`, whose failure is cpp_ext.py run_ninja's RuntimeError("Ninja build
   failed. Ninja output: ...")), loads prebuilt modules
-  when `aot_path` exists and otherwise builds under the module's lock, `<jit dir>/tmp/<name>.lock`,
-  with need_lock=False (`JitSpec.build_and_load` and `JitSpec.lock_path`), and its combined `build_jit_specs`
+  when `aot_path` exists and otherwise builds and loads under the module's lock, `<jit dir>/tmp/<name>.lock`,
+  with need_lock=False (`JitSpec.build_and_load`, its lines word for word, and `JitSpec.lock_path`; a loaded
+  module is the str "aot" or "jit"), and its combined `build_jit_specs`
   only records that it was called. Every object compiled is logged, to count recompiles.
 What it copies of FlashInfer's text is cited in tests/test_source_release_integration.py (STANDIN_COPIES),
 which checks that the text is FlashInfer's at the pinned release and still the stand-in's.
@@ -125,12 +126,17 @@ capture_output=True, text=True)
                 raise RuntimeError("Ninja build failed." + (" Ninja output:\\n" + done.stdout + done.stderr \
 if done.stdout + done.stderr else ""))
     lock_path = property(lambda self: get_tmpdir() / f"{self.name}.lock")
-    def build_and_load(self):
+    def load(self, so_path):  # a loaded stand-in module is a str: where it was loaded from
+        return "aot" if so_path == self.aot_path else "jit"
+    def build_and_load(self):  # core.py's, word for word: build and load under the module's lock
         if self.is_aot:
-            return "aot"
+            return self.load(self.aot_path)
         with FileLock(self.lock_path, thread_local=False):
-            self.build(False, need_lock=False)
-        return "jit"
+            so_path = self.jit_library_path
+            verbose = os.environ.get("FLASHINFER_JIT_VERBOSE", "0") == "1"
+            self.build(verbose, need_lock=False)
+            result = self.load(so_path)
+        return result
 class JitSpecRegistry:  # core.py's JitSpecRegistry: gen_jit_spec registers every spec it makes
     def __init__(self):
         self._specs = {}
