@@ -3,9 +3,11 @@
 Needs the network (the package index) and, in the running interpreter, what the editable
 install builds and imports with: setuptools>=77, packaging, apache-tvm-ffi and a (CPU) torch.
 .ci/run's flashinfer-dev venv provides them; elsewhere the test skips and says what is missing, but never there.
-Two checks of citations need no release: FlashInfer's tests, which the source release leaves out, are read in a
-checkout of the pinned commit (skipped without one), and tests/support/upstream_standin.py's copies of cited text
-in the stand-in itself.
+The check of what the workspace cites of FlashInfer needs the release alone, no install, so it runs wherever the
+tests do, both of .ci/run's venvs included; like the install's tests, it fails where the release cannot be fetched.
+The citations of files the source release leaves out (FlashInfer's tests/) are read in a checkout of the pinned
+commit (skipped without one, CI included, and the skip names them), and tests/support/upstream_standin.py's copies
+of cited text in the stand-in itself.
 """
 
 import hashlib
@@ -32,10 +34,11 @@ NEEDS = ("setuptools", "packaging", "tvm_ffi", "torch", "numpy")
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    require(*NEEDS, why="the editable install builds and imports with them; .ci/run's flashinfer-dev venv has them")
-    tmp = tmp_path_factory.mktemp("release")
-    tree = tmp / "flashinfer"
+def release(tmp_path_factory):
+    """The pinned source release, fetched once a module (scripts/fetch_flashinfer_source.py: from the
+    package index, hash-checked) into a scratch folder: (tree, what the fetch printed). It needs no
+    package, only the network; where the release cannot be fetched, the test that asked for it fails."""
+    tree = tmp_path_factory.mktemp("release") / "flashinfer"
     fetch = subprocess.run(
         [sys.executable, str(ROOT / "scripts/fetch_flashinfer_source.py"), "--dest", str(tree)],
         capture_output=True,
@@ -43,6 +46,14 @@ def installed(tmp_path_factory):
         timeout=900,
     )
     assert fetch.returncode == 0, fetch.stderr
+    return tree, fetch.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(request, tmp_path_factory):
+    require(*NEEDS, why="the editable install builds and imports with them; .ci/run's flashinfer-dev venv has them")
+    tree, fetched = request.getfixturevalue("release")  # after require: no download where the install skips
+    tmp = tree.parent
     # A throwaway venv that sees the test interpreter's packages (torch, build requirements)
     # through a .pth file, so that only FlashInfer itself is installed into it. It gets no pip
     # of its own: ensurepip's bundled setuptools would shadow the runner's setuptools>=77.
@@ -78,7 +89,7 @@ def installed(tmp_path_factory):
         timeout=600,
     )
     assert install.returncode == 0, install.stdout + install.stderr
-    return tree, python, fetch.stdout
+    return tree, python, fetched
 
 
 def workspace_on(tree, tmp_path):
@@ -549,7 +560,9 @@ CITED = [
 
 
 # FlashInfer's tests, cited as CITED is: the source release has no tests/ (test_artifacts.py alone), so these are
-# checked on a checkout of the pinned commit, the tag v0.6.3.
+# checked on a checkout of the pinned commit, the tag v0.6.3. CITED names the files the release holds, CITED_TESTS
+# those it lacks: test_the_cited_symbols_are_in_the_release holds the two lists to that, so that no citation of a
+# file the release holds waits for a checkout CI does not have.
 CITED_TESTS = [
     # tests/support/upstream_standin.py's tests/utils/test_activation.py (STANDIN_COPIES)
     ("tests/utils/test_activation.py", "warmup_jit", "autouse=not has_flashinfer_jit_cache()"),
@@ -595,32 +608,47 @@ def cited_source(root, rel: str, symbol: str) -> str | None:
     return symbol_source(text, symbol)
 
 
-def test_the_cited_symbols_are_in_the_release(installed):
-    """Each symbol the workspace cites is in the pinned release, where it says, holding what it says."""
-    tree = installed[0]
+def test_the_cited_symbols_are_in_the_release(release):
+    """Each symbol the workspace cites of a file the source release holds (CITED) is in the pinned release,
+    where it says, holding what it says; and the files of CITED_TESTS, checked on a checkout instead, are
+    the cited files the release lacks. It reads the fetched release, not an install, so both of CI's runs
+    check it."""
+    tree = release[0]
+    lacking = {rel for rel, _, _ in CITED + CITED_TESTS if not (tree / rel).is_file()}
+    on_checkout = {rel for rel, _, _ in CITED_TESTS}
+    assert lacking == on_checkout, (
+        f"cited in CITED, but not in the {pins().sdist_name} (move them to CITED_TESTS): "
+        f"{sorted(lacking - on_checkout)}; in CITED_TESTS, but in the release, so checkable here "
+        f"(move them to CITED): {sorted(on_checkout - lacking)}"
+    )
     missing = [
         f"{rel} {symbol}" for rel, symbol, holds in CITED if holds not in (cited_source(tree, rel, symbol) or "")
     ]
     assert missing == [], f"cited, but not in FlashInfer {pins().flashinfer} as cited: {missing}"
 
 
-def pinned_checkout():
+def pinned_checkout(needed):
     """A git checkout of FlashInfer at the pinned commit, which has the tests/ the source release leaves
-    out: the vendored submodule, or the checkout FIDEV_FLASHINFER_CHECKOUT names; a skip where there is none."""
+    out: the vendored submodule, or the checkout FIDEV_FLASHINFER_CHECKOUT names; where there is none, a
+    skip that names the citations `needed`, (file, symbol, text), that go unchecked."""
     p = pins()
     for candidate in (p.source_dir, os.environ.get("FIDEV_FLASHINFER_CHECKOUT")):
         found = source_tree.inspect(Path(candidate), p) if candidate else None
         if found and found.kind == "submodule" and found.pinned:
             return found.path
+    unchecked = "; ".join(f"{rel} {symbol}: {holds!r}" for rel, symbol, holds in needed)
     pytest.skip(
-        f"no checkout of FlashInfer at the pinned commit {p.source_commit[:12]} here (the source release has no "
-        "tests/): git submodule update --init, or set FIDEV_FLASHINFER_CHECKOUT to one"
+        f"{len(needed)} citation(s) of FlashInfer's tests/, which the source release lacks, need a checkout of "
+        f"the pinned commit {p.source_commit[:12]}, and there is none here (CI has none; every other citation is "
+        f"checked on the fetched release): {unchecked}. To check them: git submodule update --init, or set "
+        "FIDEV_FLASHINFER_CHECKOUT to such a checkout"
     )
 
 
 def test_the_cited_tests_are_at_the_pinned_commit():
-    """Each symbol of FlashInfer's tests the workspace cites is at the pinned commit, holding what it says."""
-    tree = pinned_checkout()
+    """Each symbol the workspace cites of a file the source release lacks (CITED_TESTS: FlashInfer's tests) is
+    at the pinned commit, holding what it says."""
+    tree = pinned_checkout(CITED_TESTS)
     missing = [
         f"{rel} {symbol}" for rel, symbol, holds in CITED_TESTS if holds not in (cited_source(tree, rel, symbol) or "")
     ]
