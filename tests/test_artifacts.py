@@ -2,6 +2,7 @@
 installed jit-cache, read from small ELF objects gcc builds here."""
 
 import json
+import os
 import shutil
 import zipfile
 
@@ -92,3 +93,18 @@ def test_nothing_matching_fails_in_two_lines(jit_dir):
 def test_a_wheel_that_is_not_a_zip_fails_in_two_lines(tmp_path):
     (tmp_path / JIT_CACHE_WHEEL).write_text("truncated")
     two_line_failure(run("artifacts.py", tmp_path / JIT_CACHE_WHEEL), "is not a readable wheel")
+
+
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (lambda so: os.mkfifo(so), "is a named pipe (FIFO), not a regular file"),  # opening it would wait forever
+        (lambda so: os.symlink(so.name, so), "cannot be reached (Too many levels of symbolic links)"),
+        (lambda so: so.mkdir(), "is a folder"),
+    ],
+    ids=["fifo", "symlink-loop", "folder"],
+)
+def test_a_module_path_in_a_folder_that_is_no_regular_file_fails_in_two_lines(tmp_path, make, what):
+    (tmp_path / "norm").mkdir()
+    make(tmp_path / "norm" / "norm.so")
+    two_line_failure(run("artifacts.py", tmp_path, timeout=30), f"{tmp_path / 'norm' / 'norm.so'} {what}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import importlib.metadata
 import importlib.util
+import os
 import shutil
 import tempfile
 import zipfile
@@ -98,8 +99,26 @@ def modules(source: Source, pattern: str | None = None) -> Iterator[Module]:
     for so in sorted(root.rglob("*.so")):
         rel = PurePosixPath(so.relative_to(source.location).as_posix())
         if is_module_path(rel) and matches(so.stem, pattern):
-            with open(so, "rb") as f:
-                yield Module(so.stem, str(rel), so.stat().st_size, read_dynamic(f, str(so)))
+            yield _folder_module(so, rel)
+
+
+def _folder_module(so: Path, rel: PurePosixPath) -> Module:
+    """The module file `so` found in a folder; two lines where it is no regular file (opening a FIFO would
+    wait for a writer forever; a symbolic link loop, a folder named `<uri>.so`) or cannot be read."""
+    what = not_a_file(so)
+    if what:
+        raise Failure(
+            f"{so} {what}",
+            "a module is a regular file `<uri>/<uri>.so`: remove or rename what is there, or name another folder",
+        )
+    try:
+        with open(so, "rb") as f:
+            return Module(so.stem, str(rel), os.fstat(f.fileno()).st_size, read_dynamic(f, str(so)))
+    except OSError as e:
+        raise Failure(
+            f"{so} cannot be read: {e.strerror or e}",
+            "make it readable (its permissions), or name another folder",
+        ) from None
 
 
 def _wheel_modules(wheel: Path, pattern: str | None) -> Iterator[Module]:
