@@ -37,9 +37,10 @@ def version_of(location: Path) -> str:
     if match:
         return match.group(1)
     if (location / "version.txt").is_file():  # a git checkout
-        return (location / "version.txt").read_text().strip()
+        return abi.read_capped(location / "version.txt").decode(errors="replace").strip()
     info = location / "PKG-INFO"  # a materialized source release
-    found = re.search(r"^Version: (\S+)", info.read_text(), re.M) if info.is_file() else None
+    text = abi.read_capped(info).decode(errors="replace") if info.is_file() else ""
+    found = re.search(r"^Version: (\S+)", text, re.M)
     return found.group(1) if found else "?"
 
 

@@ -362,3 +362,50 @@ def test_bad_sources_fail_in_two_lines(args, problem):
 
 def test_a_folder_that_is_not_a_flashinfer_tree(tmp_path):
     two_line_failure(run("abi.py", tmp_path), "has no csrc/ sources")
+
+
+BIG = abi.MAX_SOURCE_BYTES + 1  # one byte past what a source file may hold
+
+
+def test_a_source_release_member_too_large_is_refused_before_it_is_read(tmp_path):
+    """A small .tar.gz can unpack to a huge csrc/ file: refused from its header, never read into memory."""
+    root = tree(tmp_path / "fi")
+    with open(root / "csrc" / "big.cu", "wb") as f:
+        f.truncate(BIG)
+    archive = tmp_path / "flashinfer_python-9.9.9.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root, arcname="flashinfer_python-9.9.9")
+    two_line_failure(
+        run("abi.py", archive), f"its member flashinfer_python-9.9.9/csrc/big.cu holds more than {BIG >> 20} MiB"
+    )
+
+
+def test_a_tree_file_too_large_is_refused_in_two_lines(tmp_path):
+    root = tree(tmp_path / "fi")
+    with open(root / "include" / "flashinfer" / "big.cuh", "wb") as f:
+        f.truncate(BIG)  # sparse: no disk taken
+    two_line_failure(run("abi.py", root), f"{root / 'include/flashinfer/big.cuh'} holds more than {BIG >> 20} MiB")
+
+
+def test_a_version_file_too_large_is_refused_in_two_lines(tmp_path):
+    root = tree(tmp_path / "fi")
+    with open(root / "version.txt", "wb") as f:
+        f.truncate(BIG)
+    two_line_failure(run("abi.py", root), f"{root / 'version.txt'} holds more than {BIG >> 20} MiB")
+
+
+def test_sources_too_large_in_all_are_refused(tmp_path, monkeypatch):
+    root = tree(tmp_path / "fi")
+    monkeypatch.setattr(abi, "MAX_SOURCES_BYTES", 100)
+    with pytest.raises(abi.Failure, match="sources hold more than"):
+        abi.read_sources(root)
+
+
+def test_a_tvm_ffi_header_too_large_is_refused_in_two_lines(tmp_path):
+    with zipfile.ZipFile(tmp_path / "a.whl", "w", zipfile.ZIP_DEFLATED) as whl:
+        whl.writestr("tvm_ffi/include/tvm/ffi/c_api.h", HEADER + " " * BIG)
+    (tmp_path / "c_api.h").write_text(HEADER)
+    with open(tmp_path / "c_api.h", "ab") as f:
+        f.truncate(BIG)
+    for big in (tmp_path / "a.whl", tmp_path / "c_api.h"):
+        two_line_failure(run("abi.py", "--tvm-ffi", big, big), f"holds more than {BIG >> 20} MiB")

@@ -25,13 +25,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from fidev.core.failure import Failure
-from fidev.core.files import not_a_file
+from fidev.core.files import not_a_file, read_input
 
 EXPORT_MACRO = "TVM_FFI_DLL_EXPORT_TYPED_FUNC"
 GENERATED_TAIL = "ADDITIONAL_FUNC_PARAMS"  # from the attention modules' generated *_config.inc
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cuh", ".h", ".hpp", ".inc")
 MODULES_PY = "flashinfer/jit/attention/modules.py"
 MAX_MACRO_PASSES = 8
+# What one source file (or header, or modules.py) may hold, and all of them together, so that a damaged or
+# hostile tree or release (a 1 MB .tar.gz can hold a sparse 1 GiB csrc/big.cu) is refused instead of read into
+# memory whole. Generous: FlashInfer 0.6.3's largest (csrc/xqa/gmma_impl.cuh) is 0.3 MB, and its csrc/ and
+# include/ sources are 9 MB in 577 files.
+MAX_SOURCE_BYTES = 16 << 20
+MAX_SOURCES_BYTES = 256 << 20
+TOO_BIG_FIX = (
+    "source files are far smaller (FlashInfer 0.6.3's largest is 0.3 MB): pass an intact FlashInfer source tree or "
+    "release (or apache-tvm-ffi wheel)"
+)
 
 
 @dataclass(frozen=True)
@@ -105,30 +115,50 @@ class CppParser:
 # ---------------------------------------------------------------- reading a tree or a release
 
 
+def read_capped(path: Path) -> bytes:
+    """A regular file of a tree, whole, up to MAX_SOURCE_BYTES; two lines where it holds more, is no
+    regular file (a FIFO, whose reading would wait forever) or cannot be read."""
+    try:
+        return read_input(path, MAX_SOURCE_BYTES)
+    except ValueError as e:
+        raise Failure(str(e), TOO_BIG_FIX) from None
+    except OSError as e:
+        raise Failure(f"cannot read {path}: {e.strerror or e}", "make it readable, or pass another tree") from None
+
+
+def _add(found: dict[str, bytes], rel: str, data: bytes, where: Path) -> None:
+    found[rel] = data
+    if sum(map(len, found.values())) > MAX_SOURCES_BYTES:
+        raise Failure(f"{where}'s sources hold more than {MAX_SOURCES_BYTES >> 20} MiB in all", TOO_BIG_FIX)
+
+
 def read_sources(location: Path) -> dict[str, bytes]:
     """csrc/**/*, include/**/* and the attention modules' generator, from a source tree or a source release
-    archive (read in memory, never unpacked or installed). Paths are relative to the tree."""
+    archive (read in memory, never unpacked or installed). Paths are relative to the tree. Each file is read
+    up to MAX_SOURCE_BYTES, all of them up to MAX_SOURCES_BYTES: two lines where one holds more."""
     wanted = lambda rel: (  # noqa: E731
         (rel.startswith(("csrc/", "include/")) and rel.endswith(SOURCE_SUFFIXES)) or rel == MODULES_PY
     )
+    found: dict[str, bytes] = {}
     if location.is_dir():
-        files = {
-            p.relative_to(location).as_posix(): p.read_bytes()
-            for top in ("csrc", "include")
-            for p in sorted((location / top).rglob("*"))
-            if p.is_file()
-        }
-        if (location / MODULES_PY).is_file():
-            files[MODULES_PY] = (location / MODULES_PY).read_bytes()
-        found = {rel: data for rel, data in files.items() if wanted(rel)}
+        paths = [p for top in ("csrc", "include") for p in sorted((location / top).rglob("*"))]
+        for p in [*paths, location / MODULES_PY]:
+            rel = p.relative_to(location).as_posix()
+            if wanted(rel) and p.is_file():
+                _add(found, rel, read_capped(p), location)
     elif location.is_file() and location.name.endswith((".tar.gz", ".tgz")):
-        found = {}
         try:
             with tarfile.open(location) as tar:
                 for member in tar:
                     rel = PurePosixPath(*PurePosixPath(member.name).parts[1:]).as_posix()
-                    if member.isfile() and wanted(rel):
-                        found[rel] = tar.extractfile(member).read()
+                    if not (member.isfile() and wanted(rel)):
+                        continue
+                    if member.size > MAX_SOURCE_BYTES:  # refused before it is read
+                        raise Failure(
+                            f"{location.name}: its member {member.name} holds more than {MAX_SOURCE_BYTES >> 20} MiB",
+                            TOO_BIG_FIX,
+                        )
+                    _add(found, rel, tar.extractfile(member).read(MAX_SOURCE_BYTES + 1), location)
         except (tarfile.TarError, OSError, EOFError) as e:
             raise Failure(
                 f"cannot read {location.name}: {e}",
@@ -593,6 +623,10 @@ def _tvm_ffi_header(location: Path) -> bytes:
     if location.is_file() and location.suffix == ".whl":
         try:
             with zipfile.ZipFile(location) as whl:
+                if whl.getinfo(member).file_size > MAX_SOURCE_BYTES:  # refused before it is unpacked
+                    raise Failure(
+                        f"{location.name}: its {member} holds more than {MAX_SOURCE_BYTES >> 20} MiB", TOO_BIG_FIX
+                    )
                 return whl.read(member)
         except (zipfile.BadZipFile, KeyError, OSError) as e:
             raise Failure(
@@ -602,10 +636,7 @@ def _tvm_ffi_header(location: Path) -> bytes:
     for candidate in (location, location / "include/tvm/ffi/c_api.h", location / member):
         reason = not_a_file(candidate)
         if reason is None:  # a regular file: nothing else is read
-            try:
-                return candidate.read_bytes()
-            except OSError as e:
-                raise Failure(f"cannot read {candidate}: {e.strerror or e}", "make it readable") from e
+            return read_capped(candidate)
         if candidate != location and reason not in ("does not exist", "is a folder"):
             raise Failure(f"{candidate} {reason}", "put the header's regular file there, or pass the wheel")
     raise Failure(f"no c_api.h in {location}", "pass an apache-tvm-ffi wheel, its installed tvm_ffi folder, or c_api.h")
