@@ -63,6 +63,32 @@ def test_a_module_builds_with_a_job_per_source_within_the_budget_of_twice_the_co
     assert [module_builds.module_jobs(spec, 8) for spec in specs(3, 8, 33, 0)] == [3, 8, 8, 8], "none known: all"
 
 
+@pytest.mark.parametrize(
+    "max_jobs",
+    ["²", "abc", "0", "-1", "1.5", " 4", "٣", "1" * 5000],
+    ids=lambda v: v if len(v) < 9 else f"{len(v)} digits",
+)
+def test_a_max_jobs_that_is_no_whole_number_from_1_is_ignored_with_one_warning_naming_it(monkeypatch, capsys, max_jobs):
+    """'²' and '٣' are str.isdigit, which int() refuses or reads; 5000 digits are more than int() reads:
+    each ignored (as FlashInfer ignores what is no digits), said once in the process, never a traceback."""
+    monkeypatch.setattr(module_builds, "_JOBS_WARNED", set())
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setenv("MAX_JOBS", max_jobs)
+    assert [module_builds.job_budget() for _ in range(3)] == [32] * 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"warning: MAX_JOBS={max_jobs!r} is not a whole number from 1") and "ignored" in line
+
+
+def test_a_max_jobs_of_ascii_digits_is_taken_without_a_word(monkeypatch, capsys):
+    for max_jobs, budget in (("007", 7), ("999999999", 999999999)):
+        monkeypatch.setenv("MAX_JOBS", max_jobs)
+        assert module_builds.job_budget() == budget
+    monkeypatch.setenv("MAX_JOBS", "")  # counts as unset
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert module_builds.job_budget() == 32
+    assert capsys.readouterr().err == ""
+
+
 def test_modules_start_in_order_each_once_its_jobs_fit_beside_those_running():
     """All at once, many modules each got about a job and every module ended near the end of all
     (docs/measurements.md, row "planted attention bug cascade-other-lse-head0 from a build-only JIT dir"):

@@ -17,6 +17,7 @@ import queue
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,11 +48,32 @@ def first_error(lines: list[str]) -> str:
     )
 
 
+_JOBS_WARNED: set[str] = set()  # the MAX_JOBS values job_budget has warned of in this process: once each
+_JOBS_WARNING = threading.Lock()  # the builds' threads read it too
+
+
 def job_budget() -> int:
-    """The jobs the modules' builds run at once, all of them together: MAX_JOBS where set, else twice the
-    cores (a CUDA compile waits on its files part of the time)."""
+    """The jobs the modules' builds run at once, all of them together: MAX_JOBS where it is a whole number
+    from 1 (ASCII digits alone: str.isdigit takes '²', which int() refuses), else twice the cores (a CUDA
+    compile waits on its files part of the time). Any other value is ignored, with one warning line naming
+    it, as FlashInfer 0.6.3 ignores what is no digits (`_get_num_workers`, flashinfer/jit/cpp_ext.py); an
+    empty one counts as unset. Not refused: this is read in the middle of a run, by the builds' threads."""
     max_jobs = os.environ.get("MAX_JOBS", "")
-    return int(max_jobs) if max_jobs.isdigit() and int(max_jobs) > 0 else 2 * (os.cpu_count() or 1)
+    default = 2 * (os.cpu_count() or 1)
+    # ASCII digits, 9 at most once leading zeros go (int() refuses thousands of digits, and no host runs more jobs)
+    if re.fullmatch(r"[0-9]+", max_jobs) and 0 < len(max_jobs.lstrip("0")) <= 9:
+        return int(max_jobs)
+    with _JOBS_WARNING:
+        first_time = bool(max_jobs) and max_jobs not in _JOBS_WARNED
+        _JOBS_WARNED.add(max_jobs)
+    if first_time:
+        print(
+            f"warning: MAX_JOBS={max_jobs!r} is not a whole number from 1 to 999999999: ignored, the modules' "
+            f"builds run up to {default} jobs at once (twice the cores)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return default
 
 
 def in_order(specs, first: Sequence[str]) -> list:
