@@ -283,6 +283,10 @@ def test_a_manifest_value_of_the_wrong_type_fails_in_two_lines(tmp_path, where, 
             "'cu1210' is not a CUDA release",
         ),  # not CUDA 121.0, nor a guess at 12.10
         ("prefetch.py", ["{tmp}/Cargo.toml", "--cuda", "١٢.٩"], "is not a CUDA release"),
+        # the families checked as upstream-tests checks them, before the GPUs are looked for (none here)
+        ("bench_upstream.py", ["nosuchfamily"], "'nosuchfamily' is neither a kernel family nor a path under"),
+        ("bench_upstream.py", ["norm", ""], "'' names no kernel family and no path"),
+        ("bench_upstream.py", ["/etc"], "/etc is outside the tree's tests/"),
     ],
 )
 def test_usage_errors_exit_2(tmp_path, script, argv, problem):

@@ -32,8 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import INTERRUPTED, ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.manifest import pins  # noqa: E402
+from fidev.tree import families as upstream_families  # noqa: E402
 from fidev.upstream import bench as upstream_bench  # noqa: E402
 from fidev.upstream import runs as upstream_runs  # noqa: E402
+from fidev.upstream import suite as upstream_suite  # noqa: E402
 from fidev.upstream import summary as upstream_summary  # noqa: E402
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "scripts" / "upstream_tests.py"
@@ -160,7 +163,17 @@ def main() -> int:
         ) from None
 
 
+def check_selection(selection: list[str]) -> None:
+    """The names upstream-tests is given, checked as it checks them, before the GPUs are looked at: a name that
+    is neither a kernel family nor a path under the tree's tests/ (the empty one too) is bad usage (status 2)."""
+    tests = pins().source_dir / "tests"
+    for item in selection:
+        if item not in upstream_families.BY_NAME:
+            upstream_suite.path_node(item, tests)
+
+
 def bench(args) -> int:
+    check_selection(args.families)
     have = len(upstream_runs.host_gpus())
     if have == 0:
         raise Failure(
