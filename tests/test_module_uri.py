@@ -90,3 +90,26 @@ def test_the_fp8_refusals_name_options_that_work():
     assert done.stdout.strip().endswith("_sm90")
     done = run("module_uri.py", "single_prefill", "--dtype-kv", "e5m2")  # an fp8 KV cache alone runs on fa2
     assert done.returncode == 0 and "dtype_q_f16_dtype_kv_e5m2_dtype_o_f16_" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        ("1048576", "1048576"),
+        ("528", "528"),
+        ("99999999999999999999999", "99999999... (23 digits)"),  # was "is not a whole number"
+        ("9" * 5000, "99999999... (5000 digits)"),  # more digits than int() reads
+    ],
+    ids=["2**20", "528", "23 digits", "5000 digits"],
+)
+@pytest.mark.parametrize("option", ["--head-dim", "--head-dim-qk", "--head-dim-vo"])
+def test_a_head_dim_above_512_is_bad_usage_naming_the_bound(option, value, shown):
+    done = run("module_uri.py", "single_decode", option, value)
+    two_line_failure(done, f"head dim {shown} is more than 512, the largest FlashInfer 0.6.3", status=2)
+    assert done.stdout == "", done.stdout
+
+
+def test_a_head_dim_of_512_or_a_negative_one_of_many_digits_is_said_as_it_is():
+    done = run("module_uri.py", "single_decode", "--head-dim", "512")
+    assert done.returncode == 0 and "head_dim_qk_512_head_dim_vo_512" in done.stdout, done.stderr
+    two_line_failure(run("module_uri.py", "single_decode", "--head-dim", "-" + "9" * 30), "is not a positive", status=2)

@@ -185,7 +185,7 @@ def test_odd_numbers_are_bad_usage(tmp_path, script, before, option, after, valu
     two_lines(run(script, argv_for(before, option, value, after), tmp_path), {2})
 
 
-@pytest.mark.parametrize("value", ["١٢٨", "+128", "1_28", " 128", "128 ", "9" * 5000])
+@pytest.mark.parametrize("value", ["١٢٨", "+128", "1_28", " 128", "128 "])
 @pytest.mark.parametrize("option", ["--head-dim", "--head-dim-qk"])
 def test_a_head_dim_that_int_takes_but_is_not_in_the_digits_0_9_is_bad_usage(tmp_path, option, value):
     """int() takes other scripts' digits, a sign, underscores and spaces: the rule is the digits 0-9."""
