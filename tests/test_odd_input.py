@@ -283,6 +283,10 @@ def test_a_manifest_value_of_the_wrong_type_fails_in_two_lines(tmp_path, where, 
             "'cu1210' is not a CUDA release",
         ),  # not CUDA 121.0, nor a guess at 12.10
         ("prefetch.py", ["{tmp}/Cargo.toml", "--cuda", "١٢.٩"], "is not a CUDA release"),
+        # a lower bound as well as an upper one (99999.9 was refused, 0.0 taken)
+        ("preflight.py", ["--cuda", "0.0"], "'0.0' is not a CUDA release (from 11.0 on)"),
+        ("pin.py", ["--cuda", "cu90", "{tmp}/a.whl"], "'cu90' is not a CUDA release (from 11.0 on)"),
+        ("prefetch.py", ["{tmp}/Cargo.toml", "--cuda", "10.2"], "'10.2' is not a CUDA release (from 11.0 on)"),
         # the families checked as upstream-tests checks them, before the GPUs are looked for (none here)
         ("bench_upstream.py", ["nosuchfamily"], "'nosuchfamily' is neither a kernel family nor a path under"),
         ("bench_upstream.py", ["norm", ""], "'' names no kernel family and no path"),

@@ -51,6 +51,11 @@ def cuda_tag(cuda: str) -> str:
     return "cu" + cuda.replace(".", "")
 
 
+# The oldest CUDA major a --cuda names: FlashInfer's wheels were never built for one before 11 (cu118 at the
+# oldest; 0.6.3's index has cu126 and up, README.md), so 0.0 or cu90 is a typo, never a key to write or look up.
+OLDEST_CUDA_MAJOR = 11
+
+
 def cuda_release(text: str) -> str:
     """A CUDA release as every script's --cuda takes it, X.Y (12.9) or the wheel tag (cu129),
     as X.Y. Anything else is refused, so that no script turns it into a broken key."""
@@ -58,8 +63,11 @@ def cuda_release(text: str) -> str:
     match = re.fullmatch(r"([0-9]{1,2})\.([0-9])", text.strip()) or re.fullmatch(
         r"cu([0-9]{1,2})([0-9])", text.strip().lower()
     )
-    if not match:
-        raise Failure(f"{text!r} is not a CUDA release", "write it as X.Y (12.9) or as its wheel tag (cu129)")
+    if not match or int(match.group(1)) < OLDEST_CUDA_MAJOR:
+        raise Failure(
+            f"{text!r} is not a CUDA release (from {OLDEST_CUDA_MAJOR}.0 on)",
+            f"write it as X.Y (12.9) or as its wheel tag (cu129), a major of {OLDEST_CUDA_MAJOR} or more",
+        )
     return f"{int(match.group(1))}.{match.group(2)}"
 
 
