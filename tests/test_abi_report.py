@@ -409,3 +409,21 @@ def test_a_tvm_ffi_header_too_large_is_refused_in_two_lines(tmp_path):
         f.truncate(BIG)
     for big in (tmp_path / "a.whl", tmp_path / "c_api.h"):
         two_line_failure(run("abi.py", "--tvm-ffi", big, big), f"holds more than {BIG >> 20} MiB")
+
+
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (lambda path: os.mkfifo(path), "is a named pipe (FIFO), not a regular file"),  # reading it would wait forever
+        (lambda path: os.symlink(path.name, path), "cannot be reached (Too many levels of symbolic links)"),
+        (lambda path: os.symlink("gone.cu", path), "is a symbolic link to gone.cu, which does not exist"),
+    ],
+    ids=["fifo", "symlink-loop", "dangling-link"],
+)
+def test_a_source_in_a_tree_that_is_no_regular_file_fails_in_two_lines_naming_it(tmp_path, make, what):
+    root = tree(tmp_path / "fi")
+    make(root / "csrc" / "odd.cu")
+    two_line_failure(run("abi.py", root, timeout=30), f"{root / 'csrc' / 'odd.cu'} {what}")
+    (root / "csrc" / "folder.cu").mkdir()  # a folder named like a source is only a folder
+    (root / "csrc" / "odd.cu").unlink()
+    assert run("abi.py", root).returncode == 0

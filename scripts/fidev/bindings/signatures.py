@@ -18,6 +18,7 @@ which FlashInfer's JIT generates, as the backend-dependent tail it is.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import tarfile
 import zipfile
@@ -144,8 +145,18 @@ def read_sources(location: Path) -> dict[str, bytes]:
         paths = [p for top in ("csrc", "include") for p in sorted((location / top).rglob("*"))]
         for p in [*paths, location / MODULES_PY]:
             rel = p.relative_to(location).as_posix()
-            if wanted(rel) and p.is_file():
-                _add(found, rel, read_capped(p), location)
+            if not wanted(rel):
+                continue
+            what = not_a_file(p)
+            if what == "is a folder" or (what == "does not exist" and not os.path.lexists(p)):
+                continue  # a folder named like a source; modules.py, where the tree has none
+            if what:  # a FIFO (whose reading would wait forever), a device, a dangling link or a link loop
+                dangling = what == "does not exist"
+                raise Failure(
+                    f"{p} is a symbolic link to {os.readlink(p)}, which does not exist" if dangling else f"{p} {what}",
+                    "a source of the tree is a regular file: remove or replace what is there, or pass another tree",
+                )
+            _add(found, rel, read_capped(p), location)
     elif location.is_file() and location.name.endswith((".tar.gz", ".tgz")):
         try:
             with tarfile.open(location) as tar:
