@@ -1746,3 +1746,16 @@ def test_an_option_value_that_reads_as_an_option_is_refused_and_no_file_is_writt
     done = run(script, [*argv, "--summary=--x"], tmp_path)
     two_line_failure(done, "the path --x starts with -, as an option does", status=2)
     assert not (tmp_path / "--x").exists()
+
+
+def test_a_stats_value_that_is_no_ascii_digits_is_left_out_not_a_traceback(tmp_path):
+    """ccache --print-stats read counter by counter: a value of '²' (str.isdigit takes it, int() does not) or
+    '٣' is no counter value; the others are read."""
+    ccache = tmp_path / "ccache"
+    ccache.write_text(
+        "#!/bin/sh\nprintf 'cache_miss\\t\\302\\262\\ndirect_cache_hit\\t3\\nfiles_in_cache\\t\\331\\243\\n'\n"
+    )
+    ccache.chmod(0o755)
+    from fidev.jit import compile_cache
+
+    assert compile_cache.stats(ccache, dict(os.environ)) == {"direct_cache_hit": 3}

@@ -94,3 +94,9 @@ def test_malformed_specifiers_are_value_errors(spec):
         SpecifierSet(spec)  # packaging refuses them too
     with pytest.raises(ValueError):
         in_range("0.1.7", spec)
+
+
+def test_a_version_in_another_scripts_digits_is_no_pep_440_version():
+    """PEP 440's digits are 0-9: '١٢.٩' (Arabic-Indic) is refused, not read as 12.9."""
+    with pytest.raises(ValueError, match="is not a PEP 440 version"):
+        parse("١٢.٩")

@@ -16,6 +16,13 @@ MOST_COUNT = 10_000  # runs, GPUs, processes
 MOST_SECONDS = 7 * 24 * 3600.0  # a week
 
 
+def digits(text: str) -> bool:
+    """Whether `text` is digits 0-9 alone (what int() of it reads as written), where str.isdigit() takes
+    '²', which int() refuses, and '٣', which it reads as 3: for a number read from a program's output
+    or a header, not a command line."""
+    return WHOLE.fullmatch(text) is not None
+
+
 def whole_number(least: int = 1, most: int = MOST_COUNT, example: str = "2") -> Callable[[str], int]:
     """A parser of a whole number from `least` to `most`."""
 

@@ -18,7 +18,7 @@ _VERSION = re.compile(
     (?:-(?P<post_n1>\d+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d+)?)?
     (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d+)?)?
     (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?""",
-    re.VERBOSE | re.IGNORECASE,
+    re.VERBOSE | re.IGNORECASE | re.ASCII,  # PEP 440's digits are 0-9; \d alone takes every script's
 )
 _PRE = {"a": "a", "alpha": "a", "b": "b", "beta": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
 _OPERATORS = ("===", "~=", "==", "!=", "<=", ">=", "<", ">")

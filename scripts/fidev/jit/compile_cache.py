@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fidev.core import numbers
+
 LAUNCHER = "ccache"
 VARIABLE = "FLASHINFER_NVCC"  # what FlashInfer pastes into the ninja rule
 SETTINGS = ("depend_mode=true", "sloppiness=")  # the route's settings every hit relies on (above)
@@ -111,7 +113,7 @@ def stats(ccache: Path, env: Mapping[str, str]) -> dict[str, int]:
     found = {}
     for line in _ask(ccache, env, "--print-stats").splitlines():
         key, _, value = line.partition("\t")
-        if value.strip().isdigit():
+        if numbers.digits(value.strip()):
             found[key] = int(value)
     return found
 
