@@ -62,9 +62,57 @@ def test_a_stop_while_the_workers_start_stops_those_started_and_joins_no_other()
 )
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(monkeypatch, visible, seen):
     """CUDA's list ends at its first entry that is no GPU index or UUID: -1 (or a word) hides every GPU,
-    never one GPU named "-1" to pin a worker to."""
+    never one GPU named "-1" to pin a worker to. The host has 8 GPUs here, so that no index ends it."""
+    monkeypatch.setattr(upstream_runs, "gpu_count", lambda: 8)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert upstream_runs.host_gpus() == seen
+
+
+@pytest.mark.parametrize(
+    "visible, count, seen",
+    [
+        ("0,7,1", 2, ["0"]),
+        ("7,0", 2, []),
+        ("2", 2, []),
+        ("1, 0", 2, ["1", "0"]),
+        ("0,GPU-8e3c1b2a,5,1", 2, ["0", "GPU-8e3c1b2a"]),
+        ("0", 0, []),
+        ("7,0", None, ["7", "0"]),
+    ],
+)
+def test_an_index_past_the_hosts_gpus_ends_cuda_visible_devices(monkeypatch, visible, count, seen):
+    """An index at or past the host's GPU count is no GPU to CUDA, so it ends the list as -1 does: `0,7,1`
+    on a host of 2 shows GPU 0 alone, never a worker pinned to a GPU 7 that it cannot find. Where the
+    count is unknown (no driver's folder, no nvidia-smi), no index ends it."""
+    monkeypatch.setattr(upstream_runs, "gpu_count", lambda: count)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert upstream_runs.host_gpus() == seen
+
+
+def test_with_cuda_visible_devices_unset_each_gpu_of_the_host_is_seen(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(upstream_runs, "gpu_count", lambda: 2)
+    assert upstream_runs.host_gpus() == ["0", "1"]
+    monkeypatch.setattr(upstream_runs, "gpu_count", lambda: None)
+    assert upstream_runs.host_gpus() == []
+
+
+def test_the_hosts_gpu_count_is_the_drivers_else_nvidia_smis(tmp_path, monkeypatch):
+    """gpu_count: the driver's folders (one per GPU), else nvidia-smi -L's "GPU n:" lines, else None."""
+    for bus in ("0000:19:00.0", "0000:3b:00.0"):
+        (tmp_path / "gpus" / bus).mkdir(parents=True)
+    monkeypatch.setattr(upstream_runs, "GPUS", tmp_path / "gpus")
+    assert upstream_runs.gpu_count() == 2
+    monkeypatch.setattr(upstream_runs, "GPUS", tmp_path / "absent")
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    monkeypatch.setenv("PATH", str(smi.parent))
+    assert upstream_runs.gpu_count() is None  # no nvidia-smi
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-1)'\necho '  MIG 1g.18gb Device 0:'\n")
+    smi.chmod(0o755)
+    assert upstream_runs.gpu_count() == 1
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
+    assert upstream_runs.gpu_count() is None
 
 
 @pytest.mark.parametrize("visible", [" , ", "-1", "abc"])

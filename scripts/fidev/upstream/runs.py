@@ -86,29 +86,41 @@ FAILING = {
 
 
 def host_gpus() -> list[str]:
-    """The GPUs to pin workers to: CUDA_VISIBLE_DEVICES's entries when set, as CUDA reads them
-    (cuda_visible: none when it is empty, or -1: the GPUs are hidden), else one per GPU the driver
-    lists (/proc, no CUDA context), else nvidia-smi's; [] when none can be seen."""
+    """The GPUs to pin workers to: CUDA_VISIBLE_DEVICES's entries when set, as CUDA reads them against
+    the host's GPUs (cuda_visible: none when it is empty, or -1: the GPUs are hidden), else one per GPU
+    the host has (gpu_count); [] when none can be seen."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = gpu_count()
     if visible is not None:
-        return cuda_visible(visible)
+        return cuda_visible(visible, count)
+    return [str(i) for i in range(count or 0)]
+
+
+def gpu_count() -> int | None:
+    """How many GPUs the host has: one per GPU the driver lists (/proc, no CUDA context), else nvidia-smi's;
+    None when neither can say (no driver's folder, no nvidia-smi, or one that fails)."""
     if GPUS.is_dir():
-        return [str(i) for i in range(len(list(GPUS.iterdir())))]
+        return len(list(GPUS.iterdir()))
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [str(i) for i in range(sum(1 for line in out.splitlines() if line.startswith("GPU ")))]
+        return None
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU ")) if done.returncode == 0 else None
 
 
-def cuda_visible(text: str) -> list[str]:
-    """CUDA_VISIBLE_DEVICES's GPUs as CUDA reads the list: each entry an index (the digits 0-9) or a UUID
-    (GPU-..., MIG-...), up to the first entry that is neither (-1, a word, an empty one), which ends it, so
-    that `-1` or `abc` hides every GPU, and `0,-1,1` shows GPU 0 alone."""
+def cuda_visible(text: str, count: int | None) -> list[str]:
+    """CUDA_VISIBLE_DEVICES's GPUs as CUDA reads the list on a host of `count` GPUs: each entry an index
+    (the digits 0-9) below the count, or a UUID (GPU-..., MIG-...), up to the first entry that is neither
+    (-1, a word, an empty one, an index at or past the count), which ends it, so that `-1` or `abc` hides
+    every GPU, `0,-1,1` shows GPU 0 alone, and so does `0,7,1` on a host of 2 (a worker pinned to GPU 7
+    would find none). A count of None (the host's unknown) ends the list at no index."""
     seen = []
     for entry in text.split(","):
         entry = entry.strip()
-        if not ((entry.isascii() and entry.isdigit()) or (entry.startswith(("GPU-", "MIG-")) and len(entry) > 4)):
+        index = entry.isascii() and entry.isdigit()
+        if index and count is not None and int(entry) >= count:
+            break
+        if not (index or (entry.startswith(("GPU-", "MIG-")) and len(entry) > 4)):
             break
         seen.append(entry)
     return seen
@@ -123,7 +135,7 @@ def gpus_seen(gpus: list[str]) -> str:
         return f"this host shows {count}"
     return (
         f"CUDA_VISIBLE_DEVICES={visible!r} shows {count}, as CUDA reads it (the list ends at its first entry "
-        "that is no GPU index or UUID: -1, a word, an empty one)"
+        "that is no GPU index or UUID: -1, a word, an empty one, an index past the host's GPUs)"
     )
 
 
