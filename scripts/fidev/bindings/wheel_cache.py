@@ -19,7 +19,7 @@ from pathlib import Path
 from fidev.bindings.cargo_pins import Pin
 from fidev.core import package_index
 from fidev.core.failure import Failure
-from fidev.core.files import KINDS, not_a_file, read_chunks, sha256_file, write_verified
+from fidev.core.files import kind_of, not_a_file, read_chunks, sha256_file, write_verified
 
 ENV = "FLASHINFER_RS_CACHE_DIR"
 CACHE_FIX = f"set {ENV} to a folder you can write (default ~/.cache/flashinfer-rs)"
@@ -46,7 +46,7 @@ def split_cached_name(name: str) -> tuple[str | None, str]:
 
 def _in_the_way(path: Path, what: str, mode: int) -> Failure:
     """Two lines for a cache entry that is no regular file where the cache keeps one."""
-    kind = KINDS.get(stat.S_IFMT(mode), "no regular file")
+    kind = kind_of(mode, "no regular file")
     remove = "rm -r" if stat.S_ISDIR(mode) else "rm"
     return Failure(
         f"{what} {path} is {kind}, not a regular file",

@@ -160,6 +160,13 @@ KINDS = {
 }
 
 
+def kind_of(mode: int, otherwise: str) -> str:
+    """What a stat mode's file type is, as said after "is" ("a named pipe (FIFO)": KINDS), else
+    `otherwise`, in the words its message needs: a regular file is "a file" where a folder was named,
+    "no regular file" where an unknown type is said (one table, so that every message names a type alike)."""
+    return KINDS.get(stat.S_IFMT(mode), otherwise)
+
+
 def _mode(path: str | Path) -> int | str:
     """The path's stat mode (through its links), or why it has none, as said after its name."""
     try:
@@ -179,7 +186,7 @@ def not_a_file(path: str | Path) -> str | None:
         return mode
     if stat.S_ISREG(mode):
         return None
-    kind = KINDS.get(stat.S_IFMT(mode), "no regular file")
+    kind = kind_of(mode, "no regular file")
     return "is a folder" if stat.S_ISDIR(mode) else f"is {kind}, not a regular file"
 
 
@@ -191,7 +198,7 @@ def not_a_folder(path: str | Path) -> str | None:
         return mode
     if stat.S_ISDIR(mode):
         return None
-    kind = KINDS.get(stat.S_IFMT(mode), "no folder")
+    kind = kind_of(mode, "no folder")
     return "is a file, not a folder" if stat.S_ISREG(mode) else f"is {kind}, not a folder"
 
 
@@ -203,7 +210,7 @@ def replaceable(path: Path) -> None:
     except OSError:  # missing, or a way there that is no folder: the folder's own check says which
         return
     if not stat.S_ISREG(mode):
-        kind = KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        kind = kind_of(mode, "not a regular file")
         raise Failure(
             f"{path} exists and is {kind}, not a regular file: it would be replaced, not written",
             "name a regular file, or a path where nothing is yet",
@@ -246,7 +253,7 @@ def output_folder(text: str) -> Path:
     lines where the path is something else, or it cannot be written in."""
     path = user_path(text)
     if path.exists() and not path.is_dir():
-        kind = KINDS.get(stat.S_IFMT(os.stat(path).st_mode), "a file")
+        kind = kind_of(os.stat(path).st_mode, "a file")
         raise Failure(f"{path} is {kind}, not a folder", "name a folder, or a path where nothing is yet")
     writable_folder(path, f"{path} cannot be written in")
     return path

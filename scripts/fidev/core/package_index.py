@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import CHUNK, KINDS, MayLack, fits, not_a_file, parse_json
+from fidev.core.files import CHUNK, MayLack, fits, kind_of, not_a_file, parse_json
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PIP_CONFIG_TIMEOUT_S = 30
@@ -185,7 +185,7 @@ def open_local(url: str, fix: str):
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise Failure(f"{url}: {path} is {KINDS.get(stat.S_IFMT(st.st_mode), 'no regular file')}", fix)
+        raise Failure(f"{url}: {path} is {kind_of(st.st_mode, 'no regular file')}", fix)
     os.set_blocking(fd, True)
     headers = email.message_from_string(
         f"Content-type: {mimetypes.guess_type(path)[0] or 'text/plain'}\nContent-length: {st.st_size}\n"

@@ -201,5 +201,5 @@ def unusable(path: Path) -> str | None:
         except OSError as e:
             return f"{said} a symlink loop" if e.errno == errno.ELOOP else f"{said} unreachable ({e.strerror or e})"
         if not stat.S_ISDIR(mode):
-            return f"{said} {files.KINDS.get(stat.S_IFMT(mode), 'a file')}, not a folder"
+            return f"{said} {files.kind_of(mode, 'a file')}, not a folder"
     return None
