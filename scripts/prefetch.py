@@ -91,7 +91,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def chosen_pins(path: Path, arch: str, cuda: str) -> list[cargo_pins.Pin]:
-    """The pins of PINS (`path`) for `arch` and `cuda` ('all': every one), or the two lines of why there are none."""
+    """The pins of PINS (`path`) for `arch` and `cuda` ('all': every one), or the two lines of why there are
+    none, or of a chosen pin whose URL can never download its wheel (cargo_pins.downloadable)."""
     try:
         document = tomllib.loads(read_input(path).decode("utf-8"))
     except (OSError, ValueError) as e:  # no regular file (a FIFO, /dev/zero), not UTF-8, not TOML
@@ -111,6 +112,8 @@ def chosen_pins(path: Path, arch: str, cuda: str) -> list[cargo_pins.Pin]:
             f"{path} pins nothing for cuda {cuda}, arch {arch} (it has {', '.join(keys) or 'no entries'})",
             "pick one it has with --cuda/--arch (or 'all')",
         )
+    for pin in chosen:  # a pin written by hand: pin's rules for a URL, before anything is downloaded
+        cargo_pins.downloadable(pin, str(path))
     return chosen
 
 

@@ -670,7 +670,7 @@ def test_a_download_cut_short(tmp_path, index_server):
 @fault("download-404")
 def test_a_pin_url_that_answers_404(tmp_path, index_server):
     cargo = crate(tmp_path, index_server)
-    cargo.write_text(cargo.read_text().replace(f"/files/{JIT_CACHE_WHEEL}", "/files/gone.whl"))
+    cargo.write_text(cargo.read_text().replace(f"/files/{JIT_CACHE_WHEEL}", f"/gone/{JIT_CACHE_WHEEL}"))
     cache = tmp_path / "cache"
     expect(prefetch(cargo, cache), "download-404")
     assert not cache.exists()
@@ -728,11 +728,14 @@ def test_a_carried_folder_that_is_a_fifo_is_said_for_what_it_is(tmp_path, index_
 @fault("download-file-url-odd")
 @pytest.mark.parametrize("named", ["fifo", "/dev/zero"])
 def test_a_file_url_of_a_fifo_or_a_device_is_refused_unread(tmp_path, index_server, named):
+    served = tmp_path / "served" / JIT_CACHE_WHEEL  # the URL ends in the wheel's name, as pin's rules want
+    served.parent.mkdir()
     if named == "fifo":
-        named = tmp_path / "fifo"
-        os.mkfifo(named)
+        os.mkfifo(served)
+    else:
+        served.symlink_to(named)
     cargo = crate(tmp_path, index_server)
-    cargo.write_text(cargo.read_text().replace(f"{index_server.url}/files/{JIT_CACHE_WHEEL}", f"file://{named}"))
+    cargo.write_text(cargo.read_text().replace(f"{index_server.url}/files/{JIT_CACHE_WHEEL}", f"file://{served}"))
     cache = tmp_path / "cache"
     expect(prefetch(cargo, cache, "--timeout", "3"), "download-file-url-odd")
     assert not cache.exists()
@@ -779,11 +782,18 @@ def test_a_url_without_its_scheme(tmp_path, index_server, norm_so):
 
 
 @fault("pin-url-unusable")
-def test_a_pin_url_that_cannot_download_the_wheel(tmp_path, norm_so):
+def test_a_pin_url_that_cannot_download_the_wheel(tmp_path, norm_so, index_server):
     wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so)
     done = run("pin.py", wheel, "--url", "https://example.invalid/x.whl")
     expect(done, "pin-url-unusable")
     assert done.stdout == ""
+    cargo = crate(tmp_path, index_server)  # the same pin written by hand: prefetch holds it to pin's rules
+    cargo.write_text(
+        cargo.read_text().replace(f"{index_server.url}/files/{JIT_CACHE_WHEEL}", "https://example.invalid/x.whl")
+    )
+    done = prefetch(cargo, tmp_path / "cache")
+    expect(done, "pin-url-unusable")
+    assert f"{cargo}: package.metadata.flashinfer_rs.pinned_wheels.flashinfer_jit_cache." in done.stderr
 
 
 @fault("pin-cached-name")

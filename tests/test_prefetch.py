@@ -178,6 +178,57 @@ def test_bad_pins_fail_in_two_lines(tmp_path, text, problem):
     two_line_failure(prefetch(tmp_path / "Cargo.toml", tmp_path / "cache", "--cuda", "cu131"), problem)
 
 
+ENTRY = "package.metadata.flashinfer_rs.pinned_wheels.apache_tvm_ffi.cu129.x86_64"
+
+
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("https://", "'https://' names no host"),
+        ("https:///x/{name}", "names no host"),
+        ("https://example.invalid/a b/{name}", "holds a space or a control character"),
+        ("https://example.invalid/a\\nb/{name}", "holds a space or a control character"),  # TOML's \n: a newline
+        ("https://example.invalid/é/{name}", "holds characters that are not ASCII"),
+        ("file://elsewhere/tmp/{name}", "names a file on another host"),
+        ("https://example.invalid/x.whl", "ends in 'x.whl', not the wheel's file name {name}"),
+        ("https://example.invalid/{name}/", "ends in '', not the wheel's file name"),
+        ("file:///dev/zero", "ends in 'zero', not the wheel's file name"),
+        ("file://{fifo}/{name}", "{fifo}/{name} is a named pipe (FIFO), not a regular file"),
+        ("file://{device}/{name}", "{device}/{name} is a character device, not a regular file"),
+        ("file://{folder}/{name}", "{folder}/{name} is a folder"),
+    ],
+)
+def test_a_hand_written_pin_whose_url_pin_refuses_fails_before_any_download(tmp_path, index_server, url, problem):
+    """A pin's URL that pin refuses as --url (cargo_pins.downloadable: the same rules) is two lines naming
+    the pins' file and the entry, before prefetch downloads anything: the good pin above it is not fetched."""
+    body = os.urandom(1 << 10)
+    index_server.serve(f"/files/{JIT_WHEEL}", body)
+    values = {"name": TVM_WHEEL, "fifo": tmp_path / "fifo", "device": tmp_path / "device", "folder": tmp_path / "dir"}
+    for folder in values.values():
+        if folder != TVM_WHEEL:
+            folder.mkdir()
+    os.mkfifo(values["fifo"] / TVM_WHEEL)
+    (values["device"] / TVM_WHEEL).symlink_to("/dev/zero")
+    (values["folder"] / TVM_WHEEL).mkdir()
+    pins_file = tmp_path / "pins.toml"
+    pins_file.write_text(
+        entry(
+            "flashinfer_jit_cache",
+            "cu129",
+            "x86_64",
+            JIT_WHEEL,
+            f"{index_server.url}/files/{JIT_WHEEL}",
+            hashlib.sha256(body).hexdigest(),
+        )
+        + entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, url.format(**values), "2" * 64)
+    )
+    cache = tmp_path / "cache"
+    done = prefetch(pins_file, cache, "--timeout", "3")
+    two_line_failure(done, f"{pins_file}: {ENTRY}: url ")
+    two_line_failure(done, problem.format(**values))
+    assert index_server.hits == {} and not cache.exists() and done.stdout == ""
+
+
 def one_pin(tmp_path, url, sha="2" * 64):
     pins_file = tmp_path / "pins.toml"
     pins_file.write_text(entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, url, sha))
@@ -186,25 +237,21 @@ def one_pin(tmp_path, url, sha="2" * 64):
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
 def test_a_file_url_of_no_regular_file_fails_in_two_lines_without_reading_it(tmp_path, kind):
-    """A FIFO would wait for a writer past --timeout, /dev/zero would fill the disk: both are refused unread."""
+    """A FIFO would wait for a writer past --timeout, /dev/zero would fill the disk: both are refused unread
+    where the download opens them (prefetch refuses such a pin before, by pin's rules; this is the download's
+    own guard, for a file that turned into one since)."""
+    from fidev.bindings import cargo_pins, wheel_cache
+    from fidev.core.failure import Failure
+
     source = {"fifo": tmp_path / "fifo", "device": "/dev/zero", "folder": tmp_path}[kind]
     if kind == "fifo":
         os.mkfifo(source)
     cache = tmp_path / "cache"
-    done = run(
-        "prefetch.py",
-        one_pin(tmp_path, f"file://{source}"),
-        "--arch",
-        "x86_64",
-        "--timeout",
-        "3",
-        env={"FLASHINFER_RS_CACHE_DIR": str(cache)},
-        timeout=30,
-    )
-    two_line_failure(
-        done, f"{source} is {({'fifo': 'a named pipe', 'device': 'a character device'}).get(kind, 'a folder')}"
-    )
-    assert not cache.exists()
+    pin = cargo_pins.Pin("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, f"file://{source}", "2" * 64)
+    said = {"fifo": "a named pipe", "device": "a character device"}.get(kind, "a folder")
+    with pytest.raises(Failure, match=f"{source} is {said}") as failure:
+        wheel_cache.ensure(pin, cache, timeout=3)
+    assert failure.value.fix and not cache.exists()
 
 
 def test_a_file_url_of_a_regular_file_is_copied(tmp_path):

@@ -180,22 +180,36 @@ def readable(path: Path) -> None:
         raise Failure(f"{path.name} is not a readable wheel (zip): {e}", "download it again, then pin it") from None
 
 
-def given_url(url: str, filename: str) -> None:
-    """Two lines where a URL given for `filename` (pin --url, already a URL by package_index.url) cannot
-    download it: its last path part is not the file name (percent-encoded or not), or, a file:// URL, it
-    names something that is there and is no regular file (a FIFO, a device, a folder)."""
+def given_url(url: str, filename: str, said: str = "--url") -> None:
+    """Two lines where a URL given for `filename` (pin --url, already a URL by package_index.url; `said`
+    names where it was given) cannot download it: its last path part is not the file name (percent-encoded
+    or not), or, a file:// URL, it names something that is there and is no regular file (a FIFO, a device,
+    a folder)."""
     parts = urllib.parse.urlparse(url)
     last = urllib.parse.unquote(parts.path.rsplit("/", 1)[-1])
     if last != filename:
         raise Failure(
-            f"--url {url} ends in {last!r}, not the wheel's file name {filename}",
+            f"{said} {url} ends in {last!r}, not the wheel's file name {filename}",
             f"give the URL the wheel is published at, ending in /{filename}",
         )
     if parts.scheme == "file":
         path = urllib.request.url2pathname(parts.path)
         why = not_a_file(path)
         if why and why != "does not exist":  # a file:// URL may name the file on the host that will fetch it
-            raise Failure(f"--url {url}: {path} {why}", "name the wheel file itself: file:///path/to/" + filename)
+            raise Failure(f"{said} {url}: {path} {why}", "name the wheel file itself: file:///path/to/" + filename)
+
+
+def downloadable(pin: Pin, source: str) -> None:
+    """Two lines, naming `source` (the pins' file) and the pin's entry, where its URL can never download
+    its wheel by the rules pin holds a --url to (package_index.url, given_url): a pin written or edited by
+    hand is refused before prefetch downloads anything, not at its download with a vaguer message (a host
+    that does not resolve), nor after the wheels before it were downloaded."""
+    said = f"{source}: {'.'.join(METADATA_PATH)}.{pin.name}.{pin.cuda}.{pin.arch}: url"
+    try:
+        package_index.url(pin.url)
+    except Failure as e:
+        raise Failure(f"{said} {e.problem}", e.fix) from None
+    given_url(pin.url, pin.filename, said)
 
 
 def pins_for(path: Path, filename: str, cuda: str, index: str | None = None, url: str | None = None) -> list[Pin]:
