@@ -1759,3 +1759,30 @@ def test_a_stats_value_that_is_no_ascii_digits_is_left_out_not_a_traceback(tmp_p
     from fidev.jit import compile_cache
 
     assert compile_cache.stats(ccache, dict(os.environ)) == {"direct_cache_hit": 3}
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "env", "problem"),
+    [
+        ("upstream_tests.py", ["norm"], {"FLASHINFER_WORKSPACE_BASE": "/proc/fidev-x"}, "is under /proc, which is not"),
+        ("affected.py", ["--list"], {"FLASHINFER_WORKSPACE_BASE": "/proc/fidev-x"}, "is under /proc, which is not"),
+        ("gpu_acceptance.py", ["--work", "/proc/fidev-x", "--steps", "preflight"], {}, "nothing can be made in"),
+        ("stage_gpu_host.py", ["/proc/fidev-x"], {}, "nothing can be made in the folder /proc"),
+        ("affected.py", ["--list", "--summary", "/proc/fidev-x.json"], {}, "nothing can be made in the folder /proc"),
+    ],
+    ids=["upstream-tests base", "affected base", "acceptance --work", "stage dest", "affected --summary"],
+)
+def test_a_place_where_nothing_can_be_made_is_refused_before_the_work(tmp_path, script, argv, env, problem):
+    """/proc, where access() says root may write and no file can be made: a JIT base, a work folder, a stage's
+    destination and a summary there are refused in two lines before any work (the dry run, the run), tried by
+    making a file there, not by access()."""
+    done = subprocess.run(
+        [sys.executable, str(task_path(ROOT, script)), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base"), **env},
+        cwd=tmp_path,
+    )
+    two_line_failure(done, problem, status={1, 2})
+    assert "dry run" not in done.stdout + done.stderr

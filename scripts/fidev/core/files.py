@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import stat
+import tempfile
 import threading
 import types
 import typing
@@ -217,6 +218,18 @@ def replaceable(path: Path) -> None:
         )
 
 
+def cannot_write_in(folder: Path) -> str | None:
+    """Why a file cannot be made in `folder` (an existing folder), tried by making one and removing it: access()
+    says yes to root in /proc and /sys, and to anyone on a file system mounted read-only since; None where it can."""
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".fidev-probe-", dir=folder)
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(handle)
+    os.unlink(probe)
+    return None
+
+
 def writable_folder(folder: Path, what: str) -> None:
     """Two lines where `folder`, or the nearest folder above it that exists (a write makes the rest),
     is no folder or cannot be written in."""
@@ -227,6 +240,10 @@ def writable_folder(folder: Path, what: str) -> None:
         raise Failure(f"{what}: {folder} is not a folder", "name a path whose folders are folders")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise Failure(f"{what}: the folder {folder} is read-only here", "name a path in a folder you can write")
+    if why := cannot_write_in(folder):
+        raise Failure(
+            f"{what}: nothing can be made in the folder {folder} ({why})", "name a path in a folder you can write"
+        )
 
 
 def output_file(text: str) -> Path:

@@ -182,7 +182,8 @@ def read(version: str, env: Mapping[str, str] = os.environ, check: bool = True) 
                 where = "the base " if path == ws.base else ""
                 raise Failure(
                     f"{named}: {where}{path} {why}: FlashInfer keeps its JIT builds there",
-                    f"set {BASE_VARIABLE} to a folder or a path where nothing is yet, or move what is in the way",
+                    f"set {BASE_VARIABLE} to a folder you can write, or a path where nothing is yet, "
+                    "or move what is in the way",
                 )
     return ws
 
@@ -190,16 +191,23 @@ def read(version: str, env: Mapping[str, str] = os.environ, check: bool = True) 
 def unusable(path: Path) -> str | None:
     """Why FlashInfer could not make its folders at `path` (mkdir with parents), as said after its name:
     it, or a path above it, is a file, a FIFO, a dangling link, a symlink loop...; None where it can: a
-    folder, or nothing yet below folders."""
+    folder, or nothing yet below folders, where the deepest folder that exists takes a new file."""
     path = Path(os.path.abspath(path))
+    deepest = path
     for step in (*reversed(path.parents), path):  # from the root down: the first that is no folder
         said = "is" if step == path else f"is under {step}, which is"
         try:
             mode = os.stat(step).st_mode
         except FileNotFoundError:
-            return f"{said} a dangling symlink" if os.path.islink(step) else None
+            if os.path.islink(step):
+                return f"{said} a dangling symlink"
+            break
         except OSError as e:
             return f"{said} a symlink loop" if e.errno == errno.ELOOP else f"{said} unreachable ({e.strerror or e})"
         if not stat.S_ISDIR(mode):
             return f"{said} {files.kind_of(mode, 'a file')}, not a folder"
-    return None
+        deepest = step
+    why = files.cannot_write_in(deepest)
+    return (
+        None if why is None else f"{'is' if deepest == path else f'is under {deepest}, which is'} not writable ({why})"
+    )
