@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins, task_chain
-from script_runs import two_line_failure, wait_until
+from script_runs import acceptance_digest, two_line_failure, wait_until
 
 TOOL = ROOT / "tools/gpu_acceptance.py"
 HEADER = "include/flashinfer/norm.cuh"
@@ -81,12 +81,6 @@ def the_tool():
     return tool
 
 
-@functools.cache
-def this_checkout() -> str:
-    """The tool's checkout_digest of this checkout: a WORK made here holds it (checkout.sha256)."""
-    return the_tool().checkout_digest(ROOT)
-
-
 def made_everything(work):
     """WORK as a run that made every step's state leaves it: each step another needs (NEEDS) marked made."""
     (work / "made").mkdir(parents=True, exist_ok=True)
@@ -122,7 +116,7 @@ def acceptance_work(tmp_path):
             )
         )
     gate.write_text("")
-    (work / "checkout.sha256").write_text(this_checkout())  # as setup's copy of this checkout writes it
+    (work / "checkout.sha256").write_text(acceptance_digest())  # as setup's copy of this checkout writes it
     made_everything(work)
     return work, header, pids, gate
 
@@ -241,7 +235,7 @@ def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
     work.mkdir()
     row = {"result": "pass", "seconds": 1.0, "note": "exit 0"}
     (work / "results.json").write_text(json.dumps({"edit-build": row, "edit-smoke": row, "smoke": row}))
-    (work / "checkout.sha256").write_text(this_checkout())
+    (work / "checkout.sha256").write_text(acceptance_digest())
     done = subprocess.run(
         [sys.executable, str(TOOL), "--work", str(work), "--time-limit", "5", "--resume", "--steps", "smoke,edit-loop"],
         capture_output=True,
@@ -536,7 +530,7 @@ def test_a_resumed_part_fails_where_a_step_it_left_out_failed(tmp_path, steps, f
         for row in every
     }
     (work / "results.json").write_text(json.dumps(results))
-    (work / "checkout.sha256").write_text(this_checkout())
+    (work / "checkout.sha256").write_text(acceptance_digest())
     done = subprocess.run(
         [sys.executable, str(TOOL), "--work", str(work), "--resume", *steps], capture_output=True, text=True, timeout=60
     )

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from fidev.core.manifest import ROOT, pins
-from script_runs import require, two_line_failure
+from script_runs import acceptance_digest, require, two_line_failure
 
 FAKE_TORCH = """\
 __version__ = "2.8.0+fake"
@@ -306,6 +306,7 @@ def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_pa
     (work / "results.json").write_text(
         json.dumps({"build-cold": {"result": "pass", "seconds": 104.4, "note": "exit 0; 21 objects compiled"}})
     )
+    (work / "checkout.sha256").write_text(acceptance_digest())  # of this checkout: its results are read
     done = subprocess.run(
         [
             sys.executable,

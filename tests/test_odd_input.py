@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins
-from script_runs import task_path, two_line_failure, wait_until
+from script_runs import acceptance_digest, task_path, two_line_failure, wait_until
 
 NUMBERS = {
     "superscript two": "²",
@@ -812,7 +812,7 @@ def test_a_toolkit_that_is_none_is_named_not_the_prefix(tmp_path, make):
     two_line_failure(done, f"--toolkit {toolkit} ")
     assert "prefix" not in done.stderr.strip().splitlines()[-2] and not (tmp_path / "prefix").exists(), done.stderr
     (tmp_path / "work" / "ws").mkdir(parents=True)  # the run's copy of the checkout, taken as set up
-    (tmp_path / "work" / "checkout.sha256").write_text(this_checkout())
+    (tmp_path / "work" / "checkout.sha256").write_text(acceptance_digest())
     done = run("gpu_acceptance.py", ["--work", "{tmp}/work", "--steps", "preflight", "--toolkit", toolkit], tmp_path)
     two_line_failure(done, f"--toolkit {toolkit} ")
 
@@ -1265,12 +1265,6 @@ def acceptance_tool():
     return tool
 
 
-@functools.cache
-def this_checkout() -> str:
-    """The acceptance run's checkout_digest of this checkout, which a WORK made here holds."""
-    return acceptance_tool().checkout_digest(ROOT)
-
-
 def preflight_record_read(tmp, data):
     """preflight --json's record, as the acceptance run's preflight step reads it from the output (a warning
     printed before it included): a step that fails, its note naming the record where it cannot be read,
@@ -1457,7 +1451,7 @@ def test_the_acceptance_runs_results_of_the_wrong_json_type_fail_in_two_lines(tm
     def resumed(results) -> subprocess.CompletedProcess:
         work = tmp_path / f"work-{len(list(tmp_path.iterdir()))}"
         written(work / "results.json", results)
-        (work / "checkout.sha256").write_text(this_checkout())  # of this checkout: its results are read
+        (work / "checkout.sha256").write_text(acceptance_digest())  # of this checkout: its results are read
         tool = task_path(ROOT, "gpu_acceptance.py")
         return subprocess.run(
             [sys.executable, str(tool), "--work", str(work), "--resume", "--steps", "smoke"],

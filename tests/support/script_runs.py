@@ -1,5 +1,6 @@
 """Run the workspace's scripts as users do (a fresh interpreter) and check how they fail."""
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -119,3 +120,13 @@ def require_tools(*tools, why):
     missing = missing_tools(*tools, why=why)
     if missing:
         pytest.skip(f"{', '.join(missing)} not on PATH here: {why}", allow_module_level=True)
+
+
+@functools.cache
+def acceptance_digest() -> str:
+    """tools/gpu_acceptance.py's checkout_digest of this checkout: what a WORK made here holds in its
+    checkout.sha256, for a test that writes a WORK by hand."""
+    spec = importlib.util.spec_from_file_location("gpu_acceptance_digest", task_path(ROOT, "gpu_acceptance.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool.checkout_digest(ROOT)
