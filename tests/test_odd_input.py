@@ -1780,3 +1780,17 @@ def test_a_place_where_nothing_can_be_made_is_refused_before_the_work(tmp_path, 
     )
     two_line_failure(done, problem, status={1, 2})
     assert "dry run" not in done.stdout + done.stderr
+
+
+def test_a_content_length_of_no_ascii_digits_is_no_length_not_a_traceback():
+    """A download whose Content-Length header is '²' (str.isdigit takes it, int() does not): read as no length
+    given, the body read as it comes."""
+    import io
+
+    from fidev.core import package_index
+
+    class Response(io.BytesIO):
+        headers = {"Content-Length": "²"}
+
+    body = b"x" * 10
+    assert b"".join(package_index.read_chunks(Response(body), "http://index/x.whl", 30.0)) == body

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.files import MayLack, fits, load_json, parse_json, write_whole
+from fidev.core.numbers import digits
 from fidev.upstream import outcomes as upstream_outcomes
 from fidev.upstream import progress
 from fidev.upstream.gate import owner_alive
@@ -158,7 +159,7 @@ def gpu_name(gpus: list[str]) -> str:
         models = [line.strip() for line in out.splitlines() if line.strip()]
     # A UUID or MIG entry of CUDA_VISIBLE_DEVICES names no index: the first model stands for it.
     pinned = (
-        sorted({models[int(g)] if g.isdigit() and int(g) < len(models) else models[0] for g in gpus}) if models else []
+        sorted({models[int(g)] if digits(g) and int(g) < len(models) else models[0] for g in gpus}) if models else []
     )
     if not pinned:
         return "no GPU seen"
