@@ -229,6 +229,38 @@ def test_a_hand_written_pin_whose_url_pin_refuses_fails_before_any_download(tmp_
     assert index_server.hits == {} and not cache.exists() and done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "filename, problem",
+    [
+        ("a\\nb.whl", "filename a\\nb.whl is not a wheel file name"),  # TOML's \n: a line break
+        ("renamed.whl", "filename renamed.whl is not a wheel file name"),
+        ("a" * 190 + "-1.0-py3-none-any.whl", "filename is 211 bytes: the cache's name of the wheel"),
+    ],
+    ids=["a newline", "no wheel name", "too long for the cache"],
+)
+def test_a_hand_written_pins_filename_that_is_no_wheels_fails_before_any_download(tmp_path, filename, problem):
+    """A pin's filename that no published wheel has (a line break, no PEP 427 name), or one whose name in the
+    cache (<sha256>-<filename>) would pass the file system's 255 bytes: two lines naming the pins' file and the
+    entry, before anything is downloaded or a cache made."""
+    pins_file = tmp_path / "pins.toml"
+    pins_file.write_text(
+        entry("apache_tvm_ffi", "cu129", "x86_64", filename, f"https://example.invalid/{filename}", "2" * 64)
+    )
+    done = prefetch(pins_file, tmp_path / "cache", "--timeout", "3")
+    two_line_failure(done, f"{pins_file}: {ENTRY}: {problem}")
+    assert not (tmp_path / "cache").exists() and done.stdout == ""
+
+
+def test_a_pins_file_that_starts_with_a_bom_is_said_as_such(tmp_path):
+    """A Cargo.toml saved with a byte-order mark: named, as preflight names one in the manifest, not tomllib's
+    "Invalid statement (at line 1, column 1)"."""
+    pins_file = tmp_path / "Cargo.toml"
+    pins_file.write_bytes(
+        b"\xef\xbb\xbf" + entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, "https://x/y", "2" * 64).encode()
+    )
+    two_line_failure(prefetch(pins_file, tmp_path / "cache"), f"{pins_file} starts with a byte-order mark (BOM)")
+
+
 def one_pin(tmp_path, url, sha="2" * 64):
     pins_file = tmp_path / "pins.toml"
     pins_file.write_text(entry("apache_tvm_ffi", "cu129", "x86_64", TVM_WHEEL, url, sha))

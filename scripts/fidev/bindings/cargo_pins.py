@@ -6,6 +6,7 @@ its package index), and the TOML's writer and reader."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.parse
 import urllib.request
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from fidev.core import package_index
 from fidev.core.failure import Failure
-from fidev.core.files import not_a_file, sha256_file
+from fidev.core.files import NAME_MAX, not_a_file, sha256_file
 
 METADATA_PATH = ("package", "metadata", "flashinfer_rs", "pinned_wheels")
 ARCHES = ("x86_64", "aarch64")  # the crate's arch keys
@@ -69,6 +70,15 @@ class Pin:
     filename: str
     url: str
     sha256: str
+
+    @property
+    def cache_name(self) -> str:
+        """Its file's name in the wheel cache the crate reads: `<sha256>-<filename>` (fidev.bindings.wheel_cache)."""
+        return f"{self.sha256}-{self.filename}"
+
+
+# A write of the cache's file goes through `<cache_name>.tmp-<pid>` (files.write_verified): room for a pid of 7 digits
+CACHE_TEMPORARY = len(".tmp-") + 7
 
 
 def pin_toml(pins_: list[Pin]) -> str:
@@ -204,7 +214,20 @@ def downloadable(pin: Pin, source: str) -> None:
     its wheel by the rules pin holds a --url to (package_index.url, given_url): a pin written or edited by
     hand is refused before prefetch downloads anything, not at its download with a vaguer message (a host
     that does not resolve), nor after the wheels before it were downloaded."""
-    said = f"{source}: {'.'.join(METADATA_PATH)}.{pin.name}.{pin.cuda}.{pin.arch}: url"
+    entry = f"{source}: {'.'.join(METADATA_PATH)}.{pin.name}.{pin.cuda}.{pin.arch}"
+    try:
+        parse_wheel_filename(pin.filename)
+    except Failure as e:
+        raise Failure(
+            f"{entry}: filename {e.problem}", "give the wheel's file name as published (pin writes it)"
+        ) from None
+    if (size := len(os.fsencode(pin.cache_name)) + CACHE_TEMPORARY) > NAME_MAX:
+        raise Failure(
+            f"{entry}: filename is {len(os.fsencode(pin.filename))} bytes: the cache's name of the wheel "
+            f"(<sha256>-<filename>, its temporary suffix too) would be {size}, past the file system's {NAME_MAX}",
+            "give the wheel's file name as published (pin writes it)",
+        )
+    said = f"{entry}: url"
     try:
         package_index.url(pin.url)
     except Failure as e:

@@ -35,7 +35,7 @@ def cache_dir() -> Path:
 
 
 def cached_path(pin: Pin, root: Path) -> Path:
-    return root / "wheels" / f"{pin.sha256}-{pin.filename}"
+    return root / "wheels" / pin.cache_name
 
 
 def split_cached_name(name: str) -> tuple[str | None, str]:

@@ -71,6 +71,17 @@ def cuda_release(text: str) -> str:
     return f"{int(match.group(1))}.{match.group(2)}"
 
 
+def no_bom(data: bytes, name: str) -> bytes:
+    """A TOML file's bytes, or two lines where they start with a byte-order mark, which tomllib reads as an
+    invalid statement at column 1 and never names."""
+    if data.startswith(codecs.BOM_UTF8):
+        raise Failure(
+            f"{name} starts with a byte-order mark (BOM), which TOML does not allow",
+            "save it as UTF-8 without a BOM (most editors: 'UTF-8', not 'UTF-8 with BOM')",
+        )
+    return data
+
+
 def load_manifest(path: Path = MANIFEST) -> dict:
     if tomllib is None:
         raise Failure(
@@ -79,12 +90,7 @@ def load_manifest(path: Path = MANIFEST) -> dict:
         )
     data = b""
     try:
-        data = read_input(path)
-        if data.startswith(codecs.BOM_UTF8):  # tomllib reads it as an invalid statement at column 1
-            raise Failure(
-                f"{path.name} starts with a byte-order mark (BOM), which TOML does not allow",
-                "save it as UTF-8 without a BOM (most editors: 'UTF-8', not 'UTF-8 with BOM')",
-            )
+        data = no_bom(read_input(path), path.name)
         return tomllib.loads(data.decode("utf-8"))
     except OSError as e:
         raise Failure(
