@@ -611,3 +611,12 @@ def test_a_manifest_without_a_task_of_the_first_chain_fails_and_the_rest_still_r
         host, "manifest-tasks", "fail", "no task smoke, of the chain preflight -> build -> import-check -> smoke"
     )
     assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {"manifest-tasks": "fail"}
+
+
+def test_a_max_jobs_that_flashinfer_takes_for_digits_and_cannot_read_fails(host):
+    """MAX_JOBS='²': FlashInfer's `_get_num_workers` takes it (str.isdigit) and int() raises in every JIT build,
+    so the ninja check fails naming it; one FlashInfer ignores (no digits) passes."""
+    host.env["MAX_JOBS"] = "²"
+    expect(host, "ninja", "fail", "MAX_JOBS='²' passes FlashInfer's digit test but is no number")
+    host.env["MAX_JOBS"] = "abc"
+    expect(host, "ninja", "pass", rc=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import tempfile
@@ -27,8 +28,21 @@ def check_host(ctx: Context) -> Result:
 
 
 def check_ninja(ctx: Context) -> Result:
+    """ninja on PATH, and MAX_JOBS (its -j) one FlashInfer can read: `_get_num_workers` (flashinfer/jit/cpp_ext.py
+    at v0.6.3) takes what str.isdigit() takes and int()s it, so a '²' would raise in every JIT build."""
     found = shutil.which("ninja")
-    return ok(found) if found else fail("ninja is not on PATH: FlashInfer's JIT builds with it", ENV_FIX)
+    if not found:
+        return fail("ninja is not on PATH: FlashInfer's JIT builds with it", ENV_FIX)
+    jobs = os.environ.get("MAX_JOBS", "")
+    if jobs.isdigit():
+        try:
+            int(jobs)
+        except ValueError:
+            return fail(
+                f"MAX_JOBS={jobs!r} passes FlashInfer's digit test but is no number: every JIT build would raise",
+                "set MAX_JOBS to a whole number in the digits 0-9, or unset it",
+            )
+    return ok(found)
 
 
 def check_jit_dir(ctx: Context) -> Result:
