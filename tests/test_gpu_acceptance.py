@@ -267,6 +267,17 @@ def test_a_part_on_a_fresh_host_makes_again_the_state_its_steps_need_before_them
     assert results["setup"]["note"] == "an earlier part's", "setup's copy was there: not run again"
     assert len(pids.read_text().split()) == 2, "build.py twice: build-cold again, then build-noop"
     assert sorted(p.name for p in (work / "made").iterdir()) == ["build-cold", "build-noop"]
+    shutil.rmtree(work / "made")  # build-cold failed here: not run again before the next step
+    failed = {**carried, "result": "FAIL"}
+    (work / "results.json").write_text(json.dumps({"setup": carried, "build-cold": failed}))
+    pids.unlink()
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--resume", "--steps", "build-cold,build-noop"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and len(pids.read_text().split()) == 1, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("digest", ["0" * 64, None], ids=["another checkout's", "none"])

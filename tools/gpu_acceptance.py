@@ -1104,8 +1104,14 @@ def run_steps(run: Run, chosen: list[str]) -> list[str]:
 
 def needed_first(run: Run, step: str) -> list[str]:
     """The steps whose state `step` needs (NEEDS) and this WORK has not made: a part on a fresh host whose
-    results were carried from an earlier part's runs them again, recording their results anew."""
-    return [name for name in NEEDS.get(step, ()) if not (run.work / "made" / name).is_file()]
+    results were carried from an earlier part's runs them again, recording their results anew. One whose
+    result here is a failure is not run again: the table has it, and the step goes on without its state."""
+    return [
+        name
+        for name in NEEDS.get(step, ())
+        if not (run.work / "made" / name).is_file()
+        and not any(run.results.get(row, {}).get("result") == FAILED for row in rows(name))
+    ]
 
 
 def run_one(run: Run, todo: dict, name: str) -> None:
