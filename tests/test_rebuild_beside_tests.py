@@ -386,6 +386,8 @@ def test_the_head_of_first_that_fits_the_cores_leads_and_every_other_module_yiel
     assert module_builds.leading(specs, ("not built", "b")) == {"b"}
     assert module_builds.leading(specs, ()) == frozenset()
     assert [s.name for s in module_builds.in_order(specs, ("c", "a"))] == ["c", "a", "other", "b"]
+    monkeypatch.setattr(module_builds.os, "cpu_count", lambda: None)  # the count unknown: one core
+    assert module_builds.leading(specs, ("c", "other")) == {"c"}, "1 job fits the one core; other's second does not"
 
 
 @needs_a_build
