@@ -210,10 +210,11 @@ def given_url(url: str, filename: str, said: str = "--url") -> None:
 
 
 def downloadable(pin: Pin, source: str) -> None:
-    """Two lines, naming `source` (the pins' file) and the pin's entry, where its URL can never download
-    its wheel by the rules pin holds a --url to (package_index.url, given_url): a pin written or edited by
-    hand is refused before prefetch downloads anything, not at its download with a vaguer message (a host
-    that does not resolve), nor after the wheels before it were downloaded."""
+    """Two lines, naming `source` (the pins' file) and the pin's entry, where its filename is no wheel's
+    (PEP 427) or too long for the cache's name of it (cache_name), or its URL can never download its wheel
+    by the rules pin holds a --url to (package_index.url, given_url): a pin written or edited by hand is
+    refused before prefetch downloads anything, not at its download with a vaguer message (a host that does
+    not resolve, a cache blamed for a name too long), nor after the wheels before it were downloaded."""
     entry = f"{source}: {'.'.join(METADATA_PATH)}.{pin.name}.{pin.cuda}.{pin.arch}"
     try:
         parse_wheel_filename(pin.filename)
