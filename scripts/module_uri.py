@@ -28,14 +28,6 @@ def dtype(text: str) -> str:
         raise Failure(str(e), ACCEPTED) from e
 
 
-# The largest head dim named: FlashInfer 0.6.3 builds and tests none larger (the largest, MLA's head_dim_ckv, is
-# 512: flashinfer/aot.py; its attention tests take 64, 128 and 256). Its fa2 and decode kernels have no static
-# bound, but fa2 prefill's KernelTraits::IsInvalid (include/flashinfer/attention/prefill.cuh) refuses every launch
-# once NUM_MMA_Q * (8 * NUM_MMA_D_VO + 2 * sizeof(DTypeQKAccum) * NUM_MMA_KV) >= 256, that is a head_dim_vo above
-# 480 (496 with fp16 QK reduction); fa3's own head dims are checked by fidev.jit.uris.
-MOST_HEAD_DIM = 512
-
-
 def head_dim(text: str) -> int:
     # the digits 0-9 (a minus is read, to say a negative is no positive multiple of 16): int() takes '١٢٨',
     # '+128', '1_28' and ' 128', and refuses 5000 digits with a ValueError of its own (never reached: the
@@ -45,15 +37,12 @@ def head_dim(text: str) -> int:
     if text.startswith("-"):
         raise Failure(f"{text} is not a positive multiple of 16", ACCEPTED)
     digits = text.lstrip("0")
-    if len(digits) > len(str(MOST_HEAD_DIM)) or int(text) > MOST_HEAD_DIM:
-        shown = text if len(digits) <= 20 else f"{digits[:8]}... ({len(digits)} digits)"
+    if len(digits) > len(str(uris.MOST_HEAD_DIM)):  # int() is not asked of thousands of digits
         raise Failure(
-            f"head dim {shown} is more than {MOST_HEAD_DIM}, the largest FlashInfer 0.6.3 has a module for",
-            f"give a multiple of 16 up to {MOST_HEAD_DIM}, e.g. 128",
+            uris.too_large(text if len(digits) <= 20 else f"{digits[:8]}... ({len(digits)} digits)"), ACCEPTED
         )
-    value = int(text)
     try:
-        return uris.head_dim(value)
+        return uris.head_dim(int(text))
     except ValueError as e:
         raise Failure(str(e), ACCEPTED) from e
 
@@ -97,7 +86,7 @@ def parse_args() -> argparse.Namespace:
         "--head-dim",
         type=option(head_dim),
         default=128,
-        help=f"qk and vo head dim, a multiple of 16 up to {MOST_HEAD_DIM} (default 128)",
+        help=f"qk and vo head dim, a multiple of 16 up to {uris.MOST_HEAD_DIM} (default 128)",
     )
     parser.add_argument("--head-dim-qk", type=option(head_dim), help="qk head dim only (default: --head-dim)")
     parser.add_argument("--head-dim-vo", type=option(head_dim), help="vo head dim only (default: --head-dim)")

@@ -113,3 +113,14 @@ def test_a_head_dim_of_512_or_a_negative_one_of_many_digits_is_said_as_it_is():
     done = run("module_uri.py", "single_decode", "--head-dim", "512")
     assert done.returncode == 0 and "head_dim_qk_512_head_dim_vo_512" in done.stdout, done.stderr
     two_line_failure(run("module_uri.py", "single_decode", "--head-dim", "-" + "9" * 30), "is not a positive", status=2)
+
+
+@pytest.mark.parametrize("kind", ["single_prefill", "batch_decode"])
+def test_the_library_bounds_a_head_dim_as_the_command_does(kind):
+    """fidev.jit.uris names no module FlashInfer 0.6.3 has none of: a fa2 or decode head dim above 512 is
+    refused by AttentionConfig itself (one owner of the bound; module-uri's command line reads it there)."""
+    with pytest.raises(
+        ValueError, match="head dim 528 is more than 512, the largest FlashInfer 0.6.3 has a module for"
+    ):
+        module_uri(AttentionConfig(kind, head_dim_qk=528, head_dim_vo=528))
+    assert "head_dim_qk_512" in module_uri(AttentionConfig(kind, head_dim_qk=512, head_dim_vo=512))

@@ -60,12 +60,27 @@ def dtype(name: str) -> str:
     return DTYPES[name]
 
 
+# The largest head dim named: FlashInfer 0.6.3 builds and tests none larger (the largest, MLA's head_dim_ckv, is
+# 512: flashinfer/aot.py; its attention tests take 64, 128 and 256). Its fa2 and decode kernels have no static
+# bound, but fa2 prefill's KernelTraits::IsInvalid (include/flashinfer/attention/prefill.cuh) refuses every launch
+# once NUM_MMA_Q * (8 * NUM_MMA_D_VO + 2 * sizeof(DTypeQKAccum) * NUM_MMA_KV) >= 256, that is a head_dim_vo above
+# 480 (496 with fp16 QK reduction); fa3's own head dims are checked below (AttentionConfig).
+MOST_HEAD_DIM = 512
+
+
+def too_large(shown: str) -> str:
+    """What a head dim above MOST_HEAD_DIM is said to be (`shown`: it, or its first digits)."""
+    return f"head dim {shown} is more than {MOST_HEAD_DIM}, the largest FlashInfer 0.6.3 has a module for"
+
+
 def head_dim(value: int) -> int:
     # fa2 tiles the head dim in 16-wide MMA steps (NUM_MMA_D = HEAD_DIM / 16 in
     # include/flashinfer/attention/prefill.cuh); decode splits it into 16-byte vectors
     # (attention/decode.cuh).
     if value <= 0 or value % 16:
         raise ValueError(f"{value} is not a positive multiple of 16")
+    if value > MOST_HEAD_DIM:
+        raise ValueError(too_large(str(value)))
     return value
 
 
