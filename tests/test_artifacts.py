@@ -108,3 +108,25 @@ def test_a_module_path_in_a_folder_that_is_no_regular_file_fails_in_two_lines(tm
     (tmp_path / "norm").mkdir()
     make(tmp_path / "norm" / "norm.so")
     two_line_failure(run("artifacts.py", tmp_path, timeout=30), f"{tmp_path / 'norm' / 'norm.so'} {what}")
+
+
+def test_a_wheel_member_that_unpacks_past_the_free_space_is_refused_before_it_is_unpacked(
+    tmp_path, norm_so, monkeypatch
+):
+    """A member whose declared size is more than the temporary folder has free (a zip bomb's, or a disk nearly
+    full): two lines naming the member and the room, before a byte is unpacked, not a disk filled."""
+    from types import SimpleNamespace
+
+    from fidev.bindings import jit_modules
+    from fidev.core.failure import Failure
+
+    wheel = make_wheel(tmp_path / JIT_CACHE_WHEEL, norm_so, modules=("norm",))
+    monkeypatch.setattr(jit_modules.shutil, "disk_usage", lambda folder: SimpleNamespace(free=10))
+    unpacked = []
+    monkeypatch.setattr(jit_modules.shutil, "copyfileobj", lambda *args: unpacked.append(args))
+    with pytest.raises(
+        Failure,
+        match=r"its member flashinfer_jit_cache/jit_cache/norm/norm.so unpacks to \d+ bytes, more than the 10 free",
+    ):
+        list(jit_modules._wheel_modules(wheel, None))
+    assert unpacked == []

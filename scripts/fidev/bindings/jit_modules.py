@@ -121,6 +121,19 @@ def _folder_module(so: Path, rel: PurePosixPath) -> Module:
         ) from None
 
 
+def room_for(wheel: Path, member: PurePosixPath, size: int) -> None:
+    """Two lines where the member unpacks to more than the temporary folder has free: zipfile unpacks no
+    more than the size the archive declares (ZipExtFile reads up to ZipInfo.file_size), so a member that
+    declares a size past what the disk holds would fill it, not fit it."""
+    folder = tempfile.gettempdir()
+    free = shutil.disk_usage(folder).free
+    if size > free:
+        raise Failure(
+            f"{wheel}: its member {member} unpacks to {size} bytes, more than the {free} free in {folder}",
+            "free space there, or set TMPDIR to a folder with room",
+        )
+
+
 def _wheel_modules(wheel: Path, pattern: str | None) -> Iterator[Module]:
     try:
         archive = zipfile.ZipFile(wheel)
@@ -135,6 +148,7 @@ def _wheel_modules(wheel: Path, pattern: str | None) -> Iterator[Module]:
             if not (is_module_path(member) and matches(member.stem, pattern)):
                 continue
             # pyelftools seeks back and forth: give it a real file, not a compressed stream.
+            room_for(wheel, member, info.file_size)
             try:
                 with archive.open(info) as packed, tempfile.TemporaryFile() as unpacked:
                     shutil.copyfileobj(packed, unpacked, 1 << 20)
