@@ -586,3 +586,36 @@ def test_a_staged_folder_holding_nothing_staged_is_refused_before_setup(tmp_path
     )
     two_line_failure(done, "holds nothing tools/stage_gpu_host.py stages")
     assert not (tmp_path / "work").exists(), "WORK made for a run that never starts"
+
+
+def test_a_needed_step_that_fits_runs_though_the_step_after_it_does_not(tmp_path):
+    """A fresh host's part whose --time-limit has room for build-cold (its carried time) but not for the step
+    that needs it: build-cold runs and is marked made, and the part ends naming the step, so that the next
+    part, with the same limit, starts the step itself (it never could beside build-cold)."""
+    work, _, pids, _ = acceptance_work(tmp_path)
+    shutil.rmtree(work / "made")
+    carried = {"result": "pass", "seconds": 1.0, "note": "an earlier part's"}
+    (work / "results.json").write_text(json.dumps({"setup": carried, "build-cold": carried}))
+    argv = [sys.executable, str(TOOL), "--work", str(work), "--resume", "--time-limit", "100"]
+    done = subprocess.run(
+        [*argv, "--steps", "build-cold,affected-attention"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 100 s: --steps affected-attention"
+    assert (work / "made" / "build-cold").is_file() and len(pids.read_text().split()) == 1
+
+
+def test_build_cold_takes_every_made_mark_with_it_and_auto_restore_the_prebuilt_sets(tmp_path):
+    """build-cold empties the JIT base and the compile cache: every state marked made goes with them (a later
+    step needing build-abi's builds makes them again); the step's own mark follows its pass."""
+    work, _, _, _ = acceptance_work(tmp_path)
+    assert (work / "made" / "build-abi").is_file() and (work / "made" / "prebuilt-set").is_file()
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--steps", "build-cold"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (work / "made").iterdir()) == ["build-cold"]
+    assert the_tool().WIPES["auto-restore"] == ("prebuilt-set",)

@@ -905,6 +905,12 @@ NEEDS = {
 }
 
 
+# The state a step removes as it runs, whatever made it: build-cold empties the JIT base and the compile cache
+# (every build and record there); auto-restore removes the prebuilt set from the tree.
+ALL = "all"
+WIPES = {"build-cold": ALL, "auto-restore": ("prebuilt-set",)}
+
+
 def steps(run: Run) -> dict:
     return {
         "setup": lambda: setup(run),
@@ -922,7 +928,7 @@ def steps(run: Run) -> dict:
         "abi-smoke": lambda: run.task("abi-smoke", ["scripts/abi_smoke.py"]),
         # The wide tier after the abi tier, which has compiled gdn_prefill, the wide tier's longest module.
         "build-wide": lambda: run.task(
-            "build-wide", ["scripts/build.py", "--wide", *(["--abi"] if "build-abi" in run.results else [])]
+            "build-wide", ["scripts/build.py", "--wide", *(["--abi"] if made(run, "build-abi") else [])]
         ),
         "smoke-wide": lambda: run.task("smoke-wide", ["scripts/smoke.py", "--wide"]),
         "smoke-noise-wide": lambda: run.task(
@@ -938,8 +944,8 @@ def steps(run: Run) -> dict:
             "build-after-upstream",
             [
                 "scripts/build.py",
-                *(["--abi"] if "build-abi" in run.results else []),
-                *(["--wide"] if "build-wide" in run.results else []),
+                *(["--abi"] if made(run, "build-abi") else []),
+                *(["--wide"] if made(run, "build-wide") else []),
             ],
         ),
         "edit-loop": lambda: edit_loop(run),
@@ -1089,17 +1095,30 @@ def run_steps(run: Run, chosen: list[str]) -> list[str]:
     todo = steps(run)
     started, left = time.perf_counter(), []
     run.deadline = started + ARGS.time_limit if ARGS.time_limit is not None else None
+
     for i, name in enumerate(chosen):
-        expected = sum(expected_s(run, step) for step in [*needed_first(run, name), name])
-        if ARGS.time_limit is not None and time.perf_counter() - started + expected > ARGS.time_limit:
+        # the steps its state needs first, then it: those that fit in turn run (marked made, so that the next
+        # part starts past them, however long the step itself is), the first that does not ends the part
+        now, ending = [], time.perf_counter() - started
+        for step in [*needed_first(run, name), name]:
+            ending += expected_s(run, step)
+            if ARGS.time_limit is not None and ending > ARGS.time_limit:
+                break
+            now.append(step)
+        if now and name != "setup" and not run.ws.exists():
+            setup(run)
+        for step in now:
+            run_one(run, todo, step)
+        if name not in now:
             left = chosen[i:]
             break
-        if name != "setup" and not run.ws.exists():
-            setup(run)
-        for needed in needed_first(run, name):
-            run_one(run, todo, needed)
-        run_one(run, todo, name)
     return left
+
+
+def made(run: Run, step: str) -> bool:
+    """Whether this WORK holds the state `step` makes: it passed here since anything that wipes it ran (WIPES);
+    a result carried from another host's part is no state here."""
+    return (run.work / "made" / step).is_file()
 
 
 def needed_first(run: Run, step: str) -> list[str]:
@@ -1109,16 +1128,19 @@ def needed_first(run: Run, step: str) -> list[str]:
     return [
         name
         for name in NEEDS.get(step, ())
-        if not (run.work / "made" / name).is_file()
-        and not any(run.results.get(row, {}).get("result") == FAILED for row in rows(name))
+        if not made(run, name) and not any(run.results.get(row, {}).get("result") == FAILED for row in rows(name))
     ]
 
 
 def run_one(run: Run, todo: dict, name: str) -> None:
-    """One step; where each of its rows passed, the mark that this WORK holds its state (needed_first)."""
+    """One step; where each of its rows passed, the mark that this WORK holds its state (needed_first). Its own
+    mark, and those of the state it wipes (WIPES), go before it starts."""
     if name in ROWS:  # its rows are one result: a part stopped midway leaves none of them, not a mix of two runs'
         run.forget(ROWS[name])
-    (run.work / "made" / name).unlink(missing_ok=True)
+    wiped = WIPES.get(name, ())
+    for mark_ in (run.work / "made").glob("*") if (run.work / "made").is_dir() else ():
+        if mark_.name == name or wiped == ALL or mark_.name in wiped:
+            mark_.unlink(missing_ok=True)
     todo[name]()
     if all(run.results.get(row, {}).get("result") == PASSED for row in rows(name)):
         (run.work / "made").mkdir(exist_ok=True)

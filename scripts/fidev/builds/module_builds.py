@@ -844,7 +844,7 @@ class Rebuild:
     def build(self, then: Callable, say: Callable[[str], None]) -> None:
         try:
             ours = set(self.held)
-            ahead = leading(self.specs, self.first)
+            ahead = leading([spec for spec, _ in self.held.values()], self.first)  # what this rebuild builds
             try:
                 run_module_builds(
                     [spec for spec, _ in self.held.values()],
