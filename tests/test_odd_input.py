@@ -1794,3 +1794,22 @@ def test_a_content_length_of_no_ascii_digits_is_no_length_not_a_traceback():
 
     body = b"x" * 10
     assert b"".join(package_index.read_chunks(Response(body), "http://index/x.whl", 30.0)) == body
+
+
+def test_a_base_that_takes_no_file_is_no_refusal_where_the_way_to_the_version_folder_does(tmp_path, monkeypatch):
+    """A read-only base (a home folder) whose .cache is a writable mount: FlashInfer writes only there, so the
+    workspace is read without a refusal; the probe is made in the deepest folder on the way, not in the base."""
+    from fidev.core import files, workspace
+
+    base = tmp_path / "home"
+    (base / ".cache").mkdir(parents=True)
+    probed = []
+    real = files.cannot_write_in
+    monkeypatch.setattr(
+        files,
+        "cannot_write_in",
+        lambda folder: probed.append(folder) or (None if folder != base else "Read-only file system"),
+    )
+    ws = workspace.read(pins().flashinfer, {workspace.BASE_VARIABLE: str(base)})
+    assert ws.base == base and probed == [base / ".cache"], probed
+    assert real(tmp_path) is None

@@ -176,8 +176,11 @@ def read(version: str, env: Mapping[str, str] = os.environ, check: bool = True) 
     ws = Workspace(base(env), version)
     if check:
         named = f"{BASE_VARIABLE}={env[BASE_VARIABLE]}" if BASE_VARIABLE in env else f"{BASE_VARIABLE} (unset)"
-        for path in (ws.base, ws.version_dir):
-            why = unusable(path)
+        for path in (
+            ws.base,
+            ws.version_dir,
+        ):  # the base's kind alone: FlashInfer writes only on the way to the version's
+            why = unusable(path, probe=path == ws.version_dir)
             if why:
                 where = "the base " if path == ws.base else ""
                 raise Failure(
@@ -188,10 +191,10 @@ def read(version: str, env: Mapping[str, str] = os.environ, check: bool = True) 
     return ws
 
 
-def unusable(path: Path) -> str | None:
+def unusable(path: Path, probe: bool = True) -> str | None:
     """Why FlashInfer could not make its folders at `path` (mkdir with parents), as said after its name:
     it, or a path above it, is a file, a FIFO, a dangling link, a symlink loop...; None where it can: a
-    folder, or nothing yet below folders, where the deepest folder that exists takes a new file."""
+    folder, or nothing yet below folders, where (with `probe`) the deepest folder that exists takes a new file."""
     path = Path(os.path.abspath(path))
     deepest = path
     for step in (*reversed(path.parents), path):  # from the root down: the first that is no folder
@@ -207,7 +210,7 @@ def unusable(path: Path) -> str | None:
         if not stat.S_ISDIR(mode):
             return f"{said} {files.kind_of(mode, 'a file')}, not a folder"
         deepest = step
-    why = files.cannot_write_in(deepest)
+    why = files.cannot_write_in(deepest) if probe else None
     return (
         None if why is None else f"{'is' if deepest == path else f'is under {deepest}, which is'} not writable ({why})"
     )
