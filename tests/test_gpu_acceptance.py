@@ -619,3 +619,31 @@ def test_build_cold_takes_every_made_mark_with_it_and_auto_restore_the_prebuilt_
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in (work / "made").iterdir()) == ["build-cold"]
     assert the_tool().WIPES["auto-restore"] == ("prebuilt-set",)
+
+
+def test_the_checkout_digest_holds_what_setup_copies_and_no_tools_cache(tmp_path, monkeypatch):
+    """checkout_digest: an edit of a script or of the vendored tree (extern/, which setup takes as it is) is
+    another checkout; a tool's cache (.pytest_cache, .ruff_cache) or __pycache__ is none; a file it cannot read
+    is two lines, not a traceback."""
+    from fidev.core.failure import Failure
+
+    digest = the_tool().checkout_digest
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts/a.py").write_text("1")
+    (tmp_path / "extern/tracked/flashinfer/include").mkdir(parents=True)
+    (tmp_path / "extern/tracked/flashinfer/include/norm.cuh").write_text("x")
+    before = digest(tmp_path)
+    for cache in (".pytest_cache", ".ruff_cache", "scripts/__pycache__"):
+        (tmp_path / cache).mkdir()
+        (tmp_path / cache / "f").write_text("y")
+    assert digest(tmp_path) == before
+    (tmp_path / "extern/tracked/flashinfer/include/norm.cuh").write_text("z")
+    assert digest(tmp_path) != before
+    real = Path.read_bytes
+    monkeypatch.setattr(
+        Path,
+        "read_bytes",
+        lambda p: (_ for _ in ()).throw(PermissionError(13, "Permission denied")) if p.name == "a.py" else real(p),
+    )
+    with pytest.raises(Failure, match="a.py cannot be read \\(Permission denied\\)"):
+        digest(tmp_path)

@@ -469,21 +469,30 @@ def fresh(work: Path, staged: Path | None) -> None:
             ) from None
 
 
-NOT_COPIED = (".git", ".stage", "__pycache__", ".pixi", ".ci")  # what setup leaves out of its copy of the checkout
+# what setup leaves out of its copy of the checkout: git's, the stage, the environments and tools' caches
+NOT_COPIED = (".git", ".stage", "__pycache__", ".pixi", ".ci", ".pytest_cache", ".ruff_cache", ".mypy_cache")
 # In WORK: checkout_digest of the checkout setup copied, which every build and result in WORK is of.
 DIGEST = "checkout.sha256"
 
 
 def checkout_digest(root: Path) -> str:
-    """sha256 over the checkout's own files as setup copies them (NOT_COPIED left out, and extern/, whose
-    tree setup materializes from the release): each path relative to it, and its bytes, in order."""
+    """sha256 over the checkout's files as setup copies them (NOT_COPIED left out; extern/ in, where setup
+    takes the vendored tree as it is when it holds one): each path relative to it, and its bytes, in order.
+    A file it cannot read is two lines."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if rel.parts[0] == "extern" or any(part in NOT_COPIED for part in rel.parts) or not path.is_file():
+        if any(part in NOT_COPIED for part in rel.parts) or not path.is_file():
             continue
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise Failure(
+                f"{path} cannot be read ({e.strerror or e}): the run's copy of the checkout is said by its files",
+                "make it readable, or move it out of the checkout",
+            ) from None
         digest.update(f"{rel}\0".encode())
-        digest.update(path.read_bytes())
+        digest.update(data)
     return digest.hexdigest()
 
 
@@ -528,8 +537,12 @@ def setup(run: Run) -> None:
         flush=True,
     )
     if not run.ws.exists():
+        copied = checkout_digest(ROOT)  # before the copy, and again after: an edit meanwhile is no copy of it
         shutil.copytree(ROOT, run.ws, symlinks=True, ignore=shutil.ignore_patterns(*NOT_COPIED))
-        write_whole(run.work / DIGEST, checkout_digest(ROOT))
+        if checkout_digest(ROOT) != copied:
+            shutil.rmtree(run.ws)
+            raise Failure("the checkout changed while setup copied it", "run it again once the edit is done")
+        write_whole(run.work / DIGEST, copied)
         notes.append("workspace copied")
     if archive := staged_release(run.tree, run.staged):
         checked([sys.executable, "scripts/fetch_flashinfer_source.py", "--archive", str(archive)], cwd=run.ws)
