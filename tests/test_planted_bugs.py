@@ -491,3 +491,25 @@ def test_list_refuses_the_options_of_a_run_it_does_not_make(tmp_path, extra, nam
     )
     two_line_failure(done, f"--list runs no bug: it takes no {named}", status=2)
     assert done.stdout == "" and not (tmp_path / "record.json").exists(), done.stdout
+
+
+def test_each_from_start_on_a_linked_version_folder_puts_back_its_target_and_keeps_the_link(tmp_path):
+    """The version folder a link to another disk's folder: every bug starts from the state found, the link stays
+    a link, and nothing is left beside either folder (the kept copy is renamed back at the end)."""
+    from fidev.core import workspace as fidev_workspace
+
+    base = tmp_path / "base"
+    version_dir = fidev_workspace.Workspace(base, pins().flashinfer).version_dir
+    target = tmp_path / "bigger-disk" / "0.6.3"
+    target.mkdir(parents=True)
+    (target / "state.txt").write_text("found\n")
+    version_dir.parent.mkdir(parents=True)
+    version_dir.symlink_to(target)
+    root, tree, env, _ = workspace(tmp_path, state=str(version_dir / "state.txt"), state_log=str(tmp_path / "log"))
+    env = {**env, "FLASHINFER_WORKSPACE_BASE": str(base)}
+    done = tool(root, env, "--bugs", "rope-theta,norm-fused-add-offset", "--each-from-start")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr[-3000:]
+    assert (tmp_path / "log").read_text().split() == ["1", "2", "1", "2"]
+    assert version_dir.is_symlink() and (target / "state.txt").read_text() == "found\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["0.6.3"]
+    assert sorted(p.name for p in version_dir.parent.iterdir()) == [version_dir.name]

@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -611,27 +612,44 @@ class StartState:
     before the first bug and put back before each later bug and at the end. So every bug starts where the
     first did (the attention verdict's targets start from a JIT dir `build` alone filled), not from what
     the earlier bugs' runs built, and the run leaves the workspace as it found it. The compile cache is
-    not in that folder: a restore may still hit what an earlier bug's restore compiled."""
+    not in that folder: a restore may still hit what an earlier bug's restore compiled. A version folder
+    that is a link (to a bigger disk) is its target's; the copy is kept beside it, on its file system, so
+    that the last put-back is a rename."""
 
-    def __init__(self, version_dir: Path, scratch: Path):
-        self.version_dir, self.kept = version_dir, scratch / "start"
-        self.existed = version_dir.exists()
+    def __init__(self, version_dir: Path):
+        self.version_dir = Path(os.path.realpath(version_dir))
+        self.kept = self.version_dir.with_name(f".{self.version_dir.name}.planted-start-{os.getpid()}")
+        self.existed = self.version_dir.exists()
         if self.existed:
-            shutil.copytree(version_dir, self.kept, symlinks=True)
+            try:
+                shutil.copytree(self.version_dir, self.kept, symlinks=True)
+            except BaseException:  # Ctrl-C, a full disk: no half copy left beside the user's folder
+                shutil.rmtree(self.kept, ignore_errors=True)
+                raise
 
-    def put_back(self) -> None:
-        """The folder as it was, swapped in whole: a copy beside it, renamed into place."""
-        parent = self.version_dir.parent
-        old = parent / f".{self.version_dir.name}.planted-old-{os.getpid()}"
-        if self.existed:
-            fresh = Path(tempfile.mkdtemp(prefix=f".{self.version_dir.name}.planted-", dir=parent))
-            shutil.copytree(self.kept, fresh / "start", symlinks=True)
-        if self.version_dir.exists():
-            os.replace(self.version_dir, old)
-        if self.existed:
-            os.replace(fresh / "start", self.version_dir)
-            fresh.rmdir()
+    def put_back(self, last: bool = False) -> None:
+        """The folder as it was, swapped in whole (a copy of the kept one made beside it first; the last time,
+        the kept one itself), the two renames with Ctrl-C and SIGTERM held, so that no moment finds it gone."""
+        fresh = None
+        if self.existed and not last:
+            fresh = Path(tempfile.mkdtemp(prefix=f".{self.version_dir.name}.planted-", dir=self.version_dir.parent))
+            try:
+                shutil.copytree(self.kept, fresh / "start", symlinks=True)
+            except BaseException:
+                shutil.rmtree(fresh, ignore_errors=True)
+                raise
+        old = self.version_dir.with_name(f".{self.version_dir.name}.planted-old-{os.getpid()}")
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            if self.version_dir.exists():
+                os.replace(self.version_dir, old)
+            if self.existed:
+                os.replace(fresh / "start" if fresh else self.kept, self.version_dir)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         shutil.rmtree(old, ignore_errors=True)
+        if fresh:
+            fresh.rmdir()
 
 
 def run_bugs(tree: Path, chosen: list[Bug], limit: float | None, start: Path | None, results: list, left: list) -> None:
@@ -639,10 +657,12 @@ def run_bugs(tree: Path, chosen: list[Bug], limit: float | None, start: Path | N
     `start` (the version's folder: --each-from-start), each from the state the run found (StartState)."""
     started, longest = time.perf_counter(), BUG_S
     with tempfile.TemporaryDirectory(prefix="fidev-planted-") as scratch:
-        state = StartState(start, Path(scratch)) if start is not None else None
+        copied = time.perf_counter()
+        state = StartState(start) if start is not None else None
+        back_s = time.perf_counter() - copied  # a put-back copies as much again: counted with each bug after the first
         try:
             for i, bug in enumerate(chosen):
-                if limit is not None and time.perf_counter() - started + longest > limit:
+                if limit is not None and time.perf_counter() - started + longest + back_s > limit:
                     left += [b.id for b in chosen[i:]]
                     break
                 if state is not None and i:
@@ -654,7 +674,7 @@ def run_bugs(tree: Path, chosen: list[Bug], limit: float | None, start: Path | N
                 )
         finally:
             if state is not None:
-                state.put_back()
+                state.put_back(last=True)
 
 
 def chosen_bugs(text: str | None) -> list[Bug]:
