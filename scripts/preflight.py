@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from fidev.core.failure import ArgumentParser, Failure, option, run_main
+from fidev.core.failure import ArgumentParser, Failure, option, run_main, split_usage
 from fidev.core.manifest import cuda_release, pins
 from fidev.preflight.checks import counts, run_all
 
@@ -35,7 +35,7 @@ class Parser(ArgumentParser):
 
     def error(self, message: str):
         if "--json" in sys.argv[1:]:
-            problem, _, fix = message.partition("\n")
+            problem, fix = split_usage(message)
             print(json.dumps({"error": problem, "fix": fix or f"see `{self.prog} --help`"}))
         super().error(message)
 

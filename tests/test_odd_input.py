@@ -1813,3 +1813,20 @@ def test_a_base_that_takes_no_file_is_no_refusal_where_the_way_to_the_version_fo
     ws = workspace.read(pins().flashinfer, {workspace.BASE_VARIABLE: str(base)})
     assert ws.base == base and probed == [base / ".cache"], probed
     assert real(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "problem"),
+    [
+        ("gpu_acceptance.py", ["--steps", "planted-bugs", "--planted-bugs", "rope\nx"], "names no bug rope\\nx"),
+        ("prefetch.py", ["{tmp}/Cargo.toml", "x\nfix: all good"], "unrecognized arguments: x\\nfix: all good"),
+        ("planted_bugs.py", ["--list", "--bugs", "a\nb"], "--list runs no bug: it takes no --bugs"),
+    ],
+    ids=["our own usage error", "argparse's own", "a tool's"],
+)
+def test_a_line_break_in_a_usage_error_keeps_it_two_lines(tmp_path, script, argv, problem):
+    """A value with a line break in a usage error, ours or argparse's own: quoted as \\n in the problem's line,
+    never read as the start of the fix (a fix line that says what the user typed)."""
+    done = run(script, argv, tmp_path)
+    two_line_failure(done, problem, status=2)
+    assert len(done.stderr.strip().splitlines()) == 2, done.stderr

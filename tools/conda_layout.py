@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # fidev
 sys.path.insert(0, str(ROOT / "tests" / "support"))  # conda_prefix
 from conda_prefix import MARKER, TOOLKIT_FIX, build, environment, toolkit_problem  # noqa: E402
-from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.failure import ArgumentParser, Failure, option, run_main, usage  # noqa: E402
 from fidev.core.files import not_a_folder, user_path  # noqa: E402
 from fidev.jit import activation  # noqa: E402
 
@@ -71,7 +71,9 @@ def main() -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if command and not command[0].strip():  # before the prefix is laid out
-        parser.error("the command after -- is empty\nname a program on the PATH, or a path to an executable file")
+        parser.error(
+            usage("the command after -- is empty", "name a program on the PATH, or a path to an executable file")
+        )
     prefix = lay_out(args.prefix, args.toolkit)
     env = environment(prefix, dict(os.environ), args.cuda_home_only)
     if args.print_env or not command:

@@ -74,7 +74,7 @@ import conda_prefix  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers  # noqa: E402
-from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.failure import ArgumentParser, Failure, option, run_main, usage  # noqa: E402
 from fidev.core.files import (  # noqa: E402
     fits,
     load_json,
@@ -1066,8 +1066,10 @@ def chosen_steps(parser: ArgumentParser) -> list[str]:
     if unknown:
         within = [f"{s} is a row of {step}" for s in unknown for step, names in ROWS.items() if s in names]
         parser.error(
-            f"unknown step(s) {unknown}{' (' + '; '.join(within) + ')' if within else ''}\n"
-            f"name them from: {', '.join(STEPS + NAMED_ONLY)}"
+            usage(
+                f"unknown step(s) {unknown}{' (' + '; '.join(within) + ')' if within else ''}",
+                f"name them from: {', '.join(STEPS + NAMED_ONLY)}",
+            )
         )
     return chosen
 
@@ -1090,16 +1092,20 @@ def check_planted_bugs(parser: ArgumentParser, named: list[str]) -> None:
     if "planted-bugs" not in named:
         steps = f"--steps names {','.join(named)}" if ARGS.steps is not None else "runs only when --steps names it"
         parser.error(
-            f"--planted-bugs is for the planted-bugs step, which this part does not run ({steps})\n"
-            "add planted-bugs to --steps, or drop --planted-bugs"
+            usage(
+                f"--planted-bugs is for the planted-bugs step, which this part does not run ({steps})",
+                "add planted-bugs to --steps, or drop --planted-bugs",
+            )
         )
     known = planted_bug_ids()
     ids = [i.strip() for i in ARGS.planted_bugs.split(",") if i.strip()]
     unknown = [i for i in ids if i not in known]
     if unknown or not ids:
         parser.error(
-            f"--planted-bugs names no bug {', '.join(unknown) or '(empty)'}\n"
-            f"name them from: {', '.join(known)} (tools/planted_bugs.py --list shows each)"
+            usage(
+                f"--planted-bugs names no bug {', '.join(unknown) or '(empty)'}",
+                f"name them from: {', '.join(known)} (tools/planted_bugs.py --list shows each)",
+            )
         )
 
 

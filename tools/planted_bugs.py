@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers, workspace  # noqa: E402
-from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.failure import ArgumentParser, Failure, option, run_main, usage  # noqa: E402
 from fidev.core.files import output_file, write_output  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
@@ -723,7 +723,9 @@ def main() -> int:
         options["--each-from-start"] = True if args.each_from_start else None
         given = [name for name, value in options.items() if value is not None]
         if given:  # --list runs nothing: what these would do is never done
-            parser.error(f"--list runs no bug: it takes no {', '.join(given)}\ndrop {', '.join(given)}, or --list")
+            parser.error(
+                usage(f"--list runs no bug: it takes no {', '.join(given)}", f"drop {', '.join(given)}, or --list")
+            )
         print(listing())
         return 0
     chosen = chosen_bugs(args.bugs)

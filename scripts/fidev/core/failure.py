@@ -93,11 +93,28 @@ def run_main(main) -> int:
         return BROKEN_PIPE
 
 
+# Between a usage error's problem and its fix (usage, option): a character no one types, so that a line break
+# in what the user gave, quoted in either, is never taken for it (argparse's own messages quote it too).
+_FIX = "\x1e"
+
+
+def usage(problem: str, fix: str) -> str:
+    """A usage error's message for ArgumentParser.error: the problem, then its fix."""
+    return f"{problem}{_FIX}{fix}"
+
+
+def split_usage(message: str) -> tuple[str, str | None]:
+    """(problem, fix) of a usage error's message, each one line (one_line); fix None where it names none
+    (argparse's own messages)."""
+    problem, sep, fix = message.partition(_FIX)
+    return one_line(problem), one_line(fix) if sep else None
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors keep the contract too: two lines, status 2."""
 
     def error(self, message: str):
-        problem, _, fix = message.partition("\n")  # `option` puts a Failure's fix on a second line
+        problem, fix = split_usage(message)
         print(f"error: {problem}", file=sys.stderr)
         print(f"  fix: {fix or f'see `{self.prog} --help`'}", file=sys.stderr)
         sys.exit(USAGE)
@@ -111,7 +128,7 @@ def option(parse):
         try:
             return parse(text)
         except Failure as failure:
-            raise argparse.ArgumentTypeError(f"{one_line(failure.problem)}\n{one_line(failure.fix)}") from failure
+            raise argparse.ArgumentTypeError(usage(failure.problem, failure.fix)) from failure
 
     convert.__name__ = getattr(parse, "__name__", "value")
     return convert
