@@ -1830,3 +1830,19 @@ def test_a_line_break_in_a_usage_error_keeps_it_two_lines(tmp_path, script, argv
     done = run(script, argv, tmp_path)
     two_line_failure(done, problem, status=2)
     assert len(done.stderr.strip().splitlines()) == 2, done.stderr
+
+
+def test_conda_layouts_exports_are_shell_words_that_run_nothing(tmp_path):
+    """A prefix whose path holds a quote and a $(...): --print-env's exports, eval'd by bash, set CONDA_PREFIX to
+    that path and run nothing of it (Python's repr was no shell quoting)."""
+    prefix = tmp_path / "x'$(touch PWNED)'y"
+    done = run("conda_layout.py", [str(prefix), "--print-env"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = subprocess.run(
+        ["bash", "-c", 'eval "$1"; printf %s "$CONDA_PREFIX"', "bash", done.stdout],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert shown.stdout == str(prefix.resolve()) and not (tmp_path / "PWNED").exists(), shown

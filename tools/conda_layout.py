@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -78,8 +79,8 @@ def main() -> int:
     env = environment(prefix, dict(os.environ), args.cuda_home_only)
     if args.print_env or not command:
         for name in ("CONDA_PREFIX", "PATH", *activation.manifest_env()):
-            if name in env:
-                print(f"export {name}={env[name]!r}")
+            if name in env:  # a shell word (shlex.quote): `eval` runs nothing of a path's $(...), quotes or `
+                print(f"export {name}={shlex.quote(env[name])}")
         return 0
     try:
         return subprocess.run(command, env=env).returncode
