@@ -1846,3 +1846,15 @@ def test_conda_layouts_exports_are_shell_words_that_run_nothing(tmp_path):
         timeout=30,
     )
     assert shown.stdout == str(prefix.resolve()) and not (tmp_path / "PWNED").exists(), shown
+
+
+def test_a_staged_source_release_cut_short_is_refused_not_said_staged(tmp_path):
+    """A stage folder holding a source release of the pinned name that is not the pinned release (a copy cut
+    short): two lines naming its sha256 against the manifest's, before anything is staged, and it is kept as
+    it was (the user's to remove); never `staged ... into`."""
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    (stage / pins().sdist_name).write_bytes(b"cut short")
+    done = run("stage_gpu_host.py", [str(stage), "--flashinfer-git", "{tmp}/no-checkout"], tmp_path)
+    two_line_failure(done, f"{stage / pins().sdist_name} has sha256")
+    assert "staged" not in done.stdout and (stage / pins().sdist_name).read_bytes() == b"cut short"

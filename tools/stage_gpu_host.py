@@ -38,6 +38,7 @@ from fidev.core.files import (  # noqa: E402
     output_folder,
     remove_empty,
     replaceable,
+    sha256_file,
     user_path,
 )
 from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
@@ -159,7 +160,14 @@ def umask() -> int:
 
 
 def stage(args) -> None:
-    """Into args.dest: the workspace at --bench-before, FlashInfer's tests, the wheels, the source release."""
+    """Into args.dest: the workspace at --bench-before, FlashInfer's tests, the wheels, the source release. A
+    source release there already (an earlier stage's) is kept only where it is the pinned one, checked first."""
+    sdist = args.dest / pins().sdist_name
+    if sdist.is_file() and (actual := sha256_file(sdist)) != pins().sdist_sha256:  # cut short, or another's
+        raise Failure(
+            f"{sdist} has sha256 {actual}, the manifest pins {pins().sdist_sha256}: it is not the pinned release",
+            f"remove it (rm {sdist}) and stage again: the release is downloaded and checked anew",
+        )
     if args.bench_before:
         stage_before(args.dest, args.bench_before)
     stage_tests(args.dest, args.flashinfer_git)
