@@ -1858,3 +1858,20 @@ def test_a_staged_source_release_cut_short_is_refused_not_said_staged(tmp_path):
     done = run("stage_gpu_host.py", [str(stage), "--flashinfer-git", "{tmp}/no-checkout"], tmp_path)
     two_line_failure(done, f"{stage / pins().sdist_name} has sha256")
     assert "staged" not in done.stdout and (stage / pins().sdist_name).read_bytes() == b"cut short"
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/mem"), reason="no /proc/self/mem here: a regular-looking file that cannot be read"
+)
+def test_a_carried_wheel_that_cannot_be_read_is_two_lines(tmp_path):
+    """prefetch --from DIR whose wheel is a link to a file that stat calls regular but no read succeeds on
+    (/proc/self/mem: an input/output error, as a failing disk gives): two lines naming it, not a traceback."""
+    from fidev.bindings import cargo_pins
+
+    wheel = "flashinfer_python-0.6.3-py3-none-any.whl"
+    pinned = cargo_pins.Pin("flashinfer_python", "cu129", "x86_64", wheel, f"https://x.invalid/{wheel}", "ab" * 32)
+    (tmp_path / "pins.toml").write_text(cargo_pins.pin_toml([pinned]))
+    (tmp_path / "carried").mkdir()
+    (tmp_path / "carried" / wheel).symlink_to("/proc/self/mem")
+    done = run("prefetch.py", [str(tmp_path / "pins.toml"), "--from", str(tmp_path / "carried")], tmp_path)
+    two_line_failure(done, f"{tmp_path / 'carried' / wheel} cannot be read")

@@ -135,7 +135,14 @@ def _opened(pin: Pin, seed_dir: Path | None, timeout: float, progress: Callable[
         seed = seed_dir / pin.filename
         if why := not_a_file(seed):
             raise Failure(f"{seed} {why}", f"copy {pin.filename} into {seed_dir}, or drop --from to download it")
-        if (actual := sha256_file(seed)) != pin.sha256:  # a local file: check it before anything is written
+        try:
+            actual = sha256_file(seed)
+        except OSError as e:  # a disk error, a special file behind a link (/proc/self/mem)
+            raise Failure(
+                f"{seed} cannot be read: {e.strerror or e}",
+                f"copy the published {pin.filename} into {seed_dir} again, or drop --from to download it",
+            ) from None
+        if actual != pin.sha256:  # a local file: check it before anything is written
             raise Failure(
                 f"{seed} has sha256 {actual}, the pin says {pin.sha256}",
                 f"the carried file is not the pinned wheel: copy the published {pin.filename} into {seed_dir} again",
