@@ -1875,3 +1875,17 @@ def test_a_carried_wheel_that_cannot_be_read_is_two_lines(tmp_path):
     (tmp_path / "carried" / wheel).symlink_to("/proc/self/mem")
     done = run("prefetch.py", [str(tmp_path / "pins.toml"), "--from", str(tmp_path / "carried")], tmp_path)
     two_line_failure(done, f"{tmp_path / 'carried' / wheel} cannot be read")
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/mem"), reason="no /proc/self/mem here: a regular-looking file that cannot be read"
+)
+def test_an_archive_that_cannot_be_read_is_said_as_such_not_blamed_on_dest(tmp_path):
+    """fetch_flashinfer_source --archive that stat calls regular and no read succeeds on: two lines naming the
+    archive (an input/output error), not `cannot write --dest`; nothing is left where --dest points."""
+    (tmp_path / "carried").mkdir()
+    archive = tmp_path / "carried" / pins().sdist_name
+    archive.symlink_to("/proc/self/mem")
+    done = run("fetch_flashinfer_source.py", ["--archive", str(archive), "--dest", "{tmp}/fi"], tmp_path)
+    two_line_failure(done, f"cannot read --archive {archive}")
+    assert not (tmp_path / "fi").exists()

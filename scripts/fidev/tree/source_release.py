@@ -150,6 +150,17 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         raise
 
 
+def archive_sha256(archive: Path, p: Pins) -> str:
+    """--archive's sha256, or two lines naming it where it cannot be read (not --dest's fault)."""
+    try:
+        return sha256_file(archive)
+    except OSError as e:
+        raise Failure(
+            f"cannot read --archive {archive}: {e.strerror or e}",
+            f"pass a readable copy of {p.sdist_name}, or drop --archive to download it",
+        ) from None
+
+
 def _write(dest: Path, p: Pins, archive: Path | None, kind: str, where: str) -> str:
     """The release unpacked beside `dest` and renamed into place, under the tree's lock."""
     try:
@@ -163,7 +174,7 @@ def _write(dest: Path, p: Pins, archive: Path | None, kind: str, where: str) -> 
     try:
         if archive is None:
             archive = download(p, scratch)
-        elif (actual := sha256_file(archive)) != p.sdist_sha256:
+        elif (actual := archive_sha256(archive, p)) != p.sdist_sha256:
             raise Failure(
                 f"{archive.name} has sha256 {actual}, the manifest pins {p.sdist_sha256}",
                 "the file is not the pinned release: check the index or mirror serving it, or re-download",
