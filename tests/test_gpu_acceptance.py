@@ -647,3 +647,10 @@ def test_the_checkout_digest_holds_what_setup_copies_and_no_tools_cache(tmp_path
     )
     with pytest.raises(Failure, match="a.py cannot be read \\(Permission denied\\)"):
         digest(tmp_path)
+
+
+def test_every_steps_expected_time_fits_a_part_of_the_time_limit_the_docs_give():
+    """docs/testing.md's parts: --time-limit 580 on a host that limits each command to 10 minutes. A step whose
+    expected time (STEP_S) is not below it could never start in any part, its own included."""
+    too_long = {name: s for name, s in the_tool().STEP_S.items() if s >= 580}
+    assert too_long == {}, too_long

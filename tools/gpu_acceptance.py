@@ -211,9 +211,11 @@ STEP_S = {
     "affected-header": 78,
     "affected-source": 76,
     "affected-generator": 61,
-    # its edit's run is short, its restore's is not: the reached families' clean run outlasted a part of 10 minutes
-    # (docs/measurements.md, row "affected: attention header edit to exit"): a part of its own
-    "affected-attention": 580,
+    # its edit's run is short, its restore's is not (docs/measurements.md, rows "affected: attention header edit to
+    # exit" and "affected: attention restore to its verdict"): a part of its own. Under the --time-limit 580 a host
+    # that limits each command to 10 minutes takes, a step expected to take 580 s would never start: 560 starts it
+    # at a part's beginning, and the longest it has taken there still ends within the command's 600 s
+    "affected-attention": 560,
     "upstream-quantization": 46,
     "affected-upstream": 42,
     "prebuilt-set": 121,
