@@ -6,7 +6,6 @@ the scripts they start (build, smoke, upstream-tests, affected) in the acceptanc
 copy (WORK/ws, which the run takes as set up)."""
 
 import ast
-import functools
 import importlib.util
 import json
 import os
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins, task_chain
-from script_runs import acceptance_digest, two_line_failure, wait_until
+from script_runs import acceptance_digest, acceptance_tool, two_line_failure, wait_until
 
 TOOL = ROOT / "tools/gpu_acceptance.py"
 HEADER = "include/flashinfer/norm.cuh"
@@ -72,19 +71,10 @@ def tree(work):
     return work / "ws" / pins().source_dir.relative_to(ROOT)
 
 
-@functools.cache
-def the_tool():
-    """tools/gpu_acceptance.py as a module, for its tables and checkout_digest (no step runs)."""
-    spec = importlib.util.spec_from_file_location("gpu_acceptance_tables", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 def made_everything(work):
     """WORK as a run that made every step's state leaves it: each step another needs (NEEDS) marked made."""
     (work / "made").mkdir(parents=True, exist_ok=True)
-    for step in {needed for needs in the_tool().NEEDS.values() for needed in needs}:
+    for step in {needed for needs in acceptance_tool().NEEDS.values() for needed in needs}:
         (work / "made" / step).touch()
 
 
@@ -393,7 +383,6 @@ def test_planted_bugs_and_steps_are_checked_before_anything_runs(tmp_path, argv,
 
 
 def test_the_bug_ids_it_checks_are_the_planted_bugs_tables():
-    import importlib.util
 
     spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", TOOL)
     tool = importlib.util.module_from_spec(spec)
@@ -555,7 +544,6 @@ def test_results_that_cannot_be_written_end_the_run_in_two_lines(tmp_path, monke
     """results.json is written after each step: a file system that refuses it since the run began (read-only,
     full) is a failure naming the file and the OS error (fidev.core.files.write_output), not a traceback."""
     import errno
-    import importlib.util
     from types import SimpleNamespace
 
     from fidev.core.failure import Failure
@@ -618,7 +606,7 @@ def test_build_cold_takes_every_made_mark_with_it_and_auto_restore_the_prebuilt_
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in (work / "made").iterdir()) == ["build-cold"]
-    assert the_tool().WIPES["auto-restore"] == ("prebuilt-set",)
+    assert acceptance_tool().WIPES["auto-restore"] == ("prebuilt-set",)
 
 
 def test_the_checkout_digest_holds_what_setup_copies_and_no_tools_cache(tmp_path, monkeypatch):
@@ -627,7 +615,7 @@ def test_the_checkout_digest_holds_what_setup_copies_and_no_tools_cache(tmp_path
     is two lines, not a traceback."""
     from fidev.core.failure import Failure
 
-    digest = the_tool().checkout_digest
+    digest = acceptance_tool().checkout_digest
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts/a.py").write_text("1")
     (tmp_path / "extern/tracked/flashinfer/include").mkdir(parents=True)
@@ -652,5 +640,5 @@ def test_the_checkout_digest_holds_what_setup_copies_and_no_tools_cache(tmp_path
 def test_every_steps_expected_time_fits_a_part_of_the_time_limit_the_docs_give():
     """docs/testing.md's parts: --time-limit 580 on a host that limits each command to 10 minutes. A step whose
     expected time (STEP_S) is not below it could never start in any part, its own included."""
-    too_long = {name: s for name, s in the_tool().STEP_S.items() if s >= 580}
+    too_long = {name: s for name, s in acceptance_tool().STEP_S.items() if s >= 580}
     assert too_long == {}, too_long

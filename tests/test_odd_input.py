@@ -7,8 +7,6 @@ or tool added to scripts/ or tools/ must appear in COVERED (test_every_script_an
 
 import copy
 import datetime
-import functools
-import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins
-from script_runs import acceptance_digest, task_path, two_line_failure, wait_until
+from script_runs import acceptance_digest, acceptance_tool, task_path, two_line_failure, wait_until
 
 NUMBERS = {
     "superscript two": "²",
@@ -1254,15 +1252,6 @@ PREFLIGHT_RECORD = {
     "summary": {"pass": 1, "warn": 0, "fail": 2},
     "seconds": 0.5,
 }
-
-
-@functools.cache
-def acceptance_tool():
-    """tools/gpu_acceptance.py as a module, for its readers (no step runs)."""
-    spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", task_path(ROOT, "gpu_acceptance.py"))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
 
 
 def preflight_record_read(tmp, data):

@@ -123,10 +123,16 @@ def require_tools(*tools, why):
 
 
 @functools.cache
+def acceptance_tool():
+    """tools/gpu_acceptance.py as a module, for its tables and readers (no step runs): one load for every test."""
+    spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", task_path(ROOT, "gpu_acceptance.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+@functools.cache
 def acceptance_digest() -> str:
     """tools/gpu_acceptance.py's checkout_digest of this checkout: what a WORK made here holds in its
     checkout.sha256, for a test that writes a WORK by hand."""
-    spec = importlib.util.spec_from_file_location("gpu_acceptance_digest", task_path(ROOT, "gpu_acceptance.py"))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool.checkout_digest(ROOT)
+    return acceptance_tool().checkout_digest(ROOT)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fidev.core import workspace
+from fidev.core import numbers, workspace
 from fidev.core.failure import Failure
 from fidev.jit import module_choice
 from fidev.records import build_records, compile_log, ninja_inputs
@@ -61,7 +61,7 @@ def job_budget() -> int:
     max_jobs = os.environ.get("MAX_JOBS", "")
     default = 2 * (os.cpu_count() or 1)
     # ASCII digits, 9 at most once leading zeros go (int() refuses thousands of digits, and no host runs more jobs)
-    if re.fullmatch(r"[0-9]+", max_jobs) and 0 < len(max_jobs.lstrip("0")) <= 9:
+    if numbers.digits(max_jobs) and 0 < len(max_jobs.lstrip("0")) <= 9:
         return int(max_jobs)
     with _JOBS_WARNING:
         first_time = bool(max_jobs) and max_jobs not in _JOBS_WARNED

@@ -118,7 +118,7 @@ def cuda_visible(text: str, count: int | None) -> list[str]:
     seen = []
     for entry in text.split(","):
         entry = entry.strip()
-        index = entry.isascii() and entry.isdigit()
+        index = digits(entry)
         if index and count is not None and int(entry) >= count:
             break
         if not (index or (entry.startswith(("GPU-", "MIG-")) and len(entry) > 4)):
