@@ -642,3 +642,32 @@ def test_every_steps_expected_time_fits_a_part_of_the_time_limit_the_docs_give()
     expected time (STEP_S) is not below it could never start in any part, its own included."""
     too_long = {name: s for name, s in acceptance_tool().STEP_S.items() if s >= 580}
     assert too_long == {}, too_long
+
+
+@pytest.mark.parametrize("work", ["{tmp}/work", "{tmp}/a-file/work"], ids=["a folder to be", "under a file"])
+def test_list_steps_prints_its_json_and_touches_no_work_folder(tmp_path, work):
+    """--list-steps runs nothing: --work (the default /tmp/fidev-acceptance too) is not checked, so no probe
+    file is made in its folder (whose mtime a made and removed file moves), and one no run could take is
+    no refusal of a listing."""
+    (tmp_path / "a-file").write_text("x")
+    before = tmp_path.stat().st_mtime_ns, sorted(p.name for p in tmp_path.iterdir())
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--list-steps", "--work", work.format(tmp=tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "setup" in [step["name"] for step in json.loads(done.stdout)["steps"]]
+    assert (tmp_path.stat().st_mtime_ns, sorted(p.name for p in tmp_path.iterdir())) == before
+
+
+def test_a_work_folder_no_run_can_take_is_still_bad_usage_naming_work(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(tmp_path / "a-file" / "work"), "--steps", "setup"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    two_line_failure(done, "argument --work: ", status=2)

@@ -1022,8 +1022,7 @@ def make_parser() -> ArgumentParser:
     )
     parser.add_argument(
         "--work",
-        type=option(output_folder),
-        default="/tmp/fidev-acceptance",  # a string: checked as a named one is
+        default="/tmp/fidev-acceptance",  # checked by work_folder, as a named one is, once a run is asked for
         help="where the checkout's copy, its builds, logs and results.json live (default /tmp/fidev-acceptance)",
     )
     parser.add_argument(
@@ -1059,6 +1058,15 @@ def make_parser() -> ArgumentParser:
         help="print each step and the seconds it is expected to take, as JSON; run nothing",
     )
     return parser
+
+
+def work_folder(parser: ArgumentParser, text: str) -> Path:
+    """--work, checked as an output folder (output_folder: its probe makes a file there), only once the
+    command line asks for a run: --list-steps prints its JSON and touches nothing, not even WORK's folder."""
+    try:
+        return output_folder(text)
+    except Failure as failure:
+        parser.error(usage(f"argument --work: {failure.problem}", failure.fix))
 
 
 def chosen_steps(parser: ArgumentParser) -> list[str]:
@@ -1175,6 +1183,7 @@ def main() -> int:
     if ARGS.list_steps:
         print(list_steps())
         return 0
+    ARGS.work = work_folder(parser, ARGS.work)
     chosen = chosen_steps(parser)
     check_planted_bugs(parser, chosen)
     if ARGS.staged:
