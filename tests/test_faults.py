@@ -266,6 +266,18 @@ def test_a_broken_manifest_fails_every_script_in_two_lines(tmp_path, row_id, scr
         expect(done, row_id)
 
 
+@fault("manifest-cuda-version")
+@pytest.mark.parametrize("release", ["999.0", "0.1"])
+@pytest.mark.parametrize("script", ["preflight.py", "fetch_flashinfer_source.py"])
+def test_a_cuda_version_no_cuda_release_has_is_refused(tmp_path, script, release):
+    ws = workspace(tmp_path)
+    text = (ws / "pyproject.toml").read_text()
+    broken = text.replace(f'cuda-version = "{P.cuda}.*"', f'cuda-version = "{release}.*"', 1)
+    assert broken != text
+    (ws / "pyproject.toml").write_text(broken)
+    expect(run_in(ws, script), "manifest-cuda-version", said_as=("999.0", release))
+
+
 @fault("manifest-json")
 def test_preflight_json_still_prints_json(tmp_path):
     done = run_in(broken_manifest(tmp_path, "manifest-table"), "preflight.py", "--json")

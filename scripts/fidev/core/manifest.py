@@ -71,6 +71,20 @@ def cuda_release(text: str) -> str:
     return f"{int(match.group(1))}.{match.group(2)}"
 
 
+def pinned_cuda(release: str, name: str) -> str:
+    """The manifest's cuda-version X.Y held to what every --cuda takes (cuda_release: a major from
+    OLDEST_CUDA_MAJOR with two digits at most, a minor of one), so that 999.0 or 0.1 is refused in two
+    lines, not turned into a wheel tag (cu9990, cu01) that no index has."""
+    try:
+        return cuda_release(release)
+    except Failure:
+        raise Failure(
+            f"{name}: cuda-version {release}.* is no CUDA release FlashInfer is built for (from "
+            f"{OLDEST_CUDA_MAJOR}.0 on, a major of two digits at most and a one-digit minor)",
+            "pin the CUDA release the environment installs as X.Y.* (12.9.*)",
+        ) from None
+
+
 def no_bom(data: bytes, name: str) -> bytes:
     """A TOML file's bytes, or two lines where they start with a byte-order mark, which tomllib reads as an
     invalid statement at column 1 and never names."""
@@ -189,10 +203,11 @@ def pins(path: Path = MANIFEST) -> Pins:
             f"{path.name}: cuda-version must read 'X.Y.*', found {deps['cuda-version']!r}",
             "pin the CUDA release as X.Y.*",
         )
+    release = pinned_cuda(cuda.group(1), path.name)
     tvm = _text(pypi, "apache-tvm-ffi", f"{where}.pypi-dependencies")
     facts = _table(manifest, "tool", FEATURE)
     return Pins(
-        cuda=cuda.group(1),
+        cuda=release,
         flashinfer=_exact(_entry(pypi, "flashinfer-cubin", f"{where}.pypi-dependencies"), "flashinfer-cubin"),
         jit_cache=_exact(_entry(pypi, "flashinfer-jit-cache", f"{where}.pypi-dependencies"), "flashinfer-jit-cache"),
         tvm_ffi_range=tvm,
