@@ -1317,6 +1317,24 @@ def test_a_truncated_wheel_is_not_pinned(tmp_path, url):
     expect(run("pin.py", *url, "--cuda", "cu129", wheel), "pin-unreadable")
 
 
+@fault("abi-release-cut-short")
+@pytest.mark.parametrize("damage", ["trailer cut", "length cut", "CRC changed"])
+def test_a_source_release_cut_short_before_its_gzip_trailer_is_refused(tmp_path, damage):
+    """tar's end-of-archive blocks come before gzip's trailer: a copy cut within the trailer's 8 bytes (its CRC
+    and length), or one whose CRC is not what it holds, read as whole where the read stopped at tar's end."""
+    source = b"void f(int x) {}\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(f, f);\n"
+    archive = tmp_path / P.sdist_name
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo(f"flashinfer_python-{P.flashinfer}/csrc/a.cu")
+        info.size = len(source)
+        tar.addfile(info, io.BytesIO(source))
+    data = bytearray(archive.read_bytes())
+    if damage == "CRC changed":
+        data[-8] ^= 0xFF
+    archive.write_bytes(bytes(data[: {"trailer cut": -8, "length cut": -3, "CRC changed": len(data)}[damage]]))
+    expect(run("abi.py", archive), "abi-release-cut-short")
+
+
 def upstream_ws(tmp_path):
     """A workspace copy whose tree has what upstream-tests looks for first: tests/conftest.py and pytest.ini."""
     ws = workspace(tmp_path)

@@ -18,10 +18,13 @@ which FlashInfer's JIT generates, as the backend-dependent tail it is.
 from __future__ import annotations
 
 import ast
+import gzip
 import os
 import re
 import tarfile
 import zipfile
+import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -133,6 +136,36 @@ def _add(found: dict[str, bytes], rel: str, data: bytes, where: Path) -> None:
         raise Failure(f"{where}'s sources hold more than {MAX_SOURCES_BYTES >> 20} MiB in all", TOO_BIG_FIX)
 
 
+def read_release(location: Path, wanted: Callable[[str], bool], found: dict[str, bytes]) -> None:
+    """The `wanted` members of a source release archive into `found`, read in memory. The archive is read to
+    its end, past tar's end-of-archive blocks, so that gzip checks its trailer (the CRC and length of all it
+    held): a copy cut short there, or damaged, is refused in two lines, not read as whole."""
+    try:
+        with tarfile.open(location) as tar:
+            for member in tar:
+                rel = PurePosixPath(*PurePosixPath(member.name).parts[1:]).as_posix()
+                if not (member.isfile() and wanted(rel)):
+                    continue
+                if member.size > MAX_SOURCE_BYTES:  # refused before it is read
+                    raise Failure(
+                        f"{location.name}: its member {member.name} holds more than {MAX_SOURCE_BYTES >> 20} MiB",
+                        TOO_BIG_FIX,
+                    )
+                _add(found, rel, tar.extractfile(member).read(MAX_SOURCE_BYTES + 1), location)
+            while tar.fileobj.read(1 << 20):  # the rest, unpacked a MiB at a time: gzip checks its trailer at the end
+                pass
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise Failure(
+            f"cannot read {location.name}: it is cut short or damaged ({e})",
+            "download it again: a whole source release ends with the gzip trailer that checks it",
+        ) from e
+    except (tarfile.TarError, OSError) as e:
+        raise Failure(
+            f"cannot read {location.name}: {e}",
+            "pass a FlashInfer source release (flashinfer_python-X.tar.gz) or a source tree",
+        ) from e
+
+
 def read_sources(location: Path) -> dict[str, bytes]:
     """csrc/**/*, include/**/* and the attention modules' generator, from a source tree or a source release
     archive (read in memory, never unpacked or installed). Paths are relative to the tree. Each file is read
@@ -158,23 +191,7 @@ def read_sources(location: Path) -> dict[str, bytes]:
                 )
             _add(found, rel, read_capped(p), location)
     elif location.is_file() and location.name.endswith((".tar.gz", ".tgz")):
-        try:
-            with tarfile.open(location) as tar:
-                for member in tar:
-                    rel = PurePosixPath(*PurePosixPath(member.name).parts[1:]).as_posix()
-                    if not (member.isfile() and wanted(rel)):
-                        continue
-                    if member.size > MAX_SOURCE_BYTES:  # refused before it is read
-                        raise Failure(
-                            f"{location.name}: its member {member.name} holds more than {MAX_SOURCE_BYTES >> 20} MiB",
-                            TOO_BIG_FIX,
-                        )
-                    _add(found, rel, tar.extractfile(member).read(MAX_SOURCE_BYTES + 1), location)
-        except (tarfile.TarError, OSError, EOFError) as e:
-            raise Failure(
-                f"cannot read {location.name}: {e}",
-                "pass a FlashInfer source release (flashinfer_python-X.tar.gz) or a source tree",
-            ) from e
+        read_release(location, wanted, found)
     else:  # missing, a FIFO or a device: said for what it is; a file of another name: not a release
         raise Failure(
             f"{location} {not_a_file(location) or 'is neither a folder nor a .tar.gz source release'}",
