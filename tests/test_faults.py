@@ -415,6 +415,27 @@ def test_dest_under_a_read_only_folder(read_only_dir, tmp_path):
     expect(done, "fetch-dest-unwritable")
 
 
+@fault("fetch-dest-too-deep")
+def test_a_dest_too_deep_for_the_releases_files_is_blamed_not_the_archive(tmp_path):
+    """--dest itself within the system's limit on a path, the release's files unpacked there past it: --dest
+    is named (the archive is the pinned one, hash-checked), and nothing is left beside it."""
+    ws = workspace(tmp_path)
+    archive = tmp_path / P.sdist_name
+    deep_file = f"flashinfer_python-{P.flashinfer}/csrc/{'d' * 200}/{'n' * 200}.cu"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.addfile(tarfile.TarInfo(deep_file), io.BytesIO(b""))
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    (ws / "pyproject.toml").write_text((ws / "pyproject.toml").read_text().replace(P.sdist_sha256, sha))
+    folder = tmp_path / "deep"
+    while len(os.fsencode(str(folder))) < 3800:
+        folder /= "p" * 200
+    folder.mkdir(parents=True)
+    expect(
+        run_in(ws, "fetch_flashinfer_source.py", "--dest", folder / "fi", "--archive", archive), "fetch-dest-too-deep"
+    )
+    assert list(folder.iterdir()) == []
+
+
 @fault("fetch-archive-folder")
 def test_archive_is_a_folder(tmp_path):
     expect(run("fetch_flashinfer_source.py", "--dest", tmp_path / "fi", "--archive", tmp_path), "fetch-archive-folder")

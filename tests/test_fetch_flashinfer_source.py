@@ -139,3 +139,19 @@ def test_an_index_without_the_project_is_tried_not_unreachable(tmp_path, index_s
     assert f"is on none of the indexes pip uses (tried {index_server.url}/simple/flashinfer-python/)" in done.stderr, (
         done.stderr
     )
+
+
+@pytest.mark.parametrize("replacing", [False, True], ids=["new", "--replace"])
+def test_a_dest_whose_name_leaves_no_room_for_the_names_made_beside_it_is_refused_first(tmp_path, archive, replacing):
+    """A --dest name within 255 bytes whose lock, unpack folder or (with --replace over a tree) kept old tree
+    would not be: two lines naming --dest and its room, before anything is written beside it."""
+    path, sha = archive
+    dest = tmp_path / "out" / ("é" * (118 if replacing else 122))  # 236 or 244 bytes: the names beside pass 255
+    if replacing:  # another release there
+        (dest / "csrc").mkdir(parents=True)
+        (dest / "version.txt").write_text("0.0.1")
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(Failure, match="past the file system's limit of 255") as refused:
+        materialize(dest, pinned(sha), path, replace=replacing)
+    assert refused.value.problem.startswith("--dest ") and "at most" in refused.value.fix
+    assert sorted(tmp_path.rglob("*")) == before

@@ -4,6 +4,8 @@ into place, so that an interrupted run leaves nothing half-written."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import tarfile
 import tempfile
@@ -12,11 +14,22 @@ from pathlib import Path, PurePosixPath
 
 from fidev.core import package_index
 from fidev.core.failure import Failure
-from fidev.core.files import missing_folders, not_a_file, not_a_folder, remove_empty, sha256_file, write_verified
+from fidev.core.files import (
+    NAME_MAX,
+    PATH_MAX,
+    missing_folders,
+    not_a_file,
+    not_a_folder,
+    remove_empty,
+    sha256_file,
+    write_verified,
+)
 from fidev.core.manifest import ROOT, Pins
+from fidev.core.workspace import TREE_LOCK
 from fidev.tree import edits, release_reference, source_tree
 
 PROJECT = "flashinfer-python"
+PARTIAL, REPLACED = ".partial-", ".replaced-"  # what the folders made beside --dest add to its name
 NETWORK_FIX = (
     "check the network and your index settings (`pip config list`), or pass --archive PATH to a copy of the release"
 )
@@ -68,15 +81,28 @@ def _safe_members(tar: tarfile.TarFile, name: str) -> list[tarfile.TarInfo]:
     return members
 
 
-def unpack(archive: Path, scratch: Path, marker: str) -> Path:
-    """The archive's one top folder, unpacked under `scratch`, with the marker written in it."""
+def unpack(archive: Path, scratch: Path, marker: str, where: str) -> Path:
+    """The archive's one top folder, unpacked under `scratch` (beside --dest, `where`), with the marker written
+    in it. A path of the release too long there is --dest's fault (the release is the pinned one), not the
+    archive's."""
     try:
         with tarfile.open(archive) as tar:
             if hasattr(tarfile, "data_filter"):
                 tar.extractall(scratch / "tree", filter="data")
             else:
                 tar.extractall(scratch / "tree", members=_safe_members(tar, archive.name))  # noqa: S202 (checked above)
-    except (tarfile.TarError, EOFError, OSError) as e:
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise Failure(
+                f"cannot unpack {archive.name}: {e}", "re-download it; the copy is damaged or incomplete"
+            ) from e
+        deepest = len(os.fsencode(e.filename or ""))
+        raise Failure(
+            f"--dest {where} is too deep for the release: a file of it unpacked beside it would pass the system's "
+            f"limit of {PATH_MAX} bytes on a path ({e.strerror}, {deepest} bytes)",
+            f"point --dest at a folder nearer /, its path at least {max(1, deepest - PATH_MAX + 1)} bytes shorter",
+        ) from None
+    except (tarfile.TarError, EOFError) as e:
         raise Failure(f"cannot unpack {archive.name}: {e}", "re-download it; the copy is damaged or incomplete") from e
     tops = list((scratch / "tree").iterdir())
     if len(tops) != 1 or not tops[0].is_dir():
@@ -134,13 +160,7 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         raise Failure(
             f"{where} holds {what}", f"run it with --replace, which keeps the old tree as {where}.replaced-<time>"
         )
-    made = missing_folders(dest.parent)
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise Failure(
-            f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write"
-        ) from e
+    made = _parent_made(dest, where, replacing=tree.kind in ("release", "foreign"))
     try:
         # a second fetch into it is refused: it would remove this one's scratch
         with edits.tree_lock(dest, "fetch_flashinfer_source"):
@@ -148,6 +168,36 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
     except BaseException:  # raised again: the folders made for it go (a failed hash check leaves none)
         remove_empty(made)
         raise
+
+
+def _parent_made(dest: Path, where: str, replacing: bool) -> list[Path]:
+    """--dest's folder, made where missing (the folders made, to remove on failure), once the names the
+    fetch makes beside --dest fit the file system (_names_fit)."""
+    _names_fit(dest, where, replacing)
+    made = missing_folders(dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Failure(
+            f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write"
+        ) from e
+    return made
+
+
+def _names_fit(dest: Path, where: str, replacing: bool) -> None:
+    """Two lines, naming --dest, where a name the fetch makes beside it (its lock, the folder it unpacks into,
+    the old tree it keeps where it replaces one: --dest's name and a suffix) would pass NAME_MAX, which --dest's
+    own name does not."""
+    beside = [f".{dest.name}{TREE_LOCK}", f".{dest.name}{PARTIAL}XXXXXXXX"]
+    beside += [f"{dest.name}{REPLACED}YYYYmmdd-HHMMSS"] if replacing else []
+    longest = max(beside, key=lambda name: len(os.fsencode(name)))
+    if len(os.fsencode(longest)) > NAME_MAX:
+        raise Failure(
+            f"--dest {where}: the name {longest[:24]}...{longest[-24:]} made beside it while it is written would be "
+            f"{len(os.fsencode(longest))} bytes long, past the file system's limit of {NAME_MAX}",
+            f"name a path whose every folder and file name is shorter: --dest's own name at most "
+            f"{NAME_MAX - len(os.fsencode(longest)) + len(os.fsencode(dest.name))} bytes",
+        )
 
 
 def archive_sha256(archive: Path, p: Pins) -> str:
@@ -164,9 +214,9 @@ def archive_sha256(archive: Path, p: Pins) -> str:
 def _write(dest: Path, p: Pins, archive: Path | None, kind: str, where: str) -> str:
     """The release unpacked beside `dest` and renamed into place, under the tree's lock."""
     try:
-        for stale in dest.parent.glob(f".{dest.name}.partial-*"):
+        for stale in dest.parent.glob(f".{dest.name}{PARTIAL}*"):
             shutil.rmtree(stale, ignore_errors=True)  # left by a run that was killed
-        scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
+        scratch = Path(tempfile.mkdtemp(prefix=f".{dest.name}{PARTIAL}", dir=dest.parent))
     except OSError as e:
         raise Failure(
             f"cannot write beside {where}: {e.strerror or e}", "point --dest at a folder whose parent you can write"
@@ -179,10 +229,10 @@ def _write(dest: Path, p: Pins, archive: Path | None, kind: str, where: str) -> 
                 f"{archive.name} has sha256 {actual}, the manifest pins {p.sdist_sha256}",
                 "the file is not the pinned release: check the index or mirror serving it, or re-download",
             )
-        new = unpack(archive, scratch, source_tree.marker_text(p))
+        new = unpack(archive, scratch, source_tree.marker_text(p), where)
         kept = None
         if kind in ("release", "foreign"):
-            kept = dest.with_name(f"{dest.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            kept = dest.with_name(f"{dest.name}{REPLACED}{time.strftime('%Y%m%d-%H%M%S')}")
             dest.rename(kept)
         elif dest.exists():
             dest.rmdir()  # the empty folder git leaves for an uninitialized submodule
