@@ -616,6 +616,52 @@ def test_two_stage_runs_into_one_folder_each_write_their_archive_whole_and_a_kil
     assert len(left) == 1 and left[0].startswith(".bench-before.tar.tmp-"), left
 
 
+# git's and pip's stand-ins for a stage interrupted in its pip download: git holds any commit and archives it;
+# pip writes half a wheel where it is told to and its own line, marks that it did, and waits for Ctrl-C, whose
+# traceback it prints as pip's own would reach the terminal.
+STAGE_TOOLS = {
+    "bin/git": f"#!{sys.executable}\nimport sys\nif 'archive' in sys.argv:\n    sys.stdout.write('tests')\n",
+    "standin/pip/__init__.py": "",
+    "standin/pip/__main__.py": """\
+import os, sys, time
+into = sys.argv[sys.argv.index("-d") + 1]
+os.makedirs(into, exist_ok=True)
+open(os.path.join(into, "tree_sitter-0.25.0-cp312-abi3-manylinux_2_17_x86_64.whl"), "wb").write(b"PK half")
+print("pip's own line: Downloading tree_sitter", file=sys.stderr, flush=True)
+open(os.environ["STANDIN_PIP_STARTED"], "w").close()
+time.sleep(60)
+""",
+}
+
+
+def test_ctrl_c_during_the_stages_pip_download_is_our_line_alone_and_leaves_no_wheel(tmp_path):
+    """Ctrl-C reaches the whole foreground group, pip too: what pip prints then (its traceback) is not shown,
+    the run says its one line and ends 130, and DEST holds no wheel pip had half-written, nor pip's own files."""
+    for name, text in STAGE_TOOLS.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "bin/git").chmod(0o755)
+    dest, started = tmp_path / "stage", tmp_path / "pip-started"
+    proc = subprocess.Popen(
+        [sys.executable, str(task_path(ROOT, "stage_gpu_host.py")), str(dest), "--flashinfer-git", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": str(tmp_path / "standin"),
+            "STANDIN_PIP_STARTED": str(started),
+        },
+        start_new_session=True,
+    )
+    wait_until(started.exists, 60, "the stage's pip download", proc)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the run and its pip
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "error: interrupted; nothing was left half-written\n"), out + err
+    assert sorted(os.listdir(dest)) == ["flashinfer-tests.tar"], os.listdir(dest)
+
+
 def test_the_staged_size_counts_what_stayed_and_not_a_file_gone_since_the_listing(tmp_path, monkeypatch):
     """stage_gpu_host's last line (fidev.core.files.folder_size): another staging's temporary file, renamed
     between the listing and its size, is not counted, and no traceback."""

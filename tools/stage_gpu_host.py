@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,31 +54,49 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def stage_wheels(dest: Path) -> None:
-    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    """The wheels of WHEELS, downloaded by pip into a folder of this run's own in DEST (pip's own temporary
+    files too) and moved into DEST once each came whole: Ctrl-C or a failure leaves none of them half-written,
+    and pip's output (its traceback of a Ctrl-C among it) is shown only where it failed, above our two lines."""
     ranges = {re.match(r"[\w.-]+", r).group(0): r for r in pypi_requirements(FEATURE)}
-    for name in WHEELS:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            HOST_PYTHON,
-            "--implementation",
-            "cp",
-            *platforms,
-            "-d",
-            str(dest),
-            ranges[name],
-        ]
-        if subprocess.run(cmd).returncode != 0:
-            raise Failure(
-                f"pip could not download a wheel for {ranges[name]}", "check the network and `pip config list`"
-            )
+    scratch = Path(tempfile.mkdtemp(prefix=".wheels.tmp-", dir=dest))
+    try:
+        (scratch / "wheels").mkdir()
+        for name in WHEELS:
+            pip_download(ranges[name], scratch)
+        for wheel in sorted((scratch / "wheels").iterdir()):
+            replaceable(dest / wheel.name)
+            os.replace(wheel, dest / wheel.name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def pip_download(requirement: str, scratch: Path) -> None:
+    """`pip download` of one requirement's wheel for the host into scratch/wheels, pip's temporary files in
+    scratch/tmp, its output kept: said (to stderr) only where it failed."""
+    (scratch / "tmp").mkdir(exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        HOST_PYTHON,
+        "--implementation",
+        "cp",
+        *[arg for p in PLATFORMS for arg in ("--platform", p)],
+        "-d",
+        str(scratch / "wheels"),
+        requirement,
+    ]
+    env = {**os.environ, "TMPDIR": str(scratch / "tmp")}
+    done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)  # pip's reason, above our two lines
+        raise Failure(f"pip could not download a wheel for {requirement}", "check the network and `pip config list`")
 
 
 def stage_tests(dest: Path, checkout: Path | None) -> None:
