@@ -64,6 +64,7 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(monkeypatch, visible, see
     """CUDA's list ends at its first entry that is no GPU index or UUID: -1 (or a word) hides every GPU,
     never one GPU named "-1" to pin a worker to. The host has 8 GPUs here, so that no index ends it."""
     monkeypatch.setattr(upstream_runs, "gpu_count", lambda: 8)
+    monkeypatch.setattr(upstream_runs, "host_uuids", lambda: HOST_UUIDS)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert upstream_runs.host_gpus() == seen
 
@@ -85,8 +86,63 @@ def test_an_index_past_the_hosts_gpus_ends_cuda_visible_devices(monkeypatch, vis
     on a host of 2 shows GPU 0 alone, never a worker pinned to a GPU 7 that it cannot find. Where the
     count is unknown (no driver's folder, no nvidia-smi), no index ends it."""
     monkeypatch.setattr(upstream_runs, "gpu_count", lambda: count)
+    monkeypatch.setattr(upstream_runs, "host_uuids", lambda: HOST_UUIDS)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert upstream_runs.host_gpus() == seen
+
+
+# nvidia-smi -L of a host of two GPUs, the second split into MIG devices
+SMI_L = """\
+GPU 0: NVIDIA H200 (UUID: GPU-8e3c1b2a-5f3e-4d1c-9a2b-0123456789ab)
+GPU 1: NVIDIA H200 (UUID: GPU-8e3c9d00-1111-2222-3333-444455556666)
+  MIG 1g.18gb     Device  0: (UUID: MIG-1f2e3d4c-aaaa-bbbb-cccc-ddddeeeeffff)
+"""
+HOST_UUIDS = re.findall(r"UUID: (\S+)\)", SMI_L)
+
+
+@pytest.mark.parametrize(
+    "visible, uuids, seen",
+    [
+        ("GPU-8e3c1b2a", HOST_UUIDS, ["GPU-8e3c1b2a"]),
+        (HOST_UUIDS[1], HOST_UUIDS, [HOST_UUIDS[1]]),
+        ("GPU-5f3e0000-dead-beef-0000-000000000000,0", HOST_UUIDS, []),
+        ("0,GPU-8e3c,1", HOST_UUIDS, ["0"]),
+        ("MIG-1f2e,GPU-8e3c9,MIG-9", HOST_UUIDS, ["MIG-1f2e", "GPU-8e3c9"]),
+        ("MIG-GPU-8e3c1b2a/1/0,MIG-GPU-0000/1/0", HOST_UUIDS, ["MIG-GPU-8e3c1b2a/1/0"]),
+        ("GPU-5f3e", None, ["GPU-5f3e"]),
+    ],
+    ids=["a unique start", "whole", "of no GPU here", "the start of two", "MIG", "MIG-GPU-", "host unknown"],
+)
+def test_a_uuid_ends_cuda_visible_devices_where_it_names_no_device_of_the_host(monkeypatch, visible, uuids, seen):
+    """As an index past the host's GPUs does: CUDA takes a UUID, or its start, that names exactly one of the
+    host's devices (nvidia-smi -L's), and ends the list at one that names none, or two; a worker is never
+    pinned to a GPU-5f3e... no GPU here has. Where nvidia-smi cannot say, a UUID is taken unchecked."""
+    monkeypatch.setattr(upstream_runs, "gpu_count", lambda: 2)
+    monkeypatch.setattr(upstream_runs, "host_uuids", lambda: uuids)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert upstream_runs.host_gpus() == seen
+
+
+def test_the_hosts_uuids_are_nvidia_smis_gpus_and_mig_devices(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert upstream_runs.host_uuids() is None  # no nvidia-smi
+    smi.write_text(f"#!{sys.executable}\nprint({SMI_L!r}, end='')\n")
+    smi.chmod(0o755)
+    assert upstream_runs.host_uuids() == HOST_UUIDS
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
+    assert upstream_runs.host_uuids() is None
+
+
+def test_gpus_asked_for_where_cuda_visible_devices_names_a_uuid_of_no_gpu_here_is_said_so(ws, tmp_path):
+    root, _, env = ws
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text(f"#!{sys.executable}\nprint({SMI_L!r}, end='')\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    visible = "GPU-5f3e0000-dead-beef-0000-000000000000"
+    path = f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', os.environ['PATH'])}"
+    done = upstream(root, {**env, "PATH": path, "CUDA_VISIBLE_DEVICES": visible}, "norm", "--no-plan", "--gpus", "2")
+    two_line_failure(done, f"CUDA_VISIBLE_DEVICES={visible!r} shows no GPU, as CUDA reads it", status=2)
 
 
 def test_with_cuda_visible_devices_unset_each_gpu_of_the_host_is_seen(monkeypatch):

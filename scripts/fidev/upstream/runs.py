@@ -88,12 +88,14 @@ FAILING = {
 
 def host_gpus() -> list[str]:
     """The GPUs to pin workers to: CUDA_VISIBLE_DEVICES's entries when set, as CUDA reads them against
-    the host's GPUs (cuda_visible: none when it is empty, or -1: the GPUs are hidden), else one per GPU
-    the host has (gpu_count); [] when none can be seen."""
+    the host's GPUs (cuda_visible: none when it is empty, or -1: the GPUs are hidden; a UUID checked against
+    the host's, host_uuids, where it holds one), else one per GPU the host has (gpu_count); [] when none can
+    be seen."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     count = gpu_count()
     if visible is not None:
-        return cuda_visible(visible, count)
+        uuids = host_uuids() if any(e.strip().startswith(UUID_KINDS) for e in visible.split(",")) else None
+        return cuda_visible(visible, count, uuids)
     return [str(i) for i in range(count or 0)]
 
 
@@ -109,19 +111,45 @@ def gpu_count() -> int | None:
     return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU ")) if done.returncode == 0 else None
 
 
-def cuda_visible(text: str, count: int | None) -> list[str]:
-    """CUDA_VISIBLE_DEVICES's GPUs as CUDA reads the list on a host of `count` GPUs: each entry an index
-    (the digits 0-9) below the count, or a UUID (GPU-..., MIG-...), up to the first entry that is neither
-    (-1, a word, an empty one, an index at or past the count), which ends it, so that `-1` or `abc` hides
-    every GPU, `0,-1,1` shows GPU 0 alone, and so does `0,7,1` on a host of 2 (a worker pinned to GPU 7
-    would find none). A count of None (the host's unknown) ends the list at no index."""
+UUID_KINDS = ("GPU-", "MIG-")  # how CUDA_VISIBLE_DEVICES names a GPU, or a MIG device, by its UUID
+
+
+def host_uuids() -> list[str] | None:
+    """The UUIDs of the host's GPUs and MIG devices (GPU-..., MIG-...), as nvidia-smi -L lists them; None
+    when it cannot say (no nvidia-smi, or one that fails): then a UUID is taken unchecked, as an index is
+    where the GPU count is unknown."""
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return re.findall(r"\(UUID: ((?:GPU|MIG)-[^)\s]+)\)", done.stdout) if done.returncode == 0 else None
+
+
+def names_one(entry: str, uuids: list[str] | None) -> bool:
+    """Whether a UUID entry of CUDA_VISIBLE_DEVICES names one device of the host: as CUDA takes it, the start
+    of exactly one of its UUIDs (GPU-8932f937 for GPU-8932f937-d72c-...), and the older MIG-GPU-<uuid>/<gi>/<ci>
+    by its GPU's; any where the host's UUIDs are unknown (None)."""
+    if uuids is None:
+        return True
+    if entry.startswith("MIG-GPU-"):
+        entry = entry[len("MIG-") :].split("/")[0]
+    return sum(1 for uuid in uuids if uuid.startswith(entry)) == 1
+
+
+def cuda_visible(text: str, count: int | None, uuids: list[str] | None = None) -> list[str]:
+    """CUDA_VISIBLE_DEVICES's GPUs as CUDA reads the list on a host of `count` GPUs whose UUIDs are `uuids`:
+    each entry an index (the digits 0-9) below the count, or a UUID (GPU-..., MIG-...) that names one of the
+    host's (names_one), up to the first entry that is neither (-1, a word, an empty one, an index at or past
+    the count, a UUID of no GPU here or the start of two), which ends it, so that `-1` or `abc` hides every
+    GPU, `0,-1,1` shows GPU 0 alone, and so does `0,7,1` on a host of 2 (a worker pinned to GPU 7 would find
+    none). A count (uuids) of None, the host's unknown, ends the list at no index (UUID)."""
     seen = []
     for entry in text.split(","):
         entry = entry.strip()
         index = digits(entry)
         if index and count is not None and int(entry) >= count:
             break
-        if not (index or (entry.startswith(("GPU-", "MIG-")) and len(entry) > 4)):
+        if not (index or (entry.startswith(UUID_KINDS) and len(entry) > 4 and names_one(entry, uuids))):
             break
         seen.append(entry)
     return seen
@@ -136,7 +164,8 @@ def gpus_seen(gpus: list[str]) -> str:
         return f"this host shows {count}"
     return (
         f"CUDA_VISIBLE_DEVICES={visible!r} shows {count}, as CUDA reads it (the list ends at its first entry "
-        "that is no GPU index or UUID: -1, a word, an empty one, an index past the host's GPUs)"
+        "that is no GPU index or UUID: -1, a word, an empty one, an index past the host's GPUs, a UUID of none "
+        "of them)"
     )
 
 
