@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins
-from script_runs import acceptance_digest, acceptance_tool, task_path, two_line_failure, wait_until
+from script_runs import acceptance_digest, acceptance_tool, require, task_path, two_line_failure, wait_until
 
 NUMBERS = {
     "superscript two": "²",
@@ -1924,3 +1924,52 @@ def test_an_archive_that_cannot_be_read_is_said_as_such_not_blamed_on_dest(tmp_p
     done = run("fetch_flashinfer_source.py", ["--archive", str(archive), "--dest", "{tmp}/fi"], tmp_path)
     two_line_failure(done, f"cannot read --archive {archive}")
     assert not (tmp_path / "fi").exists()
+
+
+NOT_UTF8 = os.fsdecode(b"\xff")  # the byte as Python holds a path's that is no UTF-8: the surrogate U+DCFF
+
+
+@pytest.mark.parametrize(
+    "script, argv",
+    [
+        ("abi.py", ["{tmp}/{byte}/x.tar.gz"]),
+        ("artifacts.py", ["{tmp}/{byte}.whl"]),
+        ("fetch_flashinfer_source.py", ["--dest", "{tmp}/fi", "--archive", "{tmp}/{byte}.tar.gz"]),
+        ("fetch_flashinfer_source.py", ["--dest", "{tmp}/{byte}" + "x" * 300]),
+        ("gpu_acceptance.py", ["--work", "{tmp}/work", "--steps", "setup", "--staged", "{tmp}/{byte}"]),
+    ],
+    ids=["abi", "artifacts", "fetch --archive", "fetch --dest's part too long", "gpu_acceptance --staged"],
+)
+def test_a_path_that_is_not_utf8_is_shown_with_its_bytes(tmp_path, script, argv):
+    """A path named with a byte that is no UTF-8 (b'\\xff') is shown in our two lines with that byte, `\\xff`,
+    never as the surrogate Python holds it by (`\\udcff`)."""
+    done = run(script, [a.replace("{byte}", NOT_UTF8) for a in argv], tmp_path)
+    two_lines(done, {1, 2})
+    assert "\\xff" in done.stderr.strip().splitlines()[-2] and "\\udc" not in done.stderr, done.stderr
+
+
+def test_a_report_naming_a_path_that_is_not_utf8_is_printed_under_a_strict_stdout(tmp_path):
+    """A UTF-8 locale's stdout refuses a surrogate (errors strict): abi's report of a tree whose folder holds
+    such a byte is printed with it shown as `\\xff`, never a traceback."""
+    require("tree_sitter", "tree_sitter_cpp", why="abi parses C++ with tree-sitter (a flashinfer-dev dependency)")
+    tree = Path(os.fsdecode(os.fsencode(tmp_path) + b"/tree\xff"))
+    (tree / "csrc").mkdir(parents=True)
+    (tree / "csrc" / "a.cu").write_text("void f(int x) {}\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(f, f);\n")
+    done = subprocess.run(
+        [sys.executable, str(task_path(ROOT, "abi.py")), str(tree)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"},
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.splitlines()[0].startswith(f"abi: {tmp_path}/tree\\xff (FlashInfer"), done.stdout
+
+
+def test_a_report_file_naming_a_path_that_is_not_utf8_is_written_with_its_bytes_shown(tmp_path):
+    """A --summary or --record (write_whole) that names such a path is written, as UTF-8, the byte shown as
+    `\\xff`, never a UnicodeEncodeError at the run's end."""
+    from fidev.core.files import write_whole
+
+    write_whole(tmp_path / "summary.txt", f"tests of {tmp_path}/{NOT_UTF8}.py\n")
+    assert (tmp_path / "summary.txt").read_bytes() == f"tests of {tmp_path}/\\xff.py\n".encode()

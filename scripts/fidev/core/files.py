@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from fidev.core import shown
 from fidev.core.failure import Failure
 
 CHUNK = 1 << 20
@@ -353,13 +354,14 @@ def write_whole(path: Path, text: str) -> None:
     """`text` into `path`, whole or not at all: a temporary file beside it (temporary_beside), renamed into
     place (one per process and thread, so that writers of one path in threads of one process do not share it).
     A path through a link is written where the link leads (the link stays); one that exists and is
-    not a regular file is refused in two lines, never replaced (replaceable)."""
+    not a regular file is refused in two lines, never replaced (replaceable). Written as UTF-8, a byte of a
+    path that is none shown as `\\xff` (fidev.core.shown)."""
     path = Path(os.path.realpath(path))
     replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_beside(path, f"{os.getpid()}-{threading.get_ident()}")
     try:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8", errors=shown.BYTES)  # a path's byte that is no UTF-8: \xff
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
