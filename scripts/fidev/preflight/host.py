@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import tempfile
 
-from fidev.core import workspace
+from fidev.core import files, workspace
 from fidev.preflight.context import Context
 from fidev.preflight.results import ENV_FIX, Result, fail, ok, warn
 
@@ -52,11 +51,8 @@ def check_jit_dir(ctx: Context) -> Result:
     cache, base = ctx.workspace.cache, ctx.workspace.base  # where FlashInfer keeps its JIT builds
     fix = f"set {workspace.BASE_VARIABLE} to a writable folder with >= {MIN_FREE_GIB} GiB free"
     existing = next(p for p in (cache, *cache.parents) if p.exists())  # the cache or the nearest folder above it
-    try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as e:
-        return fail(f"JIT cache {cache} is not writable ({existing}: {e.strerror or e})", fix)
+    if why := files.cannot_write_in(existing):  # a file made there and removed: access() says yes to root
+        return fail(f"JIT cache {cache} is not writable ({existing}: {why})", fix)
     free = shutil.disk_usage(existing).free / 2**30
     if free < MIN_FREE_GIB:
         return fail(f"JIT cache {cache} has {free:.1f} GiB free, a build needs {MIN_FREE_GIB}", fix)
