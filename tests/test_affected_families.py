@@ -678,3 +678,21 @@ def test_the_verdict_reads_what_a_generator_edit_lost_and_which_family_owns_a_mo
     sel, changed, kept = judged(tmp_path, reach={"include/x.cuh": ["rope", "norm"]})
     assert covered_or_not(Verdict.FAILED, sel, changed, kept, []) is Verdict.FAILED
     assert capsys.readouterr().out == "affected: also untested: norm, rope (the edit reaches them)\n"
+
+
+def test_an_edit_of_the_cascade_merge_runs_smokes_exact_merge_checks(tmp_path):
+    """FlashInfer's merge test checks the kernel against itself (tests/attention/test_shared_prefix_kernels.py's
+    test_merge_state_in_place_with_mask at v0.6.3: a mask of ones against no mask), and its shared-prefix cases
+    load fa3 prefill modules on sm_90: an edit of attention/cascade.cuh runs smoke's float64 checks of the merge
+    (wide tier), whose cascade module is one small build, and builds it where no build did."""
+    tree = written(
+        tmp_path / "flashinfer",
+        {
+            "include/flashinfer/attention/cascade.cuh": "",
+            "csrc/cascade.cu": '#include "flashinfer/attention/cascade.cuh"\n',
+            "tests/attention/test_shared_prefix_kernels.py": "",
+        },
+    )
+    sel = selection.selection({"include/flashinfer/attention/cascade.cuh": set()}, {}, {}, {}, tree, [])
+    assert set(sel.families) == {"cascade"}
+    assert set(sel.ours) == {f"smoke/test_wide.py::test_merge_{name}" for name in ("two", "in_place", "five")}

@@ -264,6 +264,30 @@ def test_the_gated_delta_rule_reference_is_the_float64_recurrence_per_sequence_a
     assert states.dtype == F64 and torch.equal(states, torch.zeros(1, 2, 5, 3, dtype=F64))  # a batch of one such
 
 
+def test_the_merge_reference_is_attention_over_the_union_of_the_states_keys():
+    """Attention over keys split into parts, each part's output and log2-sum-exp (FlashInfer's state: its
+    logits' natural log-sum-exp over ln 2), merged by merge_ref: the output and log2-sum-exp of attention
+    over all the keys, position by position and head by head."""
+    generator = torch.Generator().manual_seed(7)
+    parts = [3, 1, 6]
+    logits = torch.randn(4, 2, sum(parts), generator=generator, dtype=F64) * 3  # [n, heads, keys]
+    values = torch.randn(sum(parts), 2, 5, generator=generator, dtype=F64)  # [keys, heads, d]
+    whole = torch.einsum("nhk,khd->nhd", logits.softmax(-1), values)
+    states, lses, start = [], [], 0
+    for size in parts:
+        part = logits[..., start : start + size]
+        states.append(torch.einsum("nhk,khd->nhd", part.softmax(-1), values[start : start + size]))
+        lses.append(part.logsumexp(-1) / math.log(2))
+        start += size
+    out, lse = gpu_checks.merge_ref(torch.stack(states, 1).to(F16), torch.stack(lses, 1).float())
+    assert (out.dtype, lse.dtype, tuple(out.shape), tuple(lse.shape)) == (F64, F64, (4, 2, 5), (4, 2))
+    torch.testing.assert_close(out, whole, rtol=2e-3, atol=2e-3)  # the states' fp16 rounding
+    torch.testing.assert_close(lse, logits.logsumexp(-1) / math.log(2), rtol=1e-6, atol=1e-6)
+    swapped, _ = gpu_checks.merge_ref(torch.stack(states, 1)[:, [0, 2, 1]], torch.stack(lses, 1))
+    with pytest.raises(AssertionError):  # each state weighs by its own log2-sum-exp, not another's
+        torch.testing.assert_close(swapped, whole)
+
+
 @pytest.mark.parametrize("gemma", [False, True])
 def test_the_rmsnorm_reference_is_float64_row_by_row_with_the_kernels_epsilon(gemma):
     generator = torch.Generator().manual_seed(11)

@@ -350,6 +350,7 @@ def test_each_smoke_module_names_a_kernel_family_whose_sources_are_its():
         "batch_prefill_fa3": "batch_prefill_sm90",
         "batch_decode": "batch_decode",
         "page": "page",
+        "cascade": "cascade",
         "topk": "topk",
     }
     assert set(stems) == set(smoke_modules.BY_KEY)

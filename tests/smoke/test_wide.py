@@ -1,5 +1,6 @@
 """Wider smoke tier (--wide): batch prefill paged/ragged with plan and run, batch paged decode,
-append_paged_kv_cache, top-k, and chunk_gated_delta_rule (gdn_prefill, sm_90)."""
+append_paged_kv_cache, top-k, the cascade merge of attention states, and chunk_gated_delta_rule (gdn_prefill,
+sm_90)."""
 
 import pytest
 
@@ -11,7 +12,9 @@ from gpu_checks import (  # noqa: E402
     gated_delta_rule_ref,
     gdn_inputs,
     gpu_ms,
+    merge_ref,
     paged_kv,
+    poison_allocator,
     poisoned,
 )
 
@@ -124,6 +127,55 @@ def test_top_k(fi, record):
     assert torch.equal(x.gather(1, indices.long()), values), "indices do not point at the returned values"
     assert torch.equal(values.sort(dim=1, descending=True).values, x.topk(64, dim=1).values), "not the 64 largest"
     record("top_k fp32 (exact)", "topk", 0.0, gpu_ms(lambda: fi.top_k(x, 64)))
+
+
+MERGE_N, MERGE_H = 300, 32  # positions and heads of the merged states: every head has its own weights
+
+
+def attention_states(count):
+    """`count` attention states of MERGE_N positions: fp16 outputs, and float32 log2-sum-exps spread over a few
+    units, so that each state weighs in and the weights differ from head to head."""
+    v = torch.randn(MERGE_N, count, MERGE_H, D, dtype=F16, device="cuda")
+    return v, 3 * torch.randn(MERGE_N, count, MERGE_H, dtype=torch.float32, device="cuda")
+
+
+def merged_outputs():
+    poison_allocator(((MERGE_N, MERGE_H, D), F16), ((MERGE_N, MERGE_H), torch.float32))
+
+
+def test_merge_two(fi, record):
+    seed = fresh_seed()
+    v, s = attention_states(2)
+    a, b = (v[:, 0].contiguous(), s[:, 0].contiguous()), (v[:, 1].contiguous(), s[:, 1].contiguous())
+    merged_outputs()
+    out, lse = fi.merge_state(*a, *b)
+    ref, ref_lse = merge_ref(v, s)
+    err = assert_close(out, ref, "merge_state", F16, seed)
+    assert_close(lse, ref_lse, "merge_lse", F16, seed)
+    record("merge_state fp16", "cascade", err, gpu_ms(lambda: fi.merge_state(*a, *b)))
+
+
+def test_merge_in_place(fi, record):
+    """The merged state overwrites the first: an element the kernel leaves keeps the first state's value."""
+    seed = fresh_seed()
+    v, s = attention_states(2)
+    out, lse, other = v[:, 0].contiguous(), s[:, 0].contiguous(), (v[:, 1].contiguous(), s[:, 1].contiguous())
+    fi.merge_state_in_place(out, lse, *other)
+    ref, ref_lse = merge_ref(v, s)
+    err = assert_close(out, ref, "merge_state", F16, seed)
+    assert_close(lse, ref_lse, "merge_lse", F16, seed)
+    record("merge_state_in_place fp16", "cascade", err, gpu_ms(lambda: fi.merge_state_in_place(out, lse, *other)))
+
+
+def test_merge_five(fi, record):
+    seed = fresh_seed()
+    v, s = attention_states(5)
+    merged_outputs()
+    out, lse = fi.merge_states(v, s)
+    ref, ref_lse = merge_ref(v, s)
+    err = assert_close(out, ref, "merge_state", F16, seed)
+    assert_close(lse, ref_lse, "merge_lse", F16, seed)
+    record("merge_states fp16, 5 states", "cascade", err, gpu_ms(lambda: fi.merge_states(v, s)))
 
 
 @pytest.mark.usefixtures("sm90")

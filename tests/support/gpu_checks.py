@@ -1,6 +1,7 @@
 """What the GPU suites (tests/smoke, tests/abi_smoke) share: poisoning, float64 references, error
 measures, timing, and the result tables printed at the end of a run."""
 
+import math
 import os
 
 import torch
@@ -34,6 +35,10 @@ TOLERANCE = {
     "batch_prefill": {F16: FP16_RULE},
     "gdn_prefill": {F16: FP16_RULE, BF16: BF16_RULE},
     "gdn_state": {F16: (1e-4, 1e-3), BF16: (1e-3, 5e-3)},  # float32, accumulated from fp16/bf16 inputs
+    # the cascade merge (flashinfer/cascade.py): its output, and its float32 log2-sum-exp judged at the fp16 rule,
+    # as tests/attention/test_shared_prefix_kernels.py's test_merge_state_in_place_with_mask judges both at v0.6.3
+    "merge_state": {F16: FP16_RULE},
+    "merge_lse": {F16: FP16_RULE},
 }
 # Row sizes beside the plain 4096, from FlashInfer's norm tests (tests/utils/test_norm.py's hidden_size at
 # v0.6.3). The norm kernels (include/flashinfer/norm.cuh, RMSNorm and FusedAddRMSNorm at v0.6.3) load
@@ -111,6 +116,16 @@ def gpu_ms(fn, reps: int = 20) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return sorted(times)[len(times) // 2]
+
+
+def merge_ref(v, s):
+    """Float64 merge of attention states along dim 1 (v: [n, states, heads, d]; s: [n, states, heads], each
+    state's log2-sum-exp of its logits, FlashInfer's base: include/flashinfer/attention/cascade.cuh at v0.6.3):
+    (the merged output [n, heads, d], the merged log2-sum-exp [n, heads])."""
+    s = s.double()
+    merged = torch.logsumexp(s * math.log(2), dim=1) / math.log(2)
+    weights = torch.exp2(s - merged[:, None])
+    return (weights[..., None] * v.double()).sum(dim=1), merged
 
 
 def attention_ref(q, k, v, causal: bool) -> torch.Tensor:

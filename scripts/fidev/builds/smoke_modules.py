@@ -104,6 +104,12 @@ def _page():
     return gen_page_module()
 
 
+def _cascade():
+    from flashinfer.jit.cascade import gen_cascade_module
+
+    return gen_cascade_module()
+
+
 def _topk():
     from flashinfer.jit.topk import gen_topk_module
 
@@ -254,6 +260,15 @@ MODULES = [
         tests=_tests(_W + "test_append_paged_kv_cache"),
         family="page",
         name="page",  # gen_page_module: gen_jit_spec("page", ...), flashinfer/jit/page.py
+    ),
+    SmokeModule(
+        "cascade",
+        "merge_state, merge_state_in_place, merge_states",
+        _cascade,
+        tier=WIDE,
+        tests=_tests(_W + "test_merge_two", _W + "test_merge_in_place", _W + "test_merge_five"),
+        family="cascade",
+        name="cascade",  # gen_cascade_module: gen_jit_spec("cascade", ...), flashinfer/jit/cascade.py
     ),
     SmokeModule(
         "topk",
