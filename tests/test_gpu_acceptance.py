@@ -299,19 +299,27 @@ with open({argv!r}, "w") as f:
 bug = lambda i, caught: {{"id": i, "caught": caught}}
 case = os.environ["RECORD_CASE"]
 bugs = {{"caught": [bug("a", True), bug("b", True)], "survivor": [bug("a", True), bug("b", False)], "none started": [],
-        "partly": [bug("a", True)], "broke": []}}[case]
-left = {{"none started": ["a", "b"], "partly": ["b"]}}.get(case, [])
-record = {{"schema": {schema!r}, "complete": True, "bugs": bugs, "left": left,
+        "partly": [bug("a", True)], "stopped": [bug("a", True)], "broke": []}}[case]
+left = {{"none started": ["a", "b"], "partly": ["b"], "stopped": ["c"]}}.get(case, [])
+unfinished = ["b"] if case == "stopped" else []
+record = {{"schema": {schema!r}, "complete": True, "bugs": bugs, "left": left, "unfinished": unfinished,
           "survivors": [b["id"] for b in bugs if not b["caught"]], "restored_failures": []}}
 with open(args[args.index("--record") + 1], "w") as f:
     json.dump(record, f)
-sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "broke": 1}}[case])
+sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "stopped": 3, "broke": 1}}[case])
 """
 
 
 @pytest.mark.parametrize(
     ("case", "result"),
-    [("caught", "pass"), ("survivor", "FAIL"), ("none started", None), ("partly", None), ("broke", "FAIL")],
+    [
+        ("caught", "pass"),
+        ("survivor", "FAIL"),
+        ("none started", None),
+        ("partly", None),
+        ("stopped", None),
+        ("broke", "FAIL"),
+    ],
 )
 def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp_path, case, result):
     """Within what is left of the part's --time-limit, on --planted-bugs, each bug from the state the step
@@ -358,6 +366,8 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
         assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 300 s: --steps planted-bugs", (
             done.stdout
         )
+    if case == "stopped":  # the bug the time limit stopped midway runs again first, whole
+        assert "left for the next part: --steps planted-bugs --planted-bugs b,c" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize(

@@ -1271,6 +1271,7 @@ def planted_bugs_valid(tmp):
         "complete": True,
         "bugs": [caught, bug],
         "left": [],
+        "unfinished": [],
         "survivors": ["norm-offset"],
         "restored_failures": [],
     }

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from fidev.core.manifest import ROOT, pins
 from fidev.core.workspace import TREE_LOCK
 from fidev.tree import families, release_reference, source_tree
-from script_runs import expect_unwritten, final_write_fails, two_line_failure, wait_until
+from script_runs import expect_unwritten, final_write_fails, tool_module, two_line_failure, wait_until
 
 TOOL = "tools/planted_bugs.py"
 OLD_NS = 1_000_000_000_000_000_000  # the tree's files' mtime: restored as it was, or the test sees it
@@ -513,3 +514,84 @@ def test_each_from_start_on_a_linked_version_folder_puts_back_its_target_and_kee
     assert version_dir.is_symlink() and (target / "state.txt").read_text() == "found\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["0.6.3"]
     assert sorted(p.name for p in version_dir.parent.iterdir()) == [version_dir.name]
+
+
+def test_an_affected_run_still_going_at_the_deadline_is_stopped_and_said_as_time_up(tmp_path, monkeypatch):
+    """--time-limit's end stops the affected run then going (SIGTERM, as Ctrl-C stops it), within the limit."""
+    tool = tool_module("planted_bugs")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts/affected.py").write_text(
+        f"import os, time\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+    )
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    began = time.perf_counter()
+    with pytest.raises(tool.TimeUp):
+        tool.affected(tmp_path / "summary.json", began + 2.0)
+    assert time.perf_counter() - began < 30
+    with pytest.raises(ProcessLookupError):  # stopped and reaped
+        os.kill(int((tmp_path / "pid").read_text()), 0)
+
+
+def fake_bug(tool, name: str):
+    return tool.Bug(name, "norm", f"include/{name}.cuh", "K", "x = 1;", "x = 2;", "small")
+
+
+def test_a_restore_the_time_limit_stops_keeps_the_planted_verdict_and_restores_the_file(tmp_path, monkeypatch):
+    from fidev.affected import summary
+
+    tool = tool_module("planted_bugs")
+    tree, bug = tmp_path / "flashinfer", fake_bug(tool, "a")
+    (tree / "include").mkdir(parents=True)
+    (tree / bug.file).write_text("x = 1;\n")
+    os.utime(tree / bug.file, ns=(OLD_NS, OLD_NS))
+    failed = summary.Summary(verdict="failed", status=1, seconds=0.5)
+    failed.failed = failed.tests = ["tests/smoke/test_kernels.py::test_rmsnorm"]
+    runs = iter([(failed, None, 0.5)])
+
+    def affected(path, deadline):
+        assert deadline == 99.0
+        return next(runs) if (tree / bug.file).read_text() == "x = 2;\n" else (_ for _ in ()).throw(tool.TimeUp())
+
+    monkeypatch.setattr(tool, "affected", affected)
+    result = tool.run_bug(tree, bug, tmp_path, 99.0)
+    assert result["caught"] is True and result["planted"]["verdict"] == "failed"
+    assert {k: result["restored"][k] for k in ("verdict", "status", "passes")} == {
+        "verdict": tool.STOPPED,
+        "status": None,
+        "passes": None,
+    }
+    assert (tree / bug.file).read_text() == "x = 1;\n" and (tree / bug.file).stat().st_mtime_ns == OLD_NS
+
+
+@pytest.mark.parametrize("stopped", ["planted", "restore"])
+def test_a_bug_the_time_limit_stops_midway_is_run_again_whole_with_those_after_it(tmp_path, monkeypatch, stopped):
+    """A bug whose run the limit ended is `unfinished`, neither caught nor survived, and its restore neither passes
+    nor fails: the tool exits 3, as where it left bugs unstarted, naming it to run again before those it left."""
+    tool = tool_module("planted_bugs")
+    bugs = [fake_bug(tool, name) for name in ("a", "b", "c")]
+    back = {"verdict": "passed", "status": 0, "passes": True, "seconds": 1.0}
+    done = {"caught": True, "planted": {"seconds": 1.0, "verdict": "failed", "status": 1}, "restored": back}
+
+    def run_bug(tree, bug, scratch, deadline):
+        assert deadline is not None and deadline - time.perf_counter() <= 100
+        if bug.id != "b":
+            return {**tool.asdict(bug), "kind": bug.kind, **done}
+        if stopped == "planted":
+            return None
+        return {
+            **tool.asdict(bug),
+            "kind": bug.kind,
+            **done,
+            "restored": {**back, "verdict": tool.STOPPED, "passes": None},
+        }
+
+    monkeypatch.setattr(tool, "run_bug", run_bug)
+    monkeypatch.setattr(tool, "BUG_S", 0.0)
+    progress = tool.Progress()
+    tool.run_bugs(tmp_path, bugs, 100.0, None, progress)
+    assert [r["id"] for r in progress.results] == (["a"] if stopped == "planted" else ["a", "b"])
+    assert (progress.unfinished, progress.left) == (["b"], ["c"])
+    assert tool.report(progress, 100.0) == 3
+    tool.record(tmp_path / "record.json", progress, True, 3)
+    rec = json.loads((tmp_path / "record.json").read_text())
+    assert (rec["unfinished"], rec["left"], rec["survivors"], rec["restored_failures"]) == (["b"], ["c"], [], [])

@@ -882,11 +882,12 @@ def planted_bugs(run: Run) -> None:
         run.record("planted-bugs", False, seconds, f"exit {status}; {failure.problem}")
         return
     caught = [b["id"] for b in done["bugs"] if b["caught"]]
-    if status == 3 and done["left"] and len(caught) == len(done["bugs"]) and not done["restored_failures"]:
+    again = done["unfinished"] + done["left"]  # a bug the time limit stopped midway runs whole again
+    if status == 3 and again and len(caught) == len(done["bugs"]) and not done["restored_failures"]:
         # time ran out with no failure so far: no result, so that the next part runs the bugs left
         print(
             f"planted-bugs: {len(caught)} caught so far ({record.name}); left for the next part: --steps planted-bugs "
-            f"--planted-bugs {','.join(done['left'])}",
+            f"--planted-bugs {','.join(again)}",
             flush=True,
         )
         return
@@ -896,7 +897,7 @@ def planted_bugs(run: Run) -> None:
         seconds,
         f"exit {status}; caught {len(caught)} of {len(done['bugs'])}; survivors: "
         f"{', '.join(done['survivors']) or 'none'}; restored trees failing: "
-        f"{', '.join(done['restored_failures']) or 'none'}; left: {', '.join(done['left']) or 'none'}; "
+        f"{', '.join(done['restored_failures']) or 'none'}; left: {', '.join(again) or 'none'}; "
         f"{record.name}",
     )
 

@@ -22,7 +22,8 @@ failed (the modules named, where no test of a known family did), and whether the
 passed; then the SURVIVORS, the bugs affected did not fail, each with the reason its summary tells.
 --record FILE keeps the same as JSON (RECORD_SCHEMA). Exit status 0: every bug run was caught and
 every restored tree passed; 1: a bug survived or a restored tree did not pass; 3: nothing failed, but
---time-limit left bugs unstarted (named at the end, as the --bugs of the next part).
+--time-limit left bugs unstarted, or stopped one midway (named at the end, as the --bugs of the next part:
+the one it stopped runs again whole; a restore it stopped neither passed nor failed).
 
 --list prints the bug table as JSON and runs nothing (no GPU, no tree needed; it takes no --bugs,
 --record or --time-limit). The sizes are stated
@@ -43,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +69,11 @@ KINDS = {
 }  # first match wins
 BUG_S = 240.0  # what --time-limit expects of a bug (both affected runs) before one has run here
 STOP_S = 60  # how long a stopped affected has to end its builds and tests before it is killed
+STOPPED = "stopped at --time-limit"  # a restore's verdict where the time limit ended its run
+
+
+class TimeUp(Exception):
+    """An affected run that --time-limit ended: it was stopped as Ctrl-C stops it."""
 
 
 @dataclass(frozen=True)
@@ -347,9 +353,20 @@ def check_unedited(tree: Path) -> None:
         )
 
 
-def affected(summary: Path) -> tuple[affected_summary.Summary | None, str | None, float]:
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM (affected stops what it started), then SIGKILL after STOP_S."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def affected(summary: Path, deadline: float | None) -> tuple[affected_summary.Summary | None, str | None, float]:
     """`affected --summary` as a user runs it, its output on stderr: (its summary, or None with why,
-    its wall seconds). Stopped with SIGTERM, then killed after STOP_S, when this run is interrupted."""
+    its wall seconds). Stopped with SIGTERM, then killed after STOP_S, when this run is interrupted, and
+    at `deadline` (time.perf_counter's; --time-limit's end), which raises TimeUp."""
     summary.unlink(missing_ok=True)
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -360,14 +377,12 @@ def affected(summary: Path) -> tuple[affected_summary.Summary | None, str | None
         stdin=subprocess.DEVNULL,
     )
     try:
-        proc.wait()
+        proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        raise TimeUp from None
     except BaseException:  # Ctrl-C, SIGTERM: affected stops what it started, then the file is restored
-        proc.terminate()
-        try:
-            proc.wait(timeout=STOP_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         raise
     seconds = time.perf_counter() - started
     try:
@@ -464,19 +479,28 @@ def outcome(done: affected_summary.Summary | None, why: str | None, seconds: flo
     }
 
 
-def run_bug(tree: Path, bug: Bug, scratch: Path) -> dict:
-    """Plant the bug, `affected`; restore the file (cp -p), `affected` again, which must pass."""
+def run_bug(tree: Path, bug: Bug, scratch: Path, deadline: float | None) -> dict | None:
+    """Plant the bug, `affected`; restore the file (cp -p), `affected` again, which must pass. None where
+    `deadline` ended the planted run; a restore it ended is STOPPED, and neither passes nor fails."""
     path = tree / bug.file
     print(f"\n=== planted_bugs: {bug.id}: {bug.file} ({bug.symbol})", file=sys.stderr, flush=True)
     with edits.planted(
         tree, path, lambda text: text.replace(bug.line, bug.bug, 1), f"planted_bugs {bug.id}"
     ) as planted:
-        done, why, seconds = affected(scratch / f"{bug.id}.json")
+        try:
+            done, why, seconds = affected(scratch / f"{bug.id}.json", deadline)
+        except TimeUp:
+            return None
         planted.restore()
         print(f"\n=== planted_bugs: {bug.id}: restored (cp -p)", file=sys.stderr, flush=True)
-        again, why_again, seconds_again = affected(scratch / f"{bug.id}.restored.json")
-    restored = outcome(again, why_again, seconds_again)
-    restored["passes"] = restored_passes(done, again)
+        began = time.perf_counter()
+        try:
+            again, why_again, seconds_again = affected(scratch / f"{bug.id}.restored.json", deadline)
+            restored = outcome(again, why_again, seconds_again)
+            restored["passes"] = restored_passes(done, again)
+        except TimeUp:
+            again, restored = None, {"verdict": STOPPED, "status": None, "problem": None, "passes": None}
+            restored["seconds"] = round(time.perf_counter() - began, 1)
     if again is not None and again.verdict == Verdict.NOTHING_CHANGED and not restored["passes"]:
         restored["problem"] = (
             "the restore of a file whose tests failed was no change to affected: they did not run again"
@@ -517,6 +541,12 @@ def compiled_cell(planted: dict, restored: dict) -> str:
     )
 
 
+def restored_cell(back: dict) -> str:
+    if back["passes"] is None:
+        return f"unknown: {back['verdict']}"
+    return "yes" if back["passes"] else f"NO (exit {back['status']}, {back['verdict']})"
+
+
 def table(results: list[dict]) -> str:
     """The Markdown table, a row per bug run."""
     head = [
@@ -552,7 +582,7 @@ def table(results: list[dict]) -> str:
                 seconds_cell(p.get("build_s")),
                 seconds_cell(p["seconds"]),
                 p.get("caught_by", "-") if r["caught"] else "NOT CAUGHT",
-                "yes" if back["passes"] else f"NO (exit {back['status']}, {back['verdict']})",
+                restored_cell(back),
                 seconds_cell(back["seconds"]),
                 compiled_cell(p, back),
             ]
@@ -560,8 +590,20 @@ def table(results: list[dict]) -> str:
     return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows)
 
 
-def report(results: list[dict], left: list[str], limit: float | None) -> int:
-    """The table, the survivors and the restored trees that failed, what was left; the exit status."""
+@dataclass
+class Progress:
+    """What a run did so far: each bug run (run_bug's), the bugs --time-limit left unstarted, and those it
+    stopped midway, to run again (a bug whose restore it stopped is among the bugs run too)."""
+
+    results: list[dict] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+
+
+def report(progress: Progress, limit: float | None) -> int:
+    """The table, the survivors and the restored trees that failed, what the time limit ended and what it
+    left; the exit status."""
+    results, left, unfinished = progress.results, progress.left, progress.unfinished
     print(table(results))
     survivors = [r for r in results if not r["caught"]]
     print(
@@ -570,21 +612,23 @@ def report(results: list[dict], left: list[str], limit: float | None) -> int:
     )
     for r in survivors:
         print(f"- {r['id']} ({r['family']}, {r['file']}): {r['survived_because']}")
-    broken = [r for r in results if not r["restored"]["passes"]]
+    broken = [r for r in results if r["restored"]["passes"] is False]
     for r in broken:
         back = r["restored"]
         print(
             f"restored tree did not pass after {r['id']}: exit {back['status']}, {back['verdict']}"
             + (f": {back['problem']}" if back.get("problem") else "")
         )
+    if unfinished:
+        print(f"\nstopped at --time-limit {limit:.0f} s, to run again: --bugs {','.join(unfinished)}")
     if left:
         print(f"\nnot started, past --time-limit {limit:.0f} s: --bugs {','.join(left)}")
     if survivors or broken:
         return 1
-    return 3 if left else 0
+    return 3 if left or unfinished else 0
 
 
-def record(path: Path, results: list[dict], left: list[str], complete: bool, status: int = 1) -> None:
+def record(path: Path, progress: Progress, complete: bool, status: int = 1) -> None:
     """The run's record into `path`, whole or not at all; a failed write is two lines naming the path and the
     OS error, keeping the run's status (fidev.core.files.write_output)."""
     write_output(
@@ -593,10 +637,11 @@ def record(path: Path, results: list[dict], left: list[str], complete: bool, sta
             {
                 "schema": RECORD_SCHEMA,
                 "complete": complete,
-                "bugs": results,
-                "left": left,
-                "survivors": [r["id"] for r in results if not r["caught"]],
-                "restored_failures": [r["id"] for r in results if not r["restored"]["passes"]],
+                "bugs": progress.results,
+                "left": progress.left,
+                "unfinished": progress.unfinished,
+                "survivors": [r["id"] for r in progress.results if not r["caught"]],
+                "restored_failures": [r["id"] for r in progress.results if r["restored"]["passes"] is False],
             },
             indent=1,
         ),
@@ -652,10 +697,13 @@ class StartState:
             fresh.rmdir()
 
 
-def run_bugs(tree: Path, chosen: list[Bug], limit: float | None, start: Path | None, results: list, left: list) -> None:
-    """Each bug in turn (run_bug) into `results`, within `limit` (the ones it leaves go in `left`); with
-    `start` (the version's folder: --each-from-start), each from the state the run found (StartState)."""
+def run_bugs(tree: Path, chosen: list[Bug], limit: float | None, start: Path | None, progress: Progress) -> None:
+    """Each bug in turn (run_bug) into `progress`, within `limit`: no bug starts that would not end in it (by the
+    longest so far), and an affected run still going at its end is stopped, its bug unfinished; with `start` (the
+    version's folder: --each-from-start), each from the state the run found (StartState)."""
     started, longest = time.perf_counter(), BUG_S
+    deadline = None if limit is None else started + limit
+    results = progress.results
     with tempfile.TemporaryDirectory(prefix="fidev-planted-") as scratch:
         copied = time.perf_counter()
         state = StartState(start) if start is not None else None
@@ -663,11 +711,16 @@ def run_bugs(tree: Path, chosen: list[Bug], limit: float | None, start: Path | N
         try:
             for i, bug in enumerate(chosen):
                 if limit is not None and time.perf_counter() - started + longest + back_s > limit:
-                    left += [b.id for b in chosen[i:]]
+                    progress.left += [b.id for b in chosen[i:]]
                     break
                 if state is not None and i:
                     state.put_back()
-                results.append(run_bug(tree, bug, Path(scratch)))
+                result = run_bug(tree, bug, Path(scratch), deadline)
+                results += [result] if result is not None else []
+                if result is None or result["restored"]["passes"] is None:
+                    progress.unfinished.append(bug.id)
+                    progress.left += [b.id for b in chosen[i + 1 :]]
+                    break
                 longest = max(
                     longest if results[1:] else 0.0,
                     results[-1]["planted"]["seconds"] + results[-1]["restored"]["seconds"],
@@ -703,7 +756,7 @@ def main() -> int:
         "--time-limit",
         type=option(numbers.decimal_number(example="--time-limit 580")),
         help="seconds this run may take: no bug starts that would not end in time (by the longest bug so far, else "
-        f"{BUG_S:.0f} s)",
+        f"{BUG_S:.0f} s), and an affected run still going at its end is stopped, its bug to run again",
     )
     parser.add_argument(
         "--record",
@@ -734,20 +787,19 @@ def main() -> int:
     with edits.tree_lock(tree, "planted_bugs"):  # a tree another run holds has its planted bug: that run is said
         check_lines(tree, chosen)
         check_unedited(tree)
-    results: list[dict] = []
-    left: list[str] = []
+    progress = Progress()
     complete = False
     start = workspace.read(pins().flashinfer).version_dir if args.each_from_start else None
     try:
-        run_bugs(tree, chosen, args.time_limit, start, results, left)
+        run_bugs(tree, chosen, args.time_limit, start, progress)
         complete = True
     except BaseException:  # Ctrl-C, a refusal: what ran is recorded all the same
         if args.record:
-            record(args.record, results, left, complete)
+            record(args.record, progress, complete)
         raise
-    status = report(results, left, args.time_limit)  # said before the record is written, which may fail
+    status = report(progress, args.time_limit)  # said before the record is written, which may fail
     if args.record:
-        record(args.record, results, left, complete, status)
+        record(args.record, progress, complete, status)
     return status
 
 

@@ -123,12 +123,19 @@ def require_tools(*tools, why):
 
 
 @functools.cache
-def acceptance_tool():
-    """tools/gpu_acceptance.py as a module, for its tables and readers (no step runs): one load for every test."""
-    spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", task_path(ROOT, "gpu_acceptance.py"))
+def tool_module(name: str):
+    """tools/<name>.py as a module, for its tables, readers and steps called alone (its main never runs): one
+    load for every test."""
+    spec = importlib.util.spec_from_file_location(f"{name}_tool", task_path(ROOT, f"{name}.py"))
     tool = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tool  # its dataclasses look their module up there
     spec.loader.exec_module(tool)
     return tool
+
+
+def acceptance_tool():
+    """tools/gpu_acceptance.py as a module (tool_module)."""
+    return tool_module("gpu_acceptance")
 
 
 @functools.cache

@@ -26,14 +26,15 @@ from fidev.core.files import exclusive, fits, read_record
 from fidev.core.workspace import TREE_LOCK
 
 # The record tools/planted_bugs.py writes of its bugs' verdicts (--record), which the acceptance run reads:
-# each bug run (its id, whether affected caught it, and more), those --time-limit left, the survivors, and
-# the bugs whose restored tree did not pass.
+# each bug run (its id, whether affected caught it, and more), those --time-limit left, those it stopped midway
+# (to run again), the survivors, and the bugs whose restored tree did not pass.
 PLANTED_BUGS_SCHEMA = "fidev-planted-bugs/1"
 PLANTED_BUG = {"id": str, "caught": bool}
 PLANTED_BUGS = {
     "complete": bool,
     "bugs": list[PLANTED_BUG],
     "left": list[str],
+    "unfinished": list[str],
     "survivors": list[str],
     "restored_failures": list[str],
 }
