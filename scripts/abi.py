@@ -16,6 +16,9 @@ two apache-tvm-ffi wheels or installed tvm_ffi folders, and exits 1 when an old 
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import argparse
 import json
 import re

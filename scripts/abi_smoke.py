@@ -9,6 +9,9 @@ Arguments it does not know go to pytest, e.g. `abi_smoke.py -k gemma`.
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import argparse
 
 from fidev.core.failure import ArgumentParser

@@ -55,6 +55,9 @@ either, beside the rebuild, stops what still builds.
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import argparse
 import signal
 import sys

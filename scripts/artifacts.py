@@ -7,6 +7,9 @@ that pins a wheel for the Rust bindings crate is the `pin` task's (scripts/pin.p
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import json
 import sys
 

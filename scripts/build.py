@@ -11,6 +11,9 @@ nor flashinfer is imported.
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import sys
 import time
 from pathlib import Path

@@ -12,6 +12,9 @@ Needs no pixi: any Python >= 3.10 runs it.
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import argparse
 import sys
 

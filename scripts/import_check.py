@@ -7,6 +7,9 @@ check in their own process, on the import their tests need anyway (fidev.jit.fla
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import sys
 import time
 

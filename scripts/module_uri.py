@@ -7,6 +7,9 @@ jit-cache wheel, `<JIT dir>/<uri>/<uri>.so` when built from source. Example:
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import argparse
 import json
 import re

@@ -10,6 +10,9 @@ under its published filename.
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import argparse
 import sys
 

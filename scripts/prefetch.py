@@ -10,6 +10,9 @@ temporary file (at most the crate's empty lock file, which the crate keeps too).
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import argparse
 import platform
 import sys

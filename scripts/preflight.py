@@ -8,6 +8,9 @@ subprocess has a timeout. The checks live in fidev.preflight.
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import json
 import sys
 import time

@@ -5,6 +5,9 @@ Arguments it does not know go to pytest, e.g. `smoke.py -k rmsnorm` or `smoke.py
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 from fidev.core.failure import ArgumentParser
 from fidev.jit import kernel_source
 from fidev.smoke import gpu_suite

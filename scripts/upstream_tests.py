@@ -81,6 +81,9 @@ Options (the rest goes to pytest; one that takes a value takes it as `--budget 3
 
 from __future__ import annotations
 
+import fidev.core.task_start  # noqa: F401 (first: Ctrl-C or SIGTERM while the task imports is our line)
+
+# isort: split
 import signal
 import sys
 import tempfile

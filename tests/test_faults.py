@@ -34,6 +34,8 @@ from script_runs import (
     missing_tools,
     require,
     run,
+    signal_held,
+    start_held,
     task_path,
     wait_until,
 )
@@ -992,6 +994,25 @@ def test_a_reader_that_goes_away(script, args):
     proc.stdout.close()  # `| head` that has read its fill
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+TASKS = sorted(p.relative_to(ROOT).as_posix() for folder in ("scripts", "tools") for p in (ROOT / folder).glob("*.py"))
+STOPS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
+
+
+@fault("interrupted-at-start")
+@pytest.mark.parametrize("stop", STOPS)
+@pytest.mark.parametrize("task", TASKS)
+def test_an_interrupt_while_the_task_imports(tmp_path, task, stop):
+    """Ctrl-C or SIGTERM at the first import the task's code makes after its first one (fidev.core.task_start),
+    before run_main: our line and 130, not Python's KeyboardInterrupt traceback nor a death by SIGTERM without
+    a word. The task is held there (script_runs.HOLD), and the signal comes once it is."""
+    proc, met = start_held(tmp_path, "start", task.split("/")[1], "--help")
+    done = signal_held(proc, met, STOPS[stop], f"{task} held at its first import")
+    expect(done, "interrupted-at-start", status=130)
+    assert done.stderr.splitlines() == ["error: interrupted; nothing was left half-written"] and not done.stdout, (
+        done.stdout + done.stderr
+    )
 
 
 @fault("help-runs-nothing")

@@ -20,16 +20,21 @@ refused, not timed.
 
 from __future__ import annotations
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "scripts"))  # fidev
+import fidev.core.task_start  # noqa: E402, F401 (first: Ctrl-C or SIGTERM while the tool imports is our line)
+
+# isort: split
 import argparse
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import INTERRUPTED, ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402

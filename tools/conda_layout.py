@@ -11,15 +11,19 @@ the manifest's activation env applied (only CUDA_HOME=$CONDA_PREFIX with --cuda-
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "scripts"))  # fidev
+import fidev.core.task_start  # noqa: E402, F401 (first: Ctrl-C or SIGTERM while the tool imports is our line)
+
+# isort: split
+import argparse
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))  # fidev
 sys.path.insert(0, str(ROOT / "tests" / "support"))  # conda_prefix
 from conda_prefix import MARKER, TOOLKIT_FIX, build, environment, toolkit_problem  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main, usage  # noqa: E402

@@ -51,24 +51,28 @@ GPU host that limits each command to 10 minutes.
 
 from __future__ import annotations
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "scripts"))  # fidev
+import fidev.core.task_start  # noqa: E402, F401 (first: Ctrl-C or SIGTERM while the tool imports is our line)
+
+# isort: split
 import argparse
 import ast
 import hashlib
 import json
 import math
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 import conda_prefix  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402

@@ -35,20 +35,24 @@ rows "planted bugs caught" and "planted attention bugs caught, edit to exit".
 
 from __future__ import annotations
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "scripts"))  # fidev
+import fidev.core.task_start  # noqa: E402, F401 (first: Ctrl-C or SIGTERM while the tool imports is our line)
+
+# isort: split
 import argparse
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers, workspace  # noqa: E402

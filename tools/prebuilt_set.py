@@ -15,13 +15,16 @@ that nothing prebuilt stands in for what it compiles.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "scripts"))  # fidev
+import fidev.core.task_start  # noqa: E402, F401 (first: Ctrl-C or SIGTERM while the tool imports is our line)
+
+# isort: split
+import argparse
+import time
+
 from fidev.builds import smoke_modules  # noqa: E402
 from fidev.core import workspace  # noqa: E402
 from fidev.core.failure import ArgumentParser, option, run_main  # noqa: E402

@@ -13,11 +13,15 @@ GPU host after `build` (and `build --abi` for abi_smoke): it compiles nothing it
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "scripts"))  # fidev
+import fidev.core.task_start  # noqa: E402, F401 (first: Ctrl-C or SIGTERM while the tool imports is our line)
+
+# isort: split
+import argparse
+
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402

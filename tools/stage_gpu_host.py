@@ -22,16 +22,20 @@ Wheels are downloaded with `pip download --only-binary=:all:`, which runs no cod
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "scripts"))  # fidev
+import fidev.core.task_start  # noqa: E402, F401 (first: Ctrl-C or SIGTERM while the tool imports is our line)
+
+# isort: split
+import argparse
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # fidev
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import (  # noqa: E402
     folder_size,

@@ -21,6 +21,8 @@ Where code goes:
             verdicts (the kept ones) find, build, run and keep
   bindings  the Rust bindings' tools: exported signatures, ELF, module artifacts, Cargo pins, the wheel cache
 
+- A task's first import is fidev.core.task_start (a maintainer tool's, once its sys.path names fidev), so that
+  Ctrl-C or SIGTERM while it imports is our line and status 130; tests/test_faults.py holds every task to it.
 - A module imports from its own part and from the parts listed before it (PARTS), never after.
 - Importing any fidev module needs only the standard library, so preflight can diagnose a
   half-installed environment; a third-party package is imported inside the function that needs it,

@@ -4,6 +4,7 @@ import functools
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -143,3 +144,86 @@ def acceptance_digest() -> str:
     """tools/gpu_acceptance.py's checkout_digest of this checkout: what a WORK made here holds in its
     checkout.sha256, for a test that writes a WORK by hand."""
     return acceptance_tool().checkout_digest(ROOT)
+
+
+# A rendezvous a test puts before a task: written as sitecustomize.py into a folder first on PYTHONPATH, it holds
+# the task where FIDEV_TEST_HOLD says, once it has written its pid to FIDEV_TEST_MET, so that a signal comes there
+# and nowhere else (no sleep-based guess)
+HOLD = '''import importlib.util, os, sys, time
+
+WHERE, MET = os.environ["FIDEV_TEST_HOLD"], os.environ["FIDEV_TEST_MET"]
+BOOTSTRAP = {"__future__", "fidev", "fidev.core", "fidev.core.task_start"}  # a task's first import, and its own
+INITS = (os.path.join("fidev", "__init__.py"), os.path.join("fidev", "core", "__init__.py"))  # on its way, with theirs
+
+
+def bootstraps(name):
+    """Whether importing `name` is the bootstrap's: itself, its packages, or what their __init__ imports."""
+    frame = sys._getframe()
+    while frame is not None and not frame.f_code.co_filename.endswith(INITS):
+        frame = frame.f_back
+    return name in BOOTSTRAP or frame is not None
+
+
+def hold():
+    with open(MET, "w") as met:
+        met.write(str(os.getpid()))
+    while True:  # until the signal ends it
+        time.sleep(0.01)
+
+
+class Hold:
+    """start: at the first import the task's code makes but the bootstrap's (what it imports before run_main);
+    MODULE:FUNCTION: as the task calls that function of that module."""
+
+    def find_spec(self, name, path=None, target=None):
+        if WHERE == "start" and getattr(sys.modules.get("__main__"), "__file__", None) and not bootstraps(name):
+            sys.meta_path.remove(self)
+            hold()
+        elif WHERE.partition(":")[0] == name:
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            run = spec.loader.exec_module
+
+            def run_then_hold(module):
+                run(module)
+                setattr(module, WHERE.partition(":")[2], lambda *args, **kwargs: hold())
+
+            spec.loader.exec_module = run_then_hold
+            return spec
+        return None
+
+
+sys.meta_path.insert(0, Hold())
+'''
+
+
+def start_held(folder, where: str, script: str, *args, env=None) -> tuple[subprocess.Popen, str]:
+    """Start a task of this workspace held where HOLD says (`where`), Ctrl-C's default action as a terminal
+    gives it; (the process, the file it writes once held). `folder` takes the rendezvous."""
+    (folder / "sitecustomize.py").write_text(HOLD)
+    met = str(folder / "met")
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    hold = {"FIDEV_TEST_HOLD": where, "FIDEV_TEST_MET": met}
+    proc = subprocess.Popen(
+        [sys.executable, str(task_path(ROOT, script)), *map(str, args)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {}), **hold, "PYTHONPATH": path},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    return proc, met
+
+
+def signal_held(proc: subprocess.Popen, met: str, signum: int, what: str) -> subprocess.CompletedProcess:
+    """`signum` to a task once it is held (start_held); what it did."""
+    try:
+        wait_until(lambda: os.path.isfile(met) and open(met).read().strip().isdigit(), 60, what, proc)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

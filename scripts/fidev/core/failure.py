@@ -10,8 +10,10 @@ import signal
 import sys
 import threading
 
+from fidev.core import task_start
+
 USAGE = 2  # argparse's status for bad usage
-INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
+INTERRUPTED = task_start.INTERRUPTED
 BROKEN_PIPE = 141  # and for one ended by SIGPIPE
 
 
@@ -69,13 +71,14 @@ def run_main(main) -> int:
     """Call main(); a Failure becomes the two lines and its exit status (1 unless it says USAGE), Ctrl-C (or
     SIGTERM) one line and status 130 (whatever was being written is removed by the `finally` blocks on the way
     out), and a reader
-    that went away (`| head`) ends the output quietly."""
+    that went away (`| head`) ends the output quietly. Before it, the task's first import said an interrupt
+    itself (fidev.core.task_start)."""
     # A CI timeout or `kill` sends SIGTERM: unwind the same way as Ctrl-C, so that the `finally`
     # blocks remove what was being written. Ctrl-C is noted too (where it is not ignored: a job a
     # shell started in the background keeps ignoring it).
     _INTERRUPTED.clear()
     signal.signal(signal.SIGTERM, _interrupt)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, task_start.before_main):
         signal.signal(signal.SIGINT, _interrupt)
     try:
         try:
@@ -86,7 +89,7 @@ def run_main(main) -> int:
         report(failure)
         return failure.exit_status
     except KeyboardInterrupt:
-        print("error: interrupted; nothing was left half-written", file=sys.stderr)
+        print(task_start.LINE, file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail again
