@@ -69,7 +69,7 @@ from fidev.affected import summary as affected_summary
 from fidev.affected.selection import selection as select
 from fidev.affected.verdict import Verdict
 from fidev.core import files, workspace
-from fidev.core.failure import ArgumentParser, Failure, exit_now, option, run_main
+from fidev.core.failure import ArgumentParser, Failure, exit_now, option, run_main, stop_as_ctrl_c
 from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source
@@ -104,8 +104,7 @@ def main() -> int:
         "times)",
     )
     args = parser.parse_args()
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: what runs is stopped (run_tests), no traceback (run)
-        signal.signal(sig, signal.default_int_handler)
+    stop_as_ctrl_c(signal.SIGHUP)  # as Ctrl-C and SIGTERM: what runs is stopped (run_tests), no traceback (run)
     record, started = affected_summary.Summary(), time.perf_counter()
     try:
         record.verdict = run(args, record)

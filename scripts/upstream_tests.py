@@ -91,7 +91,7 @@ from pathlib import Path
 
 from fidev.builds import module_builds
 from fidev.core import numbers, workspace
-from fidev.core.failure import USAGE, Failure, report, run_main
+from fidev.core.failure import USAGE, Failure, report, run_main, stop_as_ctrl_c
 from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
@@ -270,12 +270,6 @@ def apply_kernel_source() -> str:
     return mode
 
 
-def stop_as_ctrl_c() -> None:
-    """SIGTERM and SIGHUP stop as Ctrl-C does: the dry run's and the files' processes are killed."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.default_int_handler)
-
-
 def planned(
     nodes: list[str],
     pytest_args: list[str],
@@ -316,7 +310,7 @@ def main() -> int:
     # before the plan: the files' times, the records and the baselines' folder, kept at the run's end
     upstream_selection.refuse_odd_state(ws, recording="--baseline" in ours)
     mode = apply_kernel_source()
-    stop_as_ctrl_c()
+    stop_as_ctrl_c(signal.SIGHUP)  # as Ctrl-C and SIGTERM: the dry run's and the files' processes are killed
     inherited = inherited_gate()  # affected's, where it started this run: read once, here, and passed down
     ahead = None
     with tempfile.TemporaryDirectory(prefix="fidev-sample-") as folder:  # its processes are done when it goes

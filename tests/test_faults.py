@@ -1015,6 +1015,22 @@ def test_an_interrupt_while_the_task_imports(tmp_path, task, stop):
     )
 
 
+ANSWERS = [("module_uri.py", ["single_prefill"], 0), ("pin.py", [], 2), ("bench_preflight.py", ["--runs", "0"], 2)]
+
+
+@pytest.mark.parametrize("stop", STOPS)
+@pytest.mark.parametrize("task, args, status", ANSWERS, ids=[a[0] for a in ANSWERS])
+def test_an_interrupt_once_the_answer_is_out_changes_nothing(tmp_path, task, args, status, stop):
+    """Ctrl-C or SIGTERM as the process ends, once run_main has the answer and it is out (an answer, a usage
+    error): its status stands and nothing is added to what it said, no traceback of an interrupted teardown,
+    nor a death by the signal without a line (fidev.core.failure.run_main). The task is held at its end."""
+    said = run(task, *args)
+    assert said.returncode == status, said.stdout + said.stderr
+    proc, met = start_held(tmp_path, "end", task, *args)
+    done = signal_held(proc, met, STOPS[stop], f"{task} held at its end", go=tmp_path / "go")
+    assert (done.returncode, done.stdout, done.stderr) == (status, said.stdout, said.stderr), done.stderr
+
+
 @fault("help-runs-nothing")
 def test_import_check_help_runs_no_check():
     done = run("import_check.py", "--help", flags=["-S"])

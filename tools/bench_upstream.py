@@ -36,7 +36,14 @@ import time
 from pathlib import Path
 
 from fidev.core import numbers  # noqa: E402
-from fidev.core.failure import INTERRUPTED, ArgumentParser, Failure, option, run_main  # noqa: E402
+from fidev.core.failure import (  # noqa: E402
+    INTERRUPTED,
+    ArgumentParser,
+    Failure,
+    option,
+    run_main,
+    stop_as_ctrl_c,
+)
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.tree import families as upstream_families  # noqa: E402
 from fidev.upstream import bench as upstream_bench  # noqa: E402
@@ -158,8 +165,7 @@ def main() -> int:
         help=f"the kernel families to time (`upstream_tests.py --list` names them; default: {' '.join(DEFAULT)})",
     )
     args = parser.parse_args()
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: the run in progress is stopped (timed)
-        signal.signal(sig, signal.default_int_handler)
+    stop_as_ctrl_c(signal.SIGHUP)  # as Ctrl-C and SIGTERM: the run in progress is stopped (timed)
     try:
         return bench(args)
     except KeyboardInterrupt:

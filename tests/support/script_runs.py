@@ -149,9 +149,9 @@ def acceptance_digest() -> str:
 # A rendezvous a test puts before a task: written as sitecustomize.py into a folder first on PYTHONPATH, it holds
 # the task where FIDEV_TEST_HOLD says, once it has written its pid to FIDEV_TEST_MET, so that a signal comes there
 # and nowhere else (no sleep-based guess)
-HOLD = '''import importlib.util, os, sys, time
+HOLD = '''import atexit, importlib.util, os, sys, time
 
-WHERE, MET = os.environ["FIDEV_TEST_HOLD"], os.environ["FIDEV_TEST_MET"]
+WHERE, MET, GO = os.environ["FIDEV_TEST_HOLD"], os.environ["FIDEV_TEST_MET"], os.environ.get("FIDEV_TEST_GO", "")
 BOOTSTRAP = {"__future__", "fidev", "fidev.core", "fidev.core.task_start"}  # a task's first import, and its own
 INITS = (os.path.join("fidev", "__init__.py"), os.path.join("fidev", "core", "__init__.py"))  # on its way, with theirs
 
@@ -164,10 +164,10 @@ def bootstraps(name):
     return name in BOOTSTRAP or frame is not None
 
 
-def hold():
+def hold(until=lambda: False):
     with open(MET, "w") as met:
         met.write(str(os.getpid()))
-    while True:  # until the signal ends it
+    while not until():
         time.sleep(0.01)
 
 
@@ -193,7 +193,10 @@ class Hold:
         return None
 
 
-sys.meta_path.insert(0, Hold())
+if WHERE == "end":  # as the process ends, once its answer is out (atexit: the last callback), until told
+    atexit.register(hold, lambda: os.path.exists(GO))
+else:
+    sys.meta_path.insert(0, Hold())
 '''
 
 
@@ -203,7 +206,7 @@ def start_held(folder, where: str, script: str, *args, env=None) -> tuple[subpro
     (folder / "sitecustomize.py").write_text(HOLD)
     met = str(folder / "met")
     path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
-    hold = {"FIDEV_TEST_HOLD": where, "FIDEV_TEST_MET": met}
+    hold = {"FIDEV_TEST_HOLD": where, "FIDEV_TEST_MET": met, "FIDEV_TEST_GO": str(folder / "go")}
     proc = subprocess.Popen(
         [sys.executable, str(task_path(ROOT, script)), *map(str, args)],
         stdin=subprocess.DEVNULL,
@@ -216,11 +219,13 @@ def start_held(folder, where: str, script: str, *args, env=None) -> tuple[subpro
     return proc, met
 
 
-def signal_held(proc: subprocess.Popen, met: str, signum: int, what: str) -> subprocess.CompletedProcess:
-    """`signum` to a task once it is held (start_held); what it did."""
+def signal_held(proc: subprocess.Popen, met: str, signum: int, what: str, go=None) -> subprocess.CompletedProcess:
+    """`signum` to a task once it is held (start_held), then (with `go`, a file) let it go on; what it did."""
     try:
         wait_until(lambda: os.path.isfile(met) and open(met).read().strip().isdigit(), 60, what, proc)
         proc.send_signal(signum)
+        if go is not None:  # the signal is pending in the task once kill() returns: its handler runs before
+            go.write_text("")  # the task can see the file
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -53,11 +53,21 @@ def exit_now(status: int):
 
 
 _INTERRUPTED = threading.Event()  # Ctrl-C (or SIGTERM) came since run_main started, whatever became of what it raised
+_answered = False  # main's answer is out (its output flushed), or being said (a failure's lines): it stands
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what run_main ignores once the answer is out
 
 
 def _interrupt(signum, frame):
+    if _answered:  # an interrupt that comes after the answer changes nothing
+        return
     _INTERRUPTED.set()
     raise KeyboardInterrupt
+
+
+def stop_as_ctrl_c(signum: int) -> None:
+    """Another signal (SIGHUP: a closed terminal or ssh session) stops the task as Ctrl-C and SIGTERM do:
+    KeyboardInterrupt while main runs, nothing once its answer is out."""
+    signal.signal(signum, _interrupt)
 
 
 def interrupted() -> bool:
@@ -70,28 +80,47 @@ def interrupted() -> bool:
 def run_main(main) -> int:
     """Call main(); a Failure becomes the two lines and its exit status (1 unless it says USAGE), Ctrl-C (or
     SIGTERM) one line and status 130 (whatever was being written is removed by the `finally` blocks on the way
-    out), and a reader
-    that went away (`| head`) ends the output quietly. Before it, the task's first import said an interrupt
-    itself (fidev.core.task_start)."""
+    out), and a reader that went away (`| head`) ends the output quietly. Before it, the task's first import
+    said an interrupt itself (fidev.core.task_start); once main's answer is out (its output flushed, or its
+    failure being said), an interrupt changes nothing: the status is the answer's, and Ctrl-C, SIGTERM and
+    SIGHUP are ignored for the rest of the process, whose teardown would otherwise die of one without a
+    line (Python puts the default action back as it ends) or print a traceback."""
     # A CI timeout or `kill` sends SIGTERM: unwind the same way as Ctrl-C, so that the `finally`
     # blocks remove what was being written. Ctrl-C is noted too (where it is not ignored: a job a
     # shell started in the background keeps ignoring it).
+    global _answered
+    _answered = False
     _INTERRUPTED.clear()
     signal.signal(signal.SIGTERM, _interrupt)
     if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, task_start.before_main):
         signal.signal(signal.SIGINT, _interrupt)
     try:
+        return _answer(main)
+    finally:
+        _answered = True  # also for an exit of main's own (argparse's usage error, --help)
+        for signum in STOPS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def _answer(main) -> int:
+    global _answered
+    try:
         try:
-            return main() or 0
+            status = main() or 0
         finally:
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit (also after --help)
+        _answered = True
+        return status
     except Failure as failure:
+        _answered = True
         report(failure)
         return failure.exit_status
     except KeyboardInterrupt:
+        _answered = True
         print(task_start.LINE, file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
+        _answered = True
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail again
         return BROKEN_PIPE
 
