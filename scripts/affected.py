@@ -75,6 +75,10 @@ from fidev.core.manifest import pins
 from fidev.jit import kernel_source
 from fidev.records import compile_log
 
+# --list builds and runs no test: what an interrupt stops is its look at what changed (the regeneration of a
+# generator edit's sources included, which compiles nothing)
+LIST_STOPPED = "interrupted while listing what changed (--list builds and runs nothing: only that look was stopped)"
+
 
 def main() -> int:
     parser = ArgumentParser(
@@ -113,8 +117,8 @@ def main() -> int:
     except KeyboardInterrupt:
         record.verdict, record.status = Verdict.INTERRUPTED, Verdict.INTERRUPTED.status
         raise Failure(
-            "interrupted (the builds and tests it started were stopped)",
-            "run it again: pixi run -e flashinfer-dev affected",
+            LIST_STOPPED if args.list else "interrupted (the builds and tests it started were stopped)",
+            f"run it again: pixi run -e flashinfer-dev affected{' --list' if args.list else ''}",
             exit_status=Verdict.INTERRUPTED.status,
         ) from None
     except Failure as failure:

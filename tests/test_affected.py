@@ -15,6 +15,7 @@ The stand-ins follow FlashInfer's files at v0.6.3:
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from fidev.records import build_records, ninja_inputs
 from fidev.tree import release_reference, source_tree
-from script_runs import require, two_line_failure
+from script_runs import require, signal_held, start_held, two_line_failure
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler"
@@ -235,6 +236,17 @@ def test_bad_input_gets_two_lines(ws, tmp_path):
     )
     (tree / "csrc/other.cc").unlink()
     two_line_failure(affected(root, env), "an input of norm_upstream, is gone")
+
+
+@pytest.mark.parametrize("args, said", [(["--list"], "listing what changed (--list builds and runs nothing"), ([], "")])
+def test_an_interrupted_run_says_what_was_stopped(tmp_path, args, said):
+    """Ctrl-C as affected reads the workspace (held there: script_runs.HOLD): --list builds and runs nothing,
+    so it says that only its look at what changed was stopped, and reruns --list; a run says its builds and
+    tests were stopped."""
+    proc, met = start_held(tmp_path, "fidev.core.workspace:read", "affected.py", *args)
+    done = signal_held(proc, met, signal.SIGINT, "affected held as it reads the workspace")
+    two_line_failure(done, said or "interrupted (the builds and tests it started were stopped)", status=130)
+    assert done.stderr.splitlines()[-1].endswith(f"affected{' --list' if args else ''}"), done.stderr
 
 
 def test_modules_built_from_another_tree_are_refused(ws, tmp_path):
