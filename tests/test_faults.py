@@ -1295,6 +1295,18 @@ def test_ctrl_c_ends_a_gpu_suite_at_any_moment_in_one_line(tmp_path, script, arg
     assert out.count("test session starts") <= 1, "a run started after the interrupted one"
 
 
+@pytest.mark.parametrize("stop", STOPS)
+def test_ctrl_c_in_torchs_cpp_start_up_ends_smoke_before_pytest(tmp_path, stop):
+    """Ctrl-C or SIGTERM as torch's C++ start-up imports numpy (held there): torch would swallow the
+    KeyboardInterrupt (numpy taken for missing) and smoke go on into pytest's session, or pybind11 abort the
+    process; the interrupt waits for torch's import to end (failure.interrupts_held), then ends smoke."""
+    require("torch", why="the interrupt comes in torch's own import")
+    proc, met = start_held(tmp_path, "import numpy", "smoke.py")
+    done = signal_held(proc, met, STOPS[stop], "torch importing numpy", go=tmp_path / "go")
+    expect(done, "smoke-interrupted", status=130)
+    assert "test session starts" not in done.stdout, done.stdout[-2000:]
+
+
 def test_a_session_pytest_stops_itself_is_no_ctrl_c(tmp_path):
     """pytest ends a session it stops itself (session.Interrupted: errors in collection, a plugin's
     shouldstop) through the hook Ctrl-C takes too: smoke says it as before (pytest's status 2), not

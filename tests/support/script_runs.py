@@ -151,7 +151,7 @@ def acceptance_digest() -> str:
 # and nowhere else (no sleep-based guess)
 HOLD = '''import atexit, importlib.util, os, sys, time
 
-WHERE, MET, GO = os.environ["FIDEV_TEST_HOLD"], os.environ["FIDEV_TEST_MET"], os.environ.get("FIDEV_TEST_GO", "")
+WHERE, MET, GO = os.environ["FIDEV_TEST_HOLD"], os.environ["FIDEV_TEST_MET"], os.environ["FIDEV_TEST_GO"]
 BOOTSTRAP = {"__future__", "fidev", "fidev.core", "fidev.core.task_start"}  # a task's first import, and its own
 INITS = (os.path.join("fidev", "__init__.py"), os.path.join("fidev", "core", "__init__.py"))  # on its way, with theirs
 
@@ -164,19 +164,22 @@ def bootstraps(name):
     return name in BOOTSTRAP or frame is not None
 
 
-def hold(until=lambda: False):
+def hold():
+    """Until the test's signal ends the wait (a KeyboardInterrupt, the process's end) or the test says go on."""
     with open(MET, "w") as met:
         met.write(str(os.getpid()))
-    while not until():
+    while not os.path.exists(GO):
         time.sleep(0.01)
 
 
 class Hold:
     """start: at the first import the task's code makes but the bootstrap's (what it imports before run_main);
+    import MODULE: as that module is first imported (by anyone: torch's C++ start-up imports numpy);
     MODULE:FUNCTION: as the task calls that function of that module."""
 
     def find_spec(self, name, path=None, target=None):
-        if WHERE == "start" and getattr(sys.modules.get("__main__"), "__file__", None) and not bootstraps(name):
+        started = getattr(sys.modules.get("__main__"), "__file__", None)
+        if (WHERE == "start" and started and not bootstraps(name)) or WHERE == f"import {name}":
             sys.meta_path.remove(self)
             hold()
         elif WHERE.partition(":")[0] == name:
@@ -194,7 +197,7 @@ class Hold:
 
 
 if WHERE == "end":  # as the process ends, once its answer is out (atexit: the last callback), until told
-    atexit.register(hold, lambda: os.path.exists(GO))
+    atexit.register(hold)
 else:
     sys.meta_path.insert(0, Hold())
 '''

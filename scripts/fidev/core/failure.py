@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -54,14 +55,37 @@ def exit_now(status: int):
 
 _INTERRUPTED = threading.Event()  # Ctrl-C (or SIGTERM) came since run_main started, whatever became of what it raised
 _answered = False  # main's answer is out (its output flushed), or being said (a failure's lines): it stands
+_holding = 0  # within interrupts_held: an interrupt is noted (_held), and raised as the outermost ends
+_held = False
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what run_main ignores once the answer is out
 
 
 def _interrupt(signum, frame):
+    global _held
     if _answered:  # an interrupt that comes after the answer changes nothing
         return
     _INTERRUPTED.set()
+    if _holding:
+        _held = True
+        return
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Ctrl-C or SIGTERM within waits for its end, then raises KeyboardInterrupt. For torch's first import
+    (and flashinfer's, which imports it): its C++ start-up runs Python (its extension imports numpy), where a
+    KeyboardInterrupt is swallowed, torch taking numpy for missing and the task going on as if no Ctrl-C came,
+    or aborts the process (pybind11's error through C++'s terminate: SIGABRT, no line)."""
+    global _holding, _held
+    _holding += 1
+    try:
+        yield
+    finally:
+        _holding -= 1
+        if not _holding and _held:  # also in place of what the import raised meanwhile
+            _held = False
+            raise KeyboardInterrupt
 
 
 def stop_as_ctrl_c(signum: int) -> None:

@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
-from fidev.core.failure import Failure
+from fidev.core.failure import Failure, interrupts_held
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
 from fidev.tree import source_tree
@@ -34,8 +34,9 @@ def import_flashinfer(mode: str) -> Imported:
     mode = module_choice.apply(mode)
     started = time.perf_counter()
     try:
-        import flashinfer
-        from flashinfer.jit import env as jit_env
+        with interrupts_held():  # it imports torch: Ctrl-C in torch's C++ start-up is swallowed or aborts the process
+            import flashinfer
+            from flashinfer.jit import env as jit_env
     except module_choice.Unpatchable as e:
         raise Failure(
             str(e), f"{kernel_source.ENV}={kernel_source.PREBUILT} leaves FlashInfer's own choice alone"

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from fidev.core.failure import INTERRUPTED, Failure, exit_now, interrupted, run_main
+from fidev.core.failure import INTERRUPTED, Failure, exit_now, interrupted, interrupts_held, run_main
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import module_choice
 from fidev.jit.flashinfer_import import REINSTALL
@@ -63,7 +63,8 @@ def torch_imports(task: str) -> None:
     (status 2, no fix): a Failure naming the exception. Where torch is not installed at all, the suite's
     tests skip and say so, as before (and the task fails as nothing having passed)."""
     try:
-        import torch  # noqa: F401
+        with interrupts_held():  # Ctrl-C in its C++ start-up is swallowed or aborts the process
+            import torch  # noqa: F401
     except ModuleNotFoundError as e:
         if e.name != "torch":  # torch is there, one of its own imports is not
             raise _broken_torch(task, e) from e
