@@ -132,6 +132,19 @@ def failing_test_of(b):
     return f"tests/{node}[case]" if "::" in node else f"tests/{node}::test_case[case]"
 
 
+def built_one(base: Path | None = None) -> Path:
+    """A module as `build` leaves one in the workspace's JIT dir (its ninja file and library; FLASHINFER_WORKSPACE_BASE
+    or `base`): what affected judges an edit against, and what planted_bugs asks for before it plants."""
+    from fidev.core import workspace as fidev_workspace
+
+    ws = fidev_workspace.Workspace(base, pins().flashinfer) if base else fidev_workspace.read(pins().flashinfer)
+    module = ws.version_dir / "90a" / fidev_workspace.JIT_DIR_NAME / "norm"
+    module.mkdir(parents=True, exist_ok=True)
+    for path in fidev_workspace.module_files(module):
+        path.write_text("")
+    return module
+
+
 def workspace(tmp_path, **config):
     """A workspace copy with a tree of the bugs' files (each holds its lines), recorded as the pinned
     release, and the stand-in affected."""
@@ -152,6 +165,7 @@ def workspace(tmp_path, **config):
         os.utime(tree / rel, ns=(OLD_NS, OLD_NS))
     (tree / source_tree.MARKER).write_text(source_tree.marker_text(pins()))  # the pinned release, its files recorded
     release_reference.record_release(tree)
+    built_one()
     tests = {b["file"]: failing_test_of(b) for b in bugs}
     env = {
         **os.environ,
@@ -231,6 +245,7 @@ def test_each_from_start_puts_the_workspace_back_before_each_later_bug_and_at_th
     )
     version_dir.mkdir(parents=True)
     (version_dir / "state.txt").write_text("found\n")
+    built_one(base)
     env = {**env, "FLASHINFER_WORKSPACE_BASE": str(base)}
     args = ["--bugs", "rope-theta,norm-fused-add-offset", *(["--each-from-start"] if each_from_start else [])]
     done = tool(root, env, *args)
@@ -507,6 +522,7 @@ def test_each_from_start_on_a_linked_version_folder_puts_back_its_target_and_kee
     version_dir.parent.mkdir(parents=True)
     version_dir.symlink_to(target)
     root, tree, env, _ = workspace(tmp_path, state=str(version_dir / "state.txt"), state_log=str(tmp_path / "log"))
+    built_one(base)
     env = {**env, "FLASHINFER_WORKSPACE_BASE": str(base)}
     done = tool(root, env, "--bugs", "rope-theta,norm-fused-add-offset", "--each-from-start")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr[-3000:]
@@ -595,3 +611,14 @@ def test_a_bug_the_time_limit_stops_midway_is_run_again_whole_with_those_after_i
     tool.record(tmp_path / "record.json", progress, True, 3)
     rec = json.loads((tmp_path / "record.json").read_text())
     assert (rec["unfinished"], rec["left"], rec["survivors"], rec["restored_failures"]) == (["b"], ["c"], [], [])
+
+
+def test_a_workspace_with_nothing_built_is_refused_before_anything_is_planted(tmp_path):
+    """affected judges an edit against what `build` built: with nothing built every run would be its refusal,
+    which the table would show as a survivor; planted_bugs says so first, in two lines, and plants nothing."""
+    root, tree, env, _ = workspace(tmp_path)
+    shutil.rmtree(built_one())
+    before = state(tree)
+    done = tool(root, env, "--bugs", "rope-theta", "--record", str(tmp_path / "record.json"))
+    two_line_failure(done, "nothing is built yet in ")
+    assert state(tree) == before and not (tmp_path / "pids").exists() and not (tmp_path / "record.json").exists()

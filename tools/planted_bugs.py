@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+from fidev.affected import built  # noqa: E402
 from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers, workspace  # noqa: E402
@@ -786,7 +787,8 @@ def main() -> int:
         print(listing())
         return 0
     chosen = chosen_bugs(args.bugs)
-    kernel_source.mode()  # each affected run reads it: a mode it refuses is said once, before a bug is planted
+    mode = kernel_source.mode()  # each affected run reads it: a mode it refuses is said once, before a bug is planted
+    built.some_built(workspace.read(pins().flashinfer), mode)  # with nothing built, no bug could be judged
     tree = pins().source_dir
     with edits.tree_lock(tree, "planted_bugs"):  # a tree another run holds has its planted bug: that run is said
         check_lines(tree, chosen)

@@ -165,15 +165,22 @@ class Found:
     mode: str
 
 
+def some_built(ws: workspace.Workspace, mode: str) -> tuple[list[Path], list[Built]]:
+    """The JIT dirs of the pinned version and the modules built in them, at least one, or two lines: with none
+    built, affected has nothing to judge an edit against (tools/planted_bugs.py asks before it plants)."""
+    dirs = jit_dirs(ws, mode)
+    modules = [m for d in dirs for m in built_modules(d)]
+    if not modules:
+        raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix(mode))
+    return dirs, modules
+
+
 def find(ws: workspace.Workspace, mode: str, listing: bool = False) -> Found:
     """The built modules, checked against the tree, with the kernel source mode applied; `listing`
     (--list): nothing in the JIT dirs is changed (drop_unrecorded_ahead)."""
     p = pins()
     tree = p.source_dir
-    dirs = jit_dirs(ws, mode)
-    modules = [m for d in dirs for m in built_modules(d)]
-    if not modules:
-        raise Failure(f"nothing is built yet in {', '.join(map(str, dirs))}", build_fix(mode))
+    dirs, modules = some_built(ws, mode)
     check_tree(tree, modules)
     module_choice.apply(mode)
     if mode == kernel_source.PREBUILT and importlib.util.find_spec(uris.JIT_CACHE_PACKAGE) is not None:
