@@ -92,6 +92,27 @@ def test_second_run_is_a_no_op(tmp_path, archive):
     assert {p: p.stat().st_mtime_ns for p in dest.rglob("*")} == before
 
 
+def test_a_release_whose_record_cannot_be_read_is_unpacked_again_by_replace_and_no_other_way(tmp_path, archive):
+    """affected and planted_bugs tell edits by the release's record of its files: where it cannot be read, their fix
+    is --replace, which must unpack the release again (the tree kept beside it), not say "nothing to do"."""
+    from fidev.tree import release_reference
+
+    path, sha = archive
+    dest = tmp_path / "flashinfer"
+    materialize(dest, pinned(sha), path)
+    (dest / "csrc/norm.cu").write_text("// my edit")
+    (dest / release_reference.RELEASE_FILES).write_text("[]")
+    with pytest.raises(Failure, match="cannot be read") as refused:
+        release_reference.edited_files(dest, pinned(sha))
+    assert "--replace unpacks the release again" in refused.value.fix
+    with pytest.raises(Failure, match=r"holds the pinned release, whose record of its files .* cannot be read"):
+        materialize(dest, pinned(sha), path)
+    assert "materialized" in materialize(dest, pinned(sha), path, replace=True)
+    assert release_reference.edited_files(dest, pinned(sha)) == []
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("flashinfer.replaced-")]
+    assert len(kept) == 1 and (kept[0] / "csrc/norm.cu").read_text() == "// my edit"
+
+
 def test_initialized_submodule_is_left_alone(tmp_path, archive):
     path, sha = archive
     dest = tmp_path / "flashinfer"

@@ -106,18 +106,29 @@ def _git(tree: Path, *args: str, may_fail: bool = False) -> list[str]:
 RECORD = dict[str, is_fact]  # the release's record (record_release): {file relative to the tree: its fact}
 
 
-def _against_record(tree: Path) -> list[str]:
-    fix = "python scripts/fetch_flashinfer_source.py --replace writes it again"
+REWRITE = (
+    "python scripts/fetch_flashinfer_source.py --replace unpacks the release again, with its record (the tree as it "
+    "is kept beside it as <tree>.replaced-<time>: copy your edits back from there)"
+)
+
+
+def unreadable_record(tree: Path) -> str | None:
+    """Why the release's record in `tree` (record_release) cannot be read, or None where it can."""
     try:
         recorded = load_json(tree / RELEASE_FILES)
     except (OSError, ValueError) as e:
-        raise Failure(f"{tree / RELEASE_FILES} cannot be read: {e}", fix) from e
-    if not fits(recorded, RECORD):
-        raise Failure(
-            f"{tree / RELEASE_FILES} cannot be read: it is not the record of the release's files "
-            "(file: its mtime, size, sha256)",
-            fix,
-        )
+        return str(e)
+    return (
+        None
+        if fits(recorded, RECORD)
+        else "it is not the record of the release's files (file: its mtime, size, sha256)"
+    )
+
+
+def _against_record(tree: Path) -> list[str]:
+    if (why := unreadable_record(tree)) is not None:
+        raise Failure(f"{tree / RELEASE_FILES} cannot be read: {why}", REWRITE)
+    recorded = load_json(tree / RELEASE_FILES)
     now = {str(p.relative_to(tree)): p for p in _files(tree)}
     changed = sorted(set(recorded) ^ set(now))
     return sorted(changed + [rel for rel in set(recorded) & set(now) if differs(now[rel], recorded[rel])])

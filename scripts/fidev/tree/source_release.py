@@ -25,7 +25,7 @@ from fidev.core.files import (
     write_verified,
 )
 from fidev.core.manifest import ROOT, Pins
-from fidev.core.workspace import TREE_LOCK
+from fidev.core.workspace import RELEASE_FILES, TREE_LOCK
 from fidev.tree import edits, release_reference, source_tree
 
 PROJECT = "flashinfer-python"
@@ -142,7 +142,8 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         )
     if tree.kind == "submodule":
         raise Failure(f"{where} is a git checkout; refusing to overwrite it", elsewhere)
-    if tree.kind == "release" and tree.pinned and not tree.lacking:
+    unrecorded = tree.kind == "release" and release_reference.unreadable_record(dest)
+    if tree.kind == "release" and tree.pinned and not tree.lacking and not unrecorded:
         return f"{where} already holds {p.sdist_name}; nothing to do"
     if tree.kind == "foreign" and not any((dest / d).is_dir() for d in ("csrc", "include/flashinfer", "flashinfer")):
         raise Failure(
@@ -153,6 +154,8 @@ def materialize(dest: Path, p: Pins, archive: Path | None = None, replace: bool 
         what = (
             f"another release ({tree.found})"
             if tree.kind == "release" and not tree.pinned
+            else f"the pinned release, whose record of its files ({RELEASE_FILES}) cannot be read: {unrecorded}"
+            if tree.kind == "release" and not tree.lacking
             else f"a partial release (no {', '.join(tree.lacking)})"
             if tree.kind == "release"
             else "a FlashInfer tree that is not the pinned release"
