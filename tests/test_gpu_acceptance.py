@@ -476,6 +476,19 @@ def test_fresh_refuses_a_work_folder_without_its_mark_though_its_names_are_the_t
     assert made(work) == {"logs"} and (work / "logs/my-notes.txt").read_text() == "the user's"
 
 
+def test_fresh_takes_a_fifo_in_place_of_the_mark_for_no_mark_and_never_waits_on_it(tmp_path):
+    """A named pipe where the mark lies is no mark: --fresh refuses the folder in two lines, at once (reading it
+    would wait for a writer), and removes nothing."""
+    work = tmp_path / "work"
+    work.mkdir()
+    os.mkfifo(work / ".fidev-acceptance")
+    (work / "results.json").write_text("{}")
+    argv = ["--work", str(work), "--staged", str(staged_release(tmp_path)), "--fresh", "--steps", "setup"]
+    done = subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True, timeout=60)
+    two_line_failure(done, "did not make")
+    assert made(work) == {".fidev-acceptance", "results.json"}
+
+
 def test_fresh_removes_nothing_where_no_source_release_was_staged(tmp_path):
     if (pins().source_dir / "csrc").is_dir():
         pytest.skip("this checkout has FlashInfer's tree: the workspace copy needs no staged release")

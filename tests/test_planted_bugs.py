@@ -622,3 +622,13 @@ def test_a_workspace_with_nothing_built_is_refused_before_anything_is_planted(tm
     done = tool(root, env, "--bugs", "rope-theta", "--record", str(tmp_path / "record.json"))
     two_line_failure(done, "nothing is built yet in ")
     assert state(tree) == before and not (tmp_path / "pids").exists() and not (tmp_path / "record.json").exists()
+
+
+def test_a_bugs_file_that_is_a_named_pipe_is_said_for_what_it_is_never_waited_on(tmp_path):
+    root, tree, env, bugs = workspace(tmp_path)
+    path = tree / next(b["file"] for b in bugs if b["id"] == "rope-theta")
+    path.unlink()
+    os.mkfifo(path)
+    done = tool(root, env, "--bugs", "rope-theta", timeout=60)
+    two_line_failure(done, f"rope-theta: {path} is a named pipe (FIFO), not a regular file")
+    assert not (tmp_path / "pids").exists()

@@ -86,6 +86,7 @@ from fidev.core.files import (  # noqa: E402
     not_a_folder,
     output_folder,
     parse_json,
+    read_input,
     replaceable,
     user_path,
     write_output,
@@ -423,7 +424,7 @@ def staged_release(tree: Path, staged: Path | None) -> Path | None:
 def marked(work: Path) -> bool:
     """Whether WORK holds the mark a run leaves in a WORK it made (MARK)."""
     try:
-        return not (work / MARK).is_symlink() and (work / MARK).read_text() == MARK_TEXT
+        return not (work / MARK).is_symlink() and read_input(work / MARK, 1 << 10).decode() == MARK_TEXT
     except (OSError, ValueError):
         return False
 

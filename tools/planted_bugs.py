@@ -58,7 +58,7 @@ from fidev.affected import summary as affected_summary  # noqa: E402
 from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers, workspace  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main, usage  # noqa: E402
-from fidev.core.files import output_file, write_output  # noqa: E402
+from fidev.core.files import not_a_file, output_file, write_output  # noqa: E402
 from fidev.core.manifest import pins  # noqa: E402
 from fidev.jit import kernel_source  # noqa: E402
 from fidev.records import build_records  # noqa: E402
@@ -322,6 +322,11 @@ def check_lines(tree: Path, chosen: list[Bug]) -> None:
     """Every chosen bug's line, exactly once in its file, before anything is planted; else two lines."""
     for bug in chosen:
         path = tree / bug.file
+        if (why := not_a_file(path)) is not None and path.exists():  # a FIFO: its reading would wait for a writer
+            raise Failure(
+                f"{bug.id}: {path} {why}",
+                "get the pinned FlashInfer source (README: First, the FlashInfer source), then run this again",
+            )
         try:
             count = path.read_text().count(bug.line)
         except OSError as e:
