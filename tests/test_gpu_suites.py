@@ -360,3 +360,34 @@ def test_each_smoke_module_names_a_kernel_family_whose_sources_are_its():
         if not any(stems[m.key] in source for source in families[m.family].sources)
     }
     assert wrong == {}
+
+
+@pytest.mark.parametrize(
+    "status, torch_loaded, teardown",
+    [(130, True, False), (130, False, True), (0, True, True), (1, True, True)],
+    ids=["interrupted with torch", "interrupted without torch", "passed", "failed"],
+)
+def test_a_suite_interrupted_after_torch_loaded_ends_without_the_interpreters_teardown(
+    monkeypatch, status, torch_loaded, teardown
+):
+    """Ctrl-C during a CUDA call may leave torch in a state its teardown crashes on (smoke_noise ended in
+    "Fatal Python error: Segmentation fault" on a GPU host): a suite interrupted once torch is loaded ends through
+    exit_now, every other end through sys.exit, the interpreter's whole teardown."""
+    from fidev.smoke import gpu_suite
+
+    ended = []
+
+    def exit_now(code):
+        ended.append(("exit_now", code))
+        raise SystemExit(code)
+
+    monkeypatch.setattr(gpu_suite, "run_main", lambda main: status)
+    monkeypatch.setattr(gpu_suite, "exit_now", exit_now)
+    if torch_loaded:
+        monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or object())
+    else:
+        monkeypatch.delitem(sys.modules, "torch", raising=False)
+    with pytest.raises(SystemExit) as ended_with:
+        gpu_suite.exit_task(lambda: status)
+    assert ended_with.value.code == status
+    assert ended == ([] if teardown else [("exit_now", status)])
