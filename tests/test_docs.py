@@ -102,6 +102,29 @@ def test_every_doc_the_code_points_to_has_the_section_it_names():
     assert stale == [], stale
 
 
+MEASURED = re.compile(r'measurements\.md\)?,? rows? ((?:\\?"[^"\\]+\\?"(?:,? and |, )?)+)')
+
+
+def test_every_row_of_measurements_that_code_or_docs_point_to_is_there():
+    """A pointer to a measure (docs/measurements.md, then row or rows and each row's name in double quotes) names
+    the first cell of a row of measurements.md's table (or its start, before a parenthesis): a row renamed leaves
+    the pointer sending its reader nowhere. Wrapped lines are read joined, a comment's `#` dropped."""
+    table = (ROOT / "docs/measurements.md").read_text().splitlines()
+    rows = {line.split("|")[1].strip() for line in table if line.startswith("| ") and not line.startswith("| ---")}
+    named = {row.split(" (")[0] for row in rows} | rows
+    files = [*ROOT.glob("scripts/**/*.py"), *ROOT.glob("tools/*.py"), *ROOT.glob("tests/**/*.py")]
+    files += [*ROOT.glob("docs/*.md"), ROOT / "README.md"]
+    pointed, stale = 0, []
+    for path in files:
+        flat = re.sub(r"\s*\n\s*(#\s*)?", " ", path.read_text())
+        for names in MEASURED.findall(flat):
+            for name in re.findall(r'"([^"\\]+)\\?"', names):
+                pointed += 1
+                if name not in named:
+                    stale.append(f"{path.relative_to(ROOT)}: {name}")
+    assert pointed >= 20 and stale == [], stale
+
+
 def said_exceptions() -> set[str]:
     """The variables faults.md says an empty value is not unset for: each `NAME=` of its list."""
     text = (ROOT / "docs/faults.md").read_text()

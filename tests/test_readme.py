@@ -25,3 +25,10 @@ def test_it_names_the_command_that_runs_the_tests_without_pixi():
     assert re.search(r"\*\*Without pixi:\*\* `bash \.ci/run`", COMMANDS)
     assert os.access(ROOT / ".ci/run", os.X_OK)
     assert 'task_command("test")' in (ROOT / ".ci/run").read_text(), ".ci/run must run the test task's own command"
+
+
+def test_it_says_what_the_pypi_release_lacks_beside_the_submodule():
+    """The fetch from PyPI is the same release, but without FlashInfer's tests: the README, which offers both,
+    says what that costs, as the guide does."""
+    text = " ".join(README.split())
+    assert "lacks FlashInfer's `tests/` and `pytest.ini`" in text and "never a pass" in text
