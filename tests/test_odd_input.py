@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins
-from script_runs import acceptance_digest, acceptance_tool, require, task_path, two_line_failure, wait_until
+from script_runs import acceptance_digest, acceptance_tool, require, task_path, two_line_failure, wait_until, within
 
 NUMBERS = {
     "superscript two": "²",
@@ -744,14 +744,15 @@ def test_every_json_reader_refuses_an_odd_record_and_never_hangs(tmp_path, kind)
     from fidev.upstream import runs, suite
 
     path = odd_input(tmp_path, kind)
-    with pytest.raises(ValueError, match="not UTF-8 text" if kind == "not UTF-8" else None):
-        load_json(path)
-    with pytest.raises(Failure):
-        read_record(path, "fidev-affected-verdicts/1", "affected's kept verdicts", "run it again")
-    assert build_stamp._read(path) is None
-    assert build_records._read(path, lambda data: True) is None
-    assert runs.load_times(path) == {}
-    assert suite.known_map(path, "key") is None
+    with within(30, "the readers of an odd record"):
+        with pytest.raises(ValueError, match="not UTF-8 text" if kind == "not UTF-8" else None):
+            load_json(path)
+        with pytest.raises(Failure):
+            read_record(path, "fidev-affected-verdicts/1", "affected's kept verdicts", "run it again")
+        assert build_stamp._read(path) is None
+        assert build_records._read(path, lambda data: True) is None
+        assert runs.load_times(path) == {}
+        assert suite.known_map(path, "key") is None
     outcomes = (
         tmp_path / "outcomes.jsonl"
     )  # a process's outcomes, one JSON object a line: a deep line is skipped as a torn one is
@@ -807,7 +808,7 @@ def test_a_depends_on_cycle_fails_in_two_lines_and_a_single_name_is_one_dependen
     head, sep, tail = text.partition(f"\n{first} = {{")
     assert sep, f"no table for the chain's first task {first} in the manifest"
     looped.write_text(f"{head}{sep} depends-on = [\"smoke\"],{tail}")
-    with pytest.raises(Failure) as refused:
+    with within(30, "reading a chain with a cycle"), pytest.raises(Failure) as refused:
         task_chain("smoke", looped)
     assert "cycle (smoke -> " in refused.value.problem and refused.value.fix.startswith("make the chain end"), (
         refused.value.problem

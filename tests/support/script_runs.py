@@ -1,5 +1,6 @@
 """Run the workspace's scripts as users do (a fresh interpreter) and check how they fail."""
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -235,3 +236,21 @@ def signal_held(proc: subprocess.Popen, met: str, signum: int, what: str, go=Non
             proc.kill()
             proc.communicate()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def within(seconds: float, what: str):
+    """The block ends within `seconds`, or the test fails saying so: a read that waits (a FIFO) or a loop that
+    never ends is stopped by SIGALRM, whose handler's exception ends even a system call (PEP 475). In the main
+    thread only, where Python runs signal handlers."""
+
+    def expired(signum, frame):
+        pytest.fail(f"{what} took more than {seconds:g} s: a wait or a loop", pytrace=False)
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
