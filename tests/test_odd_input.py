@@ -1643,6 +1643,25 @@ def test_a_pins_file_of_the_wrong_toml_type_fails_in_two_lines(kind):
     assert crashed == [], "\n".join(crashed)
 
 
+@pytest.mark.parametrize("depth", range(1, 5))
+def test_a_table_of_the_pins_path_of_another_type_is_named_with_its_type_not_as_missing(depth):
+    """package, package.metadata, ... pinned_wheels there but no table (an integer): said as such, with the fix that
+    regenerates the block, not "has no [...] table", which sends the user to look for another file."""
+    from fidev.bindings import cargo_pins
+    from fidev.core.failure import Failure
+
+    keys = cargo_pins.METADATA_PATH[:depth]
+    document: dict = {}
+    level = document
+    for key in keys[:-1]:
+        level = level.setdefault(key, {})
+    level[keys[-1]] = 5
+    with pytest.raises(Failure) as refused:
+        cargo_pins.read_pins(document, "Cargo.toml")
+    assert refused.value.problem == f"Cargo.toml: {'.'.join(keys)} is int 5, not a table", refused.value.problem
+    assert "pin WHEEL" in refused.value.fix
+
+
 def test_prefetch_refuses_a_pinned_wheel_that_is_no_table_in_two_lines(tmp_path):
     pins_file = tmp_path / "Cargo.toml"
     pins_file.write_text("[package.metadata.flashinfer_rs.pinned_wheels]\nflashinfer_python = \"0.6.3\"\n")

@@ -116,9 +116,16 @@ def _subtables(value, source: str, keys: tuple[str, ...]) -> dict:
 def read_pins(toml: dict, source: str) -> list[Pin]:
     """Every `<name>.<cuda>.<arch>` entry under [package.metadata.flashinfer_rs.pinned_wheels]."""
     table = toml
-    for key in METADATA_PATH:
+    for depth, key in enumerate(METADATA_PATH):
         table = table.get(key) if isinstance(table, dict) else None
-    if not isinstance(table, dict):
+        if table is not None and not isinstance(table, dict):  # there, but of another TOML type
+            raise Failure(
+                f"{source}: {'.'.join(METADATA_PATH[: depth + 1])} is {type(table).__name__} {table!r:.40}, "
+                "not a table",
+                "regenerate the block with `pixi run -e flashinfer-dev pin WHEEL`: [<name>.<cuda>.<arch>] tables "
+                "of filename, url and sha256",
+            )
+    if table is None:
         raise Failure(
             f"{source} has no [{'.'.join(METADATA_PATH)}] table",
             "name the bindings crate's Cargo.toml, or a file holding the blocks the `pin` task prints",
