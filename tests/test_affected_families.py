@@ -693,6 +693,17 @@ def test_an_edit_of_the_cascade_merge_runs_smokes_exact_merge_checks(tmp_path):
             "tests/attention/test_shared_prefix_kernels.py": "",
         },
     )
-    sel = selection.selection({"include/flashinfer/attention/cascade.cuh": set()}, {}, {}, {}, tree, [])
-    assert set(sel.families) == {"cascade"}
-    assert set(sel.ours) == {f"smoke/test_wide.py::test_merge_{name}" for name in ("two", "in_place", "five")}
+    header = "include/flashinfer/attention/cascade.cuh"
+    merge = {f"smoke/test_wide.py::test_merge_{name}" for name in ("two", "in_place", "five")}
+    sel = selection.selection({header: set()}, {}, {}, {}, tree, [])
+    assert set(sel.families) == {"cascade"} and set(sel.ours) == merge
+    # a built module of the header, whose recorded tests are the shared-prefix cases: the family is covered by
+    # them (its sample does not run), and smoke's merge checks still do, the nearest of all
+    shared = "tests/attention/test_shared_prefix_kernels.py::test_batch_attention_with_shared_prefix_paged_kv_cache"
+    changed = {"batch_prefill": {header: "changed"}}
+    sel = selection.selection({header: {"batch_prefill"}}, changed, {}, {"batch_prefill": [f"{shared}[1]"]}, tree, [])
+    assert sel.families == {} and merge <= set(sel.ours)
+    # a tree without FlashInfer's tests (the package index's release): no family runs, smoke's checks do
+    (tree / "tests/attention/test_shared_prefix_kernels.py").unlink()
+    sel = selection.selection({header: set()}, {}, {}, {}, tree, [])
+    assert sel.families == {} and set(sel.ours) == merge

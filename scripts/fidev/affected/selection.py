@@ -66,11 +66,15 @@ class Selection:
 
     @property
     def ours(self) -> list[str]:
-        """smoke's and abi-smoke's tests of the changed modules, and of the reached families' (they build what
-        they load)."""
+        """smoke's and abi-smoke's tests of the changed modules, and of every family an edited file reaches (they
+        build what they load), whether or not that family's FlashInfer tests run: where a recorded test of a
+        changed module covers the family, or its test files are not in the tree, smoke's exact checks are still
+        the nearest (the cascade merge's: one small module, where FlashInfer's shared-prefix cases load three fa3
+        prefill modules)."""
+        reached = {fam for fams in self.reach.values() for fam in fams}
         return sorted(
             {t for name in self.changed if name in self.tier for t in smoke_modules.BY_KEY[self.tier[name]].tests}
-            | {t for fam in self.families for t in family_smoke_tests(fam)}
+            | {t for fam in reached for t in family_smoke_tests(fam)}
         )
 
     @property
