@@ -1000,6 +1000,26 @@ TASKS = sorted(p.relative_to(ROOT).as_posix() for folder in ("scripts", "tools")
 STOPS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 
 
+@pytest.mark.parametrize("module", ["fidev.core.failure", "fidev.core.workspace", "fidev.builds.smoke_modules"])
+def test_importing_the_library_leaves_the_processs_signal_handlers_as_they_were(module):
+    """Only a task's first import (fidev.core.task_start) installs its handlers: a process that imports the library
+    (pytest's, whose conftest imports fidev.core.workspace, running the CPU tests or the GPU suites) keeps its own,
+    so Ctrl-C there is still pytest's, with its teardown, never our immediate exit 130."""
+    probe = (
+        f"import signal, {module}\n"
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+        "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "scripts")},
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stdout + done.stderr
+
+
 @fault("interrupted-at-start")
 @pytest.mark.parametrize("stop", STOPS)
 @pytest.mark.parametrize("task", TASKS)

@@ -306,7 +306,7 @@ def string_constants(paths) -> list[tuple[str, int, object]]:
 
 def test_the_verdicts_and_the_interrupted_status_are_stated_once():
     """affected's verdicts that are no test outcome besides ("nothing changed", "build failed", ...) are
-    written only in fidev.affected.verdict, and the interrupted status 130 only in fidev.core.task_start (a
+    written only in fidev.affected.verdict, and the interrupted status 130 only in fidev.core.interrupts (a
     task's first import, which says an interrupt before fidev.core.failure is imported): every other file names
     them (Verdict, INTERRUPTED)."""
     from fidev.affected.verdict import Verdict
@@ -323,7 +323,7 @@ def test_the_verdicts_and_the_interrupted_status_are_stated_once():
         (f, line, value)
         for f, line, value in string_constants(paths)
         if (value in own and f != "scripts/fidev/affected/verdict.py")
-        or (value == INTERRUPTED and f != "scripts/fidev/core/task_start.py")
+        or (value == INTERRUPTED and f != "scripts/fidev/core/interrupts.py")
     ]
     assert said == [], "name them: fidev.affected.verdict.Verdict, fidev.core.failure.INTERRUPTED"
 

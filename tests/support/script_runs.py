@@ -153,7 +153,7 @@ def acceptance_digest() -> str:
 HOLD = '''import atexit, importlib.util, os, sys, time
 
 WHERE, MET, GO = os.environ["FIDEV_TEST_HOLD"], os.environ["FIDEV_TEST_MET"], os.environ["FIDEV_TEST_GO"]
-BOOTSTRAP = {"__future__", "fidev", "fidev.core", "fidev.core.task_start"}  # a task's first import, and its own
+BOOTSTRAP = {"__future__", "fidev", "fidev.core", "fidev.core.task_start", "fidev.core.interrupts"}  # its first import
 INITS = (os.path.join("fidev", "__init__.py"), os.path.join("fidev", "core", "__init__.py"))  # on its way, with theirs
 
 

@@ -11,10 +11,10 @@ import signal
 import sys
 import threading
 
-from fidev.core import task_start
+from fidev.core import interrupts
 
 USAGE = 2  # argparse's status for bad usage
-INTERRUPTED = task_start.INTERRUPTED
+INTERRUPTED = interrupts.INTERRUPTED
 BROKEN_PIPE = 141  # and for one ended by SIGPIPE
 
 
@@ -116,7 +116,7 @@ def run_main(main) -> int:
     _answered = False
     _INTERRUPTED.clear()
     signal.signal(signal.SIGTERM, _interrupt)
-    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, task_start.before_main):
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, interrupts.before_main):
         signal.signal(signal.SIGINT, _interrupt)
     try:
         return _answer(main)
@@ -141,7 +141,7 @@ def _answer(main) -> int:
         return failure.exit_status
     except KeyboardInterrupt:
         _answered = True
-        print(task_start.LINE, file=sys.stderr)
+        print(interrupts.LINE, file=sys.stderr)
         return INTERRUPTED
     except BrokenPipeError:
         _answered = True
