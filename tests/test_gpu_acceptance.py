@@ -299,14 +299,14 @@ with open({argv!r}, "w") as f:
 bug = lambda i, caught: {{"id": i, "caught": caught}}
 case = os.environ["RECORD_CASE"]
 bugs = {{"caught": [bug("a", True), bug("b", True)], "survivor": [bug("a", True), bug("b", False)], "none started": [],
-        "partly": [bug("a", True)], "stopped": [bug("a", True)], "broke": []}}[case]
-left = {{"none started": ["a", "b"], "partly": ["b"], "stopped": ["c"]}}.get(case, [])
-unfinished = ["b"] if case == "stopped" else []
+        "partly": [bug("a", True)], "stopped": [bug("a", True)], "too long": [], "broke": []}}[case]
+left = {{"none started": ["a", "b"], "partly": ["b"], "stopped": ["c"], "too long": ["b"]}}.get(case, [])
+unfinished = {{"stopped": ["b"], "too long": ["a"]}}.get(case, [])
 record = {{"schema": {schema!r}, "complete": True, "bugs": bugs, "left": left, "unfinished": unfinished,
           "survivors": [b["id"] for b in bugs if not b["caught"]], "restored_failures": []}}
 with open(args[args.index("--record") + 1], "w") as f:
     json.dump(record, f)
-sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "stopped": 3, "broke": 1}}[case])
+sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "stopped": 3, "too long": 3, "broke": 1}}[case])
 """
 
 
@@ -318,6 +318,7 @@ sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "stopped"
         ("none started", None),
         ("partly", None),
         ("stopped", None),
+        ("too long", "FAIL"),
         ("broke", "FAIL"),
     ],
 )
@@ -368,6 +369,8 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
         )
     if case == "stopped":  # the bug the time limit stopped midway runs again first, whole
         assert "left for the next part: --steps planted-bugs --planted-bugs b,c" in done.stdout, done.stdout
+    if case == "too long":  # stopped though it had the whole part: another part would stop it again
+        assert "a did not end within a whole part" in results["planted-bugs"]["note"], results["planted-bugs"]
 
 
 @pytest.mark.parametrize(

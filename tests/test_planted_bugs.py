@@ -548,6 +548,36 @@ def test_an_affected_run_still_going_at_the_deadline_is_stopped_and_said_as_time
         os.kill(int((tmp_path / "pid").read_text()), 0)
 
 
+def ended(pid: int) -> bool:
+    """Whether the process is gone, or dead and not yet reaped (a zombie: its parent was killed too)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_an_affected_that_will_not_stop_is_killed_with_every_build_it_started(tmp_path, monkeypatch):
+    """At the deadline affected gets SIGTERM and a short while, then its whole process group gets SIGKILL: a ninja
+    or nvcc it started would otherwise go on compiling the planted line after the file is restored."""
+    tool = tool_module("planted_bugs")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts/affected.py").write_text(
+        "import os, signal, subprocess, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen(['sleep', '120'])\n"
+        f"open({str(tmp_path / 'pids')!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(120)\n"
+    )
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    monkeypatch.setattr(tool, "DEADLINE_STOP_S", 0.5)
+    began = time.perf_counter()
+    with pytest.raises(tool.TimeUp):
+        tool.affected(tmp_path / "summary.json", began + 2.0)
+    assert time.perf_counter() - began < 30
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    wait_until(lambda: all(ended(pid) for pid in pids), 10, f"affected and its child {pids} ended")
+
+
 def fake_bug(tool, name: str):
     return tool.Bug(name, "norm", f"include/{name}.cuh", "K", "x = 1;", "x = 2;", "small")
 

@@ -878,8 +878,8 @@ def planted_bugs(run: Run) -> None:
         str(record),
         *(["--bugs", ARGS.planted_bugs] if ARGS.planted_bugs else []),
     ]
-    if run.deadline is not None:
-        argv += ["--time-limit", f"{max(1.0, run.deadline - time.perf_counter() - 5):.0f}"]
+    given = None if run.deadline is None else max(1.0, run.deadline - time.perf_counter() - 5)
+    argv += [] if given is None else ["--time-limit", f"{given:.0f}"]
     status, _, seconds = run.sh("planted-bugs", [sys.executable, *argv])
     try:
         done = edits.read_planted_bugs(record, "see logs/planted-bugs.log")
@@ -888,6 +888,9 @@ def planted_bugs(run: Run) -> None:
         return
     caught = [b["id"] for b in done["bugs"] if b["caught"]]
     again = done["unfinished"] + done["left"]  # a bug the time limit stopped midway runs whole again
+    if (too_long := longer_than_a_part(done, given)) is not None:
+        run.record("planted-bugs", False, seconds, f"exit {status}; {too_long}; {record.name}")
+        return
     if status == 3 and again and len(caught) == len(done["bugs"]) and not done["restored_failures"]:
         # time ran out with no failure so far: no result, so that the next part runs the bugs left
         print(
@@ -904,6 +907,19 @@ def planted_bugs(run: Run) -> None:
         f"{', '.join(done['survivors']) or 'none'}; restored trees failing: "
         f"{', '.join(done['restored_failures']) or 'none'}; left: {', '.join(again) or 'none'}; "
         f"{record.name}",
+    )
+
+
+def longer_than_a_part(done: dict, given: float | None) -> str | None:
+    """Where the time limit stopped the part's first bug midway and the step had (nearly) a whole part: the bug
+    takes longer than a part, and another part would stop it again, so it is said, not left for the next one."""
+    whole_part = given is not None and ARGS.time_limit is not None and given >= 0.9 * ARGS.time_limit
+    ran_whole = [b for b in done["bugs"] if b["id"] not in done["unfinished"]]
+    if not (whole_part and done["unfinished"] and not ran_whole):
+        return None
+    return (
+        f"{done['unfinished'][0]} did not end within a whole part ({given:.0f} s), so no part can run it: run "
+        "tools/planted_bugs.py --bugs with it alone under a longer limit"
     )
 
 

@@ -74,6 +74,8 @@ KINDS = {
 }  # first match wins
 BUG_S = 240.0  # what --time-limit expects of a bug (both affected runs) before one has run here
 STOP_S = 60  # how long a stopped affected has to end its builds and tests before it is killed
+# at --time-limit's end, a shorter while, taken off the limit, so that the run ends within it
+DEADLINE_STOP_S = 15
 STOPPED = "stopped at --time-limit"  # a restore's verdict where the time limit ended its run
 
 
@@ -363,14 +365,20 @@ def check_unedited(tree: Path) -> None:
         )
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM (affected stops what it started), then SIGKILL after STOP_S."""
+def stop(proc: subprocess.Popen, grace: float = STOP_S) -> None:
+    """SIGTERM (affected stops what it started), then, after `grace`, SIGKILL to its whole process group (its own
+    session: a ninja or nvcc it left would go on compiling the planted line into the JIT dir after the restore,
+    its objects newer than the file `cp -p` put back); the group's stragglers go at the end either way."""
     proc.terminate()
     try:
-        proc.wait(timeout=STOP_S)
+        proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the group is gone already
+        pass
+    proc.wait()
 
 
 def affected(summary: Path, deadline: float | None) -> tuple[affected_summary.Summary | None, str | None, float]:
@@ -385,11 +393,12 @@ def affected(summary: Path, deadline: float | None) -> tuple[affected_summary.Su
         stdout=sys.stderr,
         stderr=sys.stderr,
         stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its builds and tests a group of their own, which stop() ends whole
     )
     try:
         proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.perf_counter()))
     except subprocess.TimeoutExpired:
-        stop(proc)
+        stop(proc, DEADLINE_STOP_S)
         raise TimeUp from None
     except BaseException:  # Ctrl-C, SIGTERM: affected stops what it started, then the file is restored
         stop(proc)
@@ -712,7 +721,7 @@ def run_bugs(tree: Path, chosen: list[Bug], limit: float | None, start: Path | N
     longest so far), and an affected run still going at its end is stopped, its bug unfinished; with `start` (the
     version's folder: --each-from-start), each from the state the run found (StartState)."""
     started, longest = time.perf_counter(), BUG_S
-    deadline = None if limit is None else started + limit
+    deadline = None if limit is None else started + limit - DEADLINE_STOP_S
     results = progress.results
     with tempfile.TemporaryDirectory(prefix="fidev-planted-") as scratch:
         copied = time.perf_counter()
