@@ -132,15 +132,15 @@ def test_top_k(fi, record):
 MERGE_N, MERGE_H = 300, 32  # positions and heads of the merged states: every head has its own weights
 
 
-def attention_states(count):
-    """`count` attention states of MERGE_N positions: fp16 outputs, and float32 log2-sum-exps spread over a few
+def attention_states(count, positions=MERGE_N):
+    """`count` attention states of `positions` positions: fp16 outputs, and float32 log2-sum-exps spread over a few
     units, so that each state weighs in and the weights differ from head to head."""
-    v = torch.randn(MERGE_N, count, MERGE_H, D, dtype=F16, device="cuda")
-    return v, 3 * torch.randn(MERGE_N, count, MERGE_H, dtype=torch.float32, device="cuda")
+    v = torch.randn(positions, count, MERGE_H, D, dtype=F16, device="cuda")
+    return v, 3 * torch.randn(positions, count, MERGE_H, dtype=torch.float32, device="cuda")
 
 
-def merged_outputs():
-    poison_allocator(((MERGE_N, MERGE_H, D), F16), ((MERGE_N, MERGE_H), torch.float32))
+def merged_outputs(positions=MERGE_N):
+    poison_allocator(((positions, MERGE_H, D), F16), ((positions, MERGE_H), torch.float32))
 
 
 def test_merge_two(fi, record):
@@ -167,15 +167,18 @@ def test_merge_in_place(fi, record):
     record("merge_state_in_place fp16", "cascade", err, gpu_ms(lambda: fi.merge_state_in_place(out, lse, *other)))
 
 
-def test_merge_five(fi, record):
+# merge_states' two kernels (include/flashinfer/attention/cascade.cuh, MergeStates at v0.6.3): MergeStatesKernel, a
+# thread block a position; MergeStatesLargeNumIndexSetsKernel where the states are at least as many as the positions
+@pytest.mark.parametrize("positions, count", [(MERGE_N, 5), (3, 40)], ids=["five states", "more states than positions"])
+def test_merge_many(fi, record, positions, count):
     seed = fresh_seed()
-    v, s = attention_states(5)
-    merged_outputs()
+    v, s = attention_states(count, positions)
+    merged_outputs(positions)
     out, lse = fi.merge_states(v, s)
     ref, ref_lse = merge_ref(v, s)
     err = assert_close(out, ref, "merge_state", F16, seed)
     assert_close(lse, ref_lse, "merge_lse", F16, seed)
-    record("merge_states fp16, 5 states", "cascade", err, gpu_ms(lambda: fi.merge_states(v, s)))
+    record(f"merge_states fp16, {count} states", "cascade", err, gpu_ms(lambda: fi.merge_states(v, s)))
 
 
 @pytest.mark.usefixtures("sm90")

@@ -266,7 +266,7 @@ MODULES = [
         "merge_state, merge_state_in_place, merge_states",
         _cascade,
         tier=WIDE,
-        tests=_tests(_W + "test_merge_two", _W + "test_merge_in_place", _W + "test_merge_five"),
+        tests=_tests(_W + "test_merge_two", _W + "test_merge_in_place", _W + "test_merge_many"),
         family="cascade",
         name="cascade",  # gen_cascade_module: gen_jit_spec("cascade", ...), flashinfer/jit/cascade.py
     ),
