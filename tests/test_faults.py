@@ -1193,7 +1193,9 @@ def test_gpu_suites_fail_when_nothing_ran(script, task):
 
 
 @fault("smoke-torch-broken")
-@pytest.mark.parametrize("script, task", [("smoke.py", "smoke"), ("abi_smoke.py", "abi-smoke")])
+@pytest.mark.parametrize(
+    "script, task", [("smoke.py", "smoke"), ("abi_smoke.py", "abi-smoke"), ("smoke_noise.py", "smoke (noise)")]
+)
 @pytest.mark.parametrize(
     "raised, said",
     [
