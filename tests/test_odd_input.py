@@ -456,6 +456,11 @@ def test_a_fifo_among_the_carried_wheels_or_the_staged_files_is_said_for_what_it
     os.mkfifo(tmp_path / "carried" / wheel)
     done = run("prefetch.py", [str(tmp_path / "pins.toml"), "--from", str(tmp_path / "carried")], tmp_path)
     two_line_failure(done, f"{tmp_path / 'carried' / wheel} is a named pipe (FIFO), not a regular file")
+    tests = tmp_path / "tests-staged"
+    tests.mkdir()
+    os.mkfifo(tests / "flashinfer-tests.tar")  # FlashInfer's tests, which setup skipped, the steps running without
+    done = run("gpu_acceptance.py", ["--work", "{tmp}/work", "--staged", str(tests), "--steps", "setup"], tmp_path)
+    two_line_failure(done, f"--staged {tests}: flashinfer-tests.tar is a named pipe (FIFO)")
     if (pins().source_dir / "csrc").is_dir():
         return  # the acceptance run's copy of this checkout has its tree: it takes no staged release
     staged = tmp_path / "staged"

@@ -533,6 +533,11 @@ def staged_folder(staged: Path) -> None:
             f"--staged {staged} holds nothing tools/stage_gpu_host.py stages (no {', no '.join(names)}, no wheel)",
             f"stage into it first, where PyPI is reachable: python3 tools/stage_gpu_host.py {staged}",
         )
+    tests = staged / TESTS_ARCHIVE
+    if os.path.lexists(tests) and (why := not_a_file(tests)):  # a FIFO: setup skipped it, and ran without the tests
+        raise Failure(
+            f"--staged {staged}: {TESTS_ARCHIVE} {why}", f"stage again: python3 tools/stage_gpu_host.py {staged}"
+        )
 
 
 def setup(run: Run) -> None:
