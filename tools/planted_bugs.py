@@ -802,14 +802,15 @@ def main() -> int:
         return 0
     chosen = chosen_bugs(args.bugs)
     mode = kernel_source.mode()  # each affected run reads it: a mode it refuses is said once, before a bug is planted
-    built.some_built(workspace.read(pins().flashinfer), mode)  # with nothing built, no bug could be judged
+    ws = workspace.read(pins().flashinfer)
+    built.some_built(ws, mode)  # with nothing built, no bug could be judged
     tree = pins().source_dir
     with edits.tree_lock(tree, "planted_bugs"):  # a tree another run holds has its planted bug: that run is said
         check_lines(tree, chosen)
         check_unedited(tree)
     progress = Progress()
     complete = False
-    start = workspace.read(pins().flashinfer).version_dir if args.each_from_start else None
+    start = ws.version_dir if args.each_from_start else None
     try:
         run_bugs(tree, chosen, args.time_limit, start, progress)
         complete = True
