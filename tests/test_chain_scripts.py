@@ -50,7 +50,24 @@ def specs(*sources):
     return [SimpleNamespace(name=f"m{i}", sources=[None] * n) for i, n in enumerate(sources)]
 
 
-def test_a_module_builds_with_a_job_per_source_within_the_budget_of_twice_the_cores_or_max_jobs(monkeypatch):
+@pytest.fixture
+def memory(tmp_path, monkeypatch):
+    """A host whose /proc/meminfo and cgroup files the test writes (in the kernel's formats), none at first."""
+    monkeypatch.setattr(module_builds, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(module_builds, "CGROUP", tmp_path / "cgroup")
+    (tmp_path / "cgroup").mkdir()
+    return tmp_path
+
+
+def meminfo(gib: float) -> str:
+    """/proc/meminfo as Linux writes it, with MemAvailable of `gib` GiB."""
+    kib = int(gib * 2**20)
+    return (
+        f"MemTotal:       {kib + 4096} kB\nMemFree:        {kib - 4096} kB\nMemAvailable:   {kib} kB\nBuffers:  0 kB\n"
+    )
+
+
+def test_a_module_builds_with_a_job_per_source_within_the_budget_of_twice_the_cores_or_max_jobs(monkeypatch, memory):
     monkeypatch.delenv("MAX_JOBS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert module_builds.job_budget() == 32
@@ -68,7 +85,9 @@ def test_a_module_builds_with_a_job_per_source_within_the_budget_of_twice_the_co
     ["²", "abc", "0", "-1", "1.5", " 4", "٣", "1" * 5000],
     ids=lambda v: v if len(v) < 9 else f"{len(v)} digits",
 )
-def test_a_max_jobs_that_is_no_whole_number_from_1_is_ignored_with_one_warning_naming_it(monkeypatch, capsys, max_jobs):
+def test_a_max_jobs_that_is_no_whole_number_from_1_is_ignored_with_one_warning_naming_it(
+    monkeypatch, capsys, memory, max_jobs
+):
     """'²' and '٣' are str.isdigit, which int() refuses or reads; 5000 digits are more than int() reads:
     each ignored (as FlashInfer ignores what is no digits), said once in the process, never a traceback."""
     monkeypatch.setattr(module_builds, "_JOBS_WARNED", set())
@@ -79,7 +98,7 @@ def test_a_max_jobs_that_is_no_whole_number_from_1_is_ignored_with_one_warning_n
     assert line.startswith(f"warning: MAX_JOBS={max_jobs!r} is not a whole number from 1") and "ignored" in line
 
 
-def test_a_max_jobs_of_ascii_digits_is_taken_without_a_word(monkeypatch, capsys):
+def test_a_max_jobs_of_ascii_digits_is_taken_without_a_word(monkeypatch, capsys, memory):
     for max_jobs, budget in (("007", 7), ("999999999", 999999999)):
         monkeypatch.setenv("MAX_JOBS", max_jobs)
         assert module_builds.job_budget() == budget
@@ -87,6 +106,41 @@ def test_a_max_jobs_of_ascii_digits_is_taken_without_a_word(monkeypatch, capsys)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert module_builds.job_budget() == 32
     assert capsys.readouterr().err == ""
+
+
+def test_without_max_jobs_the_builds_take_no_more_jobs_than_the_memory_free_holds(monkeypatch, capsys, memory):
+    """Twice the cores of FlashInfer's heaviest objects at once were killed for memory on a GPU host of 16
+    cores and 128 GiB (docs/measurements.md, row "compile memory per job"): without MAX_JOBS the budget is
+    also at most the memory free at JOB_MEMORY a job (MemAvailable, or the cgroup's limit less its use where
+    that is less), at least one; MAX_JOBS is the user's word and is taken as it is."""
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(module_builds, "_JOBS_WARNED", set())
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert module_builds.job_budget() == 32, "no /proc/meminfo: twice the cores"
+    (memory / "meminfo").write_text(meminfo(125))
+    assert module_builds.JOB_MEMORY == 7 * 2**30
+    assert module_builds.job_budget() == 17, "125 GiB holds 17 jobs of 7 GiB"
+    (memory / "meminfo").write_text(meminfo(1000))
+    assert module_builds.job_budget() == 32, "the cores bound it"
+    (memory / "meminfo").write_text(meminfo(2))
+    assert module_builds.job_budget() == 1, "too little for one: one all the same"
+    (memory / "meminfo").write_text(meminfo(125))
+    (memory / "cgroup" / "memory.max").write_text(f"{64 * 2**30}\n")
+    (memory / "cgroup" / "memory.current").write_text(f"{22 * 2**30}\n")
+    assert module_builds.job_budget() == 6, "the container's 64 GiB, 22 of them in use: 42 GiB, 6 jobs"
+    (memory / "cgroup" / "memory.current").write_text(f"{80 * 2**30}\n")
+    assert module_builds.job_budget() == 1, "the container over its limit: one"
+    (memory / "cgroup" / "memory.max").write_text("max\n")
+    assert module_builds.job_budget() == 17, "no limit: MemAvailable's"
+    for odd in ("MemAvailable: lots kB\n", "MemAvailable:   1234\n", "MemTotal: 1 kB\n", "\xff\xfe"):
+        (memory / "meminfo").write_text(odd)
+        assert module_builds.job_budget() == 32, f"no MemAvailable in kB read from {odd!r}: twice the cores"
+    (memory / "meminfo").write_text(meminfo(14))
+    monkeypatch.setenv("MAX_JOBS", "12")
+    assert module_builds.job_budget() == 12, "MAX_JOBS as it is"
+    monkeypatch.setenv("MAX_JOBS", "many")
+    assert module_builds.job_budget() == 2, "an ignored MAX_JOBS: the memory's"
+    assert "up to 2 jobs at once (twice the cores, and no more than the memory free holds" in capsys.readouterr().err
 
 
 def test_modules_start_in_order_each_once_its_jobs_fit_beside_those_running():

@@ -357,6 +357,7 @@ def test_the_modules_smokes_tests_load_rebuild_first_and_the_others_yield_to_the
     monkeypatch.setattr(module_builds, "start_ninja", start_ninja)
     monkeypatch.delenv("MAX_JOBS", raising=False)
     monkeypatch.setattr(module_builds.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(module_builds, "memory_jobs", lambda: None)  # the cores bound the jobs, not the memory
     specs = [SleepSpec(tmp_path, "theirs", 0), SleepSpec(tmp_path, "smokes", 0)]
     for spec in specs:
         spec.sources = ["a.cu", "b.cu"]
@@ -378,6 +379,7 @@ def test_the_head_of_first_that_fits_the_cores_leads_and_every_other_module_yiel
     past them, and any module not in it, yields; with no `first`, none leads and none yields."""
     monkeypatch.delenv("MAX_JOBS", raising=False)
     monkeypatch.setattr(module_builds.os, "cpu_count", lambda: 4)  # a job budget of 8
+    monkeypatch.setattr(module_builds, "memory_jobs", lambda: None)  # the cores bound the jobs, not the memory
     spec = lambda name, n: SimpleNamespace(name=name, sources=[f"{i}.cu" for i in range(n)])  # noqa: E731
     specs = [spec("other", 1), spec("b", 2), spec("a", 2), spec("c", 1)]
     assert module_builds.leading(specs, ("a", "b", "c")) == {"a", "b"}, "2 + 2 jobs fit 4 cores; c's fifth does not"
@@ -404,6 +406,7 @@ def test_the_first_tests_module_builds_at_the_usual_priority_and_those_of_later_
     monkeypatch.setattr(module_builds, "start_ninja", start_ninja)
     monkeypatch.delenv("MAX_JOBS", raising=False)
     monkeypatch.setattr(module_builds.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(module_builds, "memory_jobs", lambda: None)  # the cores bound the jobs, not the memory
     specs = [SleepSpec(tmp_path, name, 0) for name in ("later", "second", "head", "not_first")]
     module_builds.Rebuild(specs, lambda rebuilt: None, lambda line: None, ("head", "second", "later")).wait()
     assert niceness == {

@@ -51,29 +51,79 @@ def first_error(lines: list[str]) -> str:
 _JOBS_WARNED: set[str] = set()  # the MAX_JOBS values job_budget has warned of in this process: once each
 _JOBS_WARNING = threading.Lock()  # the builds' threads read it too
 
+# The memory one compile job is given. FlashInfer's heaviest objects (gdn_prefill_sm90's, CUTLASS for sm_90a)
+# take several GiB each in cicc: twice the cores of them at once were killed for memory on a GPU host
+# (docs/measurements.md, row "compile memory per job").
+JOB_MEMORY = 7 * 2**30
+MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")  # cgroup v2's files of the cgroup this process is in (a container's)
+DEFAULT_JOBS = "twice the cores, and no more than the memory free holds at 7 GiB a job"
+
 
 def job_budget() -> int:
     """The jobs the modules' builds run at once, all of them together: MAX_JOBS where it is a whole number
-    from 1 (ASCII digits alone: str.isdigit takes '²', which int() refuses), else twice the cores (a CUDA
-    compile waits on its files part of the time). Any other value is ignored, with one warning line naming
-    it, as FlashInfer 0.6.3 ignores what is no digits (`_get_num_workers`, flashinfer/jit/cpp_ext.py); an
-    empty one counts as unset. Not refused: this is read in the middle of a run, by the builds' threads."""
+    from 1 (ASCII digits alone: str.isdigit takes '²', which int() refuses), else DEFAULT_JOBS (a CUDA
+    compile waits on its files part of the time; memory_jobs). Any other value is ignored, with one warning
+    line naming it, as FlashInfer 0.6.3 ignores what is no digits (`_get_num_workers`,
+    flashinfer/jit/cpp_ext.py); an empty one counts as unset. Not refused: this is read in the middle of a
+    run, by the builds' threads."""
     max_jobs = os.environ.get("MAX_JOBS", "")
-    default = 2 * (os.cpu_count() or 1)
     # ASCII digits, 9 at most once leading zeros go (int() refuses thousands of digits, and no host runs more jobs)
     if numbers.digits(max_jobs) and 0 < len(max_jobs.lstrip("0")) <= 9:
         return int(max_jobs)
+    default = 2 * (os.cpu_count() or 1)
+    if (held := memory_jobs()) is not None:
+        default = min(default, held)
     with _JOBS_WARNING:
         first_time = bool(max_jobs) and max_jobs not in _JOBS_WARNED
         _JOBS_WARNED.add(max_jobs)
     if first_time:
         print(
             f"warning: MAX_JOBS={max_jobs!r} is not a whole number from 1 to 999999999: ignored, the modules' "
-            f"builds run up to {default} jobs at once (twice the cores)",
+            f"builds run up to {default} jobs at once ({DEFAULT_JOBS})",
             file=sys.stderr,
             flush=True,
         )
     return default
+
+
+def memory_jobs() -> int | None:
+    """The compile jobs, at JOB_MEMORY each and at least one, that the memory free now holds: the kernel's
+    MemAvailable (MEMINFO), or less where this process's cgroup has a limit (memory.max less memory.current);
+    None where MemAvailable cannot be read. Read as each build starts, so a build started beside others counts
+    the memory theirs already take."""
+    free = meminfo_available()
+    if free is None:
+        return None
+    limit, used = (read_whole(CGROUP / name) for name in ("memory.max", "memory.current"))
+    if limit is not None and used is not None:
+        free = min(free, max(0, limit - used))
+    return max(1, free // JOB_MEMORY)
+
+
+def meminfo_available() -> int | None:
+    """MemAvailable of MEMINFO in bytes (the kernel writes `MemAvailable:   131072000 kB`); None where the file
+    cannot be read or has no such line."""
+    try:
+        text = MEMINFO.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        fields = value.split()
+        if name == "MemAvailable" and len(fields) == 2 and fields[1] == "kB" and numbers.digits(fields[0]):
+            return int(fields[0]) * 1024
+    return None
+
+
+def read_whole(path: Path) -> int | None:
+    """A cgroup file's one whole number (memory.max says `max` where there is no limit); None where it holds
+    none or cannot be read."""
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if numbers.digits(text) and len(text) <= 30 else None
 
 
 def in_order(specs, first: Sequence[str]) -> list:
