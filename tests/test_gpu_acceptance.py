@@ -619,6 +619,41 @@ def test_a_needed_step_that_fits_runs_though_the_step_after_it_does_not(tmp_path
     assert (work / "made" / "build-cold").is_file() and len(pids.read_text().split()) == 1
 
 
+def test_a_step_still_running_near_the_end_of_the_time_limit_is_stopped_and_runs_again_in_the_next_part(tmp_path):
+    """A step that takes longer than its time here (a cold build short of memory, which went on past the host's
+    limit on a command, so that nothing of the part came back): STOP_BEFORE_S before --time-limit ends its
+    command is stopped, the step keeps no result (its earlier one forgotten too), and the part ends with its
+    table, status 3 and the steps left, the stopped one first."""
+    work, _, pids, gate = acceptance_work(tmp_path)
+    stop_before = acceptance_tool().STOP_BEFORE_S
+    earlier = {"result": "pass", "seconds": 1.0, "note": "an earlier run's"}  # 1 s: it fits the part
+    (work / "results.json").write_text(json.dumps({"smoke": earlier}))
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--work",
+            str(work),
+            "--time-limit",
+            str(stop_before + 3),
+            "--steps",
+            "smoke,abi-smoke",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "STANDIN_GATE": str(gate)},  # smoke's stand-in waits while the gate is there: for good
+    )
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert f"stopped {stop_before} s before --time-limit ended: smoke, which the next part runs again" in lines
+    assert lines[-1] == f"not started, past --time-limit {stop_before + 3} s: --steps smoke,abi-smoke", done.stdout
+    assert json.loads((work / "results.json").read_text()) == {}, "a result of a step stopped midway"
+    smoke = int(pids.read_text().split()[0])
+    with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
+        os.kill(smoke, 0)
+
+
 def test_build_cold_takes_every_made_mark_with_it_and_auto_restore_the_prebuilt_sets(tmp_path):
     """build-cold empties the JIT base and the compile cache: every state marked made goes with them (a later
     step needing build-abi's builds makes them again); the step's own mark follows its pass."""

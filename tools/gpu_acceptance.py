@@ -25,7 +25,8 @@ and restores the file (`cp -p`: its old bytes and mtime) within itself, under th
 that ends the command, Ctrl-C), leaves the tree as it was. Results accumulate in WORK/results.json, so
 a host that limits a command's time runs it in parts: `--steps setup,negative-control,...`, then
 the rest; each part prints the table of every step recorded so far. With `--time-limit SECONDS` a
-part starts no step that would not end in time (by the step's last time here, else STEP_S), and
+part starts no step that would not end STOP_BEFORE_S before the limit (by the step's last time here, else
+STEP_S), stops a step still running then (it keeps no result, and runs again first in the next part), and
 names the steps it left for the next part; `--resume` leaves out the steps WORK has every row for, so
 every part after the first can be the same command, and a part fails where a step it left out failed. \
 `--fresh` removes what earlier runs made in WORK
@@ -68,6 +69,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -218,9 +220,9 @@ STEP_S = {
     "affected-generator": 61,
     # its edit's run is short, its restore's is not (docs/measurements.md, rows "affected: attention header edit to
     # exit" and "affected: attention restore to its verdict"): a part of its own. Under the --time-limit 580 a host
-    # that limits each command to 10 minutes takes, a step expected to take 580 s would never start: 560 starts it
-    # at a part's beginning, and the longest it has taken there still ends within the command's 600 s
-    "affected-attention": 560,
+    # that limits each command to 10 minutes takes, a step must end STOP_BEFORE_S before the limit: 500 starts it
+    # at a part's beginning, and the longest it has taken there ends well before that
+    "affected-attention": 500,
     "upstream-quantization": 46,
     "affected-upstream": 42,
     "prebuilt-set": 121,
@@ -320,17 +322,24 @@ class Run:
             text=True,
             start_new_session=True,
         )  # its own process group, for stop()
-        lines = []
+        lines, cut = [], threading.Event()
+        timer = None if self.deadline is None else cut_at(self.deadline - STOP_BEFORE_S, proc, cut)
         try:
             with open(self.logs / f"{name}.log", "a") as log:
                 for line in proc.stdout:
                     sys.stdout.write(line)
                     log.write(line)
                     lines.append(line)
-            return proc.wait(), "".join(lines), time.perf_counter() - started
+            status = proc.wait()
         except BaseException:
             stop(proc)
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if cut.is_set():
+            raise StepCut(name)
+        return status, "".join(lines), time.perf_counter() - started
 
     def objects(self) -> dict[str, int]:
         return {str(p): p.stat().st_mtime_ns for p in self.base.rglob("*.o")} if self.base.exists() else {}
@@ -379,6 +388,29 @@ class Run:
         except RuntimeError:
             return None
         return (stats["direct_cache_hit"] + stats["preprocessed_cache_hit"], stats["cache_miss"]) if stats else None
+
+
+# A step still running this long before --time-limit ends is stopped (stop: SIGTERM, SIGKILL up to 30 s later),
+# so that the part ends with its table and results.json, not killed midway by the host's limit on a command.
+STOP_BEFORE_S = 45
+
+
+class StepCut(Exception):
+    """A step's command stopped STOP_BEFORE_S before --time-limit ended: the step keeps no result and heads
+    the steps the next part runs."""
+
+
+def cut_at(when: float, proc: subprocess.Popen, cut: threading.Event) -> threading.Timer:
+    """A timer that, at `when` (time.perf_counter()), sets `cut` and stops the command (stop)."""
+
+    def fire() -> None:
+        cut.set()
+        stop(proc)
+
+    timer = threading.Timer(max(0.0, when - time.perf_counter()), fire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -872,6 +904,9 @@ def bench_upstream(run: Run, name: str) -> None:
     run.record(name, status == 0, seconds, f"exit {status}; " + " | ".join(said))
 
 
+SPARE_S = 5  # planted_bugs' time ends this long before the step would be cut: its record is written by then
+
+
 def planted_bugs(run: Run) -> None:
     """tools/planted_bugs.py on --planted-bugs (default all), within what is left of --time-limit;
     its result from the record it writes (fidev-planted-bugs/1), kept in logs/ beside its log."""
@@ -883,7 +918,8 @@ def planted_bugs(run: Run) -> None:
         str(record),
         *(["--bugs", ARGS.planted_bugs] if ARGS.planted_bugs else []),
     ]
-    given = None if run.deadline is None else max(1.0, run.deadline - time.perf_counter() - 5)
+    # it stops itself in time: it ends before the step would be cut (STOP_BEFORE_S), its record written
+    given = None if run.deadline is None else max(1.0, run.deadline - STOP_BEFORE_S - time.perf_counter() - SPARE_S)
     argv += [] if given is None else ["--time-limit", f"{given:.0f}"]
     status, _, seconds = run.sh("planted-bugs", [sys.executable, *argv])
     try:
@@ -918,7 +954,8 @@ def planted_bugs(run: Run) -> None:
 def longer_than_a_part(done: dict, given: float | None) -> str | None:
     """Where the time limit stopped the part's first bug midway and the step had (nearly) a whole part: the bug
     takes longer than a part, and another part would stop it again, so it is said, not left for the next one."""
-    whole_part = given is not None and ARGS.time_limit is not None and given >= 0.9 * ARGS.time_limit
+    whole_part = given is not None and ARGS.time_limit is not None
+    whole_part = whole_part and given >= 0.9 * (ARGS.time_limit - STOP_BEFORE_S - SPARE_S)
     ran_whole = [b for b in done["bugs"] if b["id"] not in done["unfinished"]]
     if not (whole_part and done["unfinished"] and not ran_whole):
         return None
@@ -1071,7 +1108,8 @@ def make_parser() -> ArgumentParser:
     parser.add_argument(
         "--time-limit",
         type=option(numbers.decimal_number(example="--time-limit 580")),
-        help="seconds this part may take: no step starts that would not end in time",
+        help=f"seconds this part may take: no step starts that would not end {STOP_BEFORE_S} s before them, and a "
+        "step still running then is stopped, to run again in the next part",
     )
     parser.add_argument("--resume", action="store_true", help="leave out the steps WORK already has a result for")
     parser.add_argument(
@@ -1158,13 +1196,21 @@ def run_steps(run: Run, chosen: list[str]) -> list[str]:
         now, ending = [], time.perf_counter() - started
         for step in [*needed_first(run, name), name]:
             ending += expected_s(run, step)
-            if ARGS.time_limit is not None and ending > ARGS.time_limit:
+            if ARGS.time_limit is not None and ending > ARGS.time_limit - STOP_BEFORE_S:  # or it would be cut
                 break
             now.append(step)
         if now and name != "setup" and not run.ws.exists():
             setup(run)
         for step in now:
-            run_one(run, todo, step)
+            try:
+                run_one(run, todo, step)
+            except StepCut:
+                run.forget(rows(step))  # its rows are one result: none of a step cut midway
+                print(
+                    f"\nstopped {STOP_BEFORE_S} s before --time-limit ended: {step}, which the next part runs again",
+                    flush=True,
+                )
+                return chosen[i:]
         if name not in now:
             left = chosen[i:]
             break
