@@ -352,10 +352,11 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
         timeout=120,
         env={**os.environ, "RECORD_CASE": case},
     )
-    given = json.loads(argv.read_text())
+    given, tool = json.loads(argv.read_text()), acceptance_tool()
     assert (
         given[given.index("--bugs") + 1] == "rope-theta,softmax-scale"
-        and 0 < float(given[given.index("--time-limit") + 1]) <= 300
+        # it ends before the step would be cut: STOP_BEFORE_S, and SPARE_S for its record, taken off the part
+        and 0 < float(given[given.index("--time-limit") + 1]) <= 300 - tool.STOP_BEFORE_S - tool.SPARE_S
         and "--each-from-start" in given  # every bug from the state the step found (after build-cold: build's alone)
     ), given
     results = json.loads((work / "results.json").read_text()) if (work / "results.json").is_file() else {}
@@ -619,6 +620,19 @@ def test_a_needed_step_that_fits_runs_though_the_step_after_it_does_not(tmp_path
     assert (work / "made" / "build-cold").is_file() and len(pids.read_text().split()) == 1
 
 
+def test_a_step_that_would_not_end_stop_before_s_before_the_time_limit_is_not_started(tmp_path):
+    """A step whose time here fits --time-limit but not the limit less STOP_BEFORE_S would be stopped midway:
+    the part does not start it, and names it for the next part."""
+    work, _, pids, _ = acceptance_work(tmp_path)
+    stop_before = acceptance_tool().STOP_BEFORE_S
+    (work / "results.json").write_text(json.dumps({"smoke": {"result": "pass", "seconds": 10.0, "note": "earlier"}}))
+    argv = [sys.executable, str(TOOL), "--work", str(work), "--time-limit", str(stop_before + 5), "--steps", "smoke"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == f"not started, past --time-limit {stop_before + 5} s: --steps smoke"
+    assert not pids.exists(), "smoke started though it would not end STOP_BEFORE_S before the limit"
+
+
 def test_a_step_still_running_near_the_end_of_the_time_limit_is_stopped_and_runs_again_in_the_next_part(tmp_path):
     """A step that takes longer than its time here (a cold build short of memory, which went on past the host's
     limit on a command, so that nothing of the part came back): STOP_BEFORE_S before --time-limit ends its
@@ -699,9 +713,11 @@ def test_the_checkout_digest_holds_what_setup_copies_and_no_tools_cache(tmp_path
 
 
 def test_every_steps_expected_time_fits_a_part_of_the_time_limit_the_docs_give():
-    """docs/testing.md's parts: --time-limit 580 on a host that limits each command to 10 minutes. A step whose
-    expected time (STEP_S) is not below it could never start in any part, its own included."""
-    too_long = {name: s for name, s in acceptance_tool().STEP_S.items() if s >= 580}
+    """docs/testing.md's parts: --time-limit 580 on a host that limits each command to 10 minutes. A step must
+    end STOP_BEFORE_S before the limit: one whose expected time (STEP_S) is not below that could never start in
+    any part, its own included."""
+    tool = acceptance_tool()
+    too_long = {name: s for name, s in tool.STEP_S.items() if s >= 580 - tool.STOP_BEFORE_S}
     assert too_long == {}, too_long
 
 
