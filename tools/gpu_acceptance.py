@@ -335,8 +335,9 @@ class Run:
             stop(proc)
             raise
         finally:
-            if timer is not None:
+            if timer is not None:  # joined: a timer that fired has set `cut` and ended its stop() by the check below
                 timer.cancel()
+                timer.join()
         if cut.is_set():
             raise StepCut(name)
         return status, "".join(lines), time.perf_counter() - started
