@@ -128,6 +128,14 @@ def test_without_max_jobs_the_builds_take_no_more_jobs_than_the_memory_free_hold
     (memory / "cgroup" / "memory.max").write_text(f"{64 * 2**30}\n")
     (memory / "cgroup" / "memory.current").write_text(f"{22 * 2**30}\n")
     assert module_builds.job_budget() == 6, "the container's 64 GiB, 22 of them in use: 42 GiB, 6 jobs"
+    (memory / "cgroup" / "memory.current").write_text(f"{60 * 2**30}\n")
+    (memory / "cgroup" / "memory.stat").write_text(
+        f"anon {21 * 2**30}\nfile {39 * 2**30}\ninactive_file {37 * 2**30}\n"
+    )
+    assert module_builds.job_budget() == 5, "60 GiB in use, 37 of them page cache the kernel reclaims: 41 GiB, 5 jobs"
+    (memory / "cgroup" / "memory.stat").write_text("inactive_file lots\n")
+    assert module_builds.job_budget() == 1, "no inactive_file read: 4 GiB free, one"
+    (memory / "cgroup" / "memory.stat").unlink()
     (memory / "cgroup" / "memory.current").write_text(f"{80 * 2**30}\n")
     assert module_builds.job_budget() == 1, "the container over its limit: one"
     (memory / "cgroup" / "memory.max").write_text("max\n")

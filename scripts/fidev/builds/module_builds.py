@@ -89,15 +89,16 @@ def job_budget() -> int:
 
 def memory_jobs() -> int | None:
     """The compile jobs, at JOB_MEMORY each and at least one, that the memory free now holds: the kernel's
-    MemAvailable (MEMINFO), or less where this process's cgroup has a limit (memory.max less memory.current);
-    None where MemAvailable cannot be read. Read as each build starts, so a build started beside others counts
-    the memory theirs already take."""
+    MemAvailable (MEMINFO), or less where this process's cgroup has a limit (memory.max less memory.current,
+    whose page cache the kernel reclaims first, memory.stat's inactive_file, counted free as MemAvailable counts
+    it); None where MemAvailable cannot be read. Read as each build starts, so a build started beside others
+    counts the memory theirs already take."""
     free = meminfo_available()
     if free is None:
         return None
     limit, used = (read_whole(CGROUP / name) for name in ("memory.max", "memory.current"))
     if limit is not None and used is not None:
-        free = min(free, max(0, limit - used))
+        free = min(free, max(0, limit - used + min(used, inactive_file())))
     return max(1, free // JOB_MEMORY)
 
 
@@ -114,6 +115,20 @@ def meminfo_available() -> int | None:
         if name == "MemAvailable" and len(fields) == 2 and fields[1] == "kB" and numbers.digits(fields[0]):
             return int(fields[0]) * 1024
     return None
+
+
+def inactive_file() -> int:
+    """memory.stat's inactive_file of the cgroup (the kernel writes `inactive_file 1048576`, in bytes): page
+    cache memory.current counts and the kernel reclaims before it kills; 0 where it cannot be read."""
+    try:
+        text = (CGROUP / "memory.stat").read_text(errors="replace")
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "inactive_file" and numbers.digits(value) and len(value) <= 30:
+            return int(value)
+    return 0
 
 
 def read_whole(path: Path) -> int | None:
