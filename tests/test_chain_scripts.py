@@ -2,6 +2,7 @@
 source mode, and how build shares the cores between module builds."""
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -55,7 +56,9 @@ def memory(tmp_path, monkeypatch):
     """A host whose /proc/meminfo and cgroup files the test writes (in the kernel's formats), none at first."""
     monkeypatch.setattr(module_builds, "MEMINFO", tmp_path / "meminfo")
     monkeypatch.setattr(module_builds, "CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(module_builds, "PROC_CGROUP", tmp_path / "proc-self-cgroup")
     (tmp_path / "cgroup").mkdir()
+    (tmp_path / "proc-self-cgroup").write_text("0::/\n")  # v2, in a cgroup namespace of its own: the mount's root
     return tmp_path
 
 
@@ -96,6 +99,48 @@ def test_a_max_jobs_that_is_no_whole_number_from_1_is_ignored_with_one_warning_n
     assert [module_builds.job_budget() for _ in range(3)] == [32] * 3
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"warning: MAX_JOBS={max_jobs!r} is not a whole number from 1") and "ignored" in line
+
+
+def limit(folder, files, gib_limit, gib_used, gib_cache=0):
+    """A memory cgroup's folder as the kernel writes it (V2_FILES or V1_FILES): its limit, its use, memory.stat."""
+    folder.mkdir(parents=True, exist_ok=True)
+    limit_file, used_file, cache_line = files
+    (folder / limit_file).write_text(f"{int(gib_limit * 2**30)}\n")
+    (folder / used_file).write_text(f"{int(gib_used * 2**30)}\n")
+    (folder / "memory.stat").write_text(f"cache 0\n{cache_line} {int(gib_cache * 2**30)}\nrss 0\n")
+
+
+def test_the_memory_free_is_the_least_under_any_limit_of_the_processs_memory_cgroup_and_its_ancestors(
+    monkeypatch, memory
+):
+    """The cgroup's folder is /proc/self/cgroup's path under the mount, not another's; an ancestor's limit
+    bounds it too; v1's memory line and files
+    count as v2's do, v1's 'no limit' (2**63 less a page) is none; a path absent under the mount leaves the
+    mount's root (a container's own cgroup, bind-mounted there)."""
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    (memory / "meminfo").write_text(meminfo(500))
+    cgroup, proc = memory / "cgroup", memory / "proc-self-cgroup"
+    assert module_builds.job_budget() == 71, "no limit anywhere: MemAvailable's 500 GiB"
+    proc.write_text("0::/user.slice/job-7\n")
+    limit(cgroup / "user.slice/job-7", module_builds.V2_FILES, 100, 30, gib_cache=7)
+    limit(cgroup / "user.slice/job-8", module_builds.V2_FILES, 20, 10)  # another job's: not this process's
+    assert module_builds.job_budget() == 11, "job-7's 100 GiB less 30 in use, 7 of them page cache: 77 GiB"
+    limit(cgroup / "user.slice", module_builds.V2_FILES, 64, 50)
+    assert module_builds.job_budget() == 2, "the slice's 64 GiB, 50 in use, bounds job-7 in it: 14 GiB"
+    (cgroup / "user.slice/memory.max").write_text("max\n")
+    proc.write_text("4:memory:/docker/abc\n0::/\n")  # v1's memory controller; v2's unified tree has none here
+    limit(cgroup / "memory/docker/abc", module_builds.V1_FILES, 40, 12)
+    assert module_builds.job_budget() == 4, "v1: 40 GiB less 12"
+    (cgroup / "memory/docker/abc/memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert module_builds.job_budget() == 71, "v1's no limit"
+    shutil.rmtree(cgroup / "memory/docker")
+    limit(cgroup / "memory", module_builds.V1_FILES, 24, 3)
+    assert module_builds.job_budget() == 3, "/docker/abc absent under the mount: its root, the container's"
+    proc.write_text("4:memory:/../../etc\n")
+    assert module_builds.job_budget() == 3, "a path that climbs is none: the mount's root"
+    proc.unlink()
+    assert module_builds.job_budget() == 71, "no /proc/self/cgroup: v2 at the mount's root, which has no limit here"
 
 
 def test_a_max_jobs_of_ascii_digits_is_taken_without_a_word(monkeypatch, capsys, memory):

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from fidev.core import numbers, workspace
 from fidev.core.failure import Failure
@@ -56,12 +56,19 @@ _JOBS_WARNING = threading.Lock()  # the builds' threads read it too
 # (docs/measurements.md, row "compile memory per job").
 JOB_MEMORY = 7 * 2**30
 MEMINFO = Path("/proc/meminfo")
-CGROUP = Path("/sys/fs/cgroup")  # cgroup v2's files of the cgroup this process is in (a container's)
+PROC_CGROUP = Path("/proc/self/cgroup")  # this process's cgroups: `0::/path` (v2), `4:memory:/path` (v1)
+CGROUP = Path("/sys/fs/cgroup")  # where the cgroup hierarchies are mounted
 DEFAULT_JOBS = "twice the cores, and no more than the memory free holds at 7 GiB a job"
+# A memory cgroup's files: its limit, its use, and memory.stat's line of the page cache the kernel reclaims
+# before it kills (counted free, as MemAvailable counts it). v1 writes a limit of about 2**63 for none.
+V2_FILES = ("memory.max", "memory.current", "inactive_file")
+V1_FILES = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+NO_LIMIT = 2**60
 
 
 def job_budget() -> int:
-    """The jobs the modules' builds run at once, all of them together: MAX_JOBS where it is a whole number
+    """The jobs one build's modules run at once, all of them together (each build reads it as it starts: two
+    builds side by side, in one process or two, take it each): MAX_JOBS where it is a whole number
     from 1 (ASCII digits alone: str.isdigit takes '²', which int() refuses), else DEFAULT_JOBS (a CUDA
     compile waits on its files part of the time; memory_jobs). Any other value is ignored, with one warning
     line naming it, as FlashInfer 0.6.3 ignores what is no digits (`_get_num_workers`,
@@ -89,17 +96,54 @@ def job_budget() -> int:
 
 def memory_jobs() -> int | None:
     """The compile jobs, at JOB_MEMORY each and at least one, that the memory free now holds: the kernel's
-    MemAvailable (MEMINFO), or less where this process's cgroup has a limit (memory.max less memory.current,
-    whose page cache the kernel reclaims first, memory.stat's inactive_file, counted free as MemAvailable counts
-    it); None where MemAvailable cannot be read. Read as each build starts, so a build started beside others
-    counts the memory theirs already take."""
+    MemAvailable (MEMINFO), or less where a memory cgroup this process is in has a limit (cgroup_free); None
+    where MemAvailable cannot be read. Read as each build starts: a build started beside others counts the
+    memory theirs take by then, not what their compiles will take at their peak."""
     free = meminfo_available()
     if free is None:
         return None
-    limit, used = (read_whole(CGROUP / name) for name in ("memory.max", "memory.current"))
-    if limit is not None and used is not None:
-        free = min(free, max(0, limit - used + min(used, inactive_file())))
+    if (limited := cgroup_free()) is not None:
+        free = min(free, limited)
     return max(1, free // JOB_MEMORY)
+
+
+def cgroup_free() -> int | None:
+    """The least memory free under a limit, among this process's memory cgroup and its ancestors (cgroup_folders):
+    the limit less the use, whose reclaimable page cache counts free; None where none has a limit."""
+    frees = []
+    for folder, (limit_file, used_file, cache_line) in cgroup_folders():
+        limit, used = read_whole(folder / limit_file), read_whole(folder / used_file)
+        if limit is not None and used is not None and limit < NO_LIMIT:
+            frees.append(max(0, limit - used + min(used, stat_value(folder / "memory.stat", cache_line))))
+    return min(frees, default=None)
+
+
+def cgroup_folders() -> list[tuple[Path, tuple[str, str, str]]]:
+    """The folders of this process's memory cgroup and its ancestors, up to the mount's root (the root too: in a
+    container with no cgroup namespace of its own, the mount's root is the container's cgroup and the path
+    below it is absent), each with its files: from PROC_CGROUP's lines, v2's `0::/path` under CGROUP (or
+    CGROUP/unified, a hybrid host's), v1's memory line under CGROUP/memory. Where PROC_CGROUP cannot be read:
+    CGROUP itself, as v2."""
+    try:
+        lines = PROC_CGROUP.read_text(errors="replace").splitlines()
+    except OSError:
+        return [(CGROUP, V2_FILES)]
+    found = []
+    for line in lines:
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if number == "0" and not controllers:
+            roots, files = (CGROUP, CGROUP / "unified"), V2_FILES
+        elif "memory" in controllers.split(","):
+            roots, files = (CGROUP / "memory",), V1_FILES
+        else:
+            continue
+        below = PurePosixPath(path.lstrip("/"))
+        if not path.startswith("/") or ".." in below.parts:
+            below = PurePosixPath()
+        for root in roots:
+            chain = dict.fromkeys([root / below, *(root / up for up in below.parents)])
+            found += [(folder, files) for folder in chain if folder.is_dir()]
+    return found
 
 
 def meminfo_available() -> int | None:
@@ -117,16 +161,15 @@ def meminfo_available() -> int | None:
     return None
 
 
-def inactive_file() -> int:
-    """memory.stat's inactive_file of the cgroup (the kernel writes `inactive_file 1048576`, in bytes): page
-    cache memory.current counts and the kernel reclaims before it kills; 0 where it cannot be read."""
+def stat_value(path: Path, name: str) -> int:
+    """A memory.stat line's bytes (the kernel writes `inactive_file 1048576`); 0 where it cannot be read."""
     try:
-        text = (CGROUP / "memory.stat").read_text(errors="replace")
+        text = path.read_text(errors="replace")
     except OSError:
         return 0
     for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == "inactive_file" and numbers.digits(value) and len(value) <= 30:
+        key, _, value = line.partition(" ")
+        if key == name and numbers.digits(value) and len(value) <= 30:
             return int(value)
     return 0
 
