@@ -306,10 +306,13 @@ class Run:
         env.update(FLASHINFER_WORKSPACE_BASE=str(self.base), PYTHONUNBUFFERED="1", CCACHE_DIR=str(self.ccache_dir))
         return {**env, **extra}
 
-    def sh(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, float]:
+    def sh(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, cut: bool = True
+    ) -> tuple[int, str, float]:
         """Run, teeing to the terminal and to logs/<name>.log; (status, output, seconds). Stopped
         (Ctrl-C, SIGTERM), it stops the command and all it started before a planted bug is
-        restored: a build that went on would compile the bug into an object newer than the restored file."""
+        restored: a build that went on would compile the bug into an object newer than the restored file. With
+        `cut`, STOP_BEFORE_S before --time-limit ends it is stopped, and StepCut raised."""
         self.logs.mkdir(parents=True, exist_ok=True)
         print(f"\n=== {name}: {' '.join(argv)}", flush=True)
         started = time.perf_counter()
@@ -322,8 +325,8 @@ class Run:
             text=True,
             start_new_session=True,
         )  # its own process group, for stop()
-        lines, cut = [], threading.Event()
-        timer = None if self.deadline is None else cut_at(self.deadline - STOP_BEFORE_S, proc, cut)
+        lines, stopped = [], threading.Event()
+        timer = cut_at(self.deadline - STOP_BEFORE_S, proc, stopped) if cut and self.deadline is not None else None
         try:
             with open(self.logs / f"{name}.log", "a") as log:
                 for line in proc.stdout:
@@ -335,10 +338,10 @@ class Run:
             stop(proc)
             raise
         finally:
-            if timer is not None:  # joined: a timer that fired has set `cut` and ended its stop() by the check below
+            if timer is not None:  # joined: a timer that fired has set `stopped` and ended its stop() by the check
                 timer.cancel()
                 timer.join()
-        if cut.is_set():
+        if stopped.is_set():
             raise StepCut(name)
         return status, "".join(lines), time.perf_counter() - started
 
@@ -905,7 +908,10 @@ def bench_upstream(run: Run, name: str) -> None:
     run.record(name, status == 0, seconds, f"exit {status}; " + " | ".join(said))
 
 
-SPARE_S = 5  # planted_bugs' time ends this long before the step would be cut: its record is written by then
+# planted_bugs' time ends this long before the step's limit: its start, its JIT dirs put back and its record
+# written within it. It stops itself (an affected run still going, DEADLINE_STOP_S before its end), so its
+# command is not cut: a cut's SIGKILL, 30 s after its SIGTERM, could come before it had restored the planted file.
+SPARE_S = 20
 
 
 def planted_bugs(run: Run) -> None:
@@ -922,7 +928,7 @@ def planted_bugs(run: Run) -> None:
     # it stops itself in time: it ends before the step would be cut (STOP_BEFORE_S), its record written
     given = None if run.deadline is None else max(1.0, run.deadline - STOP_BEFORE_S - time.perf_counter() - SPARE_S)
     argv += [] if given is None else ["--time-limit", f"{given:.0f}"]
-    status, _, seconds = run.sh("planted-bugs", [sys.executable, *argv])
+    status, _, seconds = run.sh("planted-bugs", [sys.executable, *argv], cut=False)
     try:
         done = edits.read_planted_bugs(record, "see logs/planted-bugs.log")
     except Failure as failure:
@@ -1203,19 +1209,33 @@ def run_steps(run: Run, chosen: list[str]) -> list[str]:
         if now and name != "setup" and not run.ws.exists():
             setup(run)
         for step in now:
+            began = time.perf_counter()
             try:
                 run_one(run, todo, step)
             except StepCut:
-                run.forget(rows(step))  # its rows are one result: none of a step cut midway
-                print(
-                    f"\nstopped {STOP_BEFORE_S} s before --time-limit ended: {step}, which the next part runs again",
-                    flush=True,
-                )
-                return chosen[i:]
+                if not cut_short(run, step, began):
+                    return chosen[i:]
         if name not in now:
             left = chosen[i:]
             break
     return left
+
+
+def cut_short(run: Run, step: str, began: float) -> bool:
+    """A step its part stopped (StepCut), begun at `began`: it keeps no result, its rows being one result, and
+    runs again first in the next part (False); but where it began with (nearly) all the time a part gives a
+    step, another part would stop it again, so each of its rows fails (True: the part goes on), as
+    longer_than_a_part says of a planted bug."""
+    run.forget(rows(step))
+    given = run.deadline - STOP_BEFORE_S - began
+    if given < 0.9 * (ARGS.time_limit - STOP_BEFORE_S):
+        print(
+            f"\nstopped {STOP_BEFORE_S} s before --time-limit ended: {step}, which the next part runs again", flush=True
+        )
+        return False
+    for row in rows(step):
+        run.record(row, False, time.perf_counter() - began, f"did not end within a whole part ({given:.0f} s)")
+    return True
 
 
 def made(run: Run, step: str) -> bool:
@@ -1258,6 +1278,15 @@ def main() -> int:
         print(list_steps())
         return 0
     ARGS.work = work_folder(parser, ARGS.work)
+    if ARGS.time_limit is not None and ARGS.time_limit <= STOP_BEFORE_S:
+        parser.error(
+            usage(
+                f"--time-limit {ARGS.time_limit:g}: a part stops its steps {STOP_BEFORE_S} s before its limit ends, "
+                "so no step could start",
+                f"give more than {STOP_BEFORE_S} seconds, e.g. --time-limit 580 on a host that limits each command "
+                "to 10 minutes",
+            )
+        )
     chosen = chosen_steps(parser)
     check_planted_bugs(parser, chosen)
     if ARGS.staged:
