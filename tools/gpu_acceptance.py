@@ -221,7 +221,7 @@ STEP_S = {
     # its edit's run is short, its restore's is not (docs/measurements.md, rows "affected: attention header edit to
     # exit" and "affected: attention restore to its verdict"): a part of its own. Under the --time-limit 580 a host
     # that limits each command to 10 minutes takes, a step must end STOP_BEFORE_S before the limit: 500 starts it
-    # at a part's beginning, and the longest it has taken there ends well before that
+    # at a part's beginning; a run longer than the part then gives it fails there (cut_short)
     "affected-attention": 500,
     "upstream-quantization": 46,
     "affected-upstream": 42,
