@@ -210,11 +210,11 @@ def test_sigterm_mid_step_stops_its_command_and_restores_the_tree(tmp_path, step
         if proc.poll() is None:
             proc.kill()
     # nothing recorded for the stopped step (the edit loop's earlier rows forgotten): --resume runs it again, whole
-    resumed = acceptance(work, "--resume", "--time-limit", "50", "--steps", step)
+    resumed = acceptance(work, "--resume", "--time-limit", "25", "--steps", step)
     out, err = resumed.communicate(timeout=60)
     assert (
         resumed.returncode == 3
-        and out.strip().splitlines()[-1] == f"not started, past --time-limit 50 s: --steps {step}"
+        and out.strip().splitlines()[-1] == f"not started, past --time-limit 25 s: --steps {step}"
     ), out + err
 
 
@@ -233,7 +233,7 @@ def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
             "--work",
             str(work),
             "--time-limit",
-            "50",
+            "25",
             "--resume",
             "--steps",
             "smoke,edit-loop",
@@ -243,7 +243,7 @@ def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
         timeout=60,
     )
     assert done.returncode == 3, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 50 s: --steps edit-loop", done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 25 s: --steps edit-loop", done.stdout
     assert "edit-smoke  pass" in done.stdout, done.stdout
 
 
@@ -434,7 +434,7 @@ def made_by_the_tool(tmp_path, staged) -> Path:
     """A WORK a run made (it was absent): the run starts no step (--time-limit 1) and leaves only its mark."""
     work = tmp_path / "work"
     done = subprocess.run(
-        [sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged), "--time-limit", "50"],
+        [sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged), "--time-limit", "25"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -480,7 +480,7 @@ def test_fresh_refuses_a_work_folder_without_its_mark_though_its_names_are_the_t
     (work / "logs").mkdir(parents=True)
     (work / "logs/my-notes.txt").write_text("the user's")
     staged = staged_release(tmp_path)
-    part = [sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged), "--time-limit", "50"]
+    part = [sys.executable, str(TOOL), "--work", str(work), "--staged", str(staged), "--time-limit", "25"]
     used = subprocess.run([*part, "--steps", "build-cold"], capture_output=True, text=True, timeout=120)
     assert used.returncode == 3 and "Traceback" not in used.stderr, used.stdout + used.stderr
     assert made(work) == {"logs"}, made(work)
@@ -538,7 +538,7 @@ def test_fresh_removes_what_the_tool_made_and_only_that(tmp_path):
             str(staged),
             "--fresh",
             "--time-limit",
-            "50",
+            "25",
             "--steps",
             "build-cold",
         ],
@@ -734,7 +734,7 @@ def test_the_planted_bugs_step_is_not_stopped_near_the_end_of_the_time_limit(tmp
     assert json.loads((work / "results.json").read_text())["planted-bugs"]["result"] == "pass"
 
 
-@pytest.mark.parametrize("limit", ["45", "30", "0.5"])
+@pytest.mark.parametrize("limit", ["20", "10", "0.5"])
 def test_a_time_limit_within_the_stop_before_its_end_is_bad_usage(tmp_path, limit):
     """A part stops its steps STOP_BEFORE_S before --time-limit ends: a limit no longer than that could start no
     step, each part the same 'not started' for good. Two lines, status 2, before anything is made."""
@@ -744,7 +744,7 @@ def test_a_time_limit_within_the_stop_before_its_end_is_bad_usage(tmp_path, limi
         text=True,
         timeout=60,
     )
-    two_line_failure(done, f"--time-limit {limit}: a part stops its steps 45 s before its limit ends", status=2)
+    two_line_failure(done, f"--time-limit {limit}: a part stops its steps 20 s before its limit ends", status=2)
     assert not (tmp_path / "work").exists()
 
 

@@ -271,7 +271,7 @@ def test_the_acceptance_run_starts_no_step_past_its_time_limit(tmp_path):
             "--work",
             str(tmp_path / "work"),
             "--time-limit",
-            "65",
+            "25",
             "--steps",
             "build-cold,smoke",
         ],
@@ -280,7 +280,7 @@ def test_the_acceptance_run_starts_no_step_past_its_time_limit(tmp_path):
         timeout=60,
     )
     assert done.returncode == 3, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 65 s: --steps build-cold,smoke", (
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 25 s: --steps build-cold,smoke", (
         done.stdout
     )
     assert not (tmp_path / "work/ws").exists(), "it set up a workspace for steps it did not start"
@@ -314,7 +314,7 @@ def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_pa
             "--work",
             str(work),
             "--time-limit",
-            "50",
+            "25",
             "--resume",
             "--steps",
             "build-cold,smoke,bench-1-gpu",
@@ -325,7 +325,7 @@ def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_pa
     )
     assert done.returncode == 3, done.stdout + done.stderr
     assert "build-cold  pass    104.4 s  exit 0; 21 objects compiled" in done.stdout, done.stdout
-    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 50 s: --steps smoke,bench-1-gpu", (
+    assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 25 s: --steps smoke,bench-1-gpu", (
         done.stdout
     )
 

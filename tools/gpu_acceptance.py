@@ -396,7 +396,7 @@ class Run:
 
 # A step still running this long before --time-limit ends is stopped (stop: SIGTERM, SIGKILL up to 30 s later),
 # so that the part ends with its table and results.json, not killed midway by the host's limit on a command.
-STOP_BEFORE_S = 45
+STOP_BEFORE_S = 20
 
 
 class StepCut(Exception):
