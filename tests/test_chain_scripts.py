@@ -303,3 +303,67 @@ def test_a_jit_cache_of_another_version_is_two_lines(tmp_path):
         done, f"flashinfer-jit-cache 0.0.1+cu129 does not match FlashInfer {pin}: FlashInfer refuses to import"
     )
     assert "FLASHINFER_DEV_KERNEL_SOURCE=vendored" in done.stderr
+
+
+def test_an_unset_max_jobs_is_said_nothing_of_and_more_than_9_digits_past_leading_zeros_is_ignored(
+    monkeypatch, capsys, memory
+):
+    """job_budget: MAX_JOBS unset is the default without a word (only a value given and ignored is warned of);
+    a whole number is at most 9 digits once its leading zeros go, however many zeros lead it; 10 digits are
+    ignored with the warning."""
+    monkeypatch.setattr(module_builds, "_JOBS_WARNED", set())
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    assert module_builds.job_budget() == 32
+    assert capsys.readouterr().err == "", "MAX_JOBS unset: nothing to warn of"
+    monkeypatch.setenv("MAX_JOBS", "0000000000012")
+    assert module_builds.job_budget() == 12, "leading zeros do not count toward the 9 digits"
+    monkeypatch.setenv("MAX_JOBS", "1000000000")
+    assert module_builds.job_budget() == 32, "10 digits: more than any host runs, ignored"
+    assert "MAX_JOBS='1000000000' is not a whole number" in capsys.readouterr().err
+
+
+def test_memavailable_is_read_in_kib_of_1024_bytes_and_a_job_needs_the_whole_job_memory(monkeypatch, memory):
+    """meminfo_available: the kernel's kB are KiB; memory_jobs counts whole jobs of JOB_MEMORY, so one KiB
+    short of two jobs' memory is one job."""
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    (memory / "meminfo").write_text(f"MemAvailable:   {14 * 2**20 - 1} kB\n")
+    assert module_builds.meminfo_available() == 14 * 2**30 - 1024
+    assert module_builds.job_budget() == 1, "a KiB short of 14 GiB: one job of 7 GiB"
+    (memory / "meminfo").write_text(f"MemAvailable:   {14 * 2**20} kB\n")
+    assert module_builds.job_budget() == 2, "14 GiB: two jobs"
+
+
+def test_bytes_that_are_no_utf8_in_meminfo_or_a_cgroup_file_are_no_traceback(monkeypatch, memory):
+    """meminfo_available and read_whole read with errors replaced: a byte that is no UTF-8 makes a line or a
+    file unreadable as a number, never a UnicodeDecodeError in the builds' threads; the other lines still count."""
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    (memory / "meminfo").write_bytes(b"\xff\xfe\n")
+    assert module_builds.job_budget() == 32, "no MemAvailable readable: twice the cores"
+    (memory / "meminfo").write_bytes(b"Odd:   \xff kB\n" + meminfo(125).encode())
+    assert module_builds.job_budget() == 17, "MemAvailable read past a line of bad bytes"
+    (memory / "cgroup" / "memory.max").write_bytes(b"\xff\n")
+    (memory / "cgroup" / "memory.current").write_text(f"{22 * 2**30}\n")
+    assert module_builds.job_budget() == 17, "a memory.max of no number: no limit"
+    (memory / "cgroup" / "memory.max").write_text(f"{64 * 2**30}\n")
+    (memory / "cgroup" / "memory.current").write_bytes(b"\xfe")
+    assert module_builds.job_budget() == 17, "a memory.current of no number: the limit is not used"
+
+
+def test_a_cgroup_file_of_more_than_30_digits_is_no_number(monkeypatch, memory):
+    """read_whole: a cgroup file's number is 30 digits at most (more is no byte count a kernel writes)."""
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    (memory / "meminfo").write_text(meminfo(125))
+    for name, digits in (("memory.max", "6" + "0" * 29), ("memory.current", "1" * 30)):
+        (memory / "cgroup" / name).write_text(digits + "\n")
+        assert module_builds.read_whole(memory / "cgroup" / name) == int(digits), "30 digits: a number"
+        (memory / "cgroup" / name).write_text(digits + "0\n")
+        assert module_builds.read_whole(memory / "cgroup" / name) is None, "31 digits: none"
+    (memory / "cgroup" / "memory.max").write_text(f"{64 * 2**30}\n")
+    (memory / "cgroup" / "memory.current").write_text("1" * 31 + "\n")
+    assert module_builds.job_budget() == 17, "a use of 31 digits is no number: MemAvailable's"
+    (memory / "cgroup" / "memory.current").write_text("1" * 30 + "\n")
+    assert module_builds.job_budget() == 1, "a use of 30 digits is read: over the limit, one job"
