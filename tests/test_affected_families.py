@@ -707,3 +707,96 @@ def test_an_edit_of_the_cascade_merge_runs_smokes_exact_merge_checks(tmp_path):
     (tree / "tests/attention/test_shared_prefix_kernels.py").unlink()
     sel = selection.selection({header: set()}, {}, {}, {}, tree, [])
     assert sel.families == {} and set(sel.ours) == merge
+
+
+def test_the_tree_edits_are_its_include_csrc_and_jit_files_and_the_packages_python():
+    """Selection.tree_edits (tree_files): the changed files of the tree's include/, csrc/ and flashinfer/jit/,
+    built or not, and the package's Python of the generators; neither an absolute path (a generated source
+    outside the tree) nor UNTOLD nor Python outside the package is one."""
+    sel = selection.Selection(
+        {
+            "include/flashinfer/norm.cuh": {"norm"},
+            "csrc/page.cu": set(),
+            "flashinfer/jit/activation.py": set(),
+            "/jit/cache/silu.cu": {"silu_and_mul"},
+            selection.UNTOLD: set(),
+        },
+        {},
+        {},
+        {},
+        generators=["flashinfer/rope.py", "scripts/x.py"],
+    )
+    assert sel.tree_edits() == [
+        "csrc/page.cu",
+        "flashinfer/jit/activation.py",
+        "flashinfer/rope.py",
+        "include/flashinfer/norm.cuh",
+    ]
+
+
+def test_a_modules_tests_are_its_recorded_test_functions_not_their_cases():
+    """Selection.selectors: the recorded tests of a module, each cut to its function (pytest's failure lines
+    name cases of it), with smoke's tests of its tier."""
+    sel = selection.Selection(
+        {}, {"norm": {}}, {}, {"norm": ["tests/utils/test_norm.py::test_norm[1-fp16]", "tests/utils/test_x.py"]}
+    )
+    assert sel.selectors(["norm"]) == {"tests/utils/test_norm.py::test_norm", "tests/utils/test_x.py"}
+    assert sel.selectors(["rope"]) == set(), "nothing recorded: no tests"
+
+
+def test_a_generated_sources_tests_are_those_of_the_families_its_generators_reach():
+    """Selection.file_tests of a generated source (`generator -> source`): the tests of the reached families of
+    each edited generator; a generator that reaches no family adds none."""
+    sel = selection.Selection(
+        {"activation.py -> silu.cu": set()},
+        {},
+        {},
+        {},
+        families={"page": ("attention/test_page.py",)},
+        reached={"flashinfer/jit/page.py": ["page"]},
+        generators=["flashinfer/jit/activation.py", "flashinfer/jit/page.py"],
+    )
+    assert sel.file_tests("activation.py -> silu.cu", set()) == {
+        "tests/attention/test_page.py",
+        "tests/smoke/test_wide.py::test_append_paged_kv_cache",
+    }
+
+
+def test_the_selection_lists_the_edits_no_built_module_compiles_and_keeps_sampled_as_given(tmp_path):
+    """selection(): `reaching` is each edited file no module was built from, with the families it reaches
+    (affected names those whose tests do not run), never a built one, a path outside the tree or UNTOLD;
+    the selection is a sample unless told (--whole-family)."""
+    tree = written(
+        tmp_path / "flashinfer",
+        {
+            "csrc/page.cu": "",
+            "csrc/rope.cu": "",
+            "tests/attention/test_page.py": "",
+            "tests/attention/test_rope.py": "",
+        },
+    )
+    by_file = {"csrc/page.cu": set(), "csrc/rope.cu": {"rope"}, "/elsewhere/x.cu": set(), selection.UNTOLD: set()}
+    sel = selection.selection(by_file, {"rope": {}}, {}, {}, tree, [])
+    assert sel.reaching == {"csrc/page.cu": ["page"]}, "only the unbuilt file of the tree"
+    assert sel.sampled is True, "a sample by default"
+    assert selection.selection(by_file, {"rope": {}}, {}, {}, tree, [], sampled=False).sampled is False
+
+
+def test_a_generator_outside_the_tree_is_kept_as_given_and_one_inside_is_made_relative(tmp_path):
+    """under(): an edited generator's path is relative to the tree where it lies inside it (resolved), else as
+    given, not an error."""
+    tree = written(tmp_path / "flashinfer", {"flashinfer/jit/page.py": ""})
+    outside = str(written(tmp_path / "other", {"gen.py": ""}) / "gen.py")
+    sel = selection.selection({}, {}, {}, {}, tree, [str(tree / "flashinfer/jit/page.py"), outside])
+    assert sel.generators == ["flashinfer/jit/page.py", outside]
+
+
+def test_a_family_whose_nodes_are_test_functions_runs_where_their_files_are_in_the_tree(tmp_path):
+    """families_to_run: a family's node `file::function` is in the tree where its file is (single_decode's
+    are functions of files other families share)."""
+    files = ["attention/test_logits_cap.py", "attention/test_sliding_window.py", "attention/test_alibi.py"]
+    tree = written(tmp_path / "flashinfer", {"csrc/single_decode.cu": "", **{f"tests/{f}": "" for f in files}})
+    sel = selection.selection({"csrc/single_decode.cu": set()}, {}, {}, {}, tree, [])
+    assert set(sel.families) == {"single_decode"}, sel.families
+    (tree / "tests" / files[2]).unlink()
+    assert selection.selection({"csrc/single_decode.cu": set()}, {}, {}, {}, tree, []).families == {}
