@@ -800,3 +800,24 @@ def test_a_family_whose_nodes_are_test_functions_runs_where_their_files_are_in_t
     assert set(sel.families) == {"single_decode"}, sel.families
     (tree / "tests" / files[2]).unlink()
     assert selection.selection({"csrc/single_decode.cu": set()}, {}, {}, {}, tree, []).families == {}
+
+
+def test_a_changed_module_with_smokes_tests_or_a_recorded_test_is_not_unmapped():
+    """Selection.unmapped: a changed module is unmapped only where neither smoke's tiers test it nor a test
+    is recorded for it."""
+    sel = selection.Selection(
+        {},
+        {"norm": {}, "rope": {}, "other": {}},
+        {"norm": "norm"},
+        {"rope": ["tests/attention/test_rope.py::test_rope[1]"], "other": []},
+    )
+    assert sel.unmapped == ["other"], "norm has smoke's tests, rope a recorded one"
+
+
+def test_the_first_files_of_a_family_of_test_functions_are_the_files_that_hold_them(tmp_path):
+    """Selection.first_files: a family whose nodes are `file::function` (single_decode's) has its run tests'
+    files first, as a family of whole files does."""
+    files = ["attention/test_alibi.py", "attention/test_logits_cap.py", "attention/test_sliding_window.py"]
+    tree = written(tmp_path / "flashinfer", {"csrc/single_decode.cu": "", **{f"tests/{f}": "" for f in files}})
+    sel = selection.selection({"csrc/single_decode.cu": set()}, {}, {}, {}, tree, [])
+    assert sel.first_files == [f"tests/{f}" for f in files]
