@@ -143,6 +143,36 @@ def test_the_memory_free_is_the_least_under_any_limit_of_the_processs_memory_cgr
     assert module_builds.job_budget() == 71, "no /proc/self/cgroup: v2 at the mount's root, which has no limit here"
 
 
+def test_proc_self_cgroup_is_read_as_the_kernel_writes_it(monkeypatch, memory):
+    """/proc/self/cgroup as a hybrid host writes it: a line per v1 hierarchy (controllers comma-separated, memory
+    among them, after others), then v2's `0::` line, whose files sit under CGROUP/unified there; a cgroup
+    name may hold a colon. A path that is not absolute or climbs out of the mount is none (the mount's root).
+    Bytes of no UTF-8 in it or in memory.stat are no traceback."""
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    (memory / "meminfo").write_text(meminfo(500))
+    cgroup, proc = memory / "cgroup", memory / "proc-self-cgroup"
+    proc.write_text("9:name=systemd:/\n5:devices:/\n4:cpu,memory:/Xjobs/a:b\n1:cpuset:/\n0::/\n")
+    limit(cgroup / "memory/Xjobs/a:b", module_builds.V1_FILES, 30, 2)
+    assert module_builds.job_budget() == 4, "v1's memory line, after others and beside cpu: 28 GiB"
+    proc.write_text("0::/Xjobs/a:b\n")
+    limit(cgroup / "unified/Xjobs/a:b", module_builds.V2_FILES, 16, 1)
+    assert module_builds.job_budget() == 2, "a hybrid host's v2 files under unified/: 15 GiB"
+    limit(cgroup / "unified/Xjobs/a:b", module_builds.V2_FILES, 2**60 / 2**30, 1)
+    assert module_builds.job_budget() == 71, "2**60 and more is no limit"
+    limit(cgroup / "limited", module_builds.V2_FILES, 8, 1)  # what a path climbing out of the mount would name
+    for path in ("relative/limited", "/../limited", "/Xjobs/../../limited"):
+        proc.write_text(f"0::{path}\n")
+        assert module_builds.job_budget() == 71, f"{path}: the mount's root alone, which has no limit here"
+    proc.write_bytes(b"0::/Xjobs/a:b\xff\n")
+    assert module_builds.job_budget() == 71, "a name of no UTF-8: not the folder, and no traceback"
+    proc.write_text("0::/Xjobs/a:b\n")
+    limit(cgroup / "unified/Xjobs/a:b", module_builds.V2_FILES, 16, 15, gib_cache=14)
+    stat = cgroup / "unified/Xjobs/a:b/memory.stat"
+    stat.write_bytes(b"\xfe\xff 1\n" + stat.read_bytes())
+    assert module_builds.job_budget() == 2, "memory.stat with bytes of no UTF-8 still read: 15 GiB free, 2 jobs"
+
+
 def test_a_max_jobs_of_ascii_digits_is_taken_without_a_word(monkeypatch, capsys, memory):
     for max_jobs, budget in (("007", 7), ("999999999", 999999999)):
         monkeypatch.setenv("MAX_JOBS", max_jobs)
