@@ -320,6 +320,27 @@ sys.exit({{"caught": 0, "survivor": 1, "none started": 3, "partly": 3, "stopped"
 """
 
 
+def planted_bugs_part(tmp_path, case: str, *args: str, first: str = "", results: dict | None = None):
+    """A part of --steps planted-bugs whose tools/planted_bugs.py is PLANTED_STANDIN writing RECORD_CASE's record,
+    after the lines `first`, in a WORK holding `results`. (the run, WORK, the stand-in's arguments' file)"""
+    from fidev.tree import edits
+
+    work, _, _, _ = acceptance_work(tmp_path)
+    if results is not None:
+        (work / "results.json").write_text(json.dumps(results))
+    argv = tmp_path / "argv.json"
+    standin = PLANTED_STANDIN.format(argv=str(argv), schema=edits.PLANTED_BUGS_SCHEMA)
+    (work / "ws/tools/planted_bugs.py").write_text(first + standin)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--work", str(work), "--steps", "planted-bugs", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RECORD_CASE": case},
+    )
+    return done, work, argv
+
+
 @pytest.mark.parametrize(
     ("case", "result"),
     [
@@ -337,30 +358,13 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
     found (--each-from-start); a part that ran out of
     time with no failure keeps no result and names the bugs left for the next part; one whose tool
     broke before any bug ran fails."""
-    from fidev.tree import edits
-
-    work, _, _, _ = acceptance_work(tmp_path)
-    argv = tmp_path / "argv.json"
-    (work / "ws/tools/planted_bugs.py").write_text(
-        PLANTED_STANDIN.format(argv=str(argv), schema=edits.PLANTED_BUGS_SCHEMA)
-    )
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(TOOL),
-            "--work",
-            str(work),
-            "--steps",
-            "planted-bugs",
-            "--planted-bugs",
-            "rope-theta,softmax-scale",  # ids of the real table: they are checked before setup
-            "--time-limit",
-            "300",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "RECORD_CASE": case},
+    done, work, argv = planted_bugs_part(
+        tmp_path,
+        case,
+        "--planted-bugs",
+        "rope-theta,softmax-scale",  # ids of the real table: they are checked before setup
+        "--time-limit",
+        "300",
     )
     given, tool = json.loads(argv.read_text()), acceptance_tool()
     assert (
@@ -705,30 +709,10 @@ def test_the_planted_bugs_step_is_not_stopped_near_the_end_of_the_time_limit(tmp
     """planted_bugs stops itself within the time it is given (an affected run still going is stopped, its bug to
     run again) and restores the planted file on SIGTERM after affected has ended, which may take longer than
     the 30 s a cut gives before SIGKILL: its command is not cut, and its record is read."""
-    from fidev.tree import edits
-
-    work, _, _, _ = acceptance_work(tmp_path)
-    argv = tmp_path / "argv.json"
-    standin = PLANTED_STANDIN.format(argv=str(argv), schema=edits.PLANTED_BUGS_SCHEMA)
-    (work / "ws/tools/planted_bugs.py").write_text("import time\ntime.sleep(4)\n" + standin)
-    earlier = {"result": "pass", "seconds": 1.0, "note": "an earlier run's"}  # 1 s: it fits the part
-    (work / "results.json").write_text(json.dumps({"planted-bugs": earlier}))
-    stop_before = acceptance_tool().STOP_BEFORE_S
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(TOOL),
-            "--work",
-            str(work),
-            "--steps",
-            "planted-bugs",
-            "--time-limit",
-            str(stop_before + 2),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "RECORD_CASE": "caught"},
+    limit = str(acceptance_tool().STOP_BEFORE_S + 2)  # 2 s for the part's steps; planted_bugs takes 4
+    earlier = {"planted-bugs": {"result": "pass", "seconds": 1.0, "note": "an earlier run's"}}  # 1 s: it starts
+    done, work, _ = planted_bugs_part(
+        tmp_path, "caught", "--time-limit", limit, first="import time\ntime.sleep(4)\n", results=earlier
     )
     assert done.returncode == 0 and "stopped" not in done.stdout, done.stdout + done.stderr
     assert json.loads((work / "results.json").read_text())["planted-bugs"]["result"] == "pass"
