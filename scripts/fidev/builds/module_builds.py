@@ -124,12 +124,10 @@ def cgroup_folders() -> list[tuple[Path, tuple[str, str, str]]]:
     below it is absent), each with its files: from PROC_CGROUP's lines, v2's `0::/path` under CGROUP (or
     CGROUP/unified, a hybrid host's), v1's memory line under CGROUP/memory. Where PROC_CGROUP cannot be read:
     CGROUP itself, as v2."""
-    try:
-        lines = PROC_CGROUP.read_text(errors="replace").splitlines()
-    except OSError:
+    if (text := kernel_text(PROC_CGROUP)) is None:
         return [(CGROUP, V2_FILES)]
     found = []
-    for line in lines:
+    for line in text.splitlines():
         number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         if number == "0" and not controllers:
             roots, files = (CGROUP, CGROUP / "unified"), V2_FILES
@@ -149,11 +147,7 @@ def cgroup_folders() -> list[tuple[Path, tuple[str, str, str]]]:
 def meminfo_available() -> int | None:
     """MemAvailable of MEMINFO in bytes (the kernel writes `MemAvailable:   131072000 kB`); None where the file
     cannot be read or has no such line."""
-    try:
-        text = MEMINFO.read_text(errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
+    for line in (kernel_text(MEMINFO) or "").splitlines():
         name, _, value = line.partition(":")
         fields = value.split()
         if name == "MemAvailable" and len(fields) == 2 and fields[1] == "kB" and numbers.digits(fields[0]):
@@ -163,11 +157,7 @@ def meminfo_available() -> int | None:
 
 def stat_value(path: Path, name: str) -> int:
     """A memory.stat line's bytes (the kernel writes `inactive_file 1048576`); 0 where it cannot be read."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return 0
-    for line in text.splitlines():
+    for line in (kernel_text(path) or "").splitlines():
         key, _, value = line.partition(" ")
         if key == name and numbers.digits(value) and len(value) <= 30:
             return int(value)
@@ -177,11 +167,17 @@ def stat_value(path: Path, name: str) -> int:
 def read_whole(path: Path) -> int | None:
     """A cgroup file's one whole number (memory.max says `max` where there is no limit); None where it holds
     none or cannot be read."""
+    text = (kernel_text(path) or "").strip()
+    return int(text) if numbers.digits(text) and len(text) <= 30 else None
+
+
+def kernel_text(path: Path) -> str | None:
+    """A file the kernel writes (/proc's, a cgroup's), a byte of no UTF-8 in it replaced; None where it cannot be
+    read."""
     try:
-        text = path.read_text(errors="replace").strip()
+        return path.read_text(errors="replace")
     except OSError:
         return None
-    return int(text) if numbers.digits(text) and len(text) <= 30 else None
 
 
 def in_order(specs, first: Sequence[str]) -> list:
