@@ -958,11 +958,16 @@ def planted_bugs(run: Run) -> None:
     )
 
 
+def a_whole_part(given: float, spare: float = 0.0) -> bool:
+    """Whether `given` seconds are (nearly) all a part of --time-limit gives a step (less STOP_BEFORE_S, and
+    `spare` more): a step stopped after that long would be stopped again in every part."""
+    return given >= 0.9 * (ARGS.time_limit - STOP_BEFORE_S - spare)
+
+
 def longer_than_a_part(done: dict, given: float | None) -> str | None:
     """Where the time limit stopped the part's first bug midway and the step had (nearly) a whole part: the bug
     takes longer than a part, and another part would stop it again, so it is said, not left for the next one."""
-    whole_part = given is not None and ARGS.time_limit is not None
-    whole_part = whole_part and given >= 0.9 * (ARGS.time_limit - STOP_BEFORE_S - SPARE_S)
+    whole_part = given is not None and ARGS.time_limit is not None and a_whole_part(given, SPARE_S)
     ran_whole = [b for b in done["bugs"] if b["id"] not in done["unfinished"]]
     if not (whole_part and done["unfinished"] and not ran_whole):
         return None
@@ -1228,7 +1233,7 @@ def cut_short(run: Run, step: str, began: float) -> bool:
     longer_than_a_part says of a planted bug."""
     run.forget(rows(step))
     given = run.deadline - STOP_BEFORE_S - began
-    if given < 0.9 * (ARGS.time_limit - STOP_BEFORE_S):
+    if not a_whole_part(given):
         print(
             f"\nstopped {STOP_BEFORE_S} s before --time-limit ended: {step}, which the next part runs again", flush=True
         )
