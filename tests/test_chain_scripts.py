@@ -184,8 +184,8 @@ def test_a_max_jobs_of_ascii_digits_is_taken_without_a_word(monkeypatch, capsys,
 
 
 def test_without_max_jobs_the_builds_take_no_more_jobs_than_the_memory_free_holds(monkeypatch, capsys, memory):
-    """Twice the cores of FlashInfer's heaviest objects at once were killed for memory on a GPU host of 16
-    cores and 128 GiB (docs/measurements.md, row "compile memory per job"): without MAX_JOBS the budget is
+    """Twice the cores of FlashInfer's heaviest objects at once were killed for memory on a GPU host
+    (docs/measurements.md, row "compile memory per job"): without MAX_JOBS the budget is
     also at most the memory free at JOB_MEMORY a job (MemAvailable, or the cgroup's limit less its use where
     that is less), at least one; MAX_JOBS is the user's word and is taken as it is."""
     monkeypatch.delenv("MAX_JOBS", raising=False)
