@@ -17,7 +17,7 @@ smoke-noise, build-abi, abi-smoke, build-wide, smoke-wide, smoke-noise-wide (the
 measured in 10 runs), upstream-norm, upstream-activation, build-after-upstream,
 edit-loop (its rows: edit-build, edit-smoke, restore-build, restore-smoke), upstream-baseline,
 upstream-compare-bug, upstream-compare-clean, affected-noop, affected-header, affected-source,
-affected-generator, affected-attention, upstream-quantization, affected-upstream, prebuilt-set, auto-fresh, auto-header,
+affected-generator, upstream-quantization, affected-upstream, affected-attention, prebuilt-set, auto-fresh, auto-header,
 auto-generator, auto-restore. A result is `pass` when the step did what it must (the negative
 control and edit-smoke must fail). A step that plants a bug in the tree plants it, runs its checks
 and restores the file (`cp -p`: its old bytes and mtime) within itself, under the tree's lock
@@ -169,9 +169,12 @@ STEPS = [
     "affected-header",
     "affected-source",
     "affected-generator",
-    "affected-attention",
+    # before affected-attention: its restore's FlashInfer cases that load quantization first would join
+    # quantization's tests (the record names them), and affected-upstream's restore would compile their
+    # fa3 prefill modules too (docs/measurements.md, row "affected: upstream-only header edit to exit")
     "upstream-quantization",
     "affected-upstream",
+    "affected-attention",
     "prebuilt-set",
     "auto-fresh",
     "auto-header",
