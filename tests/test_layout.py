@@ -257,7 +257,8 @@ def test_known_first_party_names_the_imported_own_modules():
 
 
 # affected's rooms, each importing only those before it: which tests (selection), what they covered
-# (coverage), what is printed (report), and the verdict with its exit status (verdict)
+# (coverage), what is printed (report), and the verdict with its exit status (verdict); the run (judge) calls
+# them in turn, and scripts/affected.py calls it
 ROOMS = ("selection", "coverage", "report", "verdict")
 
 
@@ -277,6 +278,15 @@ def test_affecteds_rooms_import_in_one_direction():
         "selection, coverage, report, verdict: each imports only those before it (the verdict also the kept "
         "verdicts and changes)"
     )
+
+
+def test_the_affected_script_parses_calls_and_prints():
+    """scripts/affected.py parses its options and hands them to its run (fidev.affected.judge.answer): it
+    defines main alone, and of affected's rooms imports judge alone, so no verdict is decided in it."""
+    tree = ast.parse((SCRIPTS / "affected.py").read_text())
+    defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    rooms = {name for name, _ in imports(SCRIPTS / "affected.py") if name.startswith("fidev.affected.")}
+    assert (defined, rooms) == (["main"], {"fidev.affected.judge"})
 
 
 # affected's run of the tests (fidev.affected.tests) drives smoke's tests in its process (ours) and FlashInfer's
