@@ -327,8 +327,9 @@ def test_a_module_built_in_a_run_whose_other_build_failed_is_unfinished(ws):
     saved = other.read_text()
     other.write_text(saved + "this is no C++\n")
     (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
-    done = affected(root, env)
+    done = affected(root, env, "--summary", str(root / "build-failed.json"))
     assert done.returncode == 1 and "build failed" in done.stdout, done.stdout + done.stderr
+    assert affected_summary.read(root / "build-failed.json").verdict == "build failed"  # not a refusal's `error`
     other.write_text(saved)
     again = affected(root, env, "--list")
     assert "nothing changed" not in again.stdout, again.stdout

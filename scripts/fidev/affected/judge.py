@@ -53,7 +53,7 @@ def answer(args: Options) -> int:
             exit_status=Verdict.INTERRUPTED.status,
         ) from None
     except Failure as failure:
-        record.verdict = Verdict.BUILD_FAILED if isinstance(failure, tests.BuildFailed) else Verdict.ERROR
+        record.verdict = verdict.of_failure(isinstance(failure, tests.BuildFailed))
         record.status, record.problem = failure.exit_status, failure.problem
         raise
     finally:

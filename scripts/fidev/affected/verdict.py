@@ -53,6 +53,11 @@ def of_tests(failed: set[str], broken: list[str]) -> Verdict:
     return Verdict.FAILED if failed or broken else Verdict.PASSED
 
 
+def of_failure(a_build: bool) -> Verdict:
+    """What a run that ended in a Failure says: `build failed` where a build failed, else `error` (a refusal)."""
+    return Verdict.BUILD_FAILED if a_build else Verdict.ERROR
+
+
 def reached_edits(selection: Selection, changed: changes.Changes) -> dict[str, list[str]]:
     """{edited file, not reverted since: the families whose tests it made run}."""
     return {f: fams for f, fams in selection.reached.items() if f not in changed.reverted}
