@@ -1273,6 +1273,47 @@ def test_a_run_without_failures_is_not_stopped_and_has_no_first_failure(ws, tmp_
     )
 
 
+FIRST_CASE = {  # how the file's first case ends: the first three fail the run, the last does not
+    "a failure": "    assert False\n",
+    "an out-of-memory skip": "    raise RuntimeError('CUDA error: out of memory')\n",  # the conftest's OOM skip
+    "a missing-JIT skip": "    from flashinfer.jit.core import MissingJITCacheError\n"
+    "    raise MissingJITCacheError('JIT compilation is disabled')\n",  # the conftest's missing-module skip
+    "an ordinary skip": "    pytest.skip('needs sm_100')\n",
+}
+
+
+SKIPPED_AS = {"an out-of-memory skip": {"out of memory": 1}, "a missing-JIT skip": {"JIT module missing": 1}}
+
+
+@pytest.mark.parametrize("first", FIRST_CASE)
+def test_a_skip_that_fails_the_run_counts_toward_stop_after_as_a_failure_does_and_an_ordinary_skip_does_not(
+    ws, tmp_path, first
+):
+    """--stop-after 1 and a file whose first case fails, or skips as FlashInfer's conftest turns an
+    out-of-memory error or a missing JIT module into a skip: the run stops there, the three cases after
+    it not run, and it names that case as failing. A skip for a feature the GPU lacks fails nothing:
+    the cases after it run."""
+    root, _, env = ws
+    write(
+        root,
+        "attention/test_rope.py",
+        f"import pytest\ndef test_first():\n{FIRST_CASE[first]}"
+        "@pytest.mark.parametrize('i', range(3))\ndef test_after(i):\n    pass\n",
+    )
+    summary = tmp_path / "summary.json"
+    done = upstream(root, env, "rope", "--no-plan", "--stop-after", "1", "--summary", str(summary))
+    out, record = done.stdout, upstream_summary.read(summary)
+    if first == "an ordinary skip":
+        assert done.returncode == 0 and "stopped early" not in out, out + done.stderr
+        assert not record.stopped_early and record.not_run == 0 and record.counts["passed"] == 3, record
+        return
+    assert done.returncode == 1 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "upstream-tests: stopped early: the run's failing cases reached --stop-after 1" in out, out
+    assert record.stopped_early and record.failing == ["tests/attention/test_rope.py::test_first"], record
+    assert record.not_run == 3 and record.counts["passed"] == 0, record
+    assert record.skips == SKIPPED_AS.get(first, {}), record  # each skip as the conftest made it
+
+
 def test_a_summary_whose_final_write_fails_is_two_lines_and_keeps_the_runs_status(ws, tmp_path):
     """--summary FILE checked before the run, its write at the end failing (the file system read-only
     since): two lines naming it and the OS error, the run's status (1: a case failed), no traceback."""
