@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from fidev.affected import coverage, report, selection
+from fidev.core.manifest import pins
 from fidev.tree import release_reference
 from script_runs import require
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
@@ -526,6 +527,54 @@ def test_a_module_with_a_recorded_test_is_untested_when_only_another_file_of_its
     owners = {"p": ["single_prefill"]}
     assert coverage.modules_untested(sel, ["tests/attention/test_alibi.py"], [], owners) == ["p"]
     assert coverage.modules_untested(sel, ["tests/attention/test_single_prefill.py"], [], owners) == []
+
+
+DECODE_TEST = """\
+import os, pytest
+import flashinfer
+def test_{module}():
+    flashinfer.load("{module}", 1)
+    if os.environ.get("SKIP_{module}"):
+        pytest.skip("needs sm_100")
+"""
+
+
+@needs_a_build
+def test_a_changed_module_whose_recorded_test_skipped_is_not_covered_though_another_file_of_its_family_ran(
+    ws, tmp_path
+):
+    """Two modules whose generated sources include csrc/batch_decode.cu (the decode family's source),
+    each with its test recorded in a file of its own of that family. An edit of both generated sources;
+    dec_a's test loads it and skips here, dec_b's passes: a file of dec_a's family ran, but dec_a has a
+    recorded test, and it alone judges dec_a: not a pass (3), naming dec_a, no row read passed."""
+    require(
+        "filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)"
+    )
+    root, _, env = ws
+    tree = root / TREE
+    (tree / "csrc").mkdir(exist_ok=True)
+    (tree / "csrc/batch_decode.cu").write_text("inline int batch_decode() { return 1; }\n")
+    release_reference.record_release(tree)  # the pinned release, with the source in it
+    generated = Path(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache/flashinfer" / pins().flashinfer / "90/generated"
+    files = {"dec_a": "test_batch_decode_kernels.py", "dec_b": "test_tensor_cores_decode.py"}
+    for module, test_file in files.items():
+        (generated / module).mkdir(parents=True)  # each module compiles the family's source
+        (generated / module / "s0.cpp").write_text(f'#include "{tree / "csrc/batch_decode.cu"}"\n')
+        (tree / "tests/attention" / test_file).write_text(DECODE_TEST.format(module=module))
+    done = upstream(root, env, "decode", "--yes")  # builds both, and records which test loads which
+    assert done.returncode == 0 and "upstream-tests: 3 passed" in done.stdout, done.stdout + done.stderr
+
+    for module in files:  # an edit of both modules' generated sources (no edit of the tree: smoke's tests stay out)
+        (generated / module / "s0.cpp").write_text(
+            f'#include "{tree / "csrc/batch_decode.cu"}"\nint edited() {{ return 2; }}\n'
+        )
+    done, out = affected(root, {**env, "SKIP_dec_a": "1"})
+    assert done.returncode == 3, out
+    assert "affected: no test of dec_a ran here" in out, out
+    # the family's other file ran to a result, dec_a's skipped
+    assert "tests/attention/test_tensor_cores_decode.py: 1 passed, 0 failed, 0 errors, 0 skipped" in out, out
+    assert "tests/attention/test_batch_decode_kernels.py: 0 passed, 0 failed, 0 errors, 1 skipped" in out, out
+    assert not [line for line in out.splitlines() if line.endswith("  passed")], f"a row read passed: {out}"
 
 
 def test_a_module_whose_tests_passed_in_a_run_that_was_not_covered_is_not_covered():
