@@ -192,10 +192,10 @@ def rows(step: str) -> list[str]:
     return ROWS.get(step, [step])
 
 
-# What each step took in the H100 run behind docs/measurements.md's row "acceptance run's total" (the wide
-# tier's steps: in the one-GPU H200 run behind its rows "cold wide build", "smoke-wide" and "smoke-noise-wide",
-# a little over; the bench steps: estimates), for --time-limit where WORK has no time of
-# its own for it yet: on a GPU host that limits each command to 10 minutes, they pack the run into parts.
+# What each step took in the H100 run whose total docs/measurements.md's row "acceptance run's total" names
+# beside the newest run's (the wide tier's steps: a little over what an early one-GPU H200 run took; the bench
+# steps: estimates), for --time-limit where WORK has no time of its own for it yet: on a GPU host that limits
+# each command to 10 minutes, they pack the run into parts.
 STEP_S = {
     "setup": 9,
     "negative-control": 21,
