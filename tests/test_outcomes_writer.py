@@ -97,10 +97,12 @@ def progress(path):
     return record
 
 
-def test_the_progress_is_written_once_collected_and_again_only_where_it_moved(tmp_path):
+def test_the_progress_says_no_total_until_collected_and_is_written_again_only_where_it_moved(tmp_path):
     path = tmp_path / "o.jsonl"
     writer = upstream_outcomes.Outcomes(path)
     writer.PROGRESS_EVERY_S = 3600.0  # its thread's next look, after the one it is sleeping: none in this test
+    writer.progress()
+    assert progress(path) == {"total": None, "done": 0, "failed": 0}, "cases to run said before they were collected"
     writer.pytest_collection_finish(SimpleNamespace(items=[1, 2, 3]))
     assert progress(path) == {"total": 3, "done": 0, "failed": 0}
     upstream_outcomes.progress_path(path).unlink()
