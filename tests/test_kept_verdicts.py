@@ -47,13 +47,13 @@ def test_a_verdict_stands_only_over_the_inputs_it_was_given_on(tmp_path):
     assert kept.standing("rope", rope) is not None
 
 
-def test_record_keeps_each_modules_verdict_whole_and_drops_one_built_without_a_content_record(tmp_path):
+def test_record_keeps_each_modules_verdict_whole_and_none_of_one_without_a_content_record(tmp_path):
     path = tmp_path / "fidev-affected.json"
     norm, rope = built(tmp_path, "norm", generators="{}"), built(tmp_path, "rope")
     kept = verdicts.Kept(path)
     kept.record({"norm": (norm, "failed", ["t/b", "t/a"], ["t/b", "t/a"]), "rope": (rope, "passed", ["t/c"], [])})
     (rope / INPUTS).unlink()
-    kept.record({"rope": (rope, "unfinished", ["t/c"], [])})
+    kept.record({"rope": (rope, "unfinished", ["t/c"], []), "gemm": (tmp_path / "gemm", "failed", ["t/d"], ["t/d"])})
     data = json.loads(path.read_text())
     assert data["schema"] == verdicts.SCHEMA and set(data["modules"]) == {"norm"}, data
     norm_kept = data["modules"]["norm"]
