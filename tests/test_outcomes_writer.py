@@ -109,9 +109,10 @@ def test_the_progress_says_no_total_until_collected_and_is_written_again_only_wh
     writer.progress()
     assert not upstream_outcomes.progress_path(path).exists(), "the progress was written again, though it had not moved"
     writer.pytest_runtest_logfinish("a::t", None)
+    writer.pytest_runtest_logfinish("a::u", None)
     writer.failing("a::t")
     writer.pytest_sessionfinish(None)
-    assert progress(path) == {"total": 3, "done": 1, "failed": 1}
+    assert progress(path) == {"total": 3, "done": 2, "failed": 1}
 
 
 def test_the_progress_of_a_running_process_is_written_by_its_thread(tmp_path):
