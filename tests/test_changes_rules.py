@@ -1,0 +1,288 @@
+"""What affected counts as changed since its last verdict (fidev.affected.changes), in the test's process: the
+edits a build recorded since (since_judged, unjudged), the kept not-covered edits (uncovered_edits), the verdicts
+that are not a pass (standing_failures) and each file's content before its edit (before_edits)."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from fidev.affected import changes, verdicts
+from fidev.core.files import file_fact
+from fidev.core.workspace import GENERATORS, INPUTS, TREE
+
+WHEN = "2026-11-29 10:00:00"
+OLD = [1, 2, "0" * 64]  # a file's fact before its edit: no file now has that hash
+
+
+def tree_with(tmp_path, *files):
+    """The vendored tree with each file (relative to it) written with its name as content."""
+    tree = tmp_path / "tree"
+    for rel in files:
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(rel)
+    return tree
+
+
+def module(tmp_path, name, generated=True, generators=None):
+    """A built module: its build folder with a content record, and its generators record where given."""
+    build_dir = tmp_path / "jit" / "cached_ops" / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / INPUTS).write_text("{}")
+    if generators is not None:
+        (build_dir / GENERATORS).write_text(json.dumps({str(p): fact for p, fact in generators.items()}))
+    return SimpleNamespace(name=name, build_dir=build_dir, generated=generated)
+
+
+def found_of(tree, modules=(), dirs=(), tier=None):
+    return SimpleNamespace(tree=tree, modules=list(modules), dirs=list(dirs), tier=tier or {})
+
+
+def kept_of(tmp_path, judged=None, gaps=None):
+    kept = verdicts.Kept(tmp_path / "no kept verdicts.json")
+    kept.judged, kept.gaps = judged, gaps or {}
+    return kept
+
+
+def compiled_by(tree, by_rel):
+    """by_input as changes.find gives it: {resolved input: its modules}, asked for at most once here."""
+    asked = []
+
+    def by_input():
+        asked.append(True)
+        return {str((tree / rel).resolve()): names for rel, names in by_rel.items()}
+
+    return by_input
+
+
+@pytest.fixture
+def no_release(monkeypatch):
+    """The pinned release is never asked for where a verdict of affected's own is kept."""
+
+    def refused(*_):
+        raise AssertionError("the release was asked for though a verdict is kept")
+
+    monkeypatch.setattr(changes.release_reference, "edited_files", refused)
+    monkeypatch.setattr(changes.release_reference, "released_facts", refused)
+
+
+def test_an_edit_built_since_the_verdict_runs_the_tests_of_the_modules_compiling_it(tmp_path, capsys, no_release):
+    tree = tree_with(tmp_path, "include/a.cuh", "include/new.cuh", "include/alone.cuh", "csrc/same.cu")
+    now = {rel: file_fact(tree / rel) for rel in ("include/a.cuh", "include/new.cuh", "include/alone.cuh")}
+    now["csrc/same.cu"] = [5, 6, "s" * 64]
+    judged = {"include/a.cuh": OLD, "csrc/same.cu": [7, 8, "s" * 64], "include/gone.cuh": OLD, "include/alone.cuh": OLD}
+    ch = changes.Changes([], {}, now=now)
+    by_input = compiled_by(tree, {"include/a.cuh": ["norm", "rope"], "include/new.cuh": ["gemm"]})
+    changes.since_judged(found_of(tree), ch, kept_of(tmp_path, judged), by_input)
+    a, new = str(tree / "include/a.cuh"), str(tree / "include/new.cuh")
+    assert ch.changed == {"norm": {a: "built since"}, "rope": {a: "built since"}, "gemm": {new: "built since"}}
+    assert ch.by_file == {"include/a.cuh": {"norm", "rope"}, "include/new.cuh": {"gemm"}, "include/alone.cuh": set()}
+    assert ch.before == {"include/a.cuh": OLD, "include/alone.cuh": OLD}, "a file judged absent has no content before"
+    assert ch.unjudged_generators == []
+    assert capsys.readouterr().out == (
+        "affected: include/a.cuh, include/alone.cuh, include/new.cuh changed since its last verdict, and a build "
+        "recorded the edit since: its modules' tests and its kernel families' run\n"
+    )
+
+
+def test_an_edit_shown_otherwise_or_deleted_is_not_counted_again_as_built_since(tmp_path, capsys, no_release):
+    files = ("include/shown.cuh", "include/reverted.cuh", "flashinfer/norm.py", "include/both.cuh")
+    tree = tree_with(tmp_path, *files)
+    now = {rel: file_fact(tree / rel) for rel in files}
+    ch = changes.Changes([str(tree / "flashinfer/norm.py")], {}, now=now)
+    ch.by_file = {"include/shown.cuh": {"norm"}, "include/both.cuh": set()}
+    ch.reverted = {"include/reverted.cuh", "include/both.cuh"}
+    judged = {**dict.fromkeys(files, OLD), "include/deleted.cuh": OLD}
+    by_input = compiled_by(tree, dict.fromkeys(files, ["norm"]))
+    changes.since_judged(found_of(tree), ch, kept_of(tmp_path, judged), by_input)
+    assert ch.changed == {} and ch.before == {} and ch.unjudged_generators == []
+    assert ch.by_file == {"include/shown.cuh": {"norm"}, "include/both.cuh": set()}
+    assert capsys.readouterr().out == ""
+
+
+def test_a_file_as_judged_differs_only_by_its_hash_and_where_one_side_lacks_it(tmp_path, no_release):
+    tree = tree_with(tmp_path, "include/touched.cuh", "include/edited.cuh", "include/added.cuh", "include/same.cuh")
+    now = {
+        "include/touched.cuh": [3, 4, "t" * 64],
+        "include/edited.cuh": [3, 4, "e" * 64],
+        "include/added.cuh": None,
+        "include/same.cuh": None,
+    }
+    judged = {
+        "include/touched.cuh": [1, 2, "t" * 64],
+        "include/edited.cuh": [3, 4, "x" * 64],
+        "include/same.cuh": None,
+        "include/removed.cuh": None,
+    }
+    ch = changes.Changes([], {}, now=now)
+    edits, baseline = changes.unjudged(found_of(tree), ch, judged)
+    assert edits == ["include/added.cuh", "include/edited.cuh", "include/removed.cuh"] and baseline is judged
+    assert changes.unjudged(found_of(tree), changes.Changes([], {}, now={"include/a.cuh": [1, 2]}), {})[0] == [
+        "include/a.cuh"
+    ]
+    two = changes.Changes([], {}, now={"include/a.cuh": [1, 2]})
+    assert changes.unjudged(found_of(tree), two, {"include/a.cuh": [5, 6]}) == ([], {"include/a.cuh": [5, 6]})
+    hashed = changes.Changes([], {}, now={"include/a.cuh": [1, 2, "a" * 64]})
+    assert changes.unjudged(found_of(tree), hashed, {"include/a.cuh": [1, 2]})[0] == ["include/a.cuh"]
+    assert changes.unjudged(found_of(tree), hashed, {"include/a.cuh": None})[0] == ["include/a.cuh"]
+
+
+def released(monkeypatch, tree, edited):
+    """The pinned release's answers for `tree`: its edited files, or a Failure to raise, and its facts."""
+    pinned = object()
+    monkeypatch.setattr(changes, "pins", lambda: pinned)
+
+    def edited_files(at, pins):
+        assert at == tree and pins is pinned
+        if isinstance(edited, Exception):
+            raise edited
+        return edited
+
+    def released_facts(at):
+        assert at == tree
+        return {"include/a.cuh": OLD}
+
+    monkeypatch.setattr(changes.release_reference, "edited_files", edited_files)
+    monkeypatch.setattr(changes.release_reference, "released_facts", released_facts)
+
+
+def test_before_any_verdict_an_edit_is_told_from_the_pinned_release(tmp_path, capsys, monkeypatch):
+    tree = tree_with(tmp_path, "include/a.cuh", "README.md")
+    released(monkeypatch, tree, ["README.md", "include/a.cuh"])
+    ch = changes.Changes([], {}, now={"include/a.cuh": file_fact(tree / "include/a.cuh")})
+    assert changes.unjudged(found_of(tree), ch, None) == (["include/a.cuh"], {"include/a.cuh": OLD})
+    by_input = compiled_by(tree, {"include/a.cuh": ["norm"]})
+    changes.since_judged(found_of(tree), ch, kept_of(tmp_path), by_input)
+    assert ch.changed == {"norm": {str(tree / "include/a.cuh"): "built since"}} and ch.before == {"include/a.cuh": OLD}
+    assert capsys.readouterr().out == (
+        "affected: include/a.cuh changed from the pinned release (it has given no verdict here yet), and a build "
+        "recorded the edit since: its modules' tests and its kernel families' run\n"
+    )
+
+
+def test_without_a_verdict_or_a_release_to_tell_edits_by_none_is_seen_and_that_is_said(tmp_path, capsys, monkeypatch):
+    tree = tree_with(tmp_path, "include/a.cuh")
+    released(monkeypatch, tree, changes.Failure("the tree has no pinned commit", "fetch it"))
+    assert changes.unjudged(found_of(tree), changes.Changes([], {}), None) == ([], {})
+    assert capsys.readouterr().out == (
+        "affected: no verdict of its own is kept here yet, and the tree has no pinned commit: an edit a build "
+        "recorded before this run is not seen (every later one is)\n"
+    )
+
+
+def test_a_generator_edit_built_since_runs_the_tests_of_the_modules_generated_after_it(tmp_path, capsys, no_release):
+    tree = tree_with(tmp_path, "flashinfer/jit/gen.py")
+    gen = tree / "flashinfer/jit/gen.py"
+    after, before = {gen: file_fact(gen)}, {gen: OLD}
+    modules = [
+        module(tmp_path, "generated_after", generators=after),
+        module(tmp_path, "plain_after", generated=False, generators=after),
+        module(tmp_path, "smoke_after", generated=False, generators=after),
+        module(tmp_path, "generated_before", generators=before),
+        module(tmp_path, "unrecorded"),
+    ]
+    ch = changes.Changes([], {}, now={"flashinfer/jit/gen.py": file_fact(gen)})
+    kept = kept_of(tmp_path, {"flashinfer/jit/gen.py": OLD})
+    by_input = compiled_by(tree, {"flashinfer/jit/gen.py": ["plain_after"]})
+    changes.since_judged(found_of(tree, modules, tier={"smoke_after": "norm"}), ch, kept, by_input)
+    assert ch.changed == {"generated_after": {str(gen): "built since"}, "smoke_after": {str(gen): "built since"}}
+    assert ch.by_file == {"flashinfer/jit/gen.py": {"generated_after", "smoke_after"}}
+    assert ch.unjudged_generators == [str(gen)] and ch.before == {"flashinfer/jit/gen.py": OLD}
+    assert "flashinfer/jit/gen.py changed since its last verdict" in capsys.readouterr().out
+
+
+def test_with_nothing_unjudged_since_judged_changes_nothing_and_says_nothing(tmp_path, capsys, no_release):
+    tree = tree_with(tmp_path, "include/a.cuh")
+    now = {"include/a.cuh": file_fact(tree / "include/a.cuh")}
+    ch = changes.Changes([], {}, now=now)
+    changes.since_judged(found_of(tree), ch, kept_of(tmp_path, dict(now)), compiled_by(tree, {}))
+    assert (ch.changed, ch.by_file, ch.before, ch.unjudged_generators) == ({}, {}, {}, [])
+    assert capsys.readouterr().out == ""
+
+
+def gap(was, result="not covered", families=("norm", "rope")):
+    return verdicts.Gap(was, list(families), WHEN, result)
+
+
+def test_a_kept_gap_runs_its_compiling_modules_tests_again_until_reverted(tmp_path, capsys):
+    tree = tree_with(tmp_path, "csrc/a.cu", "include/failed.cuh", "include/late.cuh", "include/nc.cuh")
+    gaps = {
+        "csrc/a.cu": gap(file_fact(tree / "csrc/a.cu")),
+        "include/failed.cuh": gap(OLD, "failed"),
+        "include/late.cuh": gap(OLD, "unfinished", ["gemm"]),
+        "include/nc.cuh": gap(OLD),
+        "include/new.cuh": gap(None),
+    }
+    ch = changes.Changes([], {})
+    ch.changed = {"norm": {"csrc/x.cu": "edited"}}
+    by_input = compiled_by(tree, {"include/failed.cuh": ["norm"], "include/nc.cuh": ["rope"], "csrc/a.cu": ["norm"]})
+    changes.uncovered_edits(found_of(tree), ch, kept_of(tmp_path, gaps=gaps), by_input)
+    failed, nc = str(tree / "include/failed.cuh"), str(tree / "include/nc.cuh")
+    assert ch.reverted == {"csrc/a.cu", "include/new.cuh"}, "as before its edit: the same content, or no file"
+    assert ch.changed == {"norm": {"csrc/x.cu": "edited", failed: "not covered"}, "rope": {nc: "not covered"}}
+    assert ch.uncovered == {"include/late.cuh"}, "a gap no built module compiles"
+    assert capsys.readouterr().out.splitlines() == [
+        f"affected: include/failed.cuh: the tests of norm, rope it reaches failed at {WHEN} (kept): "
+        "they run again until they pass, or it is reverted",
+        f"affected: include/late.cuh: the tests of gemm it reaches did not finish at {WHEN} (kept): "
+        "they run again until they pass, or it is reverted",
+        f"affected: include/nc.cuh reached norm, rope untested at {WHEN} (kept): "
+        "not covered until those tests run and pass, or it is reverted",
+    ]
+
+
+def verdicts_kept(tmp_path, results):
+    """Kept verdicts of {module: (result, build dir)}, read back."""
+    path = tmp_path / "fidev-affected.json"
+    verdicts.Kept(path).record({name: (build_dir, result, [], []) for name, (result, build_dir) in results.items()})
+    return verdicts.Kept(path)
+
+
+def test_a_module_unchanged_since_a_verdict_not_a_pass_runs_its_tests_again(tmp_path):
+    ms = {name: module(tmp_path, name) for name in ("edited", "failed", "unfinished", "passed", "rebuilt", "new")}
+    kept = verdicts_kept(
+        tmp_path, {name: ("passed" if name == "passed" else "failed", ms[name].build_dir) for name in list(ms)[:5]}
+    )
+    kept.modules["unfinished"].result = "unfinished"
+    (ms["rebuilt"].build_dir / INPUTS).write_text('{"other": {}}')
+    ch = changes.Changes([], {})
+    ch.changed = {"edited": {"csrc/a.cu": "edited"}}
+    changes.standing_failures(found_of(tmp_path, ms.values()), ch, kept)
+    failed, unfinished = kept.modules["failed"], kept.modules["unfinished"]
+    assert ch.changed == {
+        "edited": {"csrc/a.cu": "edited"},
+        "failed": {f"(the last run failed at {failed.when}: its tests run again)": "failed"},
+        "unfinished": {f"(the last run unfinished at {unfinished.when}: its tests run again)": "unfinished"},
+    }
+
+
+def test_where_the_kept_verdicts_cannot_be_read_every_unchanged_module_runs_its_tests(tmp_path):
+    ms = [module(tmp_path, name) for name in ("edited", "norm")]
+    kept = kept_of(tmp_path)
+    kept.problem = "affected's kept verdicts cannot be read"
+    ch = changes.Changes([], {})
+    ch.changed = {"edited": {"csrc/a.cu": "edited"}}
+    changes.standing_failures(found_of(tmp_path, ms), ch, kept)
+    assert ch.changed == {"edited": {"csrc/a.cu": "edited"}, "norm": {changes.UNKEPT: "unknown"}}
+
+
+def test_a_files_content_before_its_edit_is_a_record_that_differs_from_it_now(tmp_path):
+    tree = tree_with(tmp_path, "flashinfer/jit/gen.py", "include/a.cuh", "include/same.cuh", "csrc/b.cu")
+    gen = tree / "flashinfer/jit/gen.py"
+    now = {rel: file_fact(tree / rel) for rel in ("include/a.cuh", "include/same.cuh", "csrc/b.cu")}
+    modules = [
+        module(tmp_path, "rebuilt", generators={gen: file_fact(gen)}),
+        module(tmp_path, "old", generators={gen: OLD}),
+    ]
+    jit_dir = tmp_path / "jit" / "cached_ops"
+    (jit_dir.parent / TREE).write_text(json.dumps({**now, "include/a.cuh": OLD, "csrc/gone.cu": OLD}))
+    other = tmp_path / "other" / "cached_ops"
+    other.mkdir(parents=True)
+    (other.parent / TREE).write_text(json.dumps({"csrc/b.cu": [9, 9, "b" * 64], "include/a.cuh": now["include/a.cuh"]}))
+    before = changes.before_edits(found_of(tree, modules, [jit_dir, other]))
+    assert before == {
+        "flashinfer/jit/gen.py": OLD,
+        "include/a.cuh": OLD,
+        "csrc/b.cu": [9, 9, "b" * 64],
+        "csrc/gone.cu": OLD,
+    }
