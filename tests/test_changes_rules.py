@@ -286,3 +286,93 @@ def test_a_files_content_before_its_edit_is_a_record_that_differs_from_it_now(tm
         "csrc/b.cu": [9, 9, "b" * 64],
         "csrc/gone.cu": OLD,
     }
+
+
+@pytest.fixture
+def ninja(monkeypatch):
+    """ninja_inputs' answers by module folder name: its content record's edits (none: {}; no record: None), ninja's
+    dry run (what a build would compile, and its edges); each call's arguments are kept."""
+    answers = SimpleNamespace(edits={}, dry={}, stats=[])
+
+    def edited(build_dir, stats):
+        answers.stats.append(stats)
+        return answers.edits.get(build_dir.name, {})
+
+    def dry_run(build_dir, ninja_path):
+        assert ninja_path == build_dir / "build.ninja"
+        return answers.dry[build_dir.name]
+
+    monkeypatch.setattr(changes.ninja_inputs, "edited", edited)
+    monkeypatch.setattr(changes.ninja_inputs, "dry_run", dry_run)
+    return answers
+
+
+def with_ninja(m):
+    m.ninja_path = m.build_dir / "build.ninja"
+    return m
+
+
+def test_a_module_is_edited_by_its_content_record_else_by_what_ninja_would_compile(tmp_path, capsys, ninja):
+    names = ("both_unreadable", "generators_unreadable", "recorded", "current", "no_ninja", "newer", "link_only")
+    ms = [with_ninja(module(tmp_path, name)) for name in names]
+    (ms[0].build_dir / INPUTS).write_text('{"truncated')
+    (ms[0].build_dir / GENERATORS).write_text("[]")
+    (ms[1].build_dir / GENERATORS).write_text('{"truncated')
+    ninja.edits = {"recorded": {"csrc/a.cu": "edited"}, "no_ninja": None, "newer": None, "link_only": None}
+    ninja.dry = {"no_ninja": None, "newer": ({"a.o"}, 2), "link_only": (set(), 1)}
+    assert changes.edited(ms) == {
+        "both_unreadable": {f"(its build record {INPUTS} cannot be read)": "edited"},
+        "generators_unreadable": {f"(its build record {GENERATORS} cannot be read)": "edited"},
+        "recorded": {"csrc/a.cu": "edited"},
+        "no_ninja": {"no_ninja (no record: ninja finds newer inputs)": "edited"},
+        "newer": {"newer (no record: ninja finds newer inputs)": "edited"},
+    }
+    assert len(ninja.stats) == 5 and all(stats is ninja.stats[0] == {} for stats in ninja.stats), "one stat cache"
+    assert capsys.readouterr().out.splitlines() == [
+        f"affected: {name}: its build record {record} cannot be read (truncated?): it is taken as edited, rebuilt, "
+        "and its tests run"
+        for name, record in (("both_unreadable", INPUTS), ("generators_unreadable", GENERATORS))
+    ]
+
+
+def test_a_module_left_unregenerated_is_changed_and_one_whose_input_is_deleted_is_refused(tmp_path, ninja):
+    ms = [with_ninja(module(tmp_path, name)) for name in ("both", "unregenerated", "gone")]
+    ninja.edits = {"both": {"csrc/a.cu": "edited"}}
+    ch = changes.Changes([], dict.fromkeys(("both", "unregenerated", "gone"), []))
+    ch.unregenerated = {"both", "unregenerated"}
+    changes.changed_modules(found_of(tmp_path, ms), ch)
+    assert ch.changed == {
+        "both": {"csrc/a.cu": "edited", "(not regenerated)": "edited"},
+        "unregenerated": {"(not regenerated)": "edited"},
+    }
+    ninja.edits["gone"] = {"csrc/kept.cu": "edited", "include/x.h": "deleted", "include/y.h": "deleted"}
+    with pytest.raises(changes.Failure) as refused:
+        changes.changed_modules(found_of(tmp_path, ms), changes.Changes([], dict.fromkeys(("both", "gone"), [])))
+    assert refused.value.problem == "include/x.h, an input of gone, is gone (deleted since the build)"
+    assert refused.value.fix == (
+        "restore it (git checkout -- FILE in the tree), or regenerate it: pixi run -e flashinfer-dev build "
+        "(smoke's modules), upstream-tests FAMILY (FlashInfer's tests' modules)"
+    )
+
+
+def test_a_generator_edit_that_changed_no_regenerated_source_is_recorded_as_built(tmp_path, ninja, monkeypatch):
+    recorded = []
+    monkeypatch.setattr(changes.build_records, "record_generators", lambda *args: recorded.append(args))
+    gens = ["/tree/flashinfer/jit/gen.py"]
+    kinds = {  # name: (generator edits, generated, in smoke's tier, has recorded tests, unregenerated, edited)
+        "smoke": (gens, True, True, False, False, False),
+        "plain": (gens, False, False, False, False, False),
+        "theirs": (gens, True, False, True, False, False),
+        "lost": (gens, True, False, False, False, False),
+        "unregenerated": (gens, True, False, True, True, False),
+        "edited": (gens, False, True, True, False, True),
+        "no_generator_edit": ([], False, True, True, False, False),
+    }
+    ms = [with_ninja(module(tmp_path, name, generated=kind[1])) for name, kind in kinds.items()]
+    ninja.edits = {name: {"csrc/a.cu": "edited"} for name, kind in kinds.items() if kind[5]}
+    ch = changes.Changes(gens, {name: kind[0] for name, kind in kinds.items()})
+    ch.unregenerated = {name for name, kind in kinds.items() if kind[4]}
+    found = found_of(tmp_path / "tree", ms, tier={name: name for name, kind in kinds.items() if kind[2]})
+    found.recorded = {name: ["tests/t.py::t"] for name, kind in kinds.items() if kind[3]}
+    changes.changed_modules(found, ch)
+    assert recorded == [(m.build_dir, tmp_path / "tree") for m in ms if m.name in ("smoke", "plain", "theirs")]
