@@ -376,3 +376,80 @@ def test_a_generator_edit_that_changed_no_regenerated_source_is_recorded_as_buil
     found.recorded = {name: ["tests/t.py::t"] for name, kind in kinds.items() if kind[3]}
     changes.changed_modules(found, ch)
     assert recorded == [(m.build_dir, tmp_path / "tree") for m in ms if m.name in ("smoke", "plain", "theirs")]
+
+
+def test_a_changed_file_is_named_in_the_tree_and_a_generated_one_by_the_python_edit(tmp_path):
+    tree = tree_with(tmp_path, "flashinfer/jit/gen.py", "flashinfer/norm.py", "include/a.cuh", "include/b.cuh")
+    (tmp_path / "site" / "flashinfer").mkdir(parents=True)
+    (tmp_path / "site" / "flashinfer" / "data").symlink_to(tree)  # the editable install's link to the tree
+    outside = tmp_path / "other" / "x.h"
+    ch = changes.Changes([str(tree / "flashinfer/jit/gen.py"), str(tree / "flashinfer/norm.py")], {})
+    ch.changed = {
+        "norm": {str(tmp_path / "jit/generated/norm/a.cu"): "edited", str(tree / "include/a.cuh"): "edited"},
+        "rope": {"(not regenerated)": "edited", str(tmp_path / "site/flashinfer/data/include/b.cuh"): "edited"},
+        "gemm": {str(outside): "edited", str(tree / "include/b.cuh"): "edited"},
+    }
+    changes.files_changed(found_of(tree), ch)
+    assert ch.by_file == {
+        "gen.py, norm.py -> a.cu": {"norm"},
+        "gen.py, norm.py -> (not regenerated)": {"rope"},
+        "include/a.cuh": {"norm"},
+        "include/b.cuh": {"rope", "gemm"},
+        str(outside): {"gemm"},
+        "flashinfer/norm.py": set(),
+    }, "of the Python edits, the one outside the generators only: the regeneration showed what the other changed"
+    assert ch.pending == set()
+
+
+def test_a_python_edit_that_changed_no_generated_source_is_named_itself(tmp_path):
+    tree = tree_with(tmp_path, "flashinfer/jit/gen.py", "flashinfer/norm.py", "include/a.cuh")
+    ch = changes.Changes([str(tree / "flashinfer/jit/gen.py"), str(tree / "flashinfer/norm.py")], {})
+    ch.changed = {"norm": {str(tree / "include/a.cuh"): "edited"}}
+    changes.files_changed(found_of(tree), ch)
+    assert ch.by_file == {"include/a.cuh": {"norm"}, "flashinfer/jit/gen.py": set(), "flashinfer/norm.py": set()}
+    plain = changes.Changes([], {})
+    plain.changed = {"norm": {str(tmp_path / "jit/generated/norm/a.cu"): "edited", "(not regenerated)": "edited"}}
+    changes.files_changed(found_of(tree), plain)
+    assert plain.by_file == {str(tmp_path / "jit/generated/norm/a.cu"): {"norm"}, "(not regenerated)": {"norm"}}
+
+
+def jit_dir_with_record(tmp_path, name, record):
+    jit_dir = tmp_path / name / "cached_ops"
+    jit_dir.mkdir(parents=True)
+    (jit_dir.parent / TREE).write_text(record if isinstance(record, str) else json.dumps(record))
+    return jit_dir
+
+
+def test_an_edit_no_built_module_compiles_is_named_unless_reverted_and_any_module_may_compile_it_blind(tmp_path):
+    files = ("include/unreached.cuh", "include/reverted.cuh", "include/shown.cuh", "csrc/kept.cu")
+    tree = tree_with(tmp_path, *files)
+    records = [
+        jit_dir_with_record(tmp_path, "jit", dict.fromkeys(files[:3], OLD)),
+        jit_dir_with_record(tmp_path, "none", {}),
+    ]
+    unreadable = f"({changes.UNREADABLE.format(INPUTS)})"
+    for blind, expected in (({}, set()), ({"blind": {unreadable: "edited"}}, {"blind"})):
+        ch = changes.Changes([], {}, reverted={"include/reverted.cuh", "include/other.cuh"}, uncovered={"csrc/kept.cu"})
+        ch.changed = {"norm": {str(tree / "include/shown.cuh"): "edited"}, **blind}
+        changes.files_changed(found_of(tree, dirs=records), ch)
+        assert ch.pending == {"include/reverted.cuh"}, "a reverted gap a tree record still holds as edited"
+        assert ch.by_file == {
+            "include/shown.cuh": {"norm"},
+            **({unreadable: {"blind"}} if blind else {}),
+            "include/unreached.cuh": expected,
+            "csrc/kept.cu": expected,
+        }
+
+
+def test_an_unreadable_tree_record_counts_as_an_edit_reaching_every_family(tmp_path, capsys):
+    tree = tree_with(tmp_path, "include/a.cuh")
+    as_built = {"include/a.cuh": file_fact(tree / "include/a.cuh")}
+    dirs = [jit_dir_with_record(tmp_path, "jit", as_built), jit_dir_with_record(tmp_path, "bad", '{"truncated')]
+    ch = changes.Changes([], {})
+    changes.files_changed(found_of(tree, dirs=dirs), ch)
+    assert ch.by_file == {changes.UNTOLD: set()}
+    assert capsys.readouterr().out == (
+        f"affected: {dirs[1].parent / TREE} cannot be read (truncated, or of another shape): an edit of include/ or "
+        "csrc/ that no built module compiles cannot be told, so it counts as reaching every kernel family; the next "
+        "build writes it again\n"
+    )
