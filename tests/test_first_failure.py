@@ -1019,3 +1019,45 @@ def test_where_the_rebuild_could_not_take_every_modules_lock_no_module_is_said_b
         run = FakeRun()
         _, said, _ = build_and_test(monkeypatch, run, smoke_fails=False, all_held=all_held)
         assert begun in said, said
+
+
+class LeftRunning:
+    """A run of FlashInfer's tests that the run started and did not stop itself (one a Python edit starts before
+    the regeneration, fidev.affected.changes.regenerate_edits): in FlashInferTests.started until stopped."""
+
+    def __init__(self):
+        self.stops = 0
+        their_tests.FlashInferTests.started.add(self)
+
+    def stop(self):
+        self.stops += 1
+        their_tests.FlashInferTests.started.discard(self)
+
+
+@pytest.mark.parametrize("ending", ["returns", "fails", "interrupted"])
+def test_flashinfers_tests_the_run_left_running_are_stopped_however_it_ends(monkeypatch, ending):
+    """What the run started and left running (FlashInfer's tests a Python edit started early, its verdict then
+    reached before their rebuild took them, or a Failure or Ctrl-C between) is stopped once the run ends, each
+    once: no upstream-tests process outlives affected, held at its gate."""
+    from fidev.affected import judge
+    from fidev.affected import summary as affected_summary
+
+    left = []
+
+    def run_affected(args, record):
+        left.append(LeftRunning())
+        if ending == "fails":
+            raise Failure("the regeneration failed", "fix it")
+        if ending == "interrupted":
+            raise KeyboardInterrupt
+        return verdict.Verdict.NOTHING_CHANGED
+
+    monkeypatch.setattr(judge, "run_affected", run_affected)
+    monkeypatch.setattr(their_tests.FlashInferTests, "started", set())
+    raised = {"returns": None, "fails": Failure, "interrupted": KeyboardInterrupt}[ending]
+    if raised is None:
+        assert judge.run(judge.Options(), affected_summary.Summary()) is verdict.Verdict.NOTHING_CHANGED
+    else:
+        with pytest.raises(raised):
+            judge.run(judge.Options(), affected_summary.Summary())
+    assert [run.stops for run in left] == [1] and not their_tests.FlashInferTests.started
