@@ -12,6 +12,7 @@ The stand-ins follow FlashInfer's files at v0.6.3:
   spec_info the str() of a dict) as the upstream-tests plan stores them (fidev.records.build_records).
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from fidev.records import build_records, ninja_inputs
 from fidev.tree import release_reference, source_tree
-from script_runs import require, signal_held, start_held, two_line_failure
+from script_runs import require, signal_held, start_held, two_line_failure, wait_until
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler"
@@ -337,6 +338,66 @@ def test_a_module_built_in_a_run_whose_other_build_failed_is_unfinished(ws):
         line.startswith("(the last run unfinished at ") and "norm" in line.replace(",", " ").split()
         for line in again.stdout.splitlines()
     ), again.stdout
+
+
+def compiling(session: int, source: str) -> bool:
+    """Whether a process of the session `session` (its leader's pid) compiles `source`: its command line names it."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if os.getsid(int(pid)) == session and source.encode() in f.read():
+                    return True
+        except OSError:  # ended meanwhile
+            continue
+    return False
+
+
+def said_unfinished(stdout: str, name: str) -> bool:
+    """Whether affected --list says module `name`'s last run was unfinished (its tests run again)."""
+    return any(
+        line.startswith("(the last run unfinished at ") and name in line.replace(",", " ").split()
+        for line in stdout.splitlines()
+    )
+
+
+def test_a_run_killed_in_its_rebuild_leaves_each_module_unfinished_the_rebuilt_one_with_its_new_inputs(ws, tmp_path):
+    """A run killed (SIGKILL: no handler runs) while norm_upstream compiles, norm rebuilt already: each module was
+    kept `unfinished` before the rebuild started, and norm again as soon as it was rebuilt, with the inputs its
+    rebuild recorded. So, norm_upstream's edit reverted, the next run runs both modules' tests again: neither is
+    "nothing changed", though norm's record holds its edit and norm_upstream's its old inputs. The compile blocks
+    on a FIFO it includes (outside the tree: affected reads no file it includes that is not a regular file)."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    from fidev.affected import verdicts as kept_verdicts
+
+    tree, root, jit_dir, env = ws
+    blocker, other = tmp_path / "blocker.h", tree / "csrc/other.cc"
+    os.mkfifo(blocker)
+    saved = other.read_text()
+    other.write_text(f'#include "{blocker}"\n' + saved)
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    kept = workspace.read(pins().flashinfer).verdicts
+    norm_inputs = kept_verdicts.fingerprint(jit_dir / "norm")
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "scripts/affected.py"), "--keep-going"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env},
+        start_new_session=True,  # its ninja, compilers and FlashInfer's tests are killed with it
+    )
+    try:
+        wait_until(lambda: compiling(proc.pid, str(other)), 120, "norm_upstream's compile started", proc)
+        with contextlib.suppress(AssertionError):  # wait for norm's rebuild, if it comes
+            wait_until(lambda: kept_verdicts.fingerprint(jit_dir / "norm") != norm_inputs, 60, "norm rebuilt", proc)
+            wait_until(lambda: kept_verdicts.Kept(kept).standing("norm", jit_dir / "norm"), 10, "norm kept rebuilt")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        said = proc.communicate(timeout=30)[0]
+    assert kept_verdicts.fingerprint(jit_dir / "norm") != norm_inputs, said  # norm's rebuild recorded its edit
+    other.write_text(saved)
+    again = affected(root, env, "--list")
+    assert "nothing changed" not in again.stdout, said + again.stdout
+    assert said_unfinished(again.stdout, "norm") and said_unfinished(again.stdout, "norm_upstream"), again.stdout
 
 
 def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
