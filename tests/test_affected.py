@@ -400,6 +400,51 @@ def test_a_run_killed_in_its_rebuild_leaves_each_module_unfinished_the_rebuilt_o
     assert said_unfinished(again.stdout, "norm") and said_unfinished(again.stdout, "norm_upstream"), again.stdout
 
 
+def gate_held_back(scratch) -> bool:
+    """Whether FlashInfer's gate of a run whose scratch folders are under `scratch` says its rebuild could not take
+    every module's lock (`held` false: fidev.upstream.gate.state_text): the rebuild has taken what it could."""
+    gates = [json.loads(gate.read_text() or "{}") for gate in scratch.glob(f"{workspace.AFFECTED_SCRATCH}*/gate")]
+    return any(state.get("modules") and state.get("held") is False for state in gates)
+
+
+def test_a_module_rebuilt_after_another_process_let_its_lock_go_is_unfinished_when_the_build_fails(ws, tmp_path):
+    """Both modules' locks are held elsewhere as the rebuild starts (a test loading them), so it builds them once
+    they are let go (module_builds.build_or_wait), where no module is kept as it is rebuilt: norm builds, and
+    norm_upstream's build fails. The failed run keeps each module `unfinished` again as it ends, norm with the
+    inputs its rebuild recorded: once norm_upstream's source is restored, norm's tests run again, though its
+    record holds its edit (never "nothing changed" over tests that did not run)."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock
+
+    tree, root, jit_dir, env = ws
+    other = tree / "csrc/other.cc"
+    saved = other.read_text()
+    other.write_text(saved + "this is no C++\n")
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    locks = [FileLock(workspace.module_lock(jit_dir / name), thread_local=False) for name in ("norm", "norm_upstream")]
+    for lock in locks:
+        lock.acquire()
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "scripts/affected.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env, "TMPDIR": str(scratch)},
+    )
+    try:
+        wait_until(lambda: gate_held_back(scratch), 120, "the rebuild found both modules' locks held", proc)
+    finally:
+        for lock in locks:
+            lock.release()
+        said = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 1 and "build failed" in said, said
+    other.write_text(saved)
+    again = affected(root, env, "--list")
+    assert "nothing changed" not in again.stdout and said_unfinished(again.stdout, "norm"), said + again.stdout
+
+
 def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     """include/flashinfer/page.cuh is compiled by the `page` family's csrc/page.cu (flashinfer/jit/page.py,
     lines 25-26 at v0.6.3): no module of this JIT dir includes it."""
