@@ -492,6 +492,29 @@ def test_a_not_covered_edit_stays_not_covered_after_a_later_build_until_it_is_re
     assert back.returncode == 0 and "nothing changed" in back.stdout, back.stdout + back.stderr
 
 
+def test_keep_going_runs_every_smoke_test_past_the_first_failure_which_otherwise_ends_them(ws):
+    """smoke's test_rmsnorm fails on the edit (it runs last): with --keep-going no failure ends smoke's tests (pytest
+    without -x) and the run is not said stopped; without it, the first failure ends them (-x: the kept failure runs
+    them again) and the run says that what did not run is no pass."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    header = tree / "include/flashinfer/norm.cuh"
+    smoke = PASSING_SMOKE["smoke/test_kernels.py"].replace(
+        "def test_rmsnorm():\n    pass", f"def test_rmsnorm():\n    assert 'K = 2' not in open({str(header)!r}).read()"
+    )
+    for rel, text in {**PASSING_SMOKE, "smoke/test_kernels.py": smoke}.items():
+        (root / "tests" / rel).write_text(text)
+    header.write_text("constexpr int K = 2;\n")
+    ended = "affected: the first failure ended the run: the other selected tests did not run, and are no pass"
+    every = affected(root, env, "--keep-going")
+    assert every.returncode == 1 and "5 passed, 0 skipped, 1 failed" in every.stdout, every.stdout + every.stderr
+    assert ended not in every.stdout and "stopping after 1 failures" not in every.stdout, every.stdout
+    first = affected(root, env)  # the failure kept: its tests run again, and the first failure ends them
+    assert first.returncode == 1 and ended in first.stdout and "stopping after 1 failures" in first.stdout, (
+        first.stdout + first.stderr
+    )
+
+
 PASSING_SMOKE = {  # smoke's and abi-smoke's tests of the norm module, as stand-ins that pass on any host
     "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
     "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\n"
