@@ -239,14 +239,24 @@ def test_bad_input_gets_two_lines(ws, tmp_path):
     two_line_failure(affected(root, env), "an input of norm_upstream, is gone")
 
 
-@pytest.mark.parametrize("args, said", [(["--list"], "listing what changed (--list builds and runs nothing"), ([], "")])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (
+            ["--list"],
+            "interrupted while listing what changed (--list builds and runs nothing: only that look was stopped)",
+        ),
+        ([], "interrupted (the builds and tests it started were stopped)"),
+    ],
+)
 def test_an_interrupted_run_says_what_was_stopped(tmp_path, args, said):
     """Ctrl-C as affected reads the workspace (held there: script_runs.HOLD): --list builds and runs nothing,
     so it says that only its look at what changed was stopped, and reruns --list; a run says its builds and
     tests were stopped."""
     proc, met = start_held(tmp_path, "fidev.core.workspace:read", "affected.py", *args)
     done = signal_held(proc, met, signal.SIGINT, "affected held as it reads the workspace")
-    two_line_failure(done, said or "interrupted (the builds and tests it started were stopped)", status=130)
+    two_line_failure(done, said, status=130)
+    assert done.stderr.splitlines()[-2] == f"error: {said}", done.stderr  # the line, word for word
     assert done.stderr.splitlines()[-1].endswith(f"affected{' --list' if args else ''}"), done.stderr
 
 
