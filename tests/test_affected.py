@@ -256,8 +256,8 @@ def test_an_interrupted_run_says_what_was_stopped(tmp_path, args, said):
     proc, met = start_held(tmp_path, "fidev.core.workspace:read", "affected.py", *args)
     done = signal_held(proc, met, signal.SIGINT, "affected held as it reads the workspace")
     two_line_failure(done, said, status=130)
-    assert done.stderr.splitlines()[-2] == f"error: {said}", done.stderr  # the line, word for word
-    assert done.stderr.splitlines()[-1].endswith(f"affected{' --list' if args else ''}"), done.stderr
+    fix = f"  fix: run it again: pixi run -e flashinfer-dev affected{' --list' if args else ''}"
+    assert done.stderr.splitlines()[-2:] == [f"error: {said}", fix], done.stderr  # the two lines, word for word
 
 
 def test_modules_built_from_another_tree_are_refused(ws, tmp_path):
