@@ -310,6 +310,22 @@ def test_a_run_rebuilds_the_edited_module_and_runs_its_tests(ws):
     ), again.stdout
 
 
+def test_a_module_whose_ninja_log_was_recompacted_in_the_run_is_compiled_an_unknown_number_of_times(ws):
+    """ninja rewrites a log of many stale entries as it starts (recompaction: more than 100 outputs, each logged
+    over 3 times on average): what the run compiled in that module cannot be counted from it, and the summary
+    says so (None), the run going on to its verdict."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, jit_dir, env = ws
+    log = jit_dir / "norm/.ninja_log"
+    header = log.read_text().splitlines(keepends=True)[0]
+    log.write_text(header + "".join(f"0\t1\t0\tgone_{i}.o\t{i:016x}\n" for i in range(120) for _ in range(4)))
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    done = affected(root, env, "--summary", str(jit_dir.parent / "affected.json"))
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "affected: 1 module(s) compiled in this run (norm); more than once (or not known): norm" in done.stdout
+    assert affected_summary.read(jit_dir.parent / "affected.json").compiled == {"norm": None}
+
+
 def test_a_run_killed_during_its_tests_is_unfinished_and_its_tests_run_again(ws):
     """The `unfinished` verdict is kept after the rebuild, with the inputs the rebuild recorded, and
     before the tests start: a run killed in its tests (here smoke's test file ends the process as
