@@ -1097,7 +1097,12 @@ def test_a_second_affected_run_on_one_workspace_is_refused_in_two_lines_and_lose
     with files.exclusive(here.affected_lock, "the first affected run", busy, lambda e: Failure(str(e), "fix")):
         done = affected(root, env, "--summary", str(tmp_path / "second.json"))
         two_line_failure(done, "another affected run is judging the builds in")
-        assert "the first affected run, pid" in done.stderr, done.stderr
+        problem, fix = done.stderr.splitlines()[-2:]  # word for word
+        assert problem.startswith(f"error: another affected run is judging the builds in {here.version_dir} (the ")
+        assert "(the first affected run, pid" in problem and problem.endswith(
+            "): two at once would rebuild the same modules and keep each other's verdicts"
+        ), problem
+        assert fix == "  fix: wait for it to end, then run this again", fix
         assert (here.verdicts.read_bytes() if here.verdicts.exists() else None) == verdicts_before
     assert affected_summary.read(tmp_path / "second.json").verdict == "error"
     done = affected(root, env, "--list")
