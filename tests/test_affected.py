@@ -1109,6 +1109,20 @@ def test_a_second_affected_run_on_one_workspace_is_refused_in_two_lines_and_lose
     assert done.returncode == 0 and not here.affected_lock.exists(), done.stdout + done.stderr
 
 
+def test_a_lock_affected_cannot_write_is_refused_in_two_lines(ws):
+    """The workspace's lock cannot be opened (here a folder holds its name; a read-only version folder alike):
+    two lines, word for word, naming the folder and why, and where the JIT dir's folder is set."""
+    _, root, _, env = ws
+    here = workspace.read(pins().flashinfer)
+    here.affected_lock.mkdir(parents=True)
+    done = affected(root, env, "--list")
+    two_line_failure(done, "cannot write affected's lock in")
+    assert done.stderr.splitlines()[-2:] == [
+        f"error: cannot write affected's lock in {here.version_dir} (Is a directory)",
+        "  fix: make the JIT dir's folder writable (FLASHINFER_WORKSPACE_BASE names where it is)",
+    ], done.stderr
+
+
 def test_a_summary_written_before_the_compile_counts_reads_back_with_none(tmp_path):
     """compiled and compiled_twice came within the summary's version 1: a summary without them is read
     with none, every other field still required."""
