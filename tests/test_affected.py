@@ -477,6 +477,51 @@ def test_a_module_rebuilt_after_another_process_let_its_lock_go_is_unfinished_wh
     assert "nothing changed" not in again.stdout and said_unfinished(again.stdout, "norm"), said + again.stdout
 
 
+def test_a_module_built_once_another_process_let_its_lock_go_is_kept_as_it_is_built(ws, tmp_path):
+    """Both modules' locks are held elsewhere as the rebuild starts, so it builds them once they are let go
+    (module_builds.build_or_wait). norm builds while norm_upstream's compile blocks (a FIFO it includes), and the
+    run is killed (SIGKILL: no end of the rebuild, no Failure) once norm's build recorded its edit: norm was kept
+    `unfinished` with its new inputs as it was built, so its tests run again, never "nothing changed"."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    from filelock import FileLock
+
+    from fidev.affected import verdicts as kept_verdicts
+
+    tree, root, jit_dir, env = ws
+    blocker, other = tmp_path / "blocker.h", tree / "csrc/other.cc"
+    os.mkfifo(blocker)
+    saved = other.read_text()
+    other.write_text(f'#include "{blocker}"\n' + saved)
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    before = kept_verdicts.fingerprint(jit_dir / "norm")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    locks = [FileLock(workspace.module_lock(jit_dir / name), thread_local=False) for name in ("norm", "norm_upstream")]
+    for lock in locks:
+        lock.acquire()
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "scripts/affected.py"), "--keep-going"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env, "TMPDIR": str(scratch)},
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: gate_held_back(scratch), 120, "the rebuild found both modules' locks held", proc)
+        for lock in locks:
+            lock.release()
+        wait_until(lambda: compiling(proc.pid, str(other)), 60, "norm_upstream's compile blocked", proc)
+        wait_until(lambda: kept_verdicts.fingerprint(jit_dir / "norm") != before, 60, "norm rebuilt", proc)
+        time.sleep(2)  # past norm's end in the rebuild, whose lock it let go once kept
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        said = proc.communicate(timeout=30)[0]
+    other.write_text(saved)
+    again = affected(root, env, "--list")
+    assert "nothing changed" not in again.stdout and said_unfinished(again.stdout, "norm"), said + again.stdout
+
+
 def test_an_edit_no_built_module_compiles_names_the_families_that_would(ws):
     """include/flashinfer/page.cuh is compiled by the `page` family's csrc/page.cu (flashinfer/jit/page.py,
     lines 25-26 at v0.6.3): no module of this JIT dir includes it."""

@@ -769,6 +769,7 @@ def build_or_wait(
     env: dict | None = None,
     running: list | None = None,
     stopped: threading.Event | None = None,
+    built: Callable[[str], None] | None = None,
 ) -> None:
     """FlashInfer JitSpecs built side by side, each under its own lock as FlashInfer builds it, the
     builds under the JIT dir's lock (`jit_lock`, FlashInfer's build_jit_specs takes it); those whose
@@ -778,8 +779,10 @@ def build_or_wait(
     module's lock, has nothing to do where the other built it from what the tree holds now, and builds
     what it left unbuilt or built from older sources. Two ninjas never run in one module's folder.
     `env`: ninja's environment (default: this process's as each starts); `running`: run_module_builds';
-    `stopped`: once set, no build starts and no wait goes on."""
+    `stopped`: once set, no build starts and no wait goes on; `built(name)`: as each module it built ends
+    built, before its lock is let go (affected keeps it `unfinished` with the inputs its build recorded)."""
     left = list(specs)
+    failed: set[str] = set()
     for _ in range(ROUNDS):
         with jit_lock:
             held = take_locks(left)
@@ -789,9 +792,10 @@ def build_or_wait(
                     [spec for spec, _ in held.values()],
                     say,
                     running,
-                    on_done=lambda spec, held=held: release(held, spec.name),
+                    on_done=lambda spec, held=held: built_then_release(spec.name, held, built, failed),
                     env=env,
                     stopped=stopped,
+                    on_failed=lambda spec, _: failed.add(spec.name),
                 )
             finally:
                 for name in list(held):
@@ -802,6 +806,15 @@ def build_or_wait(
                 return
         if not left:
             return
+
+
+def built_then_release(name: str, held: dict, built: Callable[[str], None] | None, failed: set[str]) -> None:
+    """build_or_wait's end of one module: `built(name)` where it built, then its lock let go, whatever built raised."""
+    try:
+        if built is not None and name not in failed:
+            built(name)
+    finally:
+        release(held, name)
 
 
 def wait_for_lock(spec, stopped: threading.Event | None) -> bool:
@@ -938,12 +951,16 @@ class Rebuild:
     def done_one(self, spec) -> None:
         if spec.name in self.failed:
             return
-        try:
-            self.rebuilt(spec.name)
-        except BaseException as e:  # noqa: BLE001 (raised again by wait(), in the run's own thread)
-            self.error = self.error or e
+        self.kept(spec.name)
         release(self.held, spec.name)
         self.left.discard(spec.name)
+
+    def kept(self, name: str) -> None:
+        """rebuilt(name), what it raises kept for wait() to raise in the run's own thread."""
+        try:
+            self.rebuilt(name)
+        except BaseException as e:  # noqa: BLE001 (raised again by wait(), in the run's own thread)
+            self.error = self.error or e
 
     def build(self, then: Callable, say: Callable[[str], None]) -> None:
         try:
@@ -968,7 +985,7 @@ class Rebuild:
                     self.jit_lock.release()
             others = [spec for spec in self.specs if spec.name not in ours]
             if others and not self.stopped.is_set():
-                build_or_wait(others, say, self.jit_lock, self.env, self.running, self.stopped)
+                build_or_wait(others, say, self.jit_lock, self.env, self.running, self.stopped, self.kept)
             if not self.stopped.is_set():
                 self.failure = missing_after(self.specs)
             self.ended = time.time()
