@@ -354,10 +354,7 @@ def test_a_module_built_in_a_run_whose_other_build_failed_is_unfinished(ws):
     never ran, so once norm_upstream's source is restored, norm is unfinished, not "nothing changed"."""
     require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     tree, root, _, env = ws
-    other = tree / "csrc/other.cc"
-    saved = other.read_text()
-    other.write_text(saved + "this is no C++\n")
-    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    other, saved = norm_edit_with_a_failing_build(tree)
     done = affected(root, env, "--summary", str(root / "build-failed.json"))
     assert done.returncode == 1 and "build failed" in done.stdout, done.stdout + done.stderr
     assert affected_summary.read(root / "build-failed.json").verdict == "build failed"  # not a refusal's `error`
@@ -390,6 +387,38 @@ def said_unfinished(stdout: str, name: str) -> bool:
     )
 
 
+def norm_edit_with_a_failing_build(tree):
+    """norm.cuh edited, and norm_upstream's csrc/other.cc made no C++: (other.cc, its text before)."""
+    other = tree / "csrc/other.cc"
+    saved = other.read_text()
+    other.write_text(saved + "this is no C++\n")
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    return other, saved
+
+
+def norm_edit_with_a_blocked_compile(tree, tmp_path):
+    """norm.cuh edited, and norm_upstream's csrc/other.cc including a FIFO outside the tree (affected reads no
+    include that is not a regular file), so that its compile blocks until the run is killed: (other.cc, its text)."""
+    blocker, other = tmp_path / "blocker.h", tree / "csrc/other.cc"
+    os.mkfifo(blocker)
+    saved = other.read_text()
+    other.write_text(f'#include "{blocker}"\n' + saved)
+    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    return other, saved
+
+
+def affected_in_its_session(root, env, **more_env) -> subprocess.Popen:
+    """`affected --keep-going` in a session of its own: its ninja, compilers and FlashInfer's tests die with it."""
+    return subprocess.Popen(
+        [sys.executable, str(root / "scripts/affected.py"), "--keep-going"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env, **more_env},
+        start_new_session=True,
+    )
+
+
 def test_a_run_killed_in_its_rebuild_leaves_each_module_unfinished_the_rebuilt_one_with_its_new_inputs(ws, tmp_path):
     """A run killed (SIGKILL: no handler runs) while norm_upstream compiles, norm rebuilt already: each module was
     kept `unfinished` before the rebuild started, and norm again as soon as it was rebuilt, with the inputs its
@@ -400,21 +429,10 @@ def test_a_run_killed_in_its_rebuild_leaves_each_module_unfinished_the_rebuilt_o
     from fidev.affected import verdicts as kept_verdicts
 
     tree, root, jit_dir, env = ws
-    blocker, other = tmp_path / "blocker.h", tree / "csrc/other.cc"
-    os.mkfifo(blocker)
-    saved = other.read_text()
-    other.write_text(f'#include "{blocker}"\n' + saved)
-    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    other, saved = norm_edit_with_a_blocked_compile(tree, tmp_path)
     kept = workspace.read(pins().flashinfer).verdicts
     norm_inputs = kept_verdicts.fingerprint(jit_dir / "norm")
-    proc = subprocess.Popen(
-        [sys.executable, str(root / "scripts/affected.py"), "--keep-going"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **env},
-        start_new_session=True,  # its ninja, compilers and FlashInfer's tests are killed with it
-    )
+    proc = affected_in_its_session(root, env)
     try:
         wait_until(lambda: compiling(proc.pid, str(other)), 120, "norm_upstream's compile started", proc)
         with contextlib.suppress(AssertionError):  # wait for norm's rebuild, if it comes
@@ -447,10 +465,7 @@ def test_a_module_rebuilt_after_another_process_let_its_lock_go_is_unfinished_wh
     from filelock import FileLock
 
     tree, root, jit_dir, env = ws
-    other = tree / "csrc/other.cc"
-    saved = other.read_text()
-    other.write_text(saved + "this is no C++\n")
-    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    other, saved = norm_edit_with_a_failing_build(tree)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     locks = [FileLock(workspace.module_lock(jit_dir / name), thread_local=False) for name in ("norm", "norm_upstream")]
@@ -488,25 +503,14 @@ def test_a_module_built_once_another_process_let_its_lock_go_is_kept_as_it_is_bu
     from fidev.affected import verdicts as kept_verdicts
 
     tree, root, jit_dir, env = ws
-    blocker, other = tmp_path / "blocker.h", tree / "csrc/other.cc"
-    os.mkfifo(blocker)
-    saved = other.read_text()
-    other.write_text(f'#include "{blocker}"\n' + saved)
-    (tree / "include/flashinfer/norm.cuh").write_text("constexpr int K = 2;\n")
+    other, saved = norm_edit_with_a_blocked_compile(tree, tmp_path)
     before = kept_verdicts.fingerprint(jit_dir / "norm")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     locks = [FileLock(workspace.module_lock(jit_dir / name), thread_local=False) for name in ("norm", "norm_upstream")]
     for lock in locks:
         lock.acquire()
-    proc = subprocess.Popen(
-        [sys.executable, str(root / "scripts/affected.py"), "--keep-going"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **env, "TMPDIR": str(scratch)},
-        start_new_session=True,
-    )
+    proc = affected_in_its_session(root, env, TMPDIR=str(scratch))
     try:
         wait_until(lambda: gate_held_back(scratch), 120, "the rebuild found both modules' locks held", proc)
         for lock in locks:
@@ -569,18 +573,24 @@ def test_a_not_covered_edit_stays_not_covered_after_a_later_build_until_it_is_re
     assert back.returncode == 0 and "nothing changed" in back.stdout, back.stdout + back.stderr
 
 
-def test_keep_going_runs_every_smoke_test_past_the_first_failure_which_otherwise_ends_them(ws):
-    """smoke's test_rmsnorm fails on the edit (it runs last): with --keep-going no failure ends smoke's tests (pytest
-    without -x) and the run is not said stopped; without it, the first failure ends them (-x: the kept failure runs
-    them again) and the run says that what did not run is no pass."""
-    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
-    tree, root, _, env = ws
+def smoke_fails_on_the_norm_edit(tree, root):
+    """smoke's tests, their test_rmsnorm failing once norm.cuh holds the edit `K = 2`: norm.cuh's path."""
     header = tree / "include/flashinfer/norm.cuh"
     smoke = PASSING_SMOKE["smoke/test_kernels.py"].replace(
         "def test_rmsnorm():\n    pass", f"def test_rmsnorm():\n    assert 'K = 2' not in open({str(header)!r}).read()"
     )
     for rel, text in {**PASSING_SMOKE, "smoke/test_kernels.py": smoke}.items():
         (root / "tests" / rel).write_text(text)
+    return header
+
+
+def test_keep_going_runs_every_smoke_test_past_the_first_failure_which_otherwise_ends_them(ws):
+    """smoke's test_rmsnorm fails on the edit (it runs last): with --keep-going no failure ends smoke's tests (pytest
+    without -x) and the run is not said stopped; without it, the first failure ends them (-x: the kept failure runs
+    them again) and the run says that what did not run is no pass."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    header = smoke_fails_on_the_norm_edit(tree, root)
     header.write_text("constexpr int K = 2;\n")
     ended = "affected: the first failure ended the run: the other selected tests did not run, and are no pass"
     every = affected(root, env, "--keep-going")
@@ -640,12 +650,7 @@ def test_an_edit_built_by_build_before_affected_ran_is_judged_and_a_failure_stay
     again fails again; the header reverted, it passes, then nothing changed."""
     require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
     tree, root, jit_dir, env = ws
-    header = tree / "include/flashinfer/norm.cuh"
-    smoke = PASSING_SMOKE["smoke/test_kernels.py"].replace(
-        "def test_rmsnorm():\n    pass", f"def test_rmsnorm():\n    assert 'K = 2' not in open({str(header)!r}).read()"
-    )
-    for rel, text in {**PASSING_SMOKE, "smoke/test_kernels.py": smoke}.items():
-        (root / "tests" / rel).write_text(text)
+    header = smoke_fails_on_the_norm_edit(tree, root)
     first = affected(root, env)
     assert first.returncode == 0 and "nothing changed" in first.stdout, first.stdout + first.stderr
     header.write_text("constexpr int K = 2;\n")
