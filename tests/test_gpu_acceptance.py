@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins, task_chain
-from script_runs import acceptance_digest, acceptance_tool, two_line_failure, wait_until
+from script_runs import acceptance_digest, acceptance_run, acceptance_tool, two_line_failure, wait_until
 
 TOOL = ROOT / "tools/gpu_acceptance.py"
 HEADER = "include/flashinfer/norm.cuh"
@@ -226,22 +226,7 @@ def test_resume_reruns_a_step_whose_rows_are_not_all_recorded(tmp_path):
     row = {"result": "pass", "seconds": 1.0, "note": "exit 0"}
     (work / "results.json").write_text(json.dumps({"edit-build": row, "edit-smoke": row, "smoke": row}))
     (work / "checkout.sha256").write_text(acceptance_digest())
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(TOOL),
-            "--work",
-            str(work),
-            "--time-limit",
-            "25",
-            "--resume",
-            "--steps",
-            "smoke,edit-loop",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = acceptance_run(work, "--time-limit", "25", "--resume", "--steps", "smoke,edit-loop")
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 25 s: --steps edit-loop", done.stdout
     assert "edit-smoke  pass" in done.stdout, done.stdout
@@ -291,9 +276,7 @@ def test_a_work_of_another_checkout_is_refused_before_any_step(tmp_path, digest)
         (work / "checkout.sha256").unlink()
     else:
         (work / "checkout.sha256").write_text(digest)
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--work", str(work), "--steps", "smoke"], capture_output=True, text=True, timeout=60
-    )
+    done = acceptance_run(work, "--steps", "smoke")
     why = "another checkout's" if digest else "of no checkout this tool named (no checkout.sha256)"
     two_line_failure(done, f"its ws and results.json are {why}")
     assert not pids.exists(), "a step ran"
@@ -403,9 +386,7 @@ def test_planted_bugs_and_steps_are_checked_before_anything_runs(tmp_path, argv,
     """An unknown bug id, --planted-bugs without the planted-bugs step, and an empty --steps: usage
     errors, before setup makes WORK (not a step failed after setup and the builds, or silently ignored)."""
     work = tmp_path / "work"
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--work", str(work), *argv], capture_output=True, text=True, timeout=60
-    )
+    done = acceptance_run(work, *argv)
     two_line_failure(done, problem, status=2)
     assert not work.exists(), done.stdout + done.stderr
 
@@ -572,9 +553,7 @@ def test_a_resumed_part_fails_where_a_step_it_left_out_failed(tmp_path, steps, f
     }
     (work / "results.json").write_text(json.dumps(results))
     (work / "checkout.sha256").write_text(acceptance_digest())
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--work", str(work), "--resume", *steps], capture_output=True, text=True, timeout=60
-    )
+    done = acceptance_run(work, "--resume", *steps)
     assert done.returncode == status and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert not (work / "ws").exists() and not (work / "logs").exists(), "a resumed part ran a step"
     if failed:

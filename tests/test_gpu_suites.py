@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from fidev.core.manifest import ROOT, pins
-from script_runs import acceptance_digest, require, two_line_failure
+from script_runs import acceptance_digest, acceptance_run, require, two_line_failure
 
 FAKE_TORCH = """\
 __version__ = "2.8.0+fake"
@@ -307,22 +307,7 @@ def test_a_resumed_acceptance_run_leaves_out_the_steps_it_has_results_for(tmp_pa
         json.dumps({"build-cold": {"result": "pass", "seconds": 104.4, "note": "exit 0; 21 objects compiled"}})
     )
     (work / "checkout.sha256").write_text(acceptance_digest())  # of this checkout: its results are read
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tools/gpu_acceptance.py"),
-            "--work",
-            str(work),
-            "--time-limit",
-            "25",
-            "--resume",
-            "--steps",
-            "build-cold,smoke,bench-1-gpu",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = acceptance_run(work, "--time-limit", "25", "--resume", "--steps", "build-cold,smoke,bench-1-gpu")
     assert done.returncode == 3, done.stdout + done.stderr
     assert "build-cold  pass    104.4 s  exit 0; 21 objects compiled" in done.stdout, done.stdout
     assert done.stdout.strip().splitlines()[-1] == "not started, past --time-limit 25 s: --steps smoke,bench-1-gpu", (

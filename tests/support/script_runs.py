@@ -147,6 +147,14 @@ def acceptance_digest() -> str:
     return acceptance_tool().checkout_digest(ROOT)
 
 
+def acceptance_run(work, *args, timeout: float = 60) -> subprocess.CompletedProcess:
+    """tools/gpu_acceptance.py --work WORK ARGS..., run to its end (within `timeout`), its output captured."""
+    tool = ROOT / "tools/gpu_acceptance.py"
+    return subprocess.run(
+        [sys.executable, str(tool), "--work", str(work), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
 # A rendezvous a test puts before a task: written as sitecustomize.py into a folder first on PYTHONPATH, it holds
 # the task where FIDEV_TEST_HOLD says, once it has written its pid to FIDEV_TEST_MET, so that a signal comes there
 # and nowhere else (no sleep-based guess)
