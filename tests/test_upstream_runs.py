@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from fidev.affected import summary as affected_summary
+from fidev.builds import build_stamp, module_builds
 from fidev.core import workspace
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import families as upstream_suites
@@ -981,14 +983,10 @@ def test_plain():
 """
 
 
-@needs_a_build
-def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(ws):
-    """A generator's edit: affected makes each module's recorded call again (no dry run of a test,
-    which would import flashinfer in a process of its own), finds the module whose sources changed,
-    rebuilds it and runs its tests. FlashInfer's tests of every module with generated sources start
-    before the regeneration, and the gate lets only the changed module's run. A module of csrc/
-    files alone is left as built: no dry run for it. The stand-in package is the tree's own here,
-    so that its generator is one of the tree's Python files."""
+def generated_by_the_tree(ws, *more: tuple[str, str]):
+    """The stand-in package moved into the tree, its modules' sources rendered by the tree's generator gens.py
+    (GENS), test_norm.py's tests TEST_NORM_GENERATED, and `more` ((path in the tree, text), ...) written, all as
+    the release's: (root, record, env, tree), env putting the tree's package first."""
     require(
         "filelock", why="modules build under FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)"
     )
@@ -1008,10 +1006,21 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     by_generator = "    from flashinfer.jit import gens\n    return gens.gen_module(name, n)"
     init.write_text(init.read_text().replace("    return core.gen_jit_spec(name, n)", by_generator))
     (tree / "tests/utils/test_norm.py").write_text(TEST_NORM_GENERATED)
-    release_reference.record_release(
-        tree
-    )  # the stand-in package is the release's: gens.py's edit below is the one edit
-    env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), str(site)])}
+    for rel, text in more:
+        (tree / rel).write_text(text)
+    release_reference.record_release(tree)  # the stand-in package is the release's: an edit after this is the edit
+    return root, record, {**env, "PYTHONPATH": os.pathsep.join([str(tree), str(site)])}, tree
+
+
+@needs_a_build
+def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(ws):
+    """A generator's edit: affected makes each module's recorded call again (no dry run of a test,
+    which would import flashinfer in a process of its own), finds the module whose sources changed,
+    rebuilds it and runs its tests. FlashInfer's tests of every module with generated sources start
+    before the regeneration, and the gate lets only the changed module's run. A module of csrc/
+    files alone is left as built: no dry run for it. The stand-in package is the tree's own here,
+    so that its generator is one of the tree's Python files."""
+    root, record, env, tree = generated_by_the_tree(ws)
     done = upstream(
         root, env, "norm", "--yes"
     )  # the plan records which test needs which module; the run builds them, and keeps calls
@@ -1038,7 +1047,8 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     from fidev.affected.theirs import PAST_BUILD
 
     assert PAST_BUILD.search(out), out
-    # flashinfer imported twice: affected itself, and the run of the tests; a dry run would be a third
+    # flashinfer imported twice: affected itself, and the run of the tests it started before the regeneration; a
+    # dry run would be a third, and so would a second run of the tests, where the rebuild is not handed those
     assert len(record.read_text().splitlines()) - imports == 2, record.read_text()
     assert (
         "nothing changed"
@@ -1050,6 +1060,54 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
             env={**os.environ, **env},
         ).stdout
     )
+
+
+SMOKE_NORM = {  # smoke's and abi-smoke's tests of smoke's norm module (smoke_modules.BY_KEY["norm"].tests), passing
+    "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
+    "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\n"
+    "def test_bad_norm_call_is_a_decoded_error():\n    pass\n\n\n"
+    "@pytest.mark.parametrize('op', ['norm.rmsnorm', 'norm.gemma_rmsnorm'])\n"
+    "def test_runtime_signature_equals_the_source(op):\n    pass\n",
+}
+
+
+@needs_a_build
+def test_a_generator_edit_rebuilds_smokes_module_by_its_regenerated_jitspec(ws):
+    """smoke's norm (named in build's stamp) made by its generator, flashinfer/jit/norm.py's gen_norm_module, as
+    smoke_modules makes it: an edit of the generator that changes its source and adds three is rebuilt by the
+    JitSpec the regeneration made (its ninja file written again: four objects compiled), not by the module as
+    built, whose ninja file names one source only."""
+    norm_py = "from flashinfer.jit import gens\ndef gen_norm_module():\n    return gens.gen_module('norm', 1)\n"
+    root, _, env, tree = generated_by_the_tree(ws, ("flashinfer/jit/norm.py", norm_py))
+    shutil.copytree(ROOT / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, text in SMOKE_NORM.items():
+        (root / "tests" / rel).write_text(text)
+    probe = root / "build_norm.py"
+    probe.write_text("from flashinfer.jit.norm import gen_norm_module\ngen_norm_module().build(False)\n")
+    built = run_probe(probe, root, env)  # built as build builds it, then named in its stamp
+    assert built.returncode == 0, built.stdout + built.stderr
+    ws_now = workspace.Workspace(Path(env["FLASHINFER_WORKSPACE_BASE"]), pins().flashinfer)
+    (jit_dir,) = ws_now.jit_dirs()
+    norm = jit_dir / "norm"
+    module_builds.record_build(norm, norm / "build.ninja", tree=tree)
+    sources = [ws_now.version_dir / "90/generated/norm/s0.cpp"]
+    stamped = [build_stamp.Module("norm", "norm", norm, sources)]
+    build_stamp.write(ws_now, {"wide": False, "abi": False}, "stamp", stamped)
+    gens = tree / "flashinfer/jit/gens.py"
+    four = "    n = 4 if name == 'norm' else n\n    spec = "  # norm's body edited, and four sources where it had one
+    gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}").replace("    spec = ", four))
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts/affected.py"), "--summary", str(root / "affected.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+    out = done.stdout
+    assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "1 by smoke's generators" in out and "affected: 1 module(s) rebuilt" in out, out
+    assert affected_summary.read(root / "affected.json").compiled == {"norm": 4}, out
+    assert all(f"s{i}.cpp" in (norm / "build.ninja").read_text() for i in range(4))
 
 
 def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_path):
