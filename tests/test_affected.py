@@ -492,6 +492,19 @@ def test_a_module_rebuilt_after_another_process_let_its_lock_go_is_unfinished_wh
     assert "nothing changed" not in again.stdout and said_unfinished(again.stdout, "norm"), said + again.stdout
 
 
+def lock_free(path) -> bool:
+    """Whether the FileLock at `path` can be taken now (it is let go again at once)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(path, thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return False
+    lock.release()
+    return True
+
+
 def test_a_module_built_once_another_process_let_its_lock_go_is_kept_as_it_is_built(ws, tmp_path):
     """Both modules' locks are held elsewhere as the rebuild starts, so it builds them once they are let go
     (module_builds.build_or_wait). norm builds while norm_upstream's compile blocks (a FIFO it includes), and the
@@ -517,7 +530,8 @@ def test_a_module_built_once_another_process_let_its_lock_go_is_kept_as_it_is_bu
             lock.release()
         wait_until(lambda: compiling(proc.pid, str(other)), 60, "norm_upstream's compile blocked", proc)
         wait_until(lambda: kept_verdicts.fingerprint(jit_dir / "norm") != before, 60, "norm rebuilt", proc)
-        time.sleep(2)  # past norm's end in the rebuild, whose lock it let go once kept
+        # built, then kept, then its lock let go: free now, norm's end in the rebuild is past
+        wait_until(lambda: lock_free(workspace.module_lock(jit_dir / "norm")), 60, "norm's lock let go", proc)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         said = proc.communicate(timeout=30)[0]
