@@ -1061,3 +1061,34 @@ def test_flashinfers_tests_the_run_left_running_are_stopped_however_it_ends(monk
         with pytest.raises(raised):
             judge.run(judge.Options(), affected_summary.Summary())
     assert [run.stops for run in left] == [1] and not their_tests.FlashInferTests.started
+
+
+def test_what_build_and_test_started_is_let_go_when_its_rebuild_cannot_start(monkeypatch):
+    """The rebuild fails to start (a Failure before smoke's tests, which would join the head-start import):
+    FlashInfer's run is stopped, the screen lets its copy of stdout go, and the import is waited for, not
+    left importing torch while the interpreter exits."""
+    done = []
+
+    class Importing:
+        def join(self, timeout=None):
+            done.append("import joined")
+
+    class Screen:
+        def __call__(self, line):
+            done.append(line)
+
+        def close(self):
+            done.append("screen closed")
+
+    def cannot_start(to_build, then, say, first, rebuilt):
+        raise Failure("norm's lock could not be taken", "free it")
+
+    run = FakeRun()
+    monkeypatch.setattr(their_tests, "their_run", lambda *args: (run, GATE_SELECTION))
+    monkeypatch.setattr(our_tests, "import_meanwhile", Importing)
+    monkeypatch.setattr(affected_tests, "screen", Screen)
+    monkeypatch.setattr(affected_tests, "start_rebuild", cannot_start)
+    args = (TO_BUILD, None, SMOKE, THEIRS, RECORDED, CHANGED, VERSION_DIR, failed_table, lambda: None, True, "auto")
+    with pytest.raises(Failure, match="norm's lock could not be taken"):
+        affected_tests.build_and_test(*args)
+    assert run.said == ["stop"] and done == ["screen closed", "import joined"]
