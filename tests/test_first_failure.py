@@ -4,6 +4,7 @@ FlashInfer's tests, FlashInfer's first failing case stops smoke's (and upstream-
 runs them again); --keep-going runs every selected test. And a run of a subset of a test file's
 cases builds only what its cases load: FlashInfer's `warmup_jit` fixture builds nothing then."""
 
+import io
 import json
 import re
 import shutil
@@ -513,6 +514,36 @@ def test_smokes_tests_stopped_by_flashinfers_failure_leave_the_run_stopped(monke
         == "affected: smoke's tests stopped: FlashInfer's tests or the rebuild failed first (--keep-going runs "
         "every test)\n"
     )
+
+
+def pipe_stdout(monkeypatch) -> io.BytesIO:
+    """sys.stdout as on a pipe, block-buffered: what reached its descriptor so far."""
+    reached = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(reached, encoding="utf-8"))
+    return reached
+
+
+def test_the_lines_that_say_a_step_stopped_reach_stdout_as_they_are_said(monkeypatch):
+    """affected's stdout on a pipe (a CI log, `| tee`) is block-buffered: the line that says smoke's tests
+    stopped, and the one that says the rebuild stopped, are out as they are said, not only once what comes
+    after them (the rebuild's end, the modules kept, FlashInfer's run) has ended."""
+    reached = pipe_stdout(monkeypatch)
+    smokes_step(monkeypatch, SMOKE, 1, [], True)
+    assert reached.getvalue().decode().startswith("affected: smoke's tests stopped: FlashInfer's tests or the rebuild")
+    kept = []
+
+    class Stopped:  # a rebuild the first failure stopped before every module was built
+        failure = None
+
+        def wait(self, stop=None):
+            pass
+
+        def seconds(self):
+            return 2.0
+
+    outcome = affected_tests.Outcome("", 0.0, ["norm"])
+    affected_tests.finish_rebuild(Stopped(), outcome, failed_table, lambda: kept.append(reached.getvalue().decode()))
+    assert len(kept) == 1 and kept[0].endswith("affected: the rebuild stopped at the first failure, 2.0 s in\n")
 
 
 @pytest.mark.parametrize(
