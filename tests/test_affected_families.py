@@ -43,9 +43,9 @@ def test_norm():
 """
 
 
-def affected(root, env):
+def affected(root, env, *args):
     done = subprocess.run(
-        [sys.executable, str(root / "scripts/affected.py")],
+        [sys.executable, str(root / "scripts/affected.py"), *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -89,6 +89,11 @@ def test_an_edit_only_an_unbuilt_family_compiles_runs_that_familys_sample(ws, tm
     shutil.copy2(tree / HEADER, saved)
 
     (tree / HEADER).write_text("inline float rope_freq(float x) { return x * 1.01f; }\n")
+    # what runs of the family reached: a sample of its cases, every case with --whole-family
+    for args, which in (([], "a sample"), (["--whole-family"], "every case")):
+        done, out = affected(root, env, "--list", *args)
+        assert done.returncode == 0 and "the edit reaches rope, whose modules" in out, out
+        assert f"their FlashInfer tests ({which}) and smoke's tests of them run too" in out, out
     for attempt in (
         "edit",
         "rerun",
