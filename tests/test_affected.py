@@ -124,6 +124,22 @@ def test_nothing_changed_is_said_without_importing_flashinfer(ws, tmp_path):
     assert "nothing changed since the 2 built modules were built" in done.stdout
     record = affected_summary.read(tmp_path / "affected.json")
     assert (record.verdict, record.status, record.changed, record.past_build) == ("nothing changed", 0, {}, None)
+    # the look took part of the run's own time (the summary's seconds, to a tenth), never a clock's reading
+    checked = float(done.stdout.split("(checked in ", 1)[1].split(" s)", 1)[0])
+    assert checked <= record.seconds + 0.05, done.stdout
+
+
+def test_nothing_changed_keeps_the_tree_it_judged_and_list_keeps_nothing(ws):
+    """A run that found nothing changed keeps the tree as it judged it (its later edits are told from it,
+    fidev.affected.changes.since_judged); --list keeps no verdict at all."""
+    _, root, _, env = ws
+    kept = workspace.read(pins().flashinfer).verdicts
+    listed = affected(root, env, "--list")
+    assert listed.returncode == 0 and "nothing changed" in listed.stdout, listed.stdout + listed.stderr
+    assert not kept.exists()
+    done = affected(root, env)
+    assert done.returncode == 0 and "nothing changed" in done.stdout, done.stdout + done.stderr
+    assert "include/flashinfer/norm.cuh" in json.loads(kept.read_text())["judged"], kept.read_text()
 
 
 def test_a_summary_whose_name_is_near_the_file_systems_limit_is_written_whole(ws, tmp_path):
@@ -647,6 +663,9 @@ def test_a_module_whose_tests_passed_in_a_not_covered_run_is_not_covered_until_t
     header.write_text("constexpr int K = 1;\n")  # reverted: rebuilt, its tests pass, and no family went untested
     back = affected(root, env)
     assert back.returncode == 0 and "every selected test passed" in back.stdout, back.stdout + back.stderr
+    # the tree as it judged it is kept with the verdict: later edits are told from it (changes.since_judged)
+    judged = json.loads(workspace.read(pins().flashinfer).verdicts.read_text()).get("judged", {})
+    assert "include/flashinfer/norm.cuh" in judged and "csrc/norm.cu" in judged, judged
     last = affected(root, env)
     assert last.returncode == 0 and "nothing changed" in last.stdout and ": passed (" in last.stdout, last.stdout
 
