@@ -1192,6 +1192,23 @@ def test_a_second_affected_run_on_one_workspace_is_refused_in_two_lines_and_lose
     assert done.returncode == 0 and not here.affected_lock.exists(), done.stdout + done.stderr
 
 
+def test_a_run_refused_while_another_affected_run_rebuilds_names_it_by_its_pid(ws, tmp_path):
+    """The lock says who holds it: a run (--list too) while another rebuilds (its compile blocked on a FIFO) is
+    refused naming affected and that run's pid."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    other, _ = norm_edit_with_a_blocked_compile(tree, tmp_path)
+    proc = affected_in_its_session(root, env)
+    try:
+        wait_until(lambda: compiling(proc.pid, str(other)), 120, "norm_upstream's compile started", proc)
+        second = affected(root, env, "--list")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        said = proc.communicate(timeout=30)[0]
+    two_line_failure(second, "another affected run is judging the builds in")
+    assert f"(affected, pid {proc.pid}): two at once" in second.stderr, said + second.stderr
+
+
 def test_a_lock_affected_cannot_write_is_refused_in_two_lines(ws):
     """The workspace's lock cannot be opened (here a folder holds its name; a read-only version folder alike):
     two lines, word for word, naming the folder and why, and where the JIT dir's folder is set."""
