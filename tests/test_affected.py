@@ -657,12 +657,25 @@ def test_a_module_whose_tests_passed_in_a_not_covered_run_is_not_covered_until_t
     header.write_text("constexpr int K = 2;\n")
     done = affected(root, env)
     assert done.returncode == 3 and "affected: 1 module(s) rebuilt in" in done.stdout, done.stdout + done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("include/flashinfer/norm.cuh "))
+    assert row.endswith("  not covered"), done.stdout  # its tests passed, in a run that was not covered
     again = affected(root, env)
     assert again.returncode == 3 and "nothing changed" not in again.stdout, again.stdout + again.stderr
     assert "include/flashinfer/norm.cuh reaches norm, whose FlashInfer tests did not run here" in again.stdout
+    # norm's verdict is kept `not covered`, not passed, though its tests passed
+    from fidev.affected import verdicts as kept_verdicts
+
+    assert kept_verdicts.Kept(workspace.read(pins().flashinfer).verdicts).modules["norm"].result == "not covered"
     header.write_text("constexpr int K = 1;\n")  # reverted: rebuilt, its tests pass, and no family went untested
-    back = affected(root, env)
+    back = affected(root, env, "--summary", str(jit_dir.parent / "back.json"))
     assert back.returncode == 0 and "every selected test passed" in back.stdout, back.stdout + back.stderr
+    # its row reads passed; the last line says the rebuild and the run's own seconds (the summary's, to a tenth)
+    row = next(line for line in back.stdout.splitlines() if line.startswith("include/flashinfer/norm.cuh "))
+    assert row.split()[-1] == "passed", back.stdout
+    last_line = next(line for line in back.stdout.splitlines() if line.startswith("affected: every selected test"))
+    assert "; 1 module(s) rebuilt in " in last_line and last_line.endswith(" s in all"), last_line
+    in_all = float(last_line.rsplit("; ", 1)[1].split()[0])
+    assert in_all <= affected_summary.read(jit_dir.parent / "back.json").seconds + 0.05, last_line
     # the tree as it judged it is kept with the verdict: later edits are told from it (changes.since_judged)
     judged = json.loads(workspace.read(pins().flashinfer).verdicts.read_text()).get("judged", {})
     assert "include/flashinfer/norm.cuh" in judged and "csrc/norm.cu" in judged, judged
