@@ -632,6 +632,25 @@ def test_keep_going_runs_every_smoke_test_past_the_first_failure_which_otherwise
     )
 
 
+def test_a_file_none_of_whose_tests_failed_in_a_run_the_first_failure_ended_is_unfinished_and_kept_so(ws):
+    """smoke's test_rmsnorm fails on norm.cuh's edit and ends the run; other.cuh's edit reaches norm_upstream, none
+    of whose tests failed: its row reads unfinished and its module is kept `unfinished`, not passed (its tests may
+    not have run), so the next run runs them again."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    from fidev.affected import verdicts as kept_verdicts
+
+    tree, root, _, env = ws
+    smoke_fails_on_the_norm_edit(tree, root).write_text("constexpr int K = 2;\n")
+    (tree / "include/flashinfer/other.cuh").write_text("constexpr int J = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 1 and "the first failure ended the run" in done.stdout, done.stdout + done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("include/")}
+    assert rows["include/flashinfer/norm.cuh"].endswith("  1 failed"), done.stdout
+    assert rows["include/flashinfer/other.cuh"].endswith("  unfinished"), done.stdout
+    kept = kept_verdicts.Kept(workspace.read(pins().flashinfer).verdicts).modules
+    assert (kept["norm"].result, kept["norm_upstream"].result) == ("failed", "unfinished"), kept
+
+
 PASSING_SMOKE = {  # smoke's and abi-smoke's tests of the norm module, as stand-ins that pass on any host
     "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
     "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\n"
