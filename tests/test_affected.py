@@ -651,6 +651,18 @@ def test_a_file_none_of_whose_tests_failed_in_a_run_the_first_failure_ended_is_u
     assert (kept["norm"].result, kept["norm_upstream"].result) == ("failed", "unfinished"), kept
 
 
+def test_a_file_whose_flashinfer_tests_left_no_summary_reads_unknown(ws):
+    """other.cuh's edit reaches norm_upstream, whose FlashInfer test ends without a summary (the stand-in tree has
+    no test suite): nothing of theirs is known, so its row reads unknown, never passed, and the run fails."""
+    require("filelock", why="the build takes FlashInfer's JIT-dir lock (filelock comes with torch in flashinfer-dev)")
+    tree, root, _, env = ws
+    (tree / "include/flashinfer/other.cuh").write_text("constexpr int J = 2;\n")
+    done = affected(root, env)
+    assert done.returncode == 1 and "its summary could not be read" in done.stdout, done.stdout + done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("include/flashinfer/other.cuh "))
+    assert row.endswith("  unknown"), done.stdout
+
+
 PASSING_SMOKE = {  # smoke's and abi-smoke's tests of the norm module, as stand-ins that pass on any host
     "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
     "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\n"
