@@ -1062,6 +1062,70 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     )
 
 
+# norm's two tests fail once gens.py holds the edit of the test below (norm's body + 1), and pass before it
+TEST_NORM_FAILING_ON_THE_EDIT = """\
+import flashinfer
+from flashinfer.jit import core, gens
+def edited():
+    return "+ 1" in open(gens.__file__).read()
+def test_norm():
+    assert flashinfer.load("norm", 3) == "jit" and not edited()
+def test_gemma_norm():
+    assert flashinfer.load("norm", 3) == "jit" and not edited()
+def test_rope():
+    assert flashinfer.load("rope", 1) == "jit"
+def test_plain():
+    assert core.gen_jit_spec("plain", 1, plain=True).build_and_load() == "jit"
+"""
+
+
+@needs_a_build
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_flashinfers_tests_a_generator_edit_started_stop_at_their_first_failing_case_unless_keep_going(ws, keep_going):
+    """FlashInfer's tests a generator's edit starts before the regeneration, a sample of their cases, end at their
+    first failing case (upstream-tests --stop-after 1), as those of any other edit do; with --keep-going every case
+    of the sample runs."""
+    root, _, env, tree = generated_by_the_tree(ws, ("tests/utils/test_norm.py", TEST_NORM_FAILING_ON_THE_EDIT))
+    done = upstream(root, env, "norm", "--yes")  # builds norm, rope and plain, and keeps their calls
+    assert done.returncode == 0 and "upstream-tests: 4 passed" in done.stdout, done.stdout + done.stderr
+    (tree / "flashinfer/jit/gens.py").write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts/affected.py"), *(["--keep-going"] if keep_going else [])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+    out = done.stdout
+    assert done.returncode == 1 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "FlashInfer's tests of the modules the edit may change" in out, out
+    assert ("the first failure ended the run" in out) is not keep_going, out
+    assert ("0 skipped, 2 failed, 0 errors" in out) is keep_going, out
+    # a sample of their cases, as of any edit but --whole-family's
+    assert "(a sample; --whole-family runs every case)" in out, out
+
+
+@needs_a_build
+def test_affected_list_regenerates_a_generator_edit_and_starts_none_of_flashinfers_tests(ws):
+    """--list over a generator's edit regenerates (compiling nothing) to name the changed module, and starts
+    no FlashInfer test: those of the modules the edit may change start early only for a run that tests."""
+    root, _, env, tree = generated_by_the_tree(ws)
+    done = upstream(root, env, "norm", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (tree / "flashinfer/jit/gens.py").write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts/affected.py"), "--list"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+    out = done.stdout
+    assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "affected: regenerated in" in out and "gens.py -> s0.cpp" in out, out
+    assert "FlashInfer's tests" not in out and "upstream-tests:" not in out, out
+
+
 SMOKE_NORM = {  # smoke's and abi-smoke's tests of smoke's norm module (smoke_modules.BY_KEY["norm"].tests), passing
     "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
     "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\n"
