@@ -1,6 +1,8 @@
 """What affected counts as changed since its last verdict (fidev.affected.changes), in the test's process: the
 edits a build recorded since (since_judged, unjudged), the kept not-covered edits (uncovered_edits), the verdicts
-that are not a pass (standing_failures) and each file's content before its edit (before_edits)."""
+that are not a pass (standing_failures) and each file's content before its edit (before_edits); and the regeneration
+after a Python edit (regenerate, regenerate_edits, regenerated_line), the modules compiling each input (compilers) and
+find's order of these rules, each with its collaborators standing in."""
 
 import json
 from types import SimpleNamespace
@@ -464,3 +466,117 @@ def test_an_unreadable_tree_record_counts_as_an_edit_reaching_every_family(tmp_p
         "csrc/ that no built module compiles cannot be told, so it counts as reaching every kernel family; the next "
         "build writes it again\n"
     )
+
+
+def test_the_regeneration_line_counts_each_way_a_module_was_made_again_and_leaves_out_the_ways_none_took():
+    assert changes.regenerated_line(2.04, 1, 0, 3, 0) == (
+        "affected: regenerated in 2.0 s (1 by smoke's generators, 3 by a dry run of a recorded test)"
+    )
+    assert changes.regenerated_line(0.31, 0, 2, 0, 1) == (
+        "affected: regenerated in 0.3 s (2 by recorded call, 1 of csrc/ files alone, as built)"
+    )
+
+
+class StartedThread:
+    """threading.Thread as regenerate uses it, its target run at join(): a thread joined without a start raises
+    as threading's does, and one started but not joined has not run when regenerate returns."""
+
+    made: list = []
+
+    def __init__(self, target=None, daemon=None):
+        self.target, self.daemon, self.started = target, daemon, False
+        StartedThread.made.append(self)
+
+    def start(self):
+        self.started = True
+
+    def join(self):
+        if not self.started:
+            raise RuntimeError("cannot join thread before it is started")
+        self.target()
+
+
+@pytest.fixture
+def regeneration(monkeypatch):
+    """regenerate's collaborators, each recording what it was asked: flashinfer's import, smoke's generators
+    (key -> a JitSpec named `spec of <key>`), the recorded calls (those of `makes` make their module) and the
+    dry run (`plan`, None where it did not finish)."""
+    from fidev.jit import flashinfer_import
+    from fidev.upstream import plan as upstream_plan
+    from fidev.upstream import suite as upstream_suite
+
+    asked = SimpleNamespace(imported=[], made=[], called=[], planned=[], makes=set(), plan=object(), raises={})
+    StartedThread.made = []
+    monkeypatch.setattr(changes, "threading", SimpleNamespace(Thread=StartedThread))  # changes.py's threads only
+
+    def imported(mode):
+        asked.imported.append(mode)
+        if "import" in asked.raises:
+            raise asked.raises["import"]
+
+    def generator(key):
+        def make():
+            asked.made.append(key)
+            return SimpleNamespace(name=f"spec of {key}")
+
+        return SimpleNamespace(make=make)
+
+    def call_again(name, call):
+        asked.called.append((name, call))
+        return name in asked.makes
+
+    def resolve(nodes, tests):
+        if "dry run" in asked.raises:
+            raise asked.raises["dry run"]
+        return [f"{tests}/{node}" for node in nodes]
+
+    def plan(nodes, pytest_args, tests):
+        asked.planned.append((nodes, pytest_args, tests))
+        return asked.plan
+
+    monkeypatch.setattr(flashinfer_import, "import_flashinfer", imported)
+    monkeypatch.setattr(changes.smoke_modules, "BY_KEY", {"a": generator("a"), "b": generator("b")})
+    monkeypatch.setattr(changes.module_choice, "call_again", call_again)
+    monkeypatch.setattr(upstream_suite, "tests_dir", lambda: "TESTS")
+    monkeypatch.setattr(upstream_suite, "resolve", resolve)
+    monkeypatch.setattr(upstream_plan, "plan", plan)
+    return asked
+
+
+def test_regenerate_makes_smokes_modules_and_the_recorded_calls_after_one_import_and_dry_runs_the_rest(regeneration):
+    regeneration.makes = {"made"}
+    calls = {"made": {"function": "gen_made"}, "other": {"function": "gen_other"}}
+    specs, done, missed = changes.regenerate(["a", "b"], calls, ["test_x.py::t[1]"], "aot")
+    assert set(specs) == {"spec of a", "spec of b"} and all(specs[name].name == name for name in specs)
+    assert (done, missed) == (True, {"other"}), "a recorded call that made another module missed its own"
+    assert regeneration.imported == ["aot"] and regeneration.made == ["a", "b"]
+    assert regeneration.called == [("made", calls["made"]), ("other", calls["other"])]
+    assert regeneration.planned == [(["TESTS/test_x.py::t[1]"], [], "TESTS")], "the recorded cases, dry run alone"
+    assert [thread.daemon for thread in StartedThread.made] == [True], (
+        "the import runs in a daemon thread: a Ctrl-C while a hung import holds it ends the process"
+    )
+
+
+def test_regenerate_starts_the_import_for_smokes_modules_alone_or_for_recorded_calls_alone(regeneration):
+    regeneration.makes = {"made"}
+    assert changes.regenerate(["a"], {}, [], "jit")[1:] == (True, set()), "no dry run asked for: nothing dropped"
+    assert regeneration.made == ["a"]
+    assert changes.regenerate([], {"made": {}}, [], "jit")[1:] == (True, set())
+    assert regeneration.called == [("made", {})] and regeneration.imported == ["jit", "jit"]
+    assert changes.regenerate([], {}, [], "jit") == ({}, True, set())
+    assert regeneration.imported == ["jit", "jit"], "nothing to make: flashinfer is not imported"
+
+
+def test_a_dry_run_that_did_not_finish_regenerated_nothing_for_sure(regeneration):
+    regeneration.plan = None
+    assert changes.regenerate([], {}, ["test_x.py"], "jit") == ({}, False, set())
+
+
+def test_the_imports_failure_is_raised_before_the_dry_runs(regeneration):
+    regeneration.raises = {"dry run": changes.Failure("the dry run failed", "fix it")}
+    with pytest.raises(changes.Failure, match="the dry run failed"):
+        changes.regenerate([], {}, ["test_x.py"], "jit")
+    regeneration.raises["import"] = changes.Failure("flashinfer failed to import", "fix it")
+    with pytest.raises(changes.Failure, match="flashinfer failed to import"):
+        changes.regenerate(["a"], {}, ["test_x.py"], "jit")
+    assert regeneration.made == [], "nothing is made once the import failed"
