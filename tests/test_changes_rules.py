@@ -4,6 +4,7 @@ that are not a pass (standing_failures) and each file's content before its edit 
 after a Python edit (regenerate, regenerate_edits, regenerated_line), the modules compiling each input (compilers) and
 find's order of these rules, each with its collaborators standing in."""
 
+import itertools
 import json
 from types import SimpleNamespace
 
@@ -580,3 +581,113 @@ def test_the_imports_failure_is_raised_before_the_dry_runs(regeneration):
     with pytest.raises(changes.Failure, match="flashinfer failed to import"):
         changes.regenerate(["a"], {}, ["test_x.py"], "jit")
     assert regeneration.made == [], "nothing is made once the import failed"
+
+
+@pytest.fixture
+def regenerating(tmp_path, monkeypatch):
+    """regenerate_edits with its modules' generators edited (gen.py): `smoke` and `smoke_csrc` (of csrc/ files
+    alone) of smoke's tier, `csrc` (csrc/ files alone), `called` (its build recorded the generator's call),
+    `dried` (a recorded test only), `lost` (no test recorded) and `unedited`. The regeneration (`done`, `missed`),
+    its 2.5 s, each module's recorded call and FlashInfer's tests started early are stand-ins recording what
+    they are given."""
+    kinds = {  # name: (generated, smoke's key, recorded tests, recorded call)
+        "smoke": (True, "key_smoke", ["tests/s/test_s.py::s"], None),
+        "smoke_csrc": (False, "key_smoke_csrc", [], None),
+        "csrc": (False, None, ["tests/c/test_c.py::c"], None),
+        "called": (True, None, ["tests/a/test_x.py::t[2]", "tests/a/test_x.py::t[1]"], {"function": "gen_called"}),
+        "dried": (True, None, ["tests/b/test_y.py::u[2]", "tests/b/test_y.py::u[1]", "tests/b/test_z.py::v"], None),
+        "lost": (True, None, [], None),
+        "unedited": (True, "key_unedited", ["tests/u/test_u.py::u"], None),
+    }
+    modules = [SimpleNamespace(name=name, generated=kind[0], build_dir=tmp_path / name) for name, kind in kinds.items()]
+    found = SimpleNamespace(
+        modules=modules,
+        tier={name: kind[1] for name, kind in kinds.items() if kind[1]},
+        recorded={name: kind[2] for name, kind in kinds.items() if kind[2]},
+        ws=SimpleNamespace(file_times=tmp_path / "file times.json"),
+        mode="jit",
+    )
+    calls = {str(tmp_path / name): kind[3] for name, kind in kinds.items()}
+    asked = SimpleNamespace(found=found, regenerated=[], early=[], done=True, missed=set())
+
+    def regenerate(tier, calls, upstream_nodes, mode):
+        asked.regenerated.append((tier, calls, upstream_nodes, mode))
+        return {"spec": "made"}, asked.done, asked.missed
+
+    def early(*args, **kwargs):
+        asked.early.append((args, kwargs))
+        return "started early"
+
+    monkeypatch.setattr(changes, "regenerate", regenerate)
+    monkeypatch.setattr(changes, "FlashInferTests", early)
+    monkeypatch.setattr(changes.build_records, "recorded_call", lambda build_dir: calls[str(build_dir)])
+    monkeypatch.setattr(changes, "time", SimpleNamespace(perf_counter=itertools.cycle([10.0, 12.5]).__next__))
+    asked.changes = lambda: changes.Changes(
+        [str(tmp_path / "tree/flashinfer/jit/gen.py")],
+        {name: [] if name == "unedited" else [str(tmp_path / "tree/flashinfer/jit/gen.py")] for name in kinds},
+    )
+    return asked
+
+
+def test_a_generator_edit_regenerates_each_module_its_own_way_after_starting_the_tests_of_those_it_may_change(
+    regenerating, capsys
+):
+    ch = regenerating.changes()
+    changes.regenerate_edits(regenerating.found, ch, False, stop_after=3)
+    assert regenerating.regenerated == [
+        (["key_smoke", "key_smoke_csrc"], {"called": {"function": "gen_called"}}, ["tests/b/test_y.py::u[1]"], "jit")
+    ], "smoke's by their generators, a recorded call, and one recorded case of each of the rest"
+    assert regenerating.early == [
+        (
+            (
+                ["tests/a/test_x.py::t", "tests/b/test_y.py::u", "tests/b/test_z.py::v", "tests/s/test_s.py::s"],
+                {"tests/s/test_s.py": 1, "tests/a/test_x.py": 2, "tests/b/test_y.py": 2, "tests/b/test_z.py": 1},
+                regenerating.found.ws.file_times,
+            ),
+            {"deferred": True, "sample": ["called", "dried", "smoke"], "stop_after": 3},
+        )
+    ], "the tests of the generated modules the edit may change, sampled unless asked otherwise"
+    assert ch.early == "started early" and ch.specs == {"spec": "made"}
+    assert (ch.lost, ch.unregenerated) == (["lost"], set())
+    assert capsys.readouterr().out == (
+        "affected: gen.py changed: regenerating the sources of 4 module(s), compiling nothing; no test is recorded "
+        "for lost, so it cannot be regenerated here\n"
+        "affected: regenerated in 2.5 s (2 by smoke's generators, 1 by recorded call, 1 by a dry run of a recorded "
+        "test, 1 of csrc/ files alone, as built)\n"
+    )
+
+
+def test_a_listing_starts_no_tests_and_a_whole_family_run_asks_for_no_sample(regenerating):
+    changes.regenerate_edits(regenerating.found, regenerating.changes(), True)
+    assert regenerating.early == []
+    changes.regenerate_edits(regenerating.found, regenerating.changes(), False, sampled=False)
+    assert regenerating.early[0][1]["sample"] is None
+
+
+def test_a_regeneration_that_loses_no_module_says_only_how_many_it_regenerates(regenerating, capsys):
+    regenerating.found.modules = [m for m in regenerating.found.modules if m.name != "lost"]
+    changes.regenerate_edits(regenerating.found, regenerating.changes(), True)
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "affected: gen.py changed: regenerating the sources of 4 module(s), compiling nothing"
+    )
+
+
+@pytest.mark.parametrize(
+    ("done", "missed", "unregenerated", "why"),
+    [
+        (False, set(), {"dried"}, "the dry run did not finish"),
+        (True, {"called"}, {"called"}, "its recorded call made no such module"),
+        (False, {"called"}, {"called", "dried"}, "the dry run did not finish; its recorded call made no such module"),
+    ],
+)
+def test_a_module_the_regeneration_did_not_make_again_is_said_and_left_to_its_tests(
+    regenerating, capsys, done, missed, unregenerated, why
+):
+    regenerating.done, regenerating.missed = done, missed
+    ch = regenerating.changes()
+    changes.regenerate_edits(regenerating.found, ch, False)
+    assert ch.unregenerated == unregenerated
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"affected: {', '.join(sorted(unregenerated))} could not be regenerated here ({why}), so it may hold the edit: "
+        "its tests run, and regenerate it"
+    )
