@@ -691,3 +691,26 @@ def test_a_module_the_regeneration_did_not_make_again_is_said_and_left_to_its_te
         f"affected: {', '.join(sorted(unregenerated))} could not be regenerated here ({why}), so it may hold the edit: "
         "its tests run, and regenerate it"
     )
+
+
+def test_each_input_resolved_names_the_modules_compiling_it_once_each(tmp_path, monkeypatch):
+    tree = tree_with(tmp_path, "include/a.cuh", "include/b.cuh")
+    (tmp_path / "link").symlink_to(tree)
+    inputs = {  # norm names a.cuh by the link and by the tree both
+        "norm": {str(tmp_path / "link/include/a.cuh"), str(tree / "include/a.cuh"), str(tree / "include/b.cuh")},
+        "rope": {str(tmp_path / "link/include/a.cuh")},
+    }
+
+    def recorded_inputs(build_dir, ninja_path):
+        assert ninja_path == build_dir / "build.ninja"
+        return inputs[build_dir.name]
+
+    monkeypatch.setattr(changes.ninja_inputs, "inputs", recorded_inputs)
+    modules = [
+        SimpleNamespace(name=name, build_dir=tmp_path / name, ninja_path=tmp_path / name / "build.ninja")
+        for name in inputs
+    ]
+    assert changes.compilers(found_of(tree, modules)) == {
+        str(tree.resolve() / "include/a.cuh"): ["norm", "rope"],
+        str(tree.resolve() / "include/b.cuh"): ["norm"],
+    }
