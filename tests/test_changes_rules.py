@@ -714,3 +714,61 @@ def test_each_input_resolved_names_the_modules_compiling_it_once_each(tmp_path, 
         str(tree.resolve() / "include/a.cuh"): ["norm", "rope"],
         str(tree.resolve() / "include/b.cuh"): ["norm"],
     }
+
+
+def test_find_hands_each_rule_the_changes_so_far_and_owns_each_changed_module_by_what_it_compiles(
+    tmp_path, monkeypatch
+):
+    """find's order of the rules above, the Python edits of every module's generators regenerated first; the
+    compilers asked for once; each changed module's families (families.owners) of its own inputs only."""
+    tree = tmp_path / "tree"
+    modules = [SimpleNamespace(name=name, build_dir=tmp_path / name) for name in ("norm", "rope", "gemm")]
+    found, kept = found_of(tree, modules), kept_of(tmp_path, judged={"include/a.cuh": OLD})
+    edits = {"norm": ["gen.py", "norm.py"], "rope": None, "gemm": ["gen.py"]}
+    steps = []
+
+    def step(name):
+        def ran(*args):
+            steps.append((name, args))
+            if name == "changed_modules":
+                args[1].changed = {"norm": {"a.cuh": "edited"}, "gemm": {"b.cuh": "edited"}}
+            if name in ("uncovered_edits", "since_judged"):
+                assert args[3]() == {"a.cuh": ["norm", "rope"], "b.cuh": ["gemm"], "c.cuh": ["rope"]}
+
+        return ran
+
+    rules = (
+        "regenerate_edits",
+        "changed_modules",
+        "uncovered_edits",
+        "standing_failures",
+        "files_changed",
+        "since_judged",
+    )
+    for name in rules:
+        monkeypatch.setattr(changes, name, step(name))
+    monkeypatch.setattr(changes, "before_edits", lambda found_: {"before": found_ is found})
+    monkeypatch.setattr(changes.build_records, "changed_generators", lambda d, t: edits[d.name] if t == tree else None)
+    monkeypatch.setattr(changes.build_records, "tree_snapshot", lambda t, judged: {"now of": (t, judged)})
+
+    def compilers(found_):
+        steps.append(("compilers", (found_,)))
+        return {"a.cuh": ["norm", "rope"], "b.cuh": ["gemm"], "c.cuh": ["rope"]}
+
+    monkeypatch.setattr(changes, "compilers", compilers)
+    monkeypatch.setattr(changes.families, "owners", lambda t, inputs: {"owners of": (t, inputs)})
+    ch = changes.find(found, True, kept, stop_after=4)
+    assert (ch.python_edits, ch.generators) == (["gen.py", "norm.py"], {**edits, "rope": []})
+    assert ch.now == {"now of": (tree, {"include/a.cuh": OLD})} and ch.before == {"before": True}
+    assert [(name, args[:2]) for name, args in steps] == [
+        ("regenerate_edits", (found, ch)),
+        ("changed_modules", (found, ch)),
+        ("uncovered_edits", (found, ch)),
+        ("compilers", (found,)),
+        ("standing_failures", (found, ch)),
+        ("files_changed", (found, ch)),
+        ("since_judged", (found, ch)),
+    ]
+    assert steps[0][1][2:] == (True, True, 4), "listing, sampled unless asked otherwise, and stop_after"
+    assert steps[2][1][2] is kept and steps[4][1][2] is kept and steps[6][1][2] is kept
+    assert ch.owners == {"owners of": (tree, {"norm": {"a.cuh"}, "gemm": {"b.cuh"}})}
