@@ -17,7 +17,7 @@ from fidev.affected.report import short
 from fidev.affected.selection import GENERATOR_DIR, UNTOLD, under
 from fidev.affected.theirs import STOP_AFTER, FlashInferTests, cases_by_file, sample_of
 from fidev.affected.verdicts import Kept
-from fidev.builds import module_builds, smoke_modules
+from fidev.builds import smoke_modules
 from fidev.core.failure import Failure
 from fidev.core.files import differs
 from fidev.core.manifest import pins
@@ -66,7 +66,7 @@ def regenerate(
     """Write the generated sources of the modules again, compiling nothing: smoke's by their
     generators, FlashInfer's tests' by the call that made each one's JitSpec where its build recorded
     one (fidev.jit.module_choice.made_again), both after one import of flashinfer, in a thread, each with
-    its ninja file as its JitSpec says now; the rest meanwhile by a dry run of their tests
+    its ninja file as its JitSpec says now (`ninja_written`); the rest meanwhile by a dry run of their tests
     (a process of its own: fidev.upstream.plan). Returns smoke's modules' new JitSpecs by name (a build of
     them rewrites build.ninja too), whether the dry run finished (a dropped or failed one regenerated
     nothing for sure), and the modules whose call did not make them."""
@@ -82,10 +82,7 @@ def regenerate(
                 specs[spec.name] = spec
             made = {name: module_choice.made_again(name, call) for name, call in calls.items()}
             missed.update(name for name, spec in made.items() if spec is None)
-            # as a build writes them first: a generator's edit may change a module's flags or its list of sources and
-            # none of its sources' content, which ninja's dry run then tells (changed_modules); FlashInfer's own
-            # JitSpec.build writes one only where it is missing (flashinfer/jit/core.py at v0.6.3)
-            module_builds.write_ninja_files([*specs.values(), *filter(None, made.values())])
+            ninja_written([*specs.values(), *filter(None, made.values())])
         except BaseException as error:  # noqa: BLE001 (raised again in the main thread)
             raised.append(error)
 
@@ -108,6 +105,16 @@ def regenerate(
         if failure is not None:
             raise failure
     return specs, dry_run_done, missed
+
+
+def ninja_written(specs) -> None:
+    """Each regenerated JitSpec's ninja file written as it says now (FlashInfer's write_if_different), as a build of
+    it writes it first (fidev.builds.module_builds.write_ninja_files): a generator's edit may change a module's
+    flags or its list of sources and none of its sources' content, which only ninja's own dry run then tells
+    (`changed_modules`). JitSpec.build writes one only where it is missing (flashinfer/jit/core.py at v0.6.3)."""
+    for spec in specs:
+        if hasattr(spec, "write_ninja"):
+            spec.write_ninja()
 
 
 UNREADABLE = "its build record {} cannot be read"  # a changed "file" of a module whose record is unreadable
@@ -225,7 +232,7 @@ def changed_modules(found: Found, ch: Changes) -> None:
     """The modules whose inputs changed; a deleted input is refused. A module regenerated to the
     same sources, or with none to regenerate, is current as built, for the next run too."""
     ch.changed = edited(found.modules)
-    for m in found.modules:  # regenerated with its ninja file (regenerate): what ninja would do tells the rest
+    for m in found.modules:  # regenerated with its ninja file (ninja_written): what ninja would do tells the rest
         if ch.generators.get(m.name) and m.name not in ch.changed and m.name not in ch.unregenerated:
             pending = ninja_inputs.dry_run(m.build_dir, m.ninja_path)
             if pending is None or pending[1]:
