@@ -500,15 +500,13 @@ class StartedThread:
 @pytest.fixture
 def regeneration(monkeypatch):
     """regenerate's collaborators, each recording what it was asked: flashinfer's import, smoke's generators
-    (key -> a JitSpec named `spec of <key>`), the recorded calls (those of `makes` make their module), the JitSpecs'
-    ninja files written (`written`) and the dry run (`plan`, None where it did not finish)."""
+    (key -> a JitSpec named `spec of <key>`), the recorded calls (those of `makes` make their module) and the
+    dry run (`plan`, None where it did not finish)."""
     from fidev.jit import flashinfer_import
     from fidev.upstream import plan as upstream_plan
     from fidev.upstream import suite as upstream_suite
 
-    asked = SimpleNamespace(
-        imported=[], made=[], called=[], written=[], planned=[], makes=set(), plan=object(), raises={}
-    )
+    asked = SimpleNamespace(imported=[], made=[], called=[], planned=[], makes=set(), plan=object(), raises={})
     StartedThread.made = []
     monkeypatch.setattr(changes, "threading", SimpleNamespace(Thread=StartedThread))  # changes.py's threads only
 
@@ -517,19 +515,16 @@ def regeneration(monkeypatch):
         if "import" in asked.raises:
             raise asked.raises["import"]
 
-    def spec(name):
-        return SimpleNamespace(name=name, write_ninja=lambda: asked.written.append(name))
-
     def generator(key):
         def make():
             asked.made.append(key)
-            return spec(f"spec of {key}")
+            return SimpleNamespace(name=f"spec of {key}")
 
         return SimpleNamespace(make=make)
 
-    def made_again(name, call):
+    def call_again(name, call):
         asked.called.append((name, call))
-        return spec(name) if name in asked.makes else None
+        return name in asked.makes
 
     def resolve(nodes, tests):
         if "dry run" in asked.raises:
@@ -542,7 +537,7 @@ def regeneration(monkeypatch):
 
     monkeypatch.setattr(flashinfer_import, "import_flashinfer", imported)
     monkeypatch.setattr(changes.smoke_modules, "BY_KEY", {"a": generator("a"), "b": generator("b")})
-    monkeypatch.setattr(changes.module_choice, "made_again", made_again)
+    monkeypatch.setattr(changes.module_choice, "call_again", call_again)
     monkeypatch.setattr(upstream_suite, "tests_dir", lambda: "TESTS")
     monkeypatch.setattr(upstream_suite, "resolve", resolve)
     monkeypatch.setattr(upstream_plan, "plan", plan)
@@ -557,7 +552,6 @@ def test_regenerate_makes_smokes_modules_and_the_recorded_calls_after_one_import
     assert (done, missed) == (True, {"other"}), "a recorded call that made another module missed its own"
     assert regeneration.imported == ["aot"] and regeneration.made == ["a", "b"]
     assert regeneration.called == [("made", calls["made"]), ("other", calls["other"])]
-    assert regeneration.written == ["spec of a", "spec of b", "made"], "each JitSpec made, its ninja file written"
     assert regeneration.planned == [(["TESTS/test_x.py::t[1]"], [], "TESTS")], "the recorded cases, dry run alone"
     assert [thread.daemon for thread in StartedThread.made] == [True], (
         "the import runs in a daemon thread: a Ctrl-C while a hung import holds it ends the process"
