@@ -427,7 +427,7 @@ import shutil
 from flashinfer.jit import env as jit_env
 calls = json.loads(sys.stdin.read())
 shutil.rmtree(jit_env.FLASHINFER_GEN_SRC_DIR, ignore_errors=True)
-print(json.dumps({name: module_choice.made_again(name, call) is not None for name, call in calls.items()}))
+print(json.dumps({name: module_choice.call_again(name, call) for name, call in calls.items()}))
 """
     )
     env = {**os.environ, "FLASHINFER_CUDA_ARCH_LIST": "9.0a", "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}

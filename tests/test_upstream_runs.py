@@ -1135,9 +1135,12 @@ SMOKE_NORM = {  # smoke's and abi-smoke's tests of smoke's norm module (smoke_mo
 }
 
 
-def smokes_norm_made_by_its_generator(ws):
+@needs_a_build
+def test_a_generator_edit_rebuilds_smokes_module_by_its_regenerated_jitspec(ws):
     """smoke's norm (named in build's stamp) made by its generator, flashinfer/jit/norm.py's gen_norm_module, as
-    smoke_modules makes it, of one source rendered by gens.py, and built: (root, env, tree, its build folder)."""
+    smoke_modules makes it: an edit of the generator that changes its source and adds three is rebuilt by the
+    JitSpec the regeneration made (its ninja file written again: four objects compiled), not by the module as
+    built, whose ninja file names one source only."""
     norm_py = "from flashinfer.jit import gens\ndef gen_norm_module():\n    return gens.gen_module('norm', 1)\n"
     root, _, env, tree = generated_by_the_tree(ws, ("flashinfer/jit/norm.py", norm_py))
     shutil.copytree(ROOT / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__"))
@@ -1151,13 +1154,12 @@ def smokes_norm_made_by_its_generator(ws):
     (jit_dir,) = ws_now.jit_dirs()
     norm = jit_dir / "norm"
     module_builds.record_build(norm, norm / "build.ninja", tree=tree)
-    stamped = [build_stamp.Module("norm", "norm", norm, [ws_now.version_dir / "90/generated/norm/s0.cpp"])]
+    sources = [ws_now.version_dir / "90/generated/norm/s0.cpp"]
+    stamped = [build_stamp.Module("norm", "norm", norm, sources)]
     build_stamp.write(ws_now, {"wide": False, "abi": False}, "stamp", stamped)
-    return root, env, tree, norm
-
-
-def affected_summarized(root, env):
-    """affected run to its end, its summary in root/affected.json: (its run, the summary)."""
+    gens = tree / "flashinfer/jit/gens.py"
+    four = "    n = 4 if name == 'norm' else n\n    spec = "  # norm's body edited, and four sources where it had one
+    gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}").replace("    spec = ", four))
     done = subprocess.run(
         [sys.executable, str(root / "scripts/affected.py"), "--summary", str(root / "affected.json")],
         capture_output=True,
@@ -1165,62 +1167,11 @@ def affected_summarized(root, env):
         timeout=300,
         env={**os.environ, **env},
     )
-    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
-    return done, affected_summary.read(root / "affected.json")
-
-
-FOUR_SOURCES = "    n = 4 if name == 'norm' else n\n    spec = "  # gens.py's edit: norm made of four sources
-
-
-@needs_a_build
-def test_a_generator_edit_rebuilds_smokes_module_by_its_regenerated_jitspec(ws):
-    """An edit of smoke's norm's generator that changes its source and adds three is rebuilt by the JitSpec the
-    regeneration made (its ninja file written again: four objects compiled), not by the module as built, whose
-    ninja file names one source only."""
-    root, env, tree, norm = smokes_norm_made_by_its_generator(ws)
-    gens = tree / "flashinfer/jit/gens.py"
-    gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}").replace("    spec = ", FOUR_SOURCES))
-    done, summary = affected_summarized(root, env)
     out = done.stdout
-    assert done.returncode == 0 and "1 by smoke's generators" in out and "affected: 1 module(s) rebuilt" in out, out
-    assert summary.compiled == {"norm": 4}, out
+    assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
+    assert "1 by smoke's generators" in out and "affected: 1 module(s) rebuilt" in out, out
+    assert affected_summary.read(root / "affected.json").compiled == {"norm": 4}, out
     assert all(f"s{i}.cpp" in (norm / "build.ninja").read_text() for i in range(4))
-
-
-@needs_a_build
-def test_a_generator_edit_that_changes_a_modules_ninja_file_alone_changes_the_module(ws):
-    """A generator's edit may change a module's flags or its list of sources and no source's content: smoke's
-    norm given three sources more, its one source as it was. Its ninja file, written again as the regenerated
-    JitSpec says, is what changed (ninja's dry run finds work): the module is rebuilt and its tests run, never
-    "no module changed". Asked again, nothing changed."""
-    root, env, tree, norm = smokes_norm_made_by_its_generator(ws)
-    (tree / "flashinfer/jit/gens.py").write_text(GENS.replace("    spec = ", FOUR_SOURCES))
-    done, summary = affected_summarized(root, env)
-    out = done.stdout
-    assert done.returncode == 0 and summary.verdict == "passed", out
-    assert summary.changed == {"gens.py -> build.ninja": ["norm"]} and summary.compiled == {"norm": 3}, out
-    assert "nothing changed" in affected_summarized(root, env)[0].stdout
-
-
-@needs_a_build
-@pytest.mark.parametrize("made", ["2 by recorded call", "1 by recorded call, 1 by a dry run of a recorded test"])
-def test_a_module_of_flashinfers_tests_with_a_new_ninja_file_alone_is_changed(ws, made):
-    """The same for a module of FlashInfer's tests, made again by its recorded call, or by a dry run of its test
-    where none is kept: rope given a second source, its first as it was, is rebuilt from the ninja file its
-    regeneration wrote, and its tests run."""
-    root, _, env, tree = generated_by_the_tree(ws)
-    done = upstream(root, env, "norm", "--yes")  # builds norm, rope and plain, and keeps their calls
-    assert done.returncode == 0, done.stdout + done.stderr
-    if "dry run" in made:
-        (jit_dir,) = workspace.Workspace(Path(env["FLASHINFER_WORKSPACE_BASE"]), pins().flashinfer).jit_dirs()
-        (jit_dir / "rope" / workspace.CALL).unlink()
-    one_more = "    n = n + (name == 'rope')\n    spec = "
-    (tree / "flashinfer/jit/gens.py").write_text(GENS.replace("    spec = ", one_more))
-    done, summary = affected_summarized(root, env)
-    out = done.stdout
-    assert done.returncode == 0 and summary.verdict == "passed" and f"({made}, " in out, out
-    assert summary.changed == {"gens.py -> build.ninja": ["rope"]} and summary.compiled == {"rope": 1}, out
-    assert "upstream-tests: 1 passed" in out, out
 
 
 def test_a_file_runs_in_parts_over_the_gpus_once_its_last_run_was_long(ws, tmp_path):

@@ -65,11 +65,11 @@ def regenerate(
 ) -> tuple[dict, bool, set[str]]:
     """Write the generated sources of the modules again, compiling nothing: smoke's by their
     generators, FlashInfer's tests' by the call that made each one's JitSpec where its build recorded
-    one (fidev.jit.module_choice.made_again), both after one import of flashinfer, in a thread, each with
-    its ninja file as its JitSpec says now (`ninja_written`); the rest meanwhile by a dry run of their tests
-    (a process of its own: fidev.upstream.plan). Returns smoke's modules' new JitSpecs by name (a build of
-    them rewrites build.ninja too), whether the dry run finished (a dropped or failed one regenerated
-    nothing for sure), and the modules whose call did not make them."""
+    one (fidev.jit.module_choice.call_again), both after one import of flashinfer, in a thread; the rest
+    meanwhile by a dry run of their tests (a process of its own: fidev.upstream.plan). Returns smoke's
+    modules' new JitSpecs by name (a build of them rewrites build.ninja too), whether the dry run
+    finished (a dropped or failed one regenerated nothing for sure), and the modules whose call did
+    not make them."""
     specs, dry_run_done, raised, missed = {}, True, [], set()
 
     def ours() -> None:
@@ -80,9 +80,7 @@ def regenerate(
             for key in tier:
                 spec = smoke_modules.BY_KEY[key].make()  # the generator writes its sources (write_if_different)
                 specs[spec.name] = spec
-            made = {name: module_choice.made_again(name, call) for name, call in calls.items()}
-            missed.update(name for name, spec in made.items() if spec is None)
-            ninja_written([*specs.values(), *filter(None, made.values())])
+            missed.update(name for name, call in calls.items() if not module_choice.call_again(name, call))
         except BaseException as error:  # noqa: BLE001 (raised again in the main thread)
             raised.append(error)
 
@@ -105,16 +103,6 @@ def regenerate(
         if failure is not None:
             raise failure
     return specs, dry_run_done, missed
-
-
-def ninja_written(specs) -> None:
-    """Each regenerated JitSpec's ninja file written as it says now (FlashInfer's write_if_different), as a build of
-    it writes it first (fidev.builds.module_builds.write_ninja_files): a generator's edit may change a module's
-    flags or its list of sources and none of its sources' content, which only ninja's own dry run then tells
-    (`changed_modules`). JitSpec.build writes one only where it is missing (flashinfer/jit/core.py at v0.6.3)."""
-    for spec in specs:
-        if hasattr(spec, "write_ninja"):
-            spec.write_ninja()
 
 
 UNREADABLE = "its build record {} cannot be read"  # a changed "file" of a module whose record is unreadable
@@ -232,11 +220,6 @@ def changed_modules(found: Found, ch: Changes) -> None:
     """The modules whose inputs changed; a deleted input is refused. A module regenerated to the
     same sources, or with none to regenerate, is current as built, for the next run too."""
     ch.changed = edited(found.modules)
-    for m in found.modules:  # regenerated with its ninja file (ninja_written): what ninja would do tells the rest
-        if ch.generators.get(m.name) and m.name not in ch.changed and m.name not in ch.unregenerated:
-            pending = ninja_inputs.dry_run(m.build_dir, m.ninja_path)
-            if pending is None or pending[1]:
-                ch.changed[m.name] = {str(m.ninja_path): "edited"}
     for name in ch.unregenerated:
         ch.changed.setdefault(name, {})["(not regenerated)"] = "edited"
     for name, edits in ch.changed.items():
@@ -270,10 +253,9 @@ def files_changed(found: Found, ch: Changes) -> None:
         return str(resolved.relative_to(real)) if resolved.is_relative_to(real) else f
 
     by_file: dict[str, set[str]] = {}
-    ninja_files = {str(m.ninja_path) for m in found.modules}  # one a generator edit changed (changed_modules)
     for name, edits in ch.changed.items():
         for f in edits:
-            via_generator = ch.python_edits and ("/generated/" in f or f == "(not regenerated)" or f in ninja_files)
+            via_generator = ch.python_edits and ("/generated/" in f or f == "(not regenerated)")
             shown = f"{short(Path(g).name for g in ch.python_edits)} -> {Path(f).name}" if via_generator else in_tree(f)
             by_file.setdefault(shown, set()).add(name)
     # regenerated, and no module's sources changed; the package's Python outside its generators (a wrapper

@@ -264,16 +264,16 @@ def generator_call(frame) -> dict | None:
     return {"module": module, "function": code.co_name, "kwargs": kwargs}
 
 
-def made_again(name: str, call: dict):
-    """Module `name`'s JitSpec made again by its recorded call (its generator writes the sources,
-    compiling nothing); None where that made another module (an argument changed inside the generator
-    before gen_jit_spec), or none."""
+def call_again(name: str, call: dict) -> bool:
+    """Make module `name`'s JitSpec again by its recorded call (its generator writes the sources,
+    compiling nothing); whether that made `name` (an argument changed inside the generator before
+    gen_jit_spec makes another module, or none)."""
     try:
         function = getattr(importlib.import_module(call["module"]), call["function"])
         spec = function(**{key: _value(v) for key, v in call["kwargs"].items()})
     except Exception:  # noqa: BLE001 (a generator that no longer takes these: its tests run, and regenerate it)
-        return None
-    return spec if getattr(spec, "name", None) == name else None
+        return False
+    return getattr(spec, "name", None) == name
 
 
 _REAL: dict[str, str] = {}

@@ -249,9 +249,7 @@ def ready_to_build(spec) -> None:
 class DryRunRecords:
     """The plan's dry run: every module a test or a warmup asks for, recorded in `dry_dir`, none built;
     a test gets stand-ins (Unbuilt) for what it loads, and a module never built is made ready for the
-    plan to build ahead (ready_to_build); a built one gets its ninja file as its spec says now, as a build of
-    it writes it first (FlashInfer's write_if_different), so that what a generator's edit changed of its flags
-    or sources is what ninja finds (fidev.affected.changes.changed_modules)."""
+    plan to build ahead (ready_to_build)."""
 
     def __init__(self, dry_dir: Path):
         self.dry_dir = dry_dir
@@ -292,8 +290,6 @@ class DryRunRecords:
             self.asked += 1
             if not spec.jit_library_path.exists():
                 ready_to_build(spec)
-            elif hasattr(spec, "write_ninja"):  # built: its ninja file as the spec says now (affected's regeneration)
-                spec.write_ninja()
             return Unbuilt(spec.name, self.stand_in_used)
 
         def build_jit_specs(specs, verbose=False, skip_prebuilt=True):
