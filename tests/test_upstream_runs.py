@@ -191,6 +191,17 @@ def test_a_run_where_cuda_visible_devices_hides_every_gpu_says_so(ws):
     assert "on no GPU(s)" in done.stdout and "CUDA_VISIBLE_DEVICES='-1' shows no GPU, as CUDA reads it" in done.stdout
 
 
+def affected(root, env, *args):
+    """scripts/affected.py run to its end, with the stand-in's environment."""
+    return subprocess.run(
+        [sys.executable, str(root / "scripts/affected.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+
+
 def write(root, rel, text):
     path = root / TESTS / rel
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -930,16 +941,7 @@ def test_affected_starts_flashinfers_tests_with_the_build_and_runs_them_on_what_
     ), done
     assert done.past_build == {"ended_s": float(past[1]), "last_case_s": float(past[2]), "first_failure_s": None}, done
     assert list(scratch.iterdir()) == [], "the gate's folder was left behind"
-    assert (
-        "nothing changed"
-        in subprocess.run(
-            [sys.executable, str(root / "scripts/affected.py")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, **env},
-        ).stdout
-    )
+    assert "nothing changed" in affected(root, env).stdout
 
 
 @needs_a_build
@@ -1028,13 +1030,7 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     gens = tree / "flashinfer/jit/gens.py"
     gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))  # norm's body alone
     imports = len(record.read_text().splitlines())
-    done = subprocess.run(
-        [sys.executable, str(root / "scripts/affected.py")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-    )
+    done = affected(root, env)
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "affected: FlashInfer's tests of the modules the edit may change (3 recorded case(s)) start now" in out, out
@@ -1050,16 +1046,7 @@ def test_affected_regenerates_by_the_recorded_generator_call_without_a_dry_run(w
     # flashinfer imported twice: affected itself, and the run of the tests it started before the regeneration; a
     # dry run would be a third, and so would a second run of the tests, where the rebuild is not handed those
     assert len(record.read_text().splitlines()) - imports == 2, record.read_text()
-    assert (
-        "nothing changed"
-        in subprocess.run(
-            [sys.executable, str(root / "scripts/affected.py")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, **env},
-        ).stdout
-    )
+    assert "nothing changed" in affected(root, env).stdout
 
 
 # norm's two tests fail once gens.py holds the edit of the test below (norm's body + 1), and pass before it
@@ -1089,13 +1076,7 @@ def test_flashinfers_tests_a_generator_edit_started_stop_at_their_first_failing_
     done = upstream(root, env, "norm", "--yes")  # builds norm, rope and plain, and keeps their calls
     assert done.returncode == 0 and "upstream-tests: 4 passed" in done.stdout, done.stdout + done.stderr
     (tree / "flashinfer/jit/gens.py").write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))
-    done = subprocess.run(
-        [sys.executable, str(root / "scripts/affected.py"), *(["--keep-going"] if keep_going else [])],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-    )
+    done = affected(root, env, *(["--keep-going"] if keep_going else []))
     out = done.stdout
     assert done.returncode == 1 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "FlashInfer's tests of the modules the edit may change" in out, out
@@ -1113,13 +1094,7 @@ def test_affected_list_regenerates_a_generator_edit_and_starts_none_of_flashinfe
     done = upstream(root, env, "norm", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     (tree / "flashinfer/jit/gens.py").write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))
-    done = subprocess.run(
-        [sys.executable, str(root / "scripts/affected.py"), "--list"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-    )
+    done = affected(root, env, "--list")
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "affected: regenerated in" in out and "gens.py -> s0.cpp" in out, out
@@ -1160,13 +1135,7 @@ def test_a_generator_edit_rebuilds_smokes_module_by_its_regenerated_jitspec(ws):
     gens = tree / "flashinfer/jit/gens.py"
     four = "    n = 4 if name == 'norm' else n\n    spec = "  # norm's body edited, and four sources where it had one
     gens.write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}").replace("    spec = ", four))
-    done = subprocess.run(
-        [sys.executable, str(root / "scripts/affected.py"), "--summary", str(root / "affected.json")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-    )
+    done = affected(root, env, "--summary", str(root / "affected.json"))
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in out + done.stderr, out + done.stderr
     assert "1 by smoke's generators" in out and "affected: 1 module(s) rebuilt" in out, out
