@@ -30,7 +30,7 @@ from fidev.core.failure import Failure
 from fidev.core.manifest import ROOT, pins
 from fidev.records import build_records, ninja_inputs
 from fidev.tree import release_reference, source_tree
-from script_runs import require, signal_held, start_held, two_line_failure, wait_until
+from script_runs import require, run, signal_held, start_held, two_line_failure, wait_until
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler"
@@ -108,13 +108,7 @@ def ws(tmp_path, monkeypatch):
 
 
 def affected(root, env, *args):
-    return subprocess.run(
-        [sys.executable, str(root / "scripts/affected.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **env},
-    )
+    return run("affected.py", *args, env=env, root=root)
 
 
 def test_nothing_changed_is_said_without_importing_flashinfer(ws, tmp_path):

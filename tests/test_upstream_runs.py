@@ -24,7 +24,7 @@ from fidev.tree import families as upstream_suites
 from fidev.tree import release_reference
 from fidev.upstream import runs as upstream_runs
 from fidev.upstream import summary as upstream_summary
-from script_runs import expect_unwritten, final_write_fails, require, two_line_failure, wait_until
+from script_runs import expect_unwritten, final_write_fails, require, run, two_line_failure, wait_until
 from upstream_standin import needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 TESTS = "extern/tracked/flashinfer/tests"
@@ -193,13 +193,7 @@ def test_a_run_where_cuda_visible_devices_hides_every_gpu_says_so(ws):
 
 def affected(root, env, *args):
     """scripts/affected.py run to its end, with the stand-in's environment."""
-    return subprocess.run(
-        [sys.executable, str(root / "scripts/affected.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-    )
+    return run("affected.py", *args, env=env, timeout=300, root=root)
 
 
 def write(root, rel, text):

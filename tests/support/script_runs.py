@@ -23,9 +23,11 @@ def task_path(root, script):
     )
 
 
-def run(script, *args, flags=(), env=None, timeout=120):
+def run(script, *args, flags=(), env=None, timeout=120, root=ROOT):
+    """A task's script, or a tool, of the workspace at `root` (this one unless given) run to its end, `env` over this
+    process's environment."""
     return subprocess.run(
-        [sys.executable, *flags, str(task_path(ROOT, script)), *map(str, args)],
+        [sys.executable, *flags, str(task_path(root, script)), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,

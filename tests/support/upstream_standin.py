@@ -28,15 +28,13 @@ which checks that the text is FlashInfer's at the pinned release and still the s
 
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from fidev.core.manifest import ROOT, pins
 from fidev.tree import families as upstream_suites
 from fidev.tree import release_reference, source_tree
-from script_runs import BUILD_TOOLS, missing_tools
+from script_runs import BUILD_TOOLS, missing_tools, run
 
 FAKE_FLASHINFER = """\
 import functools, importlib.util, json, os
@@ -251,13 +249,7 @@ def standin_ws(tmp_path):
 
 
 def upstream(root, env, *args):
-    return subprocess.run(
-        [sys.executable, str(root / "scripts/upstream_tests.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-    )
+    return run("upstream_tests.py", *args, env=env, timeout=300, root=root)
 
 
 def compiles(env):
