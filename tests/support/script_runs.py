@@ -151,10 +151,7 @@ def acceptance_digest() -> str:
 
 def acceptance_run(work, *args, timeout: float = 60) -> subprocess.CompletedProcess:
     """tools/gpu_acceptance.py --work WORK ARGS..., run to its end (within `timeout`), its output captured."""
-    tool = ROOT / "tools/gpu_acceptance.py"
-    return subprocess.run(
-        [sys.executable, str(tool), "--work", str(work), *args], capture_output=True, text=True, timeout=timeout
-    )
+    return run("gpu_acceptance.py", "--work", work, *args, timeout=timeout)
 
 
 # A rendezvous a test puts before a task: written as sitecustomize.py into a folder first on PYTHONPATH, it holds
