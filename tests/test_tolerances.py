@@ -56,6 +56,7 @@ def test_no_fp16_rule_is_looser_than_flashinfers():
     loose = {
         k: gpu_checks.TOLERANCE[k][F16]
         for k in FP16_KERNELS
+        if k != "gdn_state"  # FlashInfer's state rule, carried to smoke's inputs' scale: its own tests below
         if any(ours > theirs for ours, theirs in zip(gpu_checks.TOLERANCE[k][F16], FLASHINFER_FP16, strict=True))
     }
     assert loose == {}
@@ -101,3 +102,72 @@ def test_the_failure_names_the_worst_element_and_the_seed():
     out[3, 17] += 1.0
     with pytest.raises(AssertionError, match=r"1 of 227328 elements .* worst at \(3, 17\): .* \(seed 42\)"):
         gpu_checks.assert_close(out, ref, "silu_and_mul", F16, seed=42)
+
+
+# gdn's state: FlashInfer's rule (tests/gdn/test_prefill_delta_rule.py at v0.6.3), set for the inputs of
+# tests/gdn/conftest.py's gen_qkv, and carried to gdn_inputs' N(0, 1) inputs by v's scale.
+FLASHINFER_GDN_STATE = {F16: (1e-4, 1e-3), BF16: (1e-3, 5e-3)}
+
+
+def gen_qkv_rows(rows, dim, generator):
+    """tests/gdn/conftest.py's multidist_randu at v0.6.3 as gen_qkv calls it (mean_std=0.05, lower=-0.25,
+    upper=0.25): per row, uniform within 0.25 of a mean drawn from N(0, 0.05)."""
+    means = torch.randn(rows, 1, dtype=torch.float64, generator=generator) * 0.05
+    return means + (torch.rand(rows, dim, dtype=torch.float64, generator=generator) * 0.5 - 0.25)
+
+
+def test_gdn_state_rule_is_flashinfers_at_the_scale_of_flashinfers_v():
+    generator = torch.Generator().manual_seed(0)
+    v = gen_qkv_rows(200_000, 128, generator)
+    assert v.pow(2).mean().sqrt().item() == pytest.approx(gpu_checks.GDN_V_RMS, rel=2e-3)
+    for dtype, (rtol, atol) in FLASHINFER_GDN_STATE.items():
+        assert gpu_checks.TOLERANCE["gdn_state"][dtype] == pytest.approx((rtol, atol / gpu_checks.GDN_V_RMS))
+
+
+def gdn_case(dtype):
+    """gdn_inputs' shapes and draws, on the CPU, and the exact state of each sequence."""
+    generator = torch.Generator().manual_seed(1)
+    total, heads, dim = 167, 4, 128
+    q = torch.randn(total, heads, dim, generator=generator).to(dtype)
+    keys = torch.randn(total, heads, dim, generator=generator)
+    k = torch.nn.functional.normalize(keys, dim=-1).to(dtype)
+    v = torch.randn(total, heads, dim, generator=generator).to(dtype)
+    g, beta = torch.rand(total, heads, generator=generator), torch.rand(total, heads, generator=generator)
+    return q, k, v, g, beta, torch.tensor([0, 37, 167])
+
+
+def final_state(q, k, v, g, beta, cu):
+    return gpu_checks.gated_delta_rule_ref(q, k, v, g, beta, cu, q.shape[-1] ** -0.5)[1]
+
+
+def test_the_gdn_state_is_linear_in_v():
+    """What carries FlashInfer's atol to smoke's scale: v scaled, the exact state scales with it."""
+    q, k, v, g, beta, cu = gdn_case(F16)
+    torch.testing.assert_close(final_state(q, k, 4 * v, g, beta, cu), 4 * final_state(q, k, v, g, beta, cu))
+
+
+def last_token_skipped(q, k, v, g, beta, last):  # its gate and its update not applied
+    return q, k, v, g.index_fill(0, last, 1.0), beta.index_fill(0, last, 0.0)
+
+
+def last_gate_ignored(q, k, v, g, beta, last):
+    return q, k, v, g.index_fill(0, last, 1.0), beta
+
+
+def beta_ignored(q, k, v, g, beta, last):  # every update at full strength
+    return q, k, v, g, torch.ones_like(beta)
+
+
+def last_key_negated(q, k, v, g, beta, last):
+    return q, k.index_copy(0, last, -k[last]), v, g, beta
+
+
+@pytest.mark.parametrize("bug", [last_token_skipped, last_gate_ignored, beta_ignored, last_key_negated])
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_a_gdn_state_bug_fails_the_carried_rule(dtype, bug):
+    q, k, v, g, beta, cu = gdn_case(dtype)
+    ref = final_state(q, k, v, g, beta, cu)
+    wrong = final_state(*bug(q, k, v, g, beta, cu[1:] - 1), cu)
+    with pytest.raises(AssertionError, match="^gdn_state: "):
+        gpu_checks.assert_close(wrong.float(), ref, "gdn_state", dtype, seed=0)
+    gpu_checks.assert_close(ref.float(), ref, "gdn_state", dtype, seed=0)  # float32's own rounding passes
