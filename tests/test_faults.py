@@ -1020,6 +1020,21 @@ def test_importing_the_library_leaves_the_processs_signal_handlers_as_they_were(
     assert done.returncode == 0 and done.stdout.split() == ["True", "True"], done.stdout + done.stderr
 
 
+def test_a_task_loaded_into_a_test_process_leaves_its_signal_handlers_as_they_were():
+    """A test that loads a script or tool to call its parts (script_runs.task_module) runs its first import,
+    fidev.core.task_start, which installs our handlers: they are put back, so Ctrl-C in pytest stays pytest's."""
+    probe = (
+        "import signal, sys\n"
+        f"sys.path[:0] = [{str(ROOT / 'scripts')!r}, {str(ROOT / 'tests' / 'support')!r}]\n"
+        "from script_runs import tool_module\n"
+        "tool_module('smoke_noise')\n"
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+        "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, 'fidev.core.task_start' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["True", "True", "True"], done.stdout + done.stderr
+
+
 @fault("interrupted-at-start")
 @pytest.mark.parametrize("stop", STOPS)
 @pytest.mark.parametrize("task", TASKS)

@@ -6,7 +6,6 @@ the scripts they start (build, smoke, upstream-tests, affected) in the acceptanc
 copy (WORK/ws, which the run takes as set up)."""
 
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -19,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from fidev.core.manifest import ROOT, pins, task_chain
-from script_runs import acceptance_digest, acceptance_run, acceptance_tool, two_line_failure, wait_until
+from script_runs import (
+    acceptance_digest,
+    acceptance_run,
+    acceptance_tool,
+    task_module,
+    two_line_failure,
+    wait_until,
+)
 
 TOOL = ROOT / "tools/gpu_acceptance.py"
 HEADER = "include/flashinfer/norm.cuh"
@@ -393,9 +399,7 @@ def test_planted_bugs_and_steps_are_checked_before_anything_runs(tmp_path, argv,
 
 def test_the_bug_ids_it_checks_are_the_planted_bugs_tables():
 
-    spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = task_module(TOOL, "gpu_acceptance_tool")
     listed = subprocess.run(
         [sys.executable, str(ROOT / "tools/planted_bugs.py"), "--list"], capture_output=True, text=True, timeout=60
     )
@@ -568,9 +572,7 @@ def test_results_that_cannot_be_written_end_the_run_in_two_lines(tmp_path, monke
 
     from fidev.core.failure import Failure
 
-    spec = importlib.util.spec_from_file_location("gpu_acceptance_tool", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = task_module(TOOL, "gpu_acceptance_tool")
 
     def refused(src, dst, **kw):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(dst))

@@ -2,20 +2,17 @@
 kernel's margin (the inverse of the largest share of its allowance an element took) is under 1.5x, every
 kernel and dtype alike; else 0. The suite's runs are stood in for by what they leave in gpu_checks."""
 
-import importlib.util
 import sys
 import types
 
 import pytest
 
-from fidev.core.manifest import ROOT
+from script_runs import tool_module
 
 
 def noise(monkeypatch, capsys, shares, failed_runs=0):
     """smoke_noise.main() over 2 runs, each measuring `shares` ({(kernel, dtype): share}); (status, output)."""
-    spec = importlib.util.spec_from_file_location("smoke_noise_tool", ROOT / "tools/smoke_noise.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = tool_module("smoke_noise")
     checks = types.ModuleType("gpu_checks")
     checks.RESULTS, checks.MEASURED = {}, []
     checks.TOLERANCE = {kernel: {f"torch.{dtype}": (1e-3, 1e-3)} for kernel, dtype in shares}

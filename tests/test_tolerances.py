@@ -1,5 +1,6 @@
 """Smoke's element-wise check (tests/support/gpu_checks.py) is as strict as FlashInfer's own tests:
-no fp16 rule looser than their rtol = atol = 1e-3, the output's own rounding passes, and kernel bugs
+no fp16 rule looser than their rtol = atol = 1e-3 (gdn's state aside: FlashInfer's own rule for it, carried to
+smoke's scale of v, tested below), the output's own rounding passes, and kernel bugs
 that are not a uniform scale fail. A max-normalised measure (max|out - ref| / max|ref| under 2e-3,
 smoke's check before this one) let every non-uniform shape below through at smoke's output sizes."""
 
@@ -118,7 +119,7 @@ def gen_qkv_rows(rows, dim, generator):
 
 def test_gdn_state_rule_is_flashinfers_at_the_scale_of_flashinfers_v():
     generator = torch.Generator().manual_seed(0)
-    v = gen_qkv_rows(200_000, 128, generator)
+    v = gen_qkv_rows(20_000, 128, generator)
     assert v.pow(2).mean().sqrt().item() == pytest.approx(gpu_checks.GDN_V_RMS, rel=2e-3)
     for dtype, (rtol, atol) in FLASHINFER_GDN_STATE.items():
         assert gpu_checks.TOLERANCE["gdn_state"][dtype] == pytest.approx((rtol, atol / gpu_checks.GDN_V_RMS))
@@ -162,7 +163,13 @@ def last_key_negated(q, k, v, g, beta, last):
     return q, k.index_copy(0, last, -k[last]), v, g, beta
 
 
-@pytest.mark.parametrize("bug", [last_token_skipped, last_gate_ignored, beta_ignored, last_key_negated])
+def last_beta_tenth_less(q, k, v, g, beta, last):  # near the rule's edge: in bf16 a rule twice as loose passes it
+    return q, k, v, g, beta.index_copy(0, last, beta[last] * 0.9)
+
+
+@pytest.mark.parametrize(
+    "bug", [last_token_skipped, last_gate_ignored, beta_ignored, last_key_negated, last_beta_tenth_less]
+)
 @pytest.mark.parametrize("dtype", [F16, BF16])
 def test_a_gdn_state_bug_fails_the_carried_rule(dtype, bug):
     q, k, v, g, beta, cu = gdn_case(dtype)

@@ -27,7 +27,7 @@ from fidev.tree import source_tree
 from fidev.upstream import plan as upstream_plan
 from fidev.upstream import suite
 from fidev.upstream import summary as upstream_summary
-from script_runs import require, two_line_failure, wait_until
+from script_runs import require, task_module, two_line_failure, wait_until
 from upstream_standin import compiles, needs_a_build, standin_ws, upstream  # noqa: F401 (standin_ws: the fixture `ws`)
 
 
@@ -547,10 +547,7 @@ def test_more_processes_a_gpu_than_the_most_are_refused_before_anything_runs(arg
 
 
 def upstream_tests_script():
-    spec = importlib.util.spec_from_file_location("upstream_tests_script", ROOT / "scripts/upstream_tests.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return task_module(ROOT / "scripts/upstream_tests.py", "upstream_tests_script")
 
 
 INNER_CACHE = """\

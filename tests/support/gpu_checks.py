@@ -27,13 +27,15 @@ FP16_RULE, BF16_RULE = (1e-3, 1e-3), (1e-2, 1e-2)
 # gdn's float32 state, by FlashInfer's own rule (tests/gdn/test_prefill_delta_rule.py at v0.6.3: rtol, atol
 # 1e-4, 1e-3 from fp16 inputs and 1e-3, 5e-3 from bf16), set there for the inputs that test draws: q, k and v
 # from tests/gdn/conftest.py's gen_qkv (multidist_randu: uniform within 0.25 of a mean drawn from N(0, 0.05)
-# per row), so v's rms is sqrt(0.25^2 / 3 + 0.05^2), about 0.153. gdn_inputs draws v from N(0, 1), rms 1,
-# so that FlashInfer's output rule can see a bug: at gen_qkv's scale the bf16 output's largest values are
-# about twice that rule's atol (docs/measurements.md, row "gdn error at FlashInfer's input scale").
-# The state is linear in v (S <- g S + beta k (v - k^T S)^T, k unit-norm): its values and their rounding
-# errors grow with v's rms. So the atol FlashInfer sets at its scale is atol / GDN_V_RMS at ours; rtol, a
-# share of each value, stays. FlashInfer's atol taken as it is would hold our state to 6.5 times
-# FlashInfer's strictness, down into the kernel's own bf16 rounding (row "gdn bf16 state margin").
+# per row), so v's rms is sqrt(0.5^2 / 12 + 0.05^2), about 0.153. gdn_inputs draws v from N(0, 1), rms 1,
+# so that FlashInfer's output rule can see a bug: at gen_qkv's scale the bf16 output is within a few atols of
+# zero (docs/measurements.md, row "gdn error at FlashInfer's input scale").
+# The state is linear in v (gated_delta_rule_ref: S <- g S, then S <- S + beta k (v - k^T S)^T, from S = 0):
+# its values and their rounding errors grow with v's rms. So the atol FlashInfer sets at its scale is
+# atol / GDN_V_RMS at ours; rtol, a share of each value, stays. That carries the rms, not the largest values:
+# N(0, 1) has longer tails than gen_qkv's bounded draw, so by its largest values our state is about twice
+# as large again, and the carried rule stays the stricter one. FlashInfer's atol as it stands held the
+# state down into the kernel's own bf16 rounding (row "gdn bf16 state margin").
 GDN_V_RMS = math.sqrt(0.25**2 / 3 + 0.05**2)
 FLASHINFER_GDN_STATE = {F16: (1e-4, 1e-3), BF16: (1e-3, 5e-3)}
 GDN_STATE_RULE = {dtype: (rtol, atol / GDN_V_RMS) for dtype, (rtol, atol) in FLASHINFER_GDN_STATE.items()}

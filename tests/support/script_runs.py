@@ -127,14 +127,25 @@ def require_tools(*tools, why):
 
 
 @functools.cache
+def task_module(path, name: str):
+    """A script or tool (`path`) loaded as the module `name`, for its tables, readers and steps called in this
+    process. Its first import, fidev.core.task_start, installs our Ctrl-C and SIGTERM handlers (exit 130 at
+    once): pytest's own are put back, so that this process keeps its teardown."""
+    handlers = {stop: signal.getsignal(stop) for stop in (signal.SIGINT, signal.SIGTERM)}
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        for stop, handler in handlers.items():
+            signal.signal(stop, handler)
+    return module
+
+
 def tool_module(name: str):
-    """tools/<name>.py as a module, for its tables, readers and steps called alone (its main never runs): one
-    load for every test."""
-    spec = importlib.util.spec_from_file_location(f"{name}_tool", task_path(ROOT, f"{name}.py"))
-    tool = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = tool  # its dataclasses look their module up there
-    spec.loader.exec_module(tool)
-    return tool
+    """tools/<name>.py as a module (task_module), its main never run: one load for every test."""
+    return task_module(task_path(ROOT, f"{name}.py"), f"{name}_tool")
 
 
 def acceptance_tool():
