@@ -475,6 +475,30 @@ def test_a_wrapper_edit_runs_its_familys_tests_and_untold_python_is_not_covered(
     assert done.returncode == 3, f"asked again: {out}"
 
 
+@needs_a_build
+def test_a_jit_edit_that_changes_no_generated_source_is_not_covered_until_reverted(ws, tmp_path):
+    """A Python file under flashinfer/jit/ counts as a generator, and every module is regenerated after its edit.
+    Where no module's sources change (flashinfer/jit/env.py, or a flag in a generator), the edit may still change
+    compile flags or how modules are built and loaded: which tests execute it cannot be told, so it is not
+    covered (3), not "no module changed" (0), and again when asked again, until it is reverted (cp -p)."""
+    root = ws[0]
+    jit = root / TREE / "flashinfer" / "jit"
+    jit.mkdir(parents=True)
+    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops'\n")
+    root, env, tree = rope_tree(ws, tmp_path, ROPE_WRAPPER)
+    saved = tmp_path / "env.py"
+    shutil.copy2(jit / "env.py", saved)
+    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops_2'\n")
+    for attempt in ("edit", "asked again"):
+        done, out = affected(root, env)
+        assert done.returncode == 3, f"{attempt}: {out}"
+        assert "flashinfer/jit/env.py changed no module's generated sources" in out, out
+        assert "which tests execute it cannot be told" in out and "no module changed" not in out, out
+    shutil.copy2(saved, jit / "env.py")  # cp -p: reverted
+    done, out = affected(root, env)
+    assert done.returncode == 0, out
+
+
 def test_an_edit_whose_tests_cannot_be_told_leaves_every_family_a_gap_until_its_tests_ran():
     """An unreadable tree record (UNTOLD) and an edited Python file of the package that is no
     generator and holds no family's API (Selection.untold) may reach any kernel family: each is a

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fidev.affected.coverage import failures_of
-from fidev.affected.selection import Selection
+from fidev.affected.selection import GENERATOR_DIR, Selection
 from fidev.tree import source_tree
 
 HEADER = ("changed file", "modules", "tests", "result")
@@ -123,7 +123,13 @@ def not_covered(gaps: dict[str, list[str]], untested: list[str] = (), untold: li
     if not gaps:
         return
     for f, fams in gaps.items():
-        if f in untold:
+        if f in untold and f.startswith(GENERATOR_DIR):
+            print(
+                f"affected: {f} changed no module's generated sources; it may change a module's compile flags or "
+                "how modules are built and loaded, which comparing sources does not see: which tests execute it "
+                "cannot be told here"
+            )
+        elif f in untold:
             print(
                 f"affected: {f} holds no kernel family's API (fidev.tree.families): which tests execute it "
                 "cannot be told here"

@@ -50,12 +50,15 @@ class Selection:
 
     @property
     def untold(self) -> list[str]:
-        """The edited Python files of the package, not generators (outside flashinfer/jit/), that hold no
-        kernel family's API (fidev.tree.families' `api`): which tests execute them cannot be told."""
+        """The edited Python files of the package that hold no kernel family's API (fidev.tree.families'
+        `api`) and show in no module's sources: outside flashinfer/jit/, and under it those named as
+        themselves (no module's regenerated sources changed: fidev.affected.changes.files_changed), which may
+        still change a module's compile flags or how modules are built and loaded. Which tests execute them
+        cannot be told."""
         return sorted(
             f
             for f, fams in self.reach.items()
-            if f.startswith(PACKAGE) and not f.startswith(GENERATOR_DIR) and not fams
+            if f.startswith(PACKAGE) and not fams and (not f.startswith(GENERATOR_DIR) or f in self.by_file)
         )
 
     def selectors(self, names) -> set[str]:
