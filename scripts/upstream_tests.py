@@ -95,6 +95,7 @@ from fidev.core.failure import USAGE, Failure, report, run_main, stop_as_ctrl_c
 from fidev.core.files import output_file
 from fidev.core.manifest import pins
 from fidev.jit import kernel_source, module_choice
+from fidev.smoke import pytest_usage
 from fidev.upstream import plan as upstream_plan
 from fidev.upstream import progress as upstream_progress
 from fidev.upstream import runs as upstream_runs
@@ -179,6 +180,7 @@ def parse(argv: list[str]) -> tuple[dict, list[str], list[str], float]:
     before anything runs."""
     ours, selection, pytest_args = split_argv(argv)
     suite.refuse_blank(selection)  # before the tree is looked for: a usage error wherever it is
+    pytest_usage.refuse_odd_paths("upstream-tests", pytest_args)  # a FIFO as --junitxml would hang each process
     budget_s = number("--budget", ours.get("--budget", "10")) * 60
     for name in ("--gpus", "--file-timeout", "--per-gpu", "--sample-seed", "--stop-after", "--progress"):
         if name in ours:

@@ -1192,6 +1192,12 @@ def test_a_summary_whose_final_write_fails_is_two_lines_naming_it_and_how_the_ru
     expect_unwritten(done, summary, ended="affected itself ended error, status 1: nothing is built yet")
 
 
+@fault("pytest-path-odd")
+@pytest.mark.parametrize("script, args", [("smoke.py", []), ("abi_smoke.py", []), ("upstream_tests.py", ["norm"])])
+def test_a_path_handed_to_pytest_that_is_a_device(script, args):
+    expect(run(script, *args, "--junitxml=/dev/full"), "pytest-path-odd", status=2)
+
+
 @fault("smoke-nothing-selected")
 def test_smoke_with_a_selection_that_matches_nothing():
     require("torch", why="pytest collects tests/smoke only where torch imports")

@@ -1999,3 +1999,71 @@ def test_a_report_file_naming_a_path_that_is_not_utf8_is_written_with_its_bytes_
 
     write_whole(tmp_path / "summary.txt", f"tests of {tmp_path}/{NOT_UTF8}.py\n")
     assert (tmp_path / "summary.txt").read_bytes() == f"tests of {tmp_path}/\\xff.py\n".encode()
+
+
+# pytest's options that name a path, as smoke, abi-smoke and upstream-tests hand them on: (arguments, {fifo},
+# what the problem says). pytest would wait on a FIFO it is to write or read, and fail on /dev/full with its
+# traceback.
+PYTEST_PATHS = {
+    "--junitxml=FIFO": (["--junitxml={fifo}"], "pytest's --junitxml {fifo} is a named pipe (FIFO)"),
+    "--junit-xml FIFO": (["--junit-xml", "{fifo}"], "pytest's --junit-xml {fifo} is a named pipe (FIFO)"),
+    "--junitxml=/dev/full": (["--junitxml=/dev/full"], "pytest's --junitxml /dev/full is a character device"),
+    "--log-file=FIFO": (["--log-file={fifo}"], "pytest's --log-file {fifo} is a named pipe (FIFO)"),
+    "-o log_file=FIFO": (["-o", "log_file={fifo}"], "pytest's -o log_file {fifo} is a named pipe (FIFO)"),
+    "--debug=FIFO": (["--debug={fifo}"], "pytest's --debug {fifo} is a named pipe (FIFO)"),
+    "-c=FIFO": (["-c={fifo}"], "pytest's -c {fifo} is a named pipe (FIFO), not a regular file"),
+    "--config-file FIFO": (["--config-file", "{fifo}"], "pytest's --config-file {fifo} is a named pipe (FIFO)"),
+    "--rootdir=FIFO": (["--rootdir={fifo}"], "pytest's --rootdir {fifo} is a named pipe (FIFO), not a folder"),
+    "--basetemp=FIFO": (["--basetemp={fifo}"], "pytest's --basetemp {fifo} is a named pipe (FIFO), not a folder"),
+}
+PYTEST_PATH_CASES = [
+    *[("smoke.py", [], case) for case in PYTEST_PATHS],
+    *[
+        (script, before, case)
+        for script, before in (("abi_smoke.py", []), ("upstream_tests.py", ["norm", "--yes"]))
+        for case in ("--junitxml=FIFO", "--junitxml=/dev/full", "-c=FIFO")
+    ],
+]
+
+
+@pytest.mark.parametrize("script, before, case", PYTEST_PATH_CASES, ids=[f"{c[0]} {c[2]}" for c in PYTEST_PATH_CASES])
+def test_a_path_handed_to_pytest_that_is_no_file_of_its_kind_is_bad_usage_before_pytest_starts(
+    tmp_path, script, before, case
+):
+    named = fifo(tmp_path)
+    args, problem = PYTEST_PATHS[case]
+    done = run(script, [*before, *(a.replace("{fifo}", named) for a in args)], tmp_path)
+    two_lines(done, {2})
+    assert problem.replace("{fifo}", named) in done.stderr.strip().splitlines()[-2], done.stderr
+    assert stat.S_ISFIFO(os.lstat(named).st_mode)
+
+
+def test_pytests_addopts_are_checked_as_its_arguments_are(tmp_path):
+    env = {**os.environ, "PYTEST_ADDOPTS": "-q --junitxml=/dev/full"}
+    done = subprocess.run(
+        [sys.executable, str(task_path(ROOT, "smoke.py"))], capture_output=True, text=True, timeout=120, env=env
+    )
+    two_line_failure(done, "smoke: PYTEST_ADDOPTS: pytest's --junitxml /dev/full is a character device", status=2)
+
+
+@pytest.mark.parametrize(
+    "args, found",
+    [
+        (["-k", "x", "--junitxml", "a.xml"], [("--junitxml", "a.xml")]),
+        (["-cconf.ini", "-c=b.ini", "-c", "c.ini"], [("-c", "conf.ini"), ("-c", "b.ini"), ("-c", "c.ini")]),
+        (["--debug", "-x"], [("--debug", "pytestdebug.log")]),
+        (["--debug"], [("--debug", "pytestdebug.log")]),
+        (["--debug", "d.log"], [("--debug", "d.log")]),
+        (
+            ["-o", "junit_family=xunit1", "-olog_file=l.log", "--override-ini=log_file=m.log"],
+            [("-o log_file", "l.log"), ("-o log_file", "m.log")],
+        ),
+        (["--", "--junitxml=a.xml"], []),
+        (["--junitxml"], []),  # pytest says the value is missing
+        (["--junit-prefix=x", "-k", "-c"], []),
+    ],
+)
+def test_the_paths_handed_to_pytest_are_read_as_pytest_reads_them(args, found):
+    from fidev.smoke.pytest_usage import path_options
+
+    assert list(path_options(args)) == found

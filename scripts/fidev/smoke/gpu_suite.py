@@ -45,7 +45,9 @@ class Outcomes:
 
 def run(task: str, suite: str, pytest_args: list[str], mode: str) -> int:
     """One of this workspace's suites, under tests/. They use no third-party pytest plugin, so none
-    is loaded: on a host with many installed, loading them costs the warm chain a second."""
+    is loaded: on a host with many installed, loading them costs the warm chain a second. The paths in
+    `pytest_args` are checked first (pytest_usage.refuse_odd_paths)."""
+    pytest_usage.refuse_odd_paths(task, pytest_args)
     torch_imports(task)
     autoload = os.environ.get(NO_AUTOLOAD)
     os.environ[NO_AUTOLOAD] = "1"
