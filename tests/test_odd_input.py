@@ -823,6 +823,22 @@ def test_a_depends_on_cycle_fails_in_two_lines_and_a_single_name_is_one_dependen
     assert [name for name, _ in task_chain("smoke", single)] == chain
 
 
+def test_every_depends_on_entry_is_walked_in_order_each_task_once_and_pixis_table_form_is_a_name(tmp_path):
+    """task_chain, as pixi runs a task (its manifest schema: a depends-on is a name, a table `{ task = ... }`, or a
+    list of those): every entry's tasks first, in their order, a task reached twice run once."""
+    from fidev.core.manifest import task_chain
+
+    text = (ROOT / "pyproject.toml").read_text()
+    build, smoke = 'depends-on = ["preflight"], description = "Compile', 'depends-on = ["build"], description = "Prove'
+    assert build in text and smoke in text
+    tables = tmp_path / "tables.toml"
+    tables.write_text(text.replace(build, build.replace('["preflight"]', '[{ task = "preflight" }]')))
+    assert [name for name, _ in task_chain("smoke", tables)] == ["preflight", "build", "smoke"]
+    diamond = tmp_path / "diamond.toml"
+    diamond.write_text(text.replace(smoke, smoke.replace('["build"]', '["import-check", { task = "build" }]')))
+    assert [name for name, _ in task_chain("smoke", diamond)] == ["preflight", "build", "import-check", "smoke"]
+
+
 @pytest.mark.parametrize("what", ["missing", "not executable"])
 def test_conda_layout_with_a_command_it_cannot_run_fails_in_two_lines(tmp_path, what):
     program = tmp_path / "prog"

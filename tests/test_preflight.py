@@ -582,21 +582,36 @@ def test_a_ccache_too_old_or_missing_fails(host):
     expect(host, "compile-cache", "fail", "did not run", "pixi install -e flashinfer-dev")
 
 
+PREFLIGHT_TASK = 'preflight = { cmd = "python scripts/preflight.py",'
+BUILD_TASK = 'build = { cmd = "python scripts/build.py", depends-on = ["preflight"],'
+
+
 @pytest.mark.parametrize(
-    "depends_on, words",
+    "task, depends_on, words",
     [
-        ('["smoke"]', ["go round in a cycle (preflight -> smoke -> build -> preflight)", "make the chain end"]),
-        ("5", ["preflight is not a command, or a table of a cmd and its depends-on", "restore it"]),
+        (
+            PREFLIGHT_TASK,
+            '["smoke"]',
+            ["go round in a cycle (preflight -> smoke -> build -> preflight)", "make the chain"],
+        ),
+        (PREFLIGHT_TASK, "5", ["preflight is not a command, or a table of a cmd and its depends-on", "restore it"]),
+        # a cycle through a second entry, and through pixi's table form of an entry
+        (BUILD_TASK, '["preflight", "smoke"]', ["go round in a cycle (build -> smoke -> build)", "make the chain end"]),
+        (PREFLIGHT_TASK, '[{ task = "smoke" }]', ["go round in a cycle (preflight -> smoke -> build -> preflight)"]),
+        (PREFLIGHT_TASK, '{ task = "build" }', ["go round in a cycle (preflight -> build -> preflight)"]),
+        (PREFLIGHT_TASK, '[""]', ["preflight depends on '', which names no task", "remove the entry"]),
+        (BUILD_TASK, '["preflight", "a b"]', ["build depends on 'a b', which names no task", "remove the entry"]),
     ],
 )
-def test_a_manifest_whose_tasks_chain_goes_round_fails_and_the_rest_still_run(host, depends_on, words):
-    """pixi refuses a depends-on cycle, as bench_chain and the acceptance run do (manifest.task_chain):
+def test_a_manifest_whose_tasks_chain_goes_round_fails_and_the_rest_still_run(host, task, depends_on, words):
+    """pixi refuses a depends-on cycle, as bench_chain and the acceptance run do (manifest.task_chain), through
+    any entry of a depends-on, each a task's name or pixi's table naming one, and a name pixi takes for none:
     preflight says it as the manifest-tasks check's FAIL, naming the cycle, and runs every other check."""
     manifest = host.ws / "pyproject.toml"
     text = manifest.read_text()
-    task = 'preflight = { cmd = "python scripts/preflight.py",'
     assert task in text
-    manifest.write_text(text.replace(task, f"{task} depends-on = {depends_on},"))
+    edited = task.replace('depends-on = ["preflight"],', "") if task == BUILD_TASK else task
+    manifest.write_text(text.replace(task, f"{edited} depends-on = {depends_on},"))
     checks = expect(host, "manifest-tasks", "fail", *words)
     assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {"manifest-tasks": "fail"}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -310,20 +311,31 @@ def default_python(path: Path = MANIFEST) -> str:
     return match.group(1)
 
 
-def _task(tasks: dict, name: str, where: str) -> tuple[str, str | None]:
-    """(command, the one task it depends on, or None) of a task: a string, or a table whose cmd is one and
-    whose depends-on is a task's name or a list of them (pixi takes one name as a string too)."""
+def _task(tasks: dict, name: str, where: str) -> tuple[str, list[str]]:
+    """(command, the tasks it depends on, in order) of a task: a string, or a table whose cmd is one and whose
+    depends-on is what pixi takes there (its manifest schema, `depends-on`): a task's name, a table naming
+    one (`{ task = "x" }`), or a list of those."""
     task = _entry(tasks, name, where)
     command = _text(task, "cmd", f"{where}.{name}") if isinstance(task, dict) else task
     command = command if isinstance(command, str) else None
     deps = task.get("depends-on", []) if isinstance(task, dict) else []
-    deps = [deps] if isinstance(deps, str) else deps
-    if command is None or not (isinstance(deps, list) and all(isinstance(d, str) for d in deps)):
+    deps = [deps] if isinstance(deps, (str, dict)) else deps
+    names = [d.get("task") if isinstance(d, dict) else d for d in deps] if isinstance(deps, list) else None
+    if command is None or names is None or not all(isinstance(d, str) for d in names):
         raise Failure(
             f"{MANIFEST.name}: [{where}] {name} is not a command, or a table of a cmd and its depends-on (task names)",
             f"restore it (`git diff {MANIFEST.name}` shows what changed)",
         )
-    return command, deps[0] if deps else None
+    if (odd := next((d for d in names if not TASK_NAME.fullmatch(d)), None)) is not None:
+        raise Failure(
+            f"{MANIFEST.name}: [{where}] {name} depends on {odd!r}, which names no task: pixi's task names are "
+            "not empty and hold no space and no $",
+            f"name a task of [{where}] there, or remove the entry (`git diff {MANIFEST.name}` shows what changed)",
+        )
+    return command, names
+
+
+TASK_NAME = re.compile(r"[^\s$]+")  # what pixi's manifest schema takes as a task's name in depends-on
 
 
 def task_command(name: str, path: Path = MANIFEST) -> str:
@@ -337,20 +349,29 @@ def task_names(path: Path = MANIFEST) -> list[str]:
 
 
 def task_chain(last: str, path: Path = MANIFEST) -> list[tuple[str, str]]:
-    """(task, command) in the order `pixi run -e flashinfer-dev last` runs them: each task's one
-    `depends-on` first (crates/pixi_task/src/task_graph.rs, `TaskGraph::from_root`, at pixi v0.77.0;
-    the workspace's chains are lines, one dependency each)."""
-    tasks = _table(feature(load_manifest(path)), "tasks")
-    steps, name = [], last
-    while name:
-        if name in (seen := [n for n, _ in steps]):
-            cycle = " -> ".join([*seen[seen.index(name) :], name])
-            raise Failure(
-                f"{MANIFEST.name}: the tasks' depends-on go round in a cycle ({cycle}), which pixi refuses too",
-                f"make the chain end: remove one depends-on of [tool.pixi.feature.{FEATURE}.tasks] (`git diff "
-                f"{MANIFEST.name}`)",
-            )
-        command, first = _task(tasks, name, f"tool.pixi.feature.{FEATURE}.tasks")
-        steps.append((name, command))
-        name = first
-    return steps[::-1]
+    """(task, command) in the order `pixi run -e flashinfer-dev last` runs them: each task after every task of
+    its `depends-on`, those in their order, a task reached twice run once (crates/pixi_task/src/task_graph.rs,
+    `TaskGraph::from_root`, at pixi v0.77.0; the workspace's chains are lines, one dependency each). A cycle
+    through any entry of any depends-on is two lines naming it. Walked without recursion: a chain of any
+    length is read to its end."""
+    tasks, where = _table(feature(load_manifest(path)), "tasks"), f"tool.pixi.feature.{FEATURE}.tasks"
+    steps: dict[str, str] = {}
+    walking: list[tuple[str, str, Iterator[str]]] = []  # (task, command, its dependencies left), `last` first
+    name: str | None = last
+    while name is not None or walking:
+        if name is not None and name not in steps:
+            on_the_way = [n for n, _, _ in walking]
+            if name in on_the_way:
+                cycle = " -> ".join([*on_the_way[on_the_way.index(name) :], name])
+                raise Failure(
+                    f"{MANIFEST.name}: the tasks' depends-on go round in a cycle ({cycle}), which pixi refuses too",
+                    f"make the chain end: remove one depends-on of [{where}] (`git diff {MANIFEST.name}`)",
+                )
+            command, deps = _task(tasks, name, where)
+            walking.append((name, command, iter(deps)))
+        task, command, deps = walking[-1]
+        name = next(deps, None)
+        if name is None:
+            walking.pop()
+            steps[task] = command
+    return list(steps.items())
