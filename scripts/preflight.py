@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from fidev.core.failure import ArgumentParser, Failure, option, run_main, split_usage
+from fidev.core.failure import ArgumentParser, Failure, one_line, option, run_main, split_usage
 from fidev.core.manifest import cuda_release, pins
 from fidev.preflight.checks import counts, run_all
 
@@ -25,9 +25,9 @@ def print_lines(checks, said: dict[str, int], target: str, p, elapsed: float) ->
     note = "" if target == p.cuda else f" (override; the pin is {p.cuda})"
     print(f"preflight: FlashInfer {p.flashinfer}, CUDA {target}{note}")
     for c in checks:
-        print(f"  {c.status.upper():4}  {c.id:18} {c.finding}")
+        print(f"  {c.status.upper():4}  {c.id:18} {one_line(c.finding)}")  # one line each, whatever they quote
         if c.fix:
-            print(f"  {'':4}  {'':18} fix: {c.fix}")
+            print(f"  {'':4}  {'':18} fix: {one_line(c.fix)}")
     warnings = f"{said['warn']} warning{'s' * (said['warn'] != 1)}"
     print(f"preflight: {said['pass']} passed, {warnings}, {said['fail']} failed in {elapsed:.2f} s")
 

@@ -2083,3 +2083,10 @@ def test_the_paths_handed_to_pytest_are_read_as_pytest_reads_them(args, found):
     from fidev.smoke.pytest_usage import path_options
 
     assert list(path_options(args)) == found
+
+
+def test_a_problem_quoting_control_characters_is_one_line_with_each_shown_escaped():
+    """fidev.core.failure.one_line, which every error: and fix: line (and preflight's lines) go through."""
+    from fidev.core.failure import one_line
+
+    assert one_line("a\nb\r\x00\x1b\t\u2028\udcff é z") == "a\\nb\\r\\x00\\x1b\\t\\u2028\\xff é z"

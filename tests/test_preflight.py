@@ -616,6 +616,30 @@ def test_a_manifest_whose_tasks_chain_goes_round_fails_and_the_rest_still_run(ho
     assert {i: c["status"] for i, c in checks.items() if c["status"] != "pass"} == {"manifest-tasks": "fail"}
 
 
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("a\\nb\\u0000", "a\\nb\\x00 depends on 'a\\nb\\x00', which names no task"),  # a line break: no name of pixi's
+        ("a\\u0000b\\u001b", "cycle (a\\x00b\\x1b -> a\\x00b\\x1b)"),
+    ],
+)
+def test_a_task_named_with_control_characters_is_shown_escaped_on_preflights_one_line(host, name, said):
+    """A task whose name holds a line break, NUL or an escape, depending on itself: the FAIL line names it
+    escaped (`\\n`, `\\x00`), and its finding and fix stay one line each, with no raw control character."""
+    manifest = host.ws / "pyproject.toml"
+    text = manifest.read_text()
+    task = 'preflight = { cmd = "python scripts/preflight.py",'
+    assert task in text
+    manifest.write_text(text.replace(task, f'"{name}" = {{ cmd = "x", depends-on = ["{name}"] }}\n{task}'))
+    done = host.run()
+    out = done.stdout.splitlines()
+    assert done.returncode == 1 and not any(c in done.stdout for c in "\0\x1b"), done.stdout
+    at = next(i for i, line in enumerate(out) if "manifest-tasks" in line)
+    assert "FAIL" in out[at] and said in out[at], done.stdout
+    assert out[at + 1].lstrip().startswith("fix: "), done.stdout
+    assert out[at + 2].startswith(("preflight: ", "  PASS", "  WARN", "  FAIL")), done.stdout  # the fix's one line
+
+
 def test_a_manifest_without_a_task_of_the_first_chain_fails_and_the_rest_still_run(host):
     """The smoke task deleted from the manifest: `pixi run -e flashinfer-dev smoke` has nothing to run, so
     preflight's manifest-tasks check fails naming it and the chain, and every other check still runs."""

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from fidev.core import interrupts
+from fidev.core import interrupts, shown
 
 USAGE = 2  # argparse's status for bad usage
 INTERRUPTED = interrupts.INTERRUPTED
@@ -29,9 +29,10 @@ class Failure(Exception):
 
 
 def one_line(text: str) -> str:
-    """`text` as one line: a line break in it (a path named with one) written as `\\n` (`\\r`), so that
-    the problem and its fix stay two lines whatever they quote."""
-    return text.replace("\n", "\\n").replace("\r", "\\r")
+    """`text` as one line: a line break in it (a path named with one) written as `\\n` (`\\r`), and any other
+    character that is not printable (NUL, an escape) as Python writes it (fidev.core.shown.printable), so that
+    the problem and its fix stay two lines whatever they quote, and put nothing raw on the terminal."""
+    return shown.printable(text)
 
 
 def report(failure: Failure) -> None:

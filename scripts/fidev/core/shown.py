@@ -28,6 +28,22 @@ def _as_bytes(error: UnicodeError) -> tuple[str, int]:
 codecs.register_error(BYTES, _as_bytes)
 
 
+def printable(text: str) -> str:
+    """`text` with each character that is no printable one (a line break, a tab, NUL, an escape, a byte that
+    is not UTF-8) written as Python writes it in a string (`\\n`, `\\x00`, `\\u2028`; such a byte `\\xff`):
+    a name or path quoted in a one-line message stays one line, and puts nothing raw on the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape's stand-in for a byte
+        return f"\\x{code - 0xDC00:02x}"
+    return char.encode("unicode_escape").decode("ascii")
+
+
 def show_bytes_readably() -> None:
     """stderr, and a stdout that would refuse them (errors strict), write such bytes through BYTES. A
     stdout that writes them back as they were (surrogateescape: Python's choice in the C locale) keeps
