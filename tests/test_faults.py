@@ -809,8 +809,7 @@ def test_a_url_without_its_scheme(tmp_path, index_server, norm_so):
     )
     cargo = crate(tmp_path, index_server)
     cargo.write_text(cargo.read_text().replace(f'url = "{index_server.url}', 'url = "example.com'))
-    done = prefetch(cargo, tmp_path / "cache")
-    assert done.returncode == 1 and "http(s) or file url" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    expect(prefetch(cargo, tmp_path / "cache"), "url-no-scheme")  # pin's check, pin's lines
 
 
 # ---------------------------------------------------------------- pin and artifacts

@@ -143,6 +143,11 @@ def test_pin_refuses_two_wheels_for_one_table(tmp_path, norm_so, index_server):
         ("https://example.invalid/x.whl", "ends in 'x.whl', not the wheel's file name {name}"),
         ("https://example.invalid/{name}/", "ends in '', not the wheel's file name"),
         ("file:///dev/zero", "ends in 'zero', not the wheel's file name"),
+        ("file:///tmp/%00/{name}", "names a path holding a NUL byte (%00)"),
+        ("file:/tmp/{name}", "is a file URL without //"),
+        ("https://example.invalid:abc/{name}", "names no port from 1 to 65535"),
+        ("https://example.invalid:99999/{name}", "names no port from 1 to 65535"),
+        ("https://example.invalid:0/{name}", "names no port from 1 to 65535"),
     ],
 )
 def test_pin_refuses_a_url_that_cannot_download_the_wheel(tmp_path, url, problem):

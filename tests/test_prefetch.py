@@ -196,6 +196,12 @@ ENTRY = "package.metadata.flashinfer_rs.pinned_wheels.apache_tvm_ffi.cu129.x86_6
         ("file://{fifo}/{name}", "{fifo}/{name} is a named pipe (FIFO), not a regular file"),
         ("file://{device}/{name}", "{device}/{name} is a character device, not a regular file"),
         ("file://{folder}/{name}", "{folder}/{name} is a folder"),
+        ("file:///tmp/%00/{name}", "names a path holding a NUL byte (%00)"),
+        ("file:/tmp/{name}", "is a file URL without //"),
+        ("https://example.invalid:abc/{name}", "names no port from 1 to 65535"),
+        ("https://example.invalid:99999/{name}", "names no port from 1 to 65535"),
+        (" https://example.invalid/{name}", "holds a space or a control character"),
+        ("HTTPS://example.invalid:0/{name}", "names no port from 1 to 65535"),
     ],
 )
 def test_a_hand_written_pin_whose_url_pin_refuses_fails_before_any_download(tmp_path, index_server, url, problem):
@@ -284,6 +290,16 @@ def test_a_file_url_of_no_regular_file_fails_in_two_lines_without_reading_it(tmp
     with pytest.raises(Failure, match=f"{source} is {said}") as failure:
         wheel_cache.ensure(pin, cache, timeout=3)
     assert failure.value.fix and not cache.exists()
+
+
+def test_a_file_urls_byte_that_is_no_utf8_is_the_byte_of_its_path(tmp_path):
+    """%ff in a file URL is the path's byte 0xff, as the file system names it, shown as `\\xff`: not U+FFFD, which
+    would name another path (one that does not exist, taken by pin's rules) and show as `\\ufffd`."""
+    folder = os.fsencode(tmp_path) + b"/\xff"
+    os.mkdir(folder)
+    os.mkfifo(folder + b"/" + TVM_WHEEL.encode())
+    done = prefetch(one_pin(tmp_path, f"file://{tmp_path}/%ff/{TVM_WHEEL}"), tmp_path / "cache", "--timeout", "3")
+    two_line_failure(done, f"{tmp_path}/\\xff/{TVM_WHEEL} is a named pipe (FIFO), not a regular file")
 
 
 def test_a_file_url_of_a_regular_file_is_copied(tmp_path):

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import urllib.parse
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,11 +137,13 @@ def read_pins(toml: dict, source: str) -> list[Pin]:
                 if not isinstance(entry, dict):
                     raise Failure(f"{source}: {where} is not a table", "each entry needs filename, url and sha256")
                 values = [entry.get(k, "") for k in ("filename", "url", "sha256")]
-                filename, url, sha = (v.strip() if isinstance(v, str) else "" for v in values)  # another type: none
+                filename, url, sha = (v if isinstance(v, str) else "" for v in values)  # another type: none
+                # the url as written: downloadable holds it to pin's rules, which refuse a space
+                filename, sha = filename.strip(), sha.strip()
                 if (
                     not filename.endswith(".whl")
                     or "/" in filename
-                    or not url.startswith(("https://", "http://", "file://"))
+                    or not url
                     or len(sha) != 64
                     or not all(c in "0123456789abcdef" for c in sha)
                 ):
@@ -210,7 +211,7 @@ def given_url(url: str, filename: str, said: str = "--url") -> None:
             f"give the URL the wheel is published at, ending in /{filename}",
         )
     if parts.scheme == "file":
-        path = urllib.request.url2pathname(parts.path)
+        path = package_index.local_path(url)
         why = not_a_file(path)
         if why and why != "does not exist":  # a file:// URL may name the file on the host that will fetch it
             raise Failure(f"{said} {url}: {path} {why}", "name the wheel file itself: file:///path/to/" + filename)

@@ -49,11 +49,41 @@ def url(text: str) -> str:
     parts = urllib.parse.urlparse(text)
     if parts.scheme not in ("http", "https", "file"):
         raise Failure(f"{text!r} is not an http(s) or file URL", "write it with its scheme: https://...")
-    if parts.scheme != "file" and not parts.hostname:
+    if parts.scheme == "file":
+        _file_url(text, parts)
+        return text
+    if not parts.hostname:
         raise Failure(f"{text!r} names no host", "write the whole URL: https://host/path")
-    if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
-        raise Failure(f"{text!r} names a file on another host", "write a file on this host: file:///path")
+    try:
+        port = parts.port
+    except ValueError:  # not digits (`h:abc`), or past 65535
+        port = 0
+    if port == 0:
+        raise Failure(
+            f"{text!r} names no port from 1 to 65535", "write the port as a number from 1 to 65535, or leave it out"
+        )
     return text
+
+
+def _file_url(text: str, parts: urllib.parse.ParseResult) -> None:
+    """url's rules for a file URL: written file://[localhost]/path (`file:/path` is left to no reader's
+    leniency), of a file on this host, whose path can be one (no NUL byte: `%00`)."""
+    if not text.partition(":")[2].startswith("//"):
+        raise Failure(f"{text!r} is a file URL without //", "write it as file:///path (three slashes)")
+    if parts.netloc not in ("", "localhost"):
+        raise Failure(f"{text!r} names a file on another host", "write a file on this host: file:///path")
+    if "\0" in local_path(text):
+        raise Failure(
+            f"{text!r} names a path holding a NUL byte (%00), which no file's path can hold",
+            "give the URL of the file itself, without %00",
+        )
+
+
+def local_path(text: str) -> str:
+    """The path a file URL names on this host: its %XX bytes as the file system takes them, as os.fsdecode
+    does (%ff is the byte 0xff, shown as `\\xff`: fidev.core.shown), not read as UTF-8 with U+FFFD in place of
+    what is none (urllib's url2pathname)."""
+    return urllib.parse.unquote(urllib.parse.urlparse(text).path, errors="surrogateescape")
 
 
 def normalize(name: str) -> str:
@@ -176,7 +206,7 @@ def open_local(url: str, fix: str):
     parts = urllib.parse.urlparse(url)
     if parts.netloc not in ("", "localhost"):
         raise Failure(f"{url} names a file on another host", fix)
-    path = urllib.request.url2pathname(parts.path)
+    path = local_path(url)
     if why := not_a_file(path):  # said for what it is, before it is opened
         raise Failure(f"{url}: {path} {why}", fix)
     try:
