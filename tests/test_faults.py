@@ -687,6 +687,24 @@ def test_a_cache_folder_that_cannot_be_made_is_never_announced(tmp_path, index_s
     assert done.stdout == "", "it said wheels go into a folder it could not make"
 
 
+@fault("cache-blank")
+@pytest.mark.parametrize("blank", [" ", "\t "])
+def test_a_cache_variable_of_only_spaces_is_refused(tmp_path, index_server, blank):
+    """Not a folder named by spaces made in the current folder, filled and said as the cache: two lines first."""
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, ROOT / "scripts" / "prefetch.py", crate(tmp_path, index_server), "--arch", "x86_64"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=work,
+        env={**os.environ, "FLASHINFER_RS_CACHE_DIR": blank},
+    )
+    expect(done, "cache-blank")
+    assert os.listdir(work) == [] and done.stdout == ""
+
+
 @fault("download-stall")
 def test_a_download_that_stalls(tmp_path, index_server):
     cache = tmp_path / "cache"

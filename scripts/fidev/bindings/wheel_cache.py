@@ -30,8 +30,16 @@ MAX_WHEEL_BYTES = 8 << 30
 
 
 def cache_dir() -> Path:
-    """FLASHINFER_RS_CACHE_DIR; empty or unset means the default, as for every variable here."""
-    return Path(os.environ.get(ENV) or Path.home() / ".cache" / "flashinfer-rs")
+    """FLASHINFER_RS_CACHE_DIR; empty or unset means the default, as for every variable here. One of only
+    spaces (or tabs) is refused in two lines: it would be a folder of that name in the current folder,
+    which no one means and the crate, run elsewhere, would not find."""
+    value = os.environ.get(ENV, "")
+    if value and not value.strip():
+        raise Failure(
+            f"{ENV} is {value!r}: it holds only spaces, and names no folder",
+            "unset it (the default is ~/.cache/flashinfer-rs), or set it to a folder you can write",
+        )
+    return Path(value or Path.home() / ".cache" / "flashinfer-rs")
 
 
 def cached_path(pin: Pin, root: Path) -> Path:
