@@ -398,3 +398,19 @@ def test_a_lock_file_gone_odd_after_the_first_look_is_named_and_the_download_clo
     with pytest.raises(Failure, match=f"the lock file {lock} is a (folder|named pipe)"):
         wheel_cache.ensure(pin, tmp_path)
     assert opened and opened[0].closed
+
+
+def test_a_control_character_a_failure_quotes_is_shown_escaped(tmp_path):
+    """A path with ESC in it (--from), a pin's filename with a NUL (TOML's \\u0000): each shown as `\\x1b`, `\\x00`
+    (fidev.core.failure.one_line), never sent to the terminal raw, the two lines kept two."""
+    pins_file = one_pin(tmp_path, f"https://example.invalid/{TVM_WHEEL}")
+    done = prefetch(pins_file, tmp_path / "cache", "--from", tmp_path / "a\x1b[2Jb\x07\x85c\u2028d")
+    two_line_failure(done, f"--from {tmp_path}/a\\x1b[2Jb\\x07\\x85c\\u2028d does not exist")
+    pins_file.write_text(
+        entry(
+            "apache_tvm_ffi", "cu129", "x86_64", "x\\u0000-1.0-py3-none-any.whl", "https://example.invalid/x", "2" * 64
+        )
+    )
+    done = prefetch(pins_file, tmp_path / "cache")
+    two_line_failure(done, f"{pins_file}: {ENTRY}: filename x\\x00-1.0-py3-none-any.whl is not a wheel file name")
+    assert not any(c in done.stderr for c in "\x00\x07\x1b\x85\u2028")
