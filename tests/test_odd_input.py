@@ -1793,6 +1793,7 @@ def test_a_path_with_a_line_break_keeps_the_problem_and_its_fix_two_lines(tmp_pa
 def test_a_run_that_fails_leaves_no_folder_it_made(tmp_path, script, argv, problem):
     """A destination whose folders do not exist yet, then a failure (the archive is not the release; no
     FlashInfer checkout to stage tests from): the two lines, and none of the folders made for it is left."""
+    (tmp_path / "no-checkout").mkdir()  # a folder, and no git checkout
     done = run(script, argv, tmp_path)
     two_line_failure(done, problem)
     assert not (tmp_path / "typo").exists(), sorted(p.name for p in (tmp_path / "typo").rglob("*"))
@@ -1925,6 +1926,23 @@ def test_conda_layouts_exports_are_shell_words_that_run_nothing(tmp_path):
     assert shown.stdout == str(prefix.resolve()) and not (tmp_path / "PWNED").exists(), shown
 
 
+@pytest.mark.parametrize("kind", ["fifo", "file", "missing"])
+def test_a_flashinfer_checkout_that_is_no_folder_is_said_for_what_it_is_before_anything_is_staged(tmp_path, kind):
+    """--flashinfer-git naming a named pipe, a file or nothing: a usage error naming it for what it is, not
+    "not a FlashInfer git checkout" once the stage folder was made."""
+    checkout = tmp_path / "checkout"
+    if kind == "fifo":
+        os.mkfifo(checkout)
+    elif kind == "file":
+        checkout.write_text("")
+    said = {"fifo": "is a named pipe (FIFO), not a folder", "file": "is a file, not a folder"}.get(
+        kind, "does not exist"
+    )
+    done = run("stage_gpu_host.py", ["{tmp}/stage", "--flashinfer-git", str(checkout)], tmp_path)
+    two_line_failure(done, f"--flashinfer-git: {checkout} {said}", status=2)
+    assert not (tmp_path / "stage").exists()
+
+
 def test_a_staged_source_release_cut_short_is_refused_not_said_staged(tmp_path):
     """A stage folder holding a source release of the pinned name that is not the pinned release (a copy cut
     short): two lines naming its sha256 against the manifest's, before anything is staged, and it is kept as
@@ -1932,6 +1950,7 @@ def test_a_staged_source_release_cut_short_is_refused_not_said_staged(tmp_path):
     stage = tmp_path / "stage"
     stage.mkdir()
     (stage / pins().sdist_name).write_bytes(b"cut short")
+    (tmp_path / "no-checkout").mkdir()
     done = run("stage_gpu_host.py", [str(stage), "--flashinfer-git", "{tmp}/no-checkout"], tmp_path)
     two_line_failure(done, f"{stage / pins().sdist_name} has sha256")
     assert "staged" not in done.stdout and (stage / pins().sdist_name).read_bytes() == b"cut short"

@@ -39,12 +39,12 @@ from pathlib import Path
 from fidev.core.failure import ArgumentParser, Failure, option, run_main  # noqa: E402
 from fidev.core.files import (  # noqa: E402
     folder_size,
+    input_folder,
     missing_folders,
     output_folder,
     remove_empty,
     replaceable,
     sha256_file,
-    user_path,
 )
 from fidev.core.manifest import FEATURE, pins, pypi_requirements  # noqa: E402
 from fidev.tree import source_release  # noqa: E402
@@ -208,7 +208,7 @@ def main() -> int:
     parser.add_argument("dest", type=option(output_folder), help="the folder to stage into (created where missing)")
     parser.add_argument(
         "--flashinfer-git",
-        type=option(user_path),
+        type=option(input_folder),
         help="a FlashInfer git checkout holding the pinned commit (default: the submodule)",
     )
     parser.add_argument(

@@ -266,6 +266,15 @@ def output_file(text: str) -> Path:
     return path
 
 
+def input_folder(text: str) -> Path:
+    """A folder a tool is named to read (an argparse type, through fidev.core.failure.option): user_path's
+    checks, then two lines where it is missing or no folder, said for what it is (a named pipe, a file)."""
+    path = user_path(text)
+    if why := not_a_folder(path):
+        raise Failure(f"{path} {why}", "name the folder itself")
+    return path
+
+
 def output_folder(text: str) -> Path:
     """A folder a tool is named to write in (made where missing), checked before its work: two
     lines where the path is something else, or it cannot be written in."""
