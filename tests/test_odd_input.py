@@ -1799,6 +1799,29 @@ def test_a_run_that_fails_leaves_no_folder_it_made(tmp_path, script, argv, probl
     assert not (tmp_path / "typo").exists(), sorted(p.name for p in (tmp_path / "typo").rglob("*"))
 
 
+@pytest.mark.parametrize(
+    ("program", "said"),
+    [
+        ("no-such-cmd-xyz", "it is no program on the PATH"),
+        ("{tmp}/notes.txt", "it is not executable"),
+        ("{tmp}", "it is a folder"),
+        ("nvcc", "Exec format error"),  # found in the layout's bin/ (an empty file): fails only once laid out
+    ],
+)
+@pytest.mark.parametrize("where", ["new", "an empty folder"])
+def test_conda_layout_with_a_command_it_cannot_run_leaves_no_prefix(tmp_path, program, said, where):
+    """A command that cannot run: the two lines, and no prefix left laid out (nor the folders made for it); an
+    empty folder named as the prefix is left empty. What can be told before is told before the layout."""
+    (tmp_path / "notes.txt").write_text("")
+    prefix = tmp_path / "made" / "pfx" if where == "new" else tmp_path / "pfx"
+    if where != "new":
+        prefix.mkdir()
+    done = run("conda_layout.py", [str(prefix), "--", program], tmp_path)
+    two_line_failure(done, f"cannot run {program.format(tmp=tmp_path)!r} in the prefix: {said}")
+    assert not (tmp_path / "made").exists() and not [name for name in os.listdir(tmp_path) if ".pfx" in name]
+    assert where == "new" or os.listdir(prefix) == []
+
+
 def test_conda_layout_into_a_folder_of_the_users_names_what_it_holds_and_changes_nothing(tmp_path):
     """A prefix that holds a file of the user's and no replica: two lines saying that it lays a replica out
     only into an empty or new folder, not a write error with an unrelated fix; the file stays as it was."""

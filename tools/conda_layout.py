@@ -20,6 +20,7 @@ import fidev.core.task_start  # noqa: E402, F401 (first: Ctrl-C or SIGTERM while
 # isort: split
 import argparse
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))  # conda_prefix
 from conda_prefix import MARKER, TOOLKIT_FIX, build, environment, toolkit_problem  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main, usage  # noqa: E402
-from fidev.core.files import not_a_folder, user_path  # noqa: E402
-from fidev.jit import activation  # noqa: E402
+from fidev.core.files import missing_folders, not_a_file, not_a_folder, remove_empty, user_path  # noqa: E402
+from fidev.jit import activation, compile_cache  # noqa: E402
 
 
 def lay_out(prefix: Path, toolkit: Path | None) -> Path:
@@ -56,6 +57,33 @@ def lay_out(prefix: Path, toolkit: Path | None) -> Path:
         ) from None
 
 
+RUN_FIX = "name a program on the PATH, or a path to an executable file, after --"
+
+
+def command_problem(program: str, path: str, toolkit: Path | None) -> str | None:
+    """Why `program`, the command's first word, cannot be run in the prefix, as said after its name: checked
+    before the prefix is laid out, on the PATH the command will run with (`path`) and among the programs the
+    layout puts in its bin/ (nvcc, ccache, a toolkit's bin/); None where it can be."""
+    if "/" in program:
+        if why := not_a_file(program):
+            return why
+        return None if os.access(program, os.X_OK) else "is not executable"
+    laid_out = {"nvcc", compile_cache.LAUNCHER}
+    if toolkit is not None and (toolkit / "bin").is_dir():
+        laid_out |= {entry.name for entry in (toolkit / "bin").iterdir()}
+    return None if program in laid_out or shutil.which(program, path=path) else "is no program on the PATH"
+
+
+def take_back(prefix: Path, made: list[Path]) -> None:
+    """The prefix this run laid out, removed, and the folders made for it (files.missing_folders of the path
+    given, the prefix's own first); where it was an empty folder before (`made` empty), it is left empty."""
+    shutil.rmtree(prefix, ignore_errors=True)
+    if made:
+        remove_empty(made[1:])
+    else:
+        prefix.mkdir(exist_ok=True)
+
+
 def main() -> int:
     parser = ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -79,8 +107,12 @@ def main() -> int:
         parser.error(
             usage("the command after -- is empty", "name a program on the PATH, or a path to an executable file")
         )
+    prefix = Path(os.path.abspath(args.prefix))
+    env = environment(prefix.resolve(), dict(os.environ), args.cuda_home_only)
+    if command and (why := command_problem(command[0], env.get("PATH", ""), args.toolkit)):
+        raise Failure(f"cannot run {command[0]!r} in the prefix: it {why}", RUN_FIX)  # nothing laid out yet
+    fresh, made = not (prefix / MARKER).is_file(), missing_folders(prefix)  # a replica there already is kept
     prefix = lay_out(args.prefix, args.toolkit)
-    env = environment(prefix, dict(os.environ), args.cuda_home_only)
     if args.print_env or not command:
         for name in ("CONDA_PREFIX", "PATH", *activation.manifest_env()):
             if name in env:  # a shell word (shlex.quote): `eval` runs nothing of a path's $(...), quotes or `
@@ -88,11 +120,10 @@ def main() -> int:
         return 0
     try:
         return subprocess.run(command, env=env).returncode
-    except OSError as e:  # no such program, or not executable: said, as a shell would
-        raise Failure(
-            f"cannot run {command[0]!r} in the prefix: {e.strerror or e}",
-            "name a program on the PATH, or a path to an executable file, after --",
-        ) from None
+    except OSError as e:  # no such program, or not executable, after all: said, as a shell would
+        if fresh:
+            take_back(prefix, made)
+        raise Failure(f"cannot run {command[0]!r} in the prefix: {e.strerror or e}", RUN_FIX) from None
 
 
 if __name__ == "__main__":
