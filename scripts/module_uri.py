@@ -33,8 +33,8 @@ def dtype(text: str) -> str:
 
 def head_dim(text: str) -> int:
     # the digits 0-9 (a minus is read, to say a negative is no positive multiple of 16): int() takes '١٢٨',
-    # '+128', '1_28' and ' 128', and refuses 5000 digits with a ValueError of its own (never reached: the
-    # length is looked at first)
+    # '+128', '1_28' and ' 128', and refuses 5000 digits with a ValueError of its own, leading zeros and all
+    # (never reached: the length is looked at first, and int() is asked of the digits past the zeros)
     if not re.fullmatch(r"-?[0-9]+", text):
         raise Failure(f"{text!r} is not a whole number", "give one in the digits 0-9, e.g. 128")
     if text.startswith("-"):
@@ -45,7 +45,7 @@ def head_dim(text: str) -> int:
             uris.too_large(text if len(digits) <= 20 else f"{digits[:8]}... ({len(digits)} digits)"), ACCEPTED
         )
     try:
-        return uris.head_dim(int(text))
+        return uris.head_dim(int(digits or "0"))
     except ValueError as e:
         raise Failure(str(e), ACCEPTED) from e
 

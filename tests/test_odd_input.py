@@ -183,6 +183,19 @@ def test_odd_numbers_are_bad_usage(tmp_path, script, before, option, after, valu
     two_lines(run(script, argv_for(before, option, value, after), tmp_path), {2})
 
 
+@pytest.mark.parametrize("value", ["9" * 5001, "0" * 5000 + "1"], ids=["5001 nines", "5000 zeros then 1"])
+@pytest.mark.parametrize(
+    "script, before, option, after", NUMBER_OPTIONS, ids=[f"{c[0]} {c[2]}" for c in NUMBER_OPTIONS]
+)
+def test_a_number_of_thousands_of_digits_is_bad_usage_said_short(tmp_path, script, before, option, after, value):
+    """Past 4,300 digits int() raises a ValueError of its own (a traceback, argparse's "invalid ... value", or
+    Python's words as the error line): the option's own two lines, status 2, the value quoted short."""
+    done = run(script, argv_for(before, option, value, after), tmp_path)
+    two_lines(done, {2})
+    problem = done.stderr.strip().splitlines()[-2]
+    assert len(problem) < 200 and "Exceeds the limit" not in problem and "invalid" not in problem, problem
+
+
 @pytest.mark.parametrize("value", ["١٢٨", "+128", "1_28", " 128", "128 "])
 @pytest.mark.parametrize("option", ["--head-dim", "--head-dim-qk"])
 def test_a_head_dim_that_int_takes_but_is_not_in_the_digits_0_9_is_bad_usage(tmp_path, option, value):
@@ -784,6 +797,22 @@ def test_an_odd_manifest_fails_in_two_lines(tmp_path, kind):
     with pytest.raises(Failure) as refused:
         load_manifest(path)
     assert refused.value.fix and ("byte-order mark" in refused.value.problem) == (kind == "BOM"), refused.value.problem
+
+
+def test_a_manifest_holding_a_whole_number_of_thousands_of_digits_is_said_as_such(tmp_path):
+    """tomllib lets int()'s ValueError past its limit of digits by: not valid TOML (its integers are 64-bit),
+    the number's line named, not Python's words with a fix that blames the file's type."""
+    from fidev.core.failure import Failure
+    from fidev.core.manifest import load_manifest
+
+    path = tmp_path / "pyproject.toml"
+    path.write_text("[a]\nb = 1\nc = " + "9" * 5001 + "\n")
+    with pytest.raises(Failure) as refused:
+        load_manifest(path)
+    assert refused.value.problem.startswith("pyproject.toml is not valid TOML: line 3 holds a whole number of"), (
+        refused.value.problem
+    )
+    assert "regular file" not in refused.value.fix and "fix the line it names" in refused.value.fix
 
 
 @pytest.mark.parametrize("kind", ["deep TOML", "FIFO"])
@@ -1883,15 +1912,16 @@ def test_a_place_where_nothing_can_be_made_is_refused_before_the_work(tmp_path, 
     assert "dry run" not in done.stdout + done.stderr
 
 
-def test_a_content_length_of_no_ascii_digits_is_no_length_not_a_traceback():
-    """A download whose Content-Length header is '²' (str.isdigit takes it, int() does not): read as no length
-    given, the body read as it comes."""
+@pytest.mark.parametrize("length", ["²", "9" * 5001], ids=["superscript two", "5001 nines"])
+def test_a_content_length_of_no_ascii_digits_is_no_length_not_a_traceback(length):
+    """A download whose Content-Length header is '²' (str.isdigit takes it, int() does not), or thousands of
+    digits (past int()'s limit): read as no length given, the body read as it comes."""
     import io
 
     from fidev.core import package_index
 
     class Response(io.BytesIO):
-        headers = {"Content-Length": "²"}
+        headers = {"Content-Length": length}
 
     body = b"x" * 10
     assert b"".join(package_index.read_chunks(Response(body), "http://index/x.whl", 30.0)) == body

@@ -81,12 +81,15 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(monkeypatch, visible, see
         ("0,GPU-8e3c1b2a,5,1", 2, ["0", "GPU-8e3c1b2a"]),
         ("0", 0, []),
         ("7,0", None, ["7", "0"]),
+        ("0," + "9" * 5001, 2, ["0"]),
     ],
+    ids=lambda v: None if not isinstance(v, str) or len(v) < 20 else f"{v[:8]}... ({len(v)} characters)",
 )
 def test_an_index_past_the_hosts_gpus_ends_cuda_visible_devices(monkeypatch, visible, count, seen):
     """An index at or past the host's GPU count is no GPU to CUDA, so it ends the list as -1 does: `0,7,1`
-    on a host of 2 shows GPU 0 alone, never a worker pinned to a GPU 7 that it cannot find. Where the
-    count is unknown (no driver's folder, no nvidia-smi), no index ends it."""
+    on a host of 2 shows GPU 0 alone, never a worker pinned to a GPU 7 that it cannot find; so does an index of
+    thousands of digits (which int() refuses), never a traceback. Where the count is unknown (no driver's
+    folder, no nvidia-smi), no index ends it."""
     monkeypatch.setattr(upstream_runs, "gpu_count", lambda: count)
     monkeypatch.setattr(upstream_runs, "host_uuids", lambda: HOST_UUIDS)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)

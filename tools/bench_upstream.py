@@ -64,7 +64,7 @@ def counts(text: str) -> list[int]:
         values = []
     if not values or len(set(values)) != len(values):
         raise Failure(
-            f"{text!r} is not a list of distinct GPU counts",
+            f"{numbers.quoted(text)} is not a list of distinct GPU counts",
             "give whole numbers from 1 to 64, each once, e.g. --gpus 1,2",
         )
     return values

@@ -103,14 +103,21 @@ def load_manifest(path: Path = MANIFEST) -> dict:
             "this Python 3.10 has no TOML reader (no tomli, no pip) to read the manifest",
             "run it with Python >= 3.11 (the environments have 3.12), or with a Python 3.10 that has pip",
         )
-    data = b""
     try:
         data = no_bom(read_input(path), path.name)
-        return tomllib.loads(data.decode("utf-8"))
     except OSError as e:
         raise Failure(
             f"cannot read the manifest {path}: {e.strerror or e}", "run it from a checkout of the workspace"
         ) from e
+    except ValueError as e:  # read_input's: no regular file (a FIFO, /dev/zero), or far too large
+        raise Failure(f"cannot read the manifest: {e}", "name the workspace's pyproject.toml, a regular file") from e
+    return parse_manifest(data, path)
+
+
+def parse_manifest(data: bytes, path: Path) -> dict:
+    """The manifest's TOML, or two lines naming what in it cannot be read."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except RecursionError:
         raise Failure(
             f"{path.name} nests its tables or arrays too deeply to be read",
@@ -126,8 +133,14 @@ def load_manifest(path: Path = MANIFEST) -> dict:
         raise Failure(
             f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)"
         ) from e
-    except ValueError as e:  # read_input's: no regular file (a FIFO, /dev/zero), or far too large
-        raise Failure(f"cannot read the manifest: {e}", "name the workspace's pyproject.toml, a regular file") from e
+    except ValueError as e:  # int()'s, of a whole number of thousands of digits (past its limit): tomllib lets it by
+        longest = max(re.finditer(rb"[0-9][0-9_]*", data), key=lambda m: m.end() - m.start(), default=None)
+        line = data[: longest.start()].count(b"\n") + 1 if longest else "?"
+        raise Failure(
+            f"{path.name} is not valid TOML: line {line} holds a whole number of thousands of digits, which no "
+            "reader takes (TOML's integers are 64-bit)",
+            f"fix the line it names (`git diff {path.name}` shows what changed)",
+        ) from e
 
 
 def _table(manifest: dict, *keys: str) -> dict:

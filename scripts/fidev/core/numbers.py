@@ -1,7 +1,9 @@
 """Numbers given on a command line, read strictly: digits 0-9 only (str.isdigit() accepts '²', and
 int() and float() accept '١' and other scripts' digits), finite, and within a bound that a real
-use stays far below (a huge count or time is a typo, not a plan). A bad one is a Failure that
-`fidev.core.failure.option` turns into a usage error: two lines, status 2."""
+use stays far below (a huge count or time is a typo, not a plan), written in at most MOST_DIGITS characters
+(int() refuses more than 4,300 digits with a ValueError of its own, leading zeros and all). A bad one is a
+Failure that `fidev.core.failure.option` turns into a usage error: two lines, status 2, the value quoted
+short (`quoted`) where it is long."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ WHOLE = re.compile(r"[0-9]+")
 DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 MOST_COUNT = 10_000  # runs, GPUs, processes
 MOST_SECONDS = 7 * 24 * 3600.0  # a week
+MOST_DIGITS = 30  # characters of a number given on a command line: far past any bound above, far below int()'s limit
+SHOWN = 24  # characters of a long value quoted in a message
 
 
 def digits(text: str) -> bool:
@@ -23,15 +27,28 @@ def digits(text: str) -> bool:
     return WHOLE.fullmatch(text) is not None
 
 
+def quoted(text: str) -> str:
+    """`text` quoted for a message: whole where short, else its start and its length (a value of thousands of
+    digits would make the error line thousands of characters long)."""
+    return repr(text) if len(text) <= SHOWN else f"{text[:SHOWN]!r}... ({len(text)} characters)"
+
+
+def whole(text: str) -> int | None:
+    """int(text) where `text` is digits 0-9 alone, at most MOST_DIGITS of them; else None."""
+    return int(text) if len(text) <= MOST_DIGITS and WHOLE.fullmatch(text) else None
+
+
 def whole_number(least: int = 1, most: int = MOST_COUNT, example: str = "2") -> Callable[[str], int]:
     """A parser of a whole number from `least` to `most`."""
 
     def parse(text: str) -> int:
-        if not WHOLE.fullmatch(text) or not least <= int(text) <= most:
+        value = whole(text)
+        if value is None or not least <= value <= most:
             raise Failure(
-                f"{text!r} is not a whole number from {least} to {most}", f"give one in the digits 0-9, e.g. {example}"
+                f"{quoted(text)} is not a whole number from {least} to {most}",
+                f"give one in the digits 0-9, e.g. {example}",
             )
-        return int(text)
+        return value
 
     parse.__name__ = "whole number"
     return parse
@@ -43,11 +60,11 @@ def decimal_number(
     """A parser of a number of `unit` above `least` (or equal to it, with `zero`) and at most `most`."""
 
     def parse(text: str) -> float:
-        value = float(text) if DECIMAL.fullmatch(text) else -1.0
+        value = float(text) if len(text) <= MOST_DIGITS and DECIMAL.fullmatch(text) else -1.0
         if not ((least <= value if zero else least < value) and value <= most):
             above = f"{least:g} or more" if zero else f"more than {least:g}"
             raise Failure(
-                f"{text!r} is not a number of {unit}, {above} and at most {most:g}",
+                f"{quoted(text)} is not a number of {unit}, {above} and at most {most:g}",
                 f"give one in the digits 0-9 (a decimal point allowed), e.g. {example}",
             )
         return value

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.files import CHUNK, MayLack, fits, kind_of, not_a_file, parse_json
-from fidev.core.numbers import digits
+from fidev.core.numbers import whole
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 PIP_CONFIG_TIMEOUT_S = 30
@@ -237,7 +237,7 @@ def read_chunks(
     lines, as does a connection that breaks. A body of more than `limit` bytes fails too: at once
     where its Content-Length says so, else as soon as that much has come."""
     total = response.headers.get("Content-Length")
-    total = int(total) if total and digits(total) else None  # '²' passes str.isdigit, not int()
+    total = whole(total) if total else None  # '²' passes str.isdigit, not int(); thousands of digits neither
     if limit is not None and total is not None and total > limit:
         response.close()
         raise _too_large(url, f"it is {total} bytes", limit)

@@ -113,8 +113,8 @@ def stats(ccache: Path, env: Mapping[str, str]) -> dict[str, int]:
     found = {}
     for line in _ask(ccache, env, "--print-stats").splitlines():
         key, _, value = line.partition("\t")
-        if numbers.digits(value.strip()):
-            found[key] = int(value)
+        if (count := numbers.whole(value.strip())) is not None:
+            found[key] = count
     return found
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from fidev.core.failure import Failure
 from fidev.core.files import MayLack, fits, load_json, parse_json, write_whole
-from fidev.core.numbers import digits
+from fidev.core.numbers import digits, whole
 from fidev.upstream import outcomes as upstream_outcomes
 from fidev.upstream import progress
 from fidev.upstream.gate import owner_alive
@@ -147,7 +147,8 @@ def cuda_visible(text: str, count: int | None, uuids: list[str] | None = None) -
     for entry in text.split(","):
         entry = entry.strip()
         index = digits(entry)
-        if index and count is not None and int(entry) >= count:
+        value = whole(entry)  # None past MOST_DIGITS digits: an index past any count, which int() may refuse
+        if index and count is not None and (value is None or value >= count):
             break
         if not (index or (entry.startswith(UUID_KINDS) and len(entry) > 4 and names_one(entry, uuids))):
             break
@@ -188,7 +189,9 @@ def gpu_name(gpus: list[str]) -> str:
         models = [line.strip() for line in out.splitlines() if line.strip()]
     # A UUID or MIG entry of CUDA_VISIBLE_DEVICES names no index: the first model stands for it.
     pinned = (
-        sorted({models[int(g)] if digits(g) and int(g) < len(models) else models[0] for g in gpus}) if models else []
+        sorted({models[i] if (i := whole(g)) is not None and i < len(models) else models[0] for g in gpus})
+        if models
+        else []
     )
     if not pinned:
         return "no GPU seen"
