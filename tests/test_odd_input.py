@@ -1527,6 +1527,39 @@ def test_a_record_of_the_wrong_json_type_is_unreadable_never_a_traceback(tmp_pat
     assert crashed == [], "\n".join(crashed)
 
 
+# numbers json reads that no writer of ours writes: float() refuses 10**400 (OverflowError), int() NaN and Infinity
+ODD_NUMBERS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf"), "10**400": 10**400}
+
+
+def numbers_in(record, where=()) -> list[list]:
+    """Where `record` holds a number (keys and indices), as put takes it."""
+    if isinstance(record, (int, float)) and not isinstance(record, bool):
+        return [list(where)]
+    children = record.items() if isinstance(record, dict) else enumerate(record) if isinstance(record, list) else ()
+    return [found for key, child in children for found in numbers_in(child, (*where, key))]
+
+
+@pytest.mark.parametrize("odd", list(ODD_NUMBERS))
+@pytest.mark.parametrize("name", [n for n, (valid, _) in RECORDS.items() if callable(valid) or numbers_in(valid)])
+def test_a_record_holding_a_number_no_float_holds_is_unreadable_never_a_traceback(tmp_path, request, name, odd):
+    """Each number of each record, NaN, (-)Infinity or a whole number past float's range (json reads them all,
+    and 10**400 compares below infinity): the reader's answer for an unreadable record (the number's entry left
+    out, the record absent, or two lines), never a traceback."""
+    from fidev.core.failure import Failure
+
+    valid = RECORDS[name][0]
+    valid = valid(tmp_path) if callable(valid) else valid
+    crashed = []
+    for n, where in enumerate(numbers_in(valid)):
+        try:
+            read_as_scripts_do(name, tmp_path / str(n), put(valid, where, ODD_NUMBERS[odd]), request)
+        except Failure as failure:
+            assert failure.problem and failure.fix, where
+        except Exception as e:  # noqa: BLE001 (what the reader let through, said with where)
+            crashed.append(f"{'/'.join(map(str, where))} = {odd}: {type(e).__name__}: {e}")
+    assert crashed == [], "\n".join(crashed)
+
+
 ACCEPTANCE_RESULTS = {"smoke": {"result": "FAIL", "seconds": 9, "note": "exit 1; 0 objects compiled"}}
 
 
@@ -1623,12 +1656,14 @@ def test_an_acceptance_preflight_output_without_its_record_fails_the_step_naming
         ("seconds", -5, "took -5 seconds"),
         ("seconds", float("nan"), "took nan seconds"),
         ("seconds", float("inf"), "took inf seconds"),
+        ("seconds", 10**400, "took 100000000000000000000000... (401 characters) seconds"),
     ],
-    ids=["MAYBE", "PASS", "negative", "NaN", "1e999"],
+    ids=["MAYBE", "PASS", "negative", "NaN", "1e999", "10**400"],
 )
 def test_an_acceptance_result_no_run_writes_fails_in_two_lines(tmp_path, field, value, problem):
     """A row of the right shape whose result is none the tool writes, or whose time is below 0 or not
-    finite: two lines naming results.json and the row, never printed as `-5.0 s` or `nan s`."""
+    finite (10**400 compares below infinity, and float() refuses it): two lines naming results.json and the row,
+    never printed as `-5.0 s` or `nan s`, never an OverflowError."""
     work = tmp_path / "work"
     row = {**ACCEPTANCE_RESULTS["smoke"], field: value}
     work.mkdir()

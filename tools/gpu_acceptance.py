@@ -63,7 +63,6 @@ import argparse
 import ast
 import hashlib
 import json
-import math
 import re
 import shutil
 import signal
@@ -82,6 +81,7 @@ from fidev.affected.verdict import Verdict  # noqa: E402
 from fidev.core import numbers  # noqa: E402
 from fidev.core.failure import ArgumentParser, Failure, option, run_main, usage  # noqa: E402
 from fidev.core.files import (  # noqa: E402
+    finite,
     fits,
     load_json,
     not_a_file,
@@ -266,7 +266,8 @@ MARK_TEXT = "made by tools/gpu_acceptance.py: --fresh removes what it made here\
 
 
 # a row of results.json (Run.record): "pass" or "FAIL", its time, what it saw
-RESULT = {"result": str, "seconds": float, "note": str}
+RESULT = {"result": str, "seconds": lambda s: type(s) in (int, float), "note": str}  # a number: read_results says
+# which is no time (NaN, infinite, past float's range, below 0) with the row that holds it
 PASSED, FAILED = "pass", "FAIL"  # the results Run.record writes, and none other
 
 
@@ -282,11 +283,12 @@ def read_results(path: Path) -> dict[str, dict]:
         raise Failure(f"{path} cannot be read ({e})", fix) from None
     if not fits(data, dict[str, RESULT]):
         raise Failure(f"{path} is not of the shape this tool writes ({{row: {{result, seconds, note}}}})", fix)
-    for row, result in data.items():  # a value no run writes: "PASS", "MAYBE", a time below 0, NaN or infinite
+    for row, result in data.items():  # a value no run writes: "PASS", "MAYBE", a time below 0, NaN, infinite, 10**400
         if result["result"] not in (PASSED, FAILED):
             raise Failure(f"{path}'s {row} has result {result['result']!r}, not {PASSED} or {FAILED}", fix)
-        if not 0 <= result["seconds"] < math.inf:
-            raise Failure(f"{path}'s {row} took {result['seconds']} seconds, not a finite time from 0", fix)
+        if not (finite(result["seconds"]) and result["seconds"] >= 0):
+            seconds = numbers.short(str(result["seconds"]))
+            raise Failure(f"{path}'s {row} took {seconds} seconds, not a finite time from 0", fix)
     return data
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from fidev.affected.verdict import Verdict
 from fidev.core.failure import Failure
 from fidev.core.files import MayLack, fits, read_record, write_output
+from fidev.core.numbers import short
 
 SCHEMA = "fidev-affected-summary/1"
 VERDICTS = tuple(v.value for v in Verdict)
@@ -88,5 +89,9 @@ def read(path: Path) -> Summary:
     if summary.verdict not in VERDICTS:
         raise Failure(
             f"affected's summary {path} has the verdict {summary.verdict!r}, not one of {', '.join(VERDICTS)}", fix
+        )
+    if not 0 <= summary.status <= 255:  # no process ends so: neither its verdict's status nor any other
+        raise Failure(
+            f"affected's summary {path} has the status {short(str(summary.status))}, not one from 0 to 255", fix
         )
     return summary

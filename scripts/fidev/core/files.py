@@ -13,8 +13,10 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import stat
+import sys
 import tempfile
 import threading
 import types
@@ -71,14 +73,15 @@ class MayLack:
 
 def fits(value, shape) -> bool:
     """Whether `value`, JSON read back, has `shape`, so that its reader may take it as written: None;
-    a type (int is no bool, float is an int too; dict and list: any); list[X], dict[str, X] and X | Y;
+    a type (int is no bool; float is a finite number, an int too: `finite`; dict and list: any); list[X],
+    dict[str, X] and X | Y;
     a dataclass (its fields by their annotations, those with a default may be missing, no others);
     {"field": shape, ...} (an object with those fields, MayLack(shape) where one may be missing, others
     not looked at); or a predicate (is_fact). Each reader states its record's shape once, beside it."""
     if shape is None or shape is type(None):
         return value is None
     if shape is float:
-        return type(value) in (int, float)
+        return finite(value)
     if isinstance(shape, type) and not dataclasses.is_dataclass(shape):
         return type(value) is shape
     origin, args = typing.get_origin(shape), typing.get_args(shape)
@@ -98,6 +101,15 @@ def fits(value, shape) -> bool:
             for k, s in shape.items()
         )
     return bool(shape(value))
+
+
+def finite(value) -> bool:
+    """Whether `value`, JSON read back, is a number a float holds, to be taken as one: json reads NaN and
+    (-)Infinity, which no writer of ours writes and no time or measure is, and a whole number of any size
+    (10**400), which float() then refuses (OverflowError) and which compares below infinity all the same."""
+    if type(value) is int:
+        return -sys.float_info.max <= value <= sys.float_info.max  # compared exactly, never made a float
+    return type(value) is float and math.isfinite(value)
 
 
 def read_chunks(path: Path) -> Iterator[bytes]:

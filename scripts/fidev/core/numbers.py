@@ -33,6 +33,11 @@ def quoted(text: str) -> str:
     return repr(text) if len(text) <= SHOWN else f"{text[:SHOWN]!r}... ({len(text)} characters)"
 
 
+def short(text: str) -> str:
+    """`text` (a number read back from a record: str(10**400)) as `quoted` shows it, unquoted."""
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
+
+
 def whole(text: str) -> int | None:
     """int(text) where `text` is digits 0-9 alone, at most MOST_DIGITS of them; else None."""
     return int(text) if len(text) <= MOST_DIGITS and WHOLE.fullmatch(text) else None
