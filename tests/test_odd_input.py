@@ -1087,6 +1087,29 @@ def file_times_read(tmp, data):
     return runs.split({"/tree/tests/a.py": []}, 2, Path("/tree"), times)
 
 
+@pytest.mark.parametrize("where", ["total", "files", "not_collected", "families/norm"])
+@pytest.mark.parametrize("value", [-5, 10**400, 10**10], ids=["-5", "10**400", "10**10"])
+def test_a_suite_map_count_no_suite_has_is_counted_again_never_listed(tmp_path, monkeypatch, capsys, where, value):
+    """A count of the suite map that is below 0 or past any suite (-5 cases, 10**400): the map is of another
+    shape, counted again (here: cannot be, so --list shows no counts), never printed as `-5 cases`."""
+    data = suite_map_valid(tmp_path)
+    suite_map_read(tmp_path, put(data, where.split("/"), value), monkeypatch)
+    out = capsys.readouterr().out
+    assert str(value) not in out and "left out" not in out, out
+
+
+@pytest.mark.parametrize("field", ["total", "done", "failed"])
+@pytest.mark.parametrize("value", [-5, 10**400], ids=["-5", "10**400"])
+def test_a_progress_count_no_process_has_leaves_the_progress_unwritten(tmp_path, field, value):
+    """A process's progress whose count of cases is below 0 or past any suite's: of another shape, taken
+    as not written yet, never summed into the run's line."""
+    from fidev.upstream import progress
+
+    valid = {"schema": progress.PROGRESS_SCHEMA, "total": 3, "done": 1, "failed": 1, "t": 2.0}
+    assert progress.read_progress(written(tmp_path / "valid.progress", valid)) is not None
+    assert progress.read_progress(written(tmp_path / "odd.progress", {**valid, field: value})) is None
+
+
 def suite_map_read(tmp, data, monkeypatch):
     """The suite's counts: another suite's, or unreadable, are counted again (here: cannot be)."""
     from fidev.upstream import suite

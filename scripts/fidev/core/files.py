@@ -112,6 +112,15 @@ def finite(value) -> bool:
     return type(value) is float and math.isfinite(value)
 
 
+MOST_COUNTED = 10**9  # a count a record keeps (test cases, files): far past any suite's, far below a typo's
+
+
+def count(value) -> bool:
+    """Whether `value`, JSON read back, is a count as our writers write one: a whole number from 0 to
+    MOST_COUNTED (a fits shape: -5, 10**400 or 1.5 cases are no count)."""
+    return type(value) is int and 0 <= value <= MOST_COUNTED
+
+
 def read_chunks(path: Path) -> Iterator[bytes]:
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):

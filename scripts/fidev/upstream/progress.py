@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fidev.core.failure import Failure
-from fidev.core.files import MayLack, fits, read_record
+from fidev.core.files import MayLack, count, fits, read_record
 from fidev.upstream.outcomes import PROGRESS_SCHEMA, failures_named
 
 EVERY_S = 30  # in a log: a progress line this often (--progress SECONDS)
@@ -81,7 +81,12 @@ class Tally:
 
 
 # A process's progress, as fidev.upstream.plugin writes it (Outcomes.progress), less its schema
-PROGRESS = {"total": MayLack(int | None), "done": MayLack(int), "failed": MayLack(int), "t": MayLack(float)}
+PROGRESS = {
+    "total": MayLack(lambda v: v is None or count(v)),
+    "done": MayLack(count),
+    "failed": MayLack(count),
+    "t": MayLack(float),
+}
 
 
 def read_progress(path: Path) -> dict | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fidev.core import workspace
 from fidev.core.failure import USAGE, Failure
-from fidev.core.files import fits, load_json, write_whole
+from fidev.core.files import count, fits, load_json, write_whole
 from fidev.core.manifest import ROOT, pins
 from fidev.jit import module_choice
 from fidev.tree import families as upstream_suites
@@ -153,10 +153,10 @@ def suite_key(tests: Path) -> str:
 
 def _per_family(counts) -> bool:
     """{family: its test cases} for every family of fidev.tree.families."""
-    return fits(counts, dict[str, int]) and all(f.name in counts for f in upstream_suites.FAMILIES)
+    return fits(counts, dict[str, count]) and all(f.name in counts for f in upstream_suites.FAMILIES)
 
 
-MAP = {"suite": str, "total": int, "files": int, "not_collected": int, "families": _per_family}  # suite_map's record
+MAP = {"suite": str, "total": count, "files": count, "not_collected": count, "families": _per_family}  # suite_map's
 
 
 def known_map(cache: Path, key: str) -> dict | None:
