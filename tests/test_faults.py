@@ -1215,6 +1215,22 @@ def test_a_path_handed_to_pytest_that_is_a_device(script, args):
     expect(run(script, *args, "--junitxml=/dev/full"), "pytest-path-odd", status=2)
 
 
+@fault("output-names-folder")
+@pytest.mark.parametrize(
+    "script, option",
+    [(["upstream_tests.py", "norm"], "--summary"), (["affected.py"], "--summary"), (["planted_bugs.py"], "--record")],
+    ids=lambda v: v[0] if isinstance(v, list) else v,
+)
+@pytest.mark.parametrize("tail", ["/", "/.", "/.."])
+def test_an_output_file_named_as_a_folder_is_refused_and_nothing_is_written(tmp_path, script, option, tail):
+    """`--summary /tmp/x/nodir/` (a folder's name: Path() reads it as the file nodir): bad usage, 2, before the
+    run, and no file named nodir is written."""
+    env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path / "base")}
+    done = run(*script, f"{option}={tmp_path / 'nodir'}{tail}", env=env)
+    expect(done, "output-names-folder", status=2)
+    assert not (tmp_path / "nodir").exists() and sorted(p.name for p in tmp_path.iterdir()) == [], done.stdout
+
+
 @fault("smoke-nothing-selected")
 def test_smoke_with_a_selection_that_matches_nothing():
     require("torch", why="pytest collects tests/smoke only where torch imports")

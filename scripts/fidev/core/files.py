@@ -270,10 +270,16 @@ def writable_folder(folder: Path, what: str) -> None:
 
 def output_file(text: str) -> Path:
     """A file a tool is named to write (--summary, --record), checked before the work that fills it:
-    user_path's checks, then two lines where it exists and is not a regular file, or its folder is
-    none or read-only, or the temporary file its write goes through (write_whole) would be past PATH_MAX."""
+    user_path's checks, then two lines where it ends in / (or /., /..: a folder's name, whether it exists or
+    not, which Path() would read as the file without the /), exists and is not a regular file, or its folder
+    is none or read-only, or the temporary file its write goes through (write_whole) would be past PATH_MAX."""
     if text == "-":
         raise Failure("- names standard output, and this writes a file", "name a file (./- for a file named -)")
+    if text.endswith(("/", "/.", "/..")) or text in (".", ".."):
+        raise Failure(
+            f"{text} names a folder (it ends in /, . or ..), and this writes a file",
+            "name the file itself: a file name in that folder",
+        )
     path = user_path(text)
     replaceable(path)
     writable_folder(path.parent, f"{path} cannot be written")
