@@ -385,12 +385,14 @@ def test_the_planted_bugs_step_passes_only_where_every_bug_it_ran_was_caught(tmp
         (["--steps", "smoke", "--planted-bugs", "rope-theta"], "which this part does not run (--steps names smoke)"),
         (["--planted-bugs", "rope-theta"], "which this part does not run (runs only when --steps names it)"),
         (["--steps="], "unknown step(s) ['']"),
+        (["--steps", "preflight,preflight", "--resume"], "step(s) named more than once in --steps: preflight"),
     ],
-    ids=["unknown bug", "no bug", "another step", "the default steps", "empty steps"],
+    ids=["unknown bug", "no bug", "another step", "the default steps", "empty steps", "a step twice"],
 )
 def test_planted_bugs_and_steps_are_checked_before_anything_runs(tmp_path, argv, problem):
-    """An unknown bug id, --planted-bugs without the planted-bugs step, and an empty --steps: usage
-    errors, before setup makes WORK (not a step failed after setup and the builds, or silently ignored)."""
+    """An unknown bug id, --planted-bugs without the planted-bugs step, an empty --steps and one that names a
+    step twice: usage errors, before setup makes WORK (not a step failed after setup and the builds, or silently
+    ignored, or listed twice)."""
     work = tmp_path / "work"
     done = acceptance_run(work, *argv)
     two_line_failure(done, problem, status=2)

@@ -1152,7 +1152,8 @@ def work_folder(parser: ArgumentParser, text: str) -> Path:
 
 
 def chosen_steps(parser: ArgumentParser) -> list[str]:
-    """The steps --steps names (default STEPS); an unknown one is a usage error that names the step a row is of."""
+    """The steps --steps names (default STEPS); an unknown one is a usage error that names the step a row is of,
+    and so is one named twice."""
     chosen = ARGS.steps.split(",") if ARGS.steps is not None else STEPS  # `--steps=` names none: refused
     unknown = [s for s in chosen if s not in STEPS + NAMED_ONLY]
     if unknown:
@@ -1163,6 +1164,9 @@ def chosen_steps(parser: ArgumentParser) -> list[str]:
                 f"name them from: {', '.join(STEPS + NAMED_ONLY)}",
             )
         )
+    twice = sorted({s for s in chosen if chosen.count(s) > 1})  # a step runs once a part: said, not merged
+    if twice:
+        parser.error(usage(f"step(s) named more than once in --steps: {', '.join(twice)}", "name each step once"))
     return chosen
 
 
