@@ -280,6 +280,31 @@ def test_affecteds_rooms_import_in_one_direction():
     )
 
 
+def prints(path) -> list[int]:
+    """The lines of `path` that call print, or write to sys.stdout or sys.stderr."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            called = f.id if isinstance(f, ast.Name) else ast.unparse(f) if isinstance(f, ast.Attribute) else ""
+            if called == "print" or called.startswith(("sys.stdout.", "sys.stderr.")):
+                found.append(node.lineno)
+    return found
+
+
+def test_only_affecteds_report_prints_of_its_rooms():
+    """Which tests (selection), what they covered (coverage) and the verdict (verdict) decide and print nothing:
+    what is said is the report's."""
+    said = {room: prints(FIDEV / "affected" / f"{room}.py") for room in ROOMS if room != "report"}
+    assert said == {room: [] for room in said}, f"print in a room that decides: {said}"
+
+
+@pytest.mark.parametrize("statement", ["print('x')", "sys.stdout.write('x')", "sys.stderr.write('x')"])
+def test_the_print_rule_sees_each_way_of_saying(tmp_path, statement):
+    (tmp_path / "room.py").write_text(f"import sys\ndef f():\n    {statement}\n")
+    assert prints(tmp_path / "room.py") == [3]
+
+
 def test_the_affected_script_parses_calls_and_prints():
     """scripts/affected.py parses its options and hands them to its run (fidev.affected.judge.answer): it
     defines main alone, and of affected's rooms imports judge alone, so no verdict is decided in it."""
