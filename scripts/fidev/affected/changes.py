@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fidev.affected.built import Found, Resolver
+from fidev.affected.coverage import Result
 from fidev.affected.report import short
 from fidev.affected.selection import GENERATOR_DIR, UNTOLD, under
 from fidev.affected.theirs import STOP_AFTER, FlashInferTests, cases_by_file, sample_of
@@ -372,10 +373,10 @@ def uncovered_edits(found: Found, ch: Changes, kept: Kept, by_input: Callable[[]
         if gap.reverted(path):
             ch.reverted.add(rel)
             continue
-        if gap.result != "not covered":
+        if gap.result != Result.NOT_COVERED:
             print(
                 f"affected: {rel}: the tests of {', '.join(gap.families)} it reaches "
-                f"{'failed' if gap.result == 'failed' else 'did not finish'} at {gap.when} (kept): "
+                f"{'failed' if gap.result == Result.FAILED else 'did not finish'} at {gap.when} (kept): "
                 "they run again until they pass, or it is reverted"
             )
         else:
@@ -385,7 +386,7 @@ def uncovered_edits(found: Found, ch: Changes, kept: Kept, by_input: Callable[[]
             )
         modules = by_input().get(str(path.resolve()), [])  # the built modules that compile it
         for name in modules:
-            ch.changed.setdefault(name, {})[str(path)] = "not covered"
+            ch.changed.setdefault(name, {})[str(path)] = Result.NOT_COVERED
         if not modules:
             ch.uncovered.add(rel)
 
@@ -401,7 +402,7 @@ def standing_failures(found: Found, ch: Changes, kept: Kept) -> None:
         if kept.problem and m.name not in ch.changed:
             ch.changed[m.name] = {UNKEPT: "unknown"}
         verdict = None if m.name in ch.changed else kept.standing(m.name, m.build_dir)
-        if verdict is not None and verdict.result != "passed":
+        if verdict is not None and verdict.result != Result.PASSED:
             ch.changed[m.name] = {
                 f"(the last run {verdict.result} at {verdict.when}: its tests run again)": verdict.result
             }

@@ -4,8 +4,23 @@ did, and each module's result to keep. A gap is its own status (fidev.affected.v
 
 from __future__ import annotations
 
+from enum import Enum
+
 from fidev.affected.selection import UNTOLD, Selection, families_covered
 from fidev.tree import families as upstream_suites
+
+
+class Result(str, Enum):
+    """A changed module's result as a run decides it (module_results), and an edit's or a module's as
+    fidev.affected.verdicts keeps it: no value but PASSED is a pass."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    NOT_COVERED = "not covered"
+    UNFINISHED = "unfinished"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 def failures_of(failed: set[str], chosen: set[str]) -> list[str]:
@@ -53,6 +68,27 @@ def modules_untested(
     return sorted(untested | (set() if sel.families and files else set(lost)))
 
 
+def file_results(sel: Selection, failed: set[str], broken: list[str], stopped: bool, covered: bool) -> list[str]:
+    """Each changed file's result (Selection.files' order): how many of its tests failed, or passed; where the
+    first failure ended the run (`stopped`), a file none of whose tests failed is `unfinished`, not passed: some
+    of its tests may not have run (module_results keeps its modules so); where the run is not covered (a reached
+    family's tests, or a changed module's, did not run to a result: every case skipped here), `not covered`, as
+    its verdict and its kept results say; `-` for a file with no tests, `unknown` where a test file broke."""
+    found = []
+    for f, names in sel.files():
+        chosen = sel.file_tests(f, names)
+        mine = failures_of(failed, chosen)
+        if not chosen:
+            found.append("-")
+        elif mine:
+            found.append(f"{len(mine)} failed")
+        elif broken:
+            found.append("unknown")
+        else:
+            found.append(Result.UNFINISHED if stopped else Result.PASSED if covered else Result.NOT_COVERED)
+    return found
+
+
 def module_results(
     sel: Selection, failed: set[str], broken: list[str], covered: bool = True, stopped: bool = False
 ) -> dict[str, tuple[str, list[str], list[str]]]:
@@ -66,6 +102,14 @@ def module_results(
         if not chosen:
             continue
         mine = failures_of(failed, chosen)
-        result = "failed" if mine or broken else "unfinished" if stopped else "passed" if covered else "not covered"
+        result = (
+            Result.FAILED
+            if mine or broken
+            else Result.UNFINISHED
+            if stopped
+            else Result.PASSED
+            if covered
+            else Result.NOT_COVERED
+        )
         found[name] = (result, sorted(chosen), mine)
     return found

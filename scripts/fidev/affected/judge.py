@@ -172,7 +172,7 @@ def guarded_build_and_test(
     test can load it: smoke's tests run beside the rebuild), and as the build ends, fails or is stopped."""
     to_build = [changed.specs.get(m.name, m) for m in found.modules if m.name in changed.changed]
     unfinished = {
-        name: (dirs[name], "unfinished", sorted(chosen), [])
+        name: (dirs[name], coverage.Result.UNFINISHED, sorted(chosen), [])
         for name in changed.changed
         if name in dirs and (chosen := selection.selectors({name}))
     }
@@ -180,7 +180,13 @@ def guarded_build_and_test(
 
     def keep_unfinished() -> None:  # the reached families' tests build from the edited tree, and record it: kept too
         with writing:
-            kept.keep_gaps({}, changed.before, set(kept.gaps), verdict.reached_edits(selection, changed), "unfinished")
+            kept.keep_gaps(
+                {},
+                changed.before,
+                set(kept.gaps),
+                verdict.reached_edits(selection, changed),
+                coverage.Result.UNFINISHED,
+            )
             kept.record(unfinished)
 
     def keep_rebuilt(name: str) -> None:

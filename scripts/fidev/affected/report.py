@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fidev.affected.coverage import failures_of
+from fidev.affected.coverage import file_results
 from fidev.affected.selection import GENERATOR_DIR, Selection
 from fidev.tree import source_tree
 
@@ -78,28 +78,9 @@ def build_failed(sel: Selection, result: str) -> str:
 
 
 def results(sel: Selection, failed: set[str], broken: list[str], stopped: bool = False, covered: bool = True) -> str:
-    """The table with each file's result: how many of its tests failed, or passed; where the first
-    failure ended the run (`stopped`), a file none of whose tests failed is `unfinished`, not passed: some
-    of its tests may not have run (coverage.module_results keeps its modules so); where the run is not
-    covered (a reached family's tests, or a changed module's, did not run to a result: every case skipped
-    here), `not covered`, as its verdict and its kept results say."""
-    result = []
-    for row, (f, names) in zip(rows(sel)[1:], sel.files(), strict=True):
-        chosen = sel.file_tests(f, names)
-        mine = failures_of(failed, chosen)
-        result.append(
-            (
-                *row[:3],
-                f"{len(mine)} failed"
-                if mine
-                else ("unfinished" if stopped else "passed" if covered else "not covered")
-                if chosen and not broken
-                else "-"
-                if not chosen
-                else "unknown",
-            )
-        )
-    return table([HEADER, *result])
+    """The table with each file's result, as coverage.file_results decides it."""
+    decided = file_results(sel, failed, broken, stopped, covered)
+    return table([HEADER, *[(*row[:3], result) for row, result in zip(rows(sel)[1:], decided, strict=True)]])
 
 
 def also_untested(gaps: dict[str, list[str]]) -> None:

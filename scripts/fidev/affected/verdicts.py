@@ -36,13 +36,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fidev.affected.coverage import Result
 from fidev.core.failure import Failure
 from fidev.core.files import differs, is_fact, read_record, write_whole
 from fidev.core.workspace import GENERATORS, INPUTS
 
 SCHEMA = "fidev-affected-verdicts/1"
-RESULTS = ("passed", "failed", "not covered", "unfinished")
-GAP_RESULTS = ("not covered", "failed", "unfinished")
+RESULTS = tuple(Result)
+GAP_RESULTS = (Result.NOT_COVERED, Result.FAILED, Result.UNFINISHED)
 
 
 def fingerprint(build_dir: Path) -> str | None:
@@ -78,7 +79,7 @@ class Gap:
     when: str
     # "not covered", or "failed" (the families' tests ran in a run that failed), or "unfinished" (in one that did
     # not end)
-    result: str = "not covered"
+    result: str = Result.NOT_COVERED
 
     def reverted(self, path: Path) -> bool:
         """Whether the file holds what it held before the edit again (a new file: removed)."""
@@ -91,7 +92,7 @@ def gaps_well_formed(gaps) -> bool:
         and set(g) | {"result"} == set(Gap.__dataclass_fields__)
         and is_fact(g["was"])
         and isinstance(g["when"], str)
-        and g.get("result", "not covered") in GAP_RESULTS
+        and g.get("result", Result.NOT_COVERED) in GAP_RESULTS
         and isinstance(g["families"], list)
         and all(isinstance(f, str) for f in g["families"])
         for g in gaps.values()
@@ -168,7 +169,7 @@ class Kept:
         before: dict[str, list | None],
         pending: set[str],
         ran: dict[str, list[str]] | None = None,
-        ran_result: str = "failed",
+        ran_result: str = Result.FAILED,
     ) -> None:
         """The run's gaps ({file: families}), and the files whose reached families' tests ran in a
         run that did not pass (`ran`, kept as `ran_result`: "failed", or "unfinished" as the tests
@@ -183,5 +184,5 @@ class Kept:
         self.gaps = {
             **{rel: self.gaps[rel] for rel in pending if rel in self.gaps},
             **{rel: kept(rel, families, ran_result) for rel, families in (ran or {}).items()},
-            **{rel: kept(rel, families, "not covered") for rel, families in gaps.items()},
+            **{rel: kept(rel, families, Result.NOT_COVERED) for rel, families in gaps.items()},
         }
