@@ -277,8 +277,12 @@ def test_files_spread_over_the_gpus_one_each(ws, tmp_path):
         write(
             root,
             rel,
-            f"import os, time\ndef test_where():\n    time.sleep(1)\n"
-            f"    open('{seen}/{i}', 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n",
+            f"import os, time\ndef test_where():\n"
+            f"    open('{seen}/{i}', 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n"
+            # each of the first two waits for the other: two processes at once, as a process per GPU runs them
+            f"    end = time.monotonic() + 60\n"
+            f"    while len(os.listdir('{seen}')) < 2 and time.monotonic() < end:\n"
+            f"        time.sleep(0.01)\n",
         )
     done = upstream(root, {**env, "CUDA_VISIBLE_DEVICES": "3,5"}, "rope", "page", "quantization", "topk", "--no-plan")
     assert done.returncode == 0, done.stdout + done.stderr
