@@ -2220,3 +2220,21 @@ def test_a_problem_quoting_control_characters_is_one_line_with_each_shown_escape
     from fidev.core.failure import one_line
 
     assert one_line("a\nb\r\x00\x1b\t\u2028\udcff é z") == "a\\nb\\r\\x00\\x1b\\t\\u2028\\xff é z"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--junitxml=/dev/null"],
+        ["--log-file", "/dev/null"],
+        ["-o", "log_file=/dev/null"],
+        ["-c", "/dev/null"],
+        ["--confcutdir=/no/such/folder"],
+    ],
+)
+def test_what_pytest_itself_takes_is_handed_on(args):
+    """os.devnull is pytest's own default log file, and an empty configuration; a --confcutdir past which there
+    is nothing bounds nothing: none is refused."""
+    from fidev.smoke.pytest_usage import refuse_odd_paths
+
+    refuse_odd_paths("smoke", args)

@@ -112,7 +112,10 @@ def refuse_odd_paths(task: str, args: list[str]) -> None:
 
 
 def _odd_path(option: str, value: str) -> tuple[str, str] | None:
-    """(problem, fix) where `value` is no path of the kind `option` needs; None where it is one."""
+    """(problem, fix) where `value` is no path of the kind `option` needs; None where it is one. os.devnull is
+    one to write to and to read (pytest's own default log file, and an empty configuration)."""
+    if value == os.devnull and option not in (*FOLDERS, *MAKES):
+        return None
     if option in WRITES or option == "-o log_file":
         why = not_a_file(value)
         if why is not None and why != "does not exist":  # pytest writes through it: it would wait on a FIFO
@@ -133,6 +136,8 @@ def _odd_path(option: str, value: str) -> tuple[str, str] | None:
         return (f"{value} {why}", "name a regular file, the pytest configuration to read") if why else None
     value = os.path.expandvars(value) if option == "--rootdir" else value  # pytest expands $HOME there
     why = not_a_folder(value)
+    if option == "--confcutdir" and why == "does not exist":  # a bound on where conftests are read: none past it
+        return None
     return (f"{value} {why}", "name a folder that exists") if why else None
 
 
