@@ -650,6 +650,24 @@ def test_a_file_whose_tests_a_stopped_run_left_unrun_reads_unfinished_in_the_tab
     assert [line.split()[-1] for line in report.results(sel, failed, []).splitlines()[1:]] == ["failed", "passed"]
 
 
+def test_each_changed_files_result_in_the_table_is_decided_by_its_tests():
+    """coverage.file_results, which the table prints (report.results): a file whose tests failed says how many;
+    one with no test `-`; where a test file broke (no outcome of its own), `unknown`; else `unfinished` where the
+    first failure stopped the run, `not covered` where the run is not covered, and `passed` only where it is."""
+    recorded = {"norm": ["tests/utils/test_norm.py::test_norm[1]", "tests/utils/test_norm.py::test_norm[2]"]}
+    by_file = {"include/norm.cuh": {"norm"}, "include/unused.cuh": set()}
+    sel = selection.Selection(by_file, {"norm": {}}, {}, recorded)
+    both = {"tests/utils/test_norm.py::test_norm[1]", "tests/utils/test_norm.py::test_norm[2]"}
+    broken = ["tests/utils/test_norm.py"]
+    assert coverage.file_results(sel, both, [], False, True) == ["2 failed", "-"]
+    assert coverage.file_results(sel, set(), broken, False, True) == ["unknown", "-"]
+    assert coverage.file_results(sel, set(), [], True, True) == ["unfinished", "-"]
+    assert coverage.file_results(sel, set(), [], False, False) == ["not covered", "-"]
+    assert coverage.file_results(sel, set(), [], False, True) == ["passed", "-"]
+    rows = [line.split()[-1] for line in report.results(sel, set(), broken).splitlines()[1:]]
+    assert rows == ["unknown", "-"]
+
+
 def test_the_last_lines_say_what_failed_and_that_a_stopped_run_left_tests_unrun(capsys):
     """A failure, or a broken run alone, is `failed` (verdict.of_tests: exit 1); the last lines say what
     failed and the reruns, and for a run the first failure ended that the rest did not run; a pass is
