@@ -22,7 +22,7 @@ from fidev.bindings import cargo_pins, wheel_cache
 from fidev.core import numbers
 from fidev.core.failure import ArgumentParser, Failure, option, run_main
 from fidev.core.files import not_a_folder, read_input, user_path
-from fidev.core.manifest import cuda_release, cuda_tag, no_bom, tomllib
+from fidev.core.manifest import cuda_release, cuda_tag, no_bom, toml_document
 
 
 def host_arch() -> str:
@@ -97,7 +97,7 @@ def chosen_pins(path: Path, arch: str, cuda: str) -> list[cargo_pins.Pin]:
     """The pins of PINS (`path`) for `arch` and `cuda` ('all': every one), or the two lines of why there are
     none, or of a chosen pin whose URL can never download its wheel (cargo_pins.downloadable)."""
     try:
-        document = tomllib.loads(no_bom(read_input(path), str(path)).decode("utf-8"))
+        document = toml_document(no_bom(read_input(path), str(path)))
     except (OSError, ValueError) as e:  # no regular file (a FIFO, /dev/zero), not UTF-8, not TOML
         raise Failure(
             f"cannot read {path}: {e}", "name the bindings crate's Cargo.toml, or a file with the `pin` task's output"

@@ -114,10 +114,27 @@ def load_manifest(path: Path = MANIFEST) -> dict:
     return parse_manifest(data, path)
 
 
+def toml_document(data: bytes) -> dict:
+    """TOML `data` (UTF-8) as tomllib reads it; a whole number of thousands of digits, which tomllib hands to
+    int() past its limit (a plain ValueError), is said as a line of the document that holds one. Raises
+    UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, or ValueError for that number."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        raise
+    except ValueError:
+        longest = max(re.finditer(rb"[0-9][0-9_]*", data), key=lambda m: m.end() - m.start(), default=None)
+        line = data[: longest.start()].count(b"\n") + 1 if longest else "?"
+        raise ValueError(
+            f"line {line} holds a whole number of thousands of digits, which no reader takes (TOML's integers "
+            "are 64-bit)"
+        ) from None
+
+
 def parse_manifest(data: bytes, path: Path) -> dict:
     """The manifest's TOML, or two lines naming what in it cannot be read."""
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        return toml_document(data)
     except RecursionError:
         raise Failure(
             f"{path.name} nests its tables or arrays too deeply to be read",
@@ -133,13 +150,9 @@ def parse_manifest(data: bytes, path: Path) -> dict:
         raise Failure(
             f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)"
         ) from e
-    except ValueError as e:  # int()'s, of a whole number of thousands of digits (past its limit): tomllib lets it by
-        longest = max(re.finditer(rb"[0-9][0-9_]*", data), key=lambda m: m.end() - m.start(), default=None)
-        line = data[: longest.start()].count(b"\n") + 1 if longest else "?"
+    except ValueError as e:  # a whole number of thousands of digits (toml_document)
         raise Failure(
-            f"{path.name} is not valid TOML: line {line} holds a whole number of thousands of digits, which no "
-            "reader takes (TOML's integers are 64-bit)",
-            f"fix the line it names (`git diff {path.name}` shows what changed)",
+            f"{path.name} is not valid TOML: {e}", f"fix the line it names (`git diff {path.name}` shows what changed)"
         ) from e
 
 
