@@ -120,17 +120,9 @@ def _odd_path(option: str, value: str) -> tuple[str, str] | None:
         why = not_a_file(value)
         if why is not None and why != "does not exist":  # pytest writes through it: it would wait on a FIFO
             return f"{value} {why}", "name a regular file, or a path where nothing is yet"
-        try:
-            output_file(value)
-        except Failure as failure:
-            return failure.problem, failure.fix
-        return None
+        return _refusal(output_file, value)
     if option in MAKES:
-        try:
-            output_folder(value)
-        except Failure as failure:
-            return failure.problem, failure.fix
-        return None
+        return _refusal(output_folder, value)
     if option in READS:
         why = not_a_file(value)
         return (f"{value} {why}", "name a regular file, the pytest configuration to read") if why else None
@@ -139,6 +131,15 @@ def _odd_path(option: str, value: str) -> tuple[str, str] | None:
     if option == "--confcutdir" and why == "does not exist":  # a bound on where conftests are read: none past it
         return None
     return (f"{value} {why}", "name a folder that exists") if why else None
+
+
+def _refusal(check, value: str) -> tuple[str, str] | None:
+    """(problem, fix) of the Failure `check(value)` raises (an output's own check), else None."""
+    try:
+        check(value)
+    except Failure as failure:
+        return failure.problem, failure.fix
+    return None
 
 
 def path_options(args: list[str]) -> Iterator[tuple[str, str]]:
