@@ -499,6 +499,25 @@ def test_a_jit_edit_that_changes_no_generated_source_is_not_covered_until_revert
     assert done.returncode == 0, out
 
 
+@needs_a_build
+def test_a_jit_edit_listed_then_reverted_leaves_nothing_changed(ws, tmp_path):
+    """`--list` judges nothing and keeps nothing: a flashinfer/jit/ edit listed, then reverted (cp -p), is no
+    change, not a Python edit that changed no source (which would be not covered)."""
+    root = ws[0]
+    jit = root / TREE / "flashinfer" / "jit"
+    jit.mkdir(parents=True)
+    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops'\n")
+    root, env, tree = rope_tree(ws, tmp_path, ROPE_WRAPPER)
+    saved = tmp_path / "env.py"
+    shutil.copy2(jit / "env.py", saved)
+    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops_2'\n")
+    done, out = affected(root, env, "--list")
+    assert done.returncode == 0, out
+    shutil.copy2(saved, jit / "env.py")  # cp -p: reverted
+    done, out = affected(root, env)
+    assert done.returncode == 0, out
+
+
 def test_an_edit_whose_tests_cannot_be_told_leaves_every_family_a_gap_until_its_tests_ran():
     """An unreadable tree record (UNTOLD) and an edited Python file of the package that is no
     generator and holds no family's API (Selection.untold) may reach any kernel family: each is a

@@ -1102,6 +1102,25 @@ def test_affected_list_regenerates_a_generator_edit_and_starts_none_of_flashinfe
     assert "FlashInfer's tests" not in out and "upstream-tests:" not in out, out
 
 
+@needs_a_build
+def test_a_generator_edit_listed_then_reverted_leaves_nothing_changed(ws, tmp_path):
+    """--list regenerates to name what an edit changes, compiling nothing; reverted (cp -p) after it, the
+    tree is as built: a pass (0), and no module holds what --list regenerated."""
+    root, _, env, tree = generated_by_the_tree(ws)
+    done = upstream(root, env, "norm", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    saved = tmp_path / "gens.py"
+    shutil.copy2(tree / "flashinfer/jit/gens.py", saved)
+    (tree / "flashinfer/jit/gens.py").write_text(GENS.replace("return {i}; }}", "return {i} + 1; }}"))
+    done = affected(root, env, "--list")
+    assert done.returncode == 0 and "gens.py -> s0.cpp" in done.stdout, done.stdout + done.stderr
+    shutil.copy2(saved, tree / "flashinfer/jit/gens.py")  # cp -p: reverted
+    done = affected(root, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sources = list(Path(env["FLASHINFER_WORKSPACE_BASE"]).rglob("generated/norm/s*.cpp"))
+    assert sources and all("+ 1" not in p.read_text() for p in sources), "a regenerated edit is left"
+
+
 SMOKE_NORM = {  # smoke's and abi-smoke's tests of smoke's norm module (smoke_modules.BY_KEY["norm"].tests), passing
     "smoke/test_kernels.py": "def test_rmsnorm():\n    pass\n\n\ndef test_fused_add_rmsnorm():\n    pass\n",
     "abi_smoke/test_abi.py": "import pytest\n\n\ndef test_norm():\n    pass\n\n\n"

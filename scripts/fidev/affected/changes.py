@@ -217,9 +217,10 @@ def regenerate_edits(
         )
 
 
-def changed_modules(found: Found, ch: Changes) -> None:
+def changed_modules(found: Found, ch: Changes, listing: bool = False) -> None:
     """The modules whose inputs changed; a deleted input is refused. A module regenerated to the
-    same sources, or with none to regenerate, is current as built, for the next run too."""
+    same sources, or with none to regenerate, is current as built, for the next run too; not under
+    `listing`, which keeps nothing: an edit listed, then reverted, is no change."""
     ch.changed = edited(found.modules)
     for name in ch.unregenerated:
         ch.changed.setdefault(name, {})["(not regenerated)"] = "edited"
@@ -233,7 +234,8 @@ def changed_modules(found: Found, ch: Changes) -> None:
             )
     for m in found.modules:
         if (
-            ch.generators[m.name]
+            not listing
+            and ch.generators[m.name]
             and m.name not in ch.changed
             and (
                 m.name in found.tier or not m.generated or found.recorded.get(m.name) and m.name not in ch.unregenerated
@@ -439,7 +441,7 @@ def find(found: Found, listing: bool, kept: Kept, sampled: bool = True, stop_aft
     ch.before = before_edits(found)
     if ch.python_edits:  # regenerate, compiling nothing, so that generated sources show what changed
         regenerate_edits(found, ch, listing, sampled, stop_after)
-    changed_modules(found, ch)
+    changed_modules(found, ch, listing)
     by_input = functools.cache(lambda: compilers(found))  # read once, where a change needs it
     uncovered_edits(found, ch, kept, by_input)
     standing_failures(found, ch, kept)
