@@ -475,20 +475,26 @@ def test_a_wrapper_edit_runs_its_familys_tests_and_untold_python_is_not_covered(
     assert done.returncode == 3, f"asked again: {out}"
 
 
+def jit_env_edited(ws, tmp_path):
+    """The stand-in workspace built with a flashinfer/jit/env.py, which no module's sources show, then that file
+    edited: (root, env, the jit folder, a cp -p copy of env.py as built)."""
+    jit = ws[0] / TREE / "flashinfer" / "jit"
+    jit.mkdir(parents=True)
+    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops'\n")
+    root, env, _ = rope_tree(ws, tmp_path, ROPE_WRAPPER)
+    saved = tmp_path / "env.py"
+    shutil.copy2(jit / "env.py", saved)
+    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops_2'\n")
+    return root, env, jit, saved
+
+
 @needs_a_build
 def test_a_jit_edit_that_changes_no_generated_source_is_not_covered_until_reverted(ws, tmp_path):
     """A Python file under flashinfer/jit/ counts as a generator, and every module is regenerated after its edit.
     Where no module's sources change (flashinfer/jit/env.py, or a flag in a generator), the edit may still change
     compile flags or how modules are built and loaded: which tests execute it cannot be told, so it is not
     covered (3), not "no module changed" (0), and again when asked again, until it is reverted (cp -p)."""
-    root = ws[0]
-    jit = root / TREE / "flashinfer" / "jit"
-    jit.mkdir(parents=True)
-    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops'\n")
-    root, env, tree = rope_tree(ws, tmp_path, ROPE_WRAPPER)
-    saved = tmp_path / "env.py"
-    shutil.copy2(jit / "env.py", saved)
-    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops_2'\n")
+    root, env, jit, saved = jit_env_edited(ws, tmp_path)
     for attempt in ("edit", "asked again"):
         done, out = affected(root, env)
         assert done.returncode == 3, f"{attempt}: {out}"
@@ -503,14 +509,7 @@ def test_a_jit_edit_that_changes_no_generated_source_is_not_covered_until_revert
 def test_a_jit_edit_listed_then_reverted_leaves_nothing_changed(ws, tmp_path):
     """`--list` judges nothing and keeps nothing: a flashinfer/jit/ edit listed, then reverted (cp -p), is no
     change, not a Python edit that changed no source (which would be not covered)."""
-    root = ws[0]
-    jit = root / TREE / "flashinfer" / "jit"
-    jit.mkdir(parents=True)
-    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops'\n")
-    root, env, tree = rope_tree(ws, tmp_path, ROPE_WRAPPER)
-    saved = tmp_path / "env.py"
-    shutil.copy2(jit / "env.py", saved)
-    (jit / "env.py").write_text("JIT_DIR_NAME = 'cached_ops_2'\n")
+    root, env, jit, saved = jit_env_edited(ws, tmp_path)
     done, out = affected(root, env, "--list")
     assert done.returncode == 0, out
     shutil.copy2(saved, jit / "env.py")  # cp -p: reverted
