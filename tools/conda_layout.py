@@ -104,9 +104,7 @@ def main() -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
     if command and not command[0].strip():  # before the prefix is laid out
-        parser.error(
-            usage("the command after -- is empty", "name a program on the PATH, or a path to an executable file")
-        )
+        parser.error(usage("the command after -- is empty", RUN_FIX))
     prefix = Path(os.path.abspath(args.prefix))
     env = environment(prefix.resolve(), dict(os.environ), args.cuda_home_only)
     if command and (why := command_problem(command[0], env.get("PATH", ""), args.toolkit)):
